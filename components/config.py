@@ -1,0 +1,460 @@
+"""The one typed configuration of a ctpipe run.
+
+Each section is a keyword-only dataclass owned by the step it configures and validated at
+construction, so a bad value fails before any work starts, naming the field and what is allowed.
+A config is built from defaults, then a YAML/JSON file, then ``--set section.field=value`` overrides,
+and travels between pipeline steps as JSON (``Config.to_json`` / ``Config.from_json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from components.errors import ConfigError
+
+TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
+
+
+def _check(condition: bool, name: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"invalid config value for '{name}': {message}")
+
+
+def _check_fraction(value: float, name: str, *, open_low: bool = False) -> None:
+    ok = (0.0 < value <= 1.0) if open_low else (0.0 <= value <= 1.0)
+    _check(ok, name, f"{value!r} must be a fraction in {'(0, 1]' if open_low else '[0, 1]'}")
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    """Where the data is and what its columns mean."""
+
+    label: str = "label"
+    # Column whose value keys a row's split; None hashes the row's content instead.
+    key: str | None = None
+    # Feature columns; empty means every column but label, key and partition columns.
+    features: list[str] = field(default_factory=list)
+    # Features to treat as categorical; empty infers from dtype (strings, booleans, categories).
+    categorical: list[str] = field(default_factory=list)
+    format: Literal["auto", "parquet", "csv"] = "auto"
+    # Fractions of rows assigned to train / val / test by the stable hash.
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    # Salt of the split hash: changing it reshuffles every split, so it is part of the fingerprint.
+    split_salt: str = "ctpipe-v1"
+
+    def __post_init__(self) -> None:
+        _check(bool(self.label), "data.label", "must name the label column")
+        _check_fraction(self.val_fraction, "data.val_fraction")
+        _check_fraction(self.test_fraction, "data.test_fraction")
+        _check(
+            self.val_fraction > 0 and self.test_fraction > 0 and self.val_fraction + self.test_fraction < 0.9,
+            "data.val_fraction/test_fraction",
+            "both must be > 0 and together leave at least 10% of rows for training",
+        )
+        _check(self.label not in self.features, "data.features", "must not contain the label column")
+
+
+@dataclass(kw_only=True)
+class ValidationConfig:
+    """Data validation: the Great Expectations suite and the checks around it."""
+
+    # A GX 1.x suite JSON; None profiles one from the data (or uses the champion's stored suite).
+    suite_path: str | None = None
+    # Margin added to profiled numeric ranges, as a fraction of the observed range.
+    range_margin: float = 0.1
+    # Profiled max null fraction = observed + this allowance.
+    null_fraction_allowance: float = 0.01
+    min_rows: int = 50
+    # A single feature predicting the label with at least this accuracy is flagged as leakage.
+    leakage_threshold: float = 0.99
+    # Use the champion's stored suite as the reference when there is one.
+    use_champion_suite: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.range_margin >= 0, "validation.range_margin", f"{self.range_margin} must be >= 0")
+        _check_fraction(self.null_fraction_allowance, "validation.null_fraction_allowance")
+        _check(self.min_rows >= 1, "validation.min_rows", f"{self.min_rows} must be >= 1")
+        _check_fraction(self.leakage_threshold, "validation.leakage_threshold", open_low=True)
+
+
+@dataclass(kw_only=True)
+class SanityConfig:
+    """The gate of cheap checks that runs before expensive training."""
+
+    enabled: bool = True
+    # |loss at init - ln(C)| must be below this fraction of ln(C).
+    init_loss_tolerance: float = 0.25
+    overfit_batch_size: int = 8
+    overfit_steps: int = 300
+    overfit_max_loss: float = 0.05
+    # Steps of the short training used by the baseline and loss-decrease checks.
+    short_train_steps: int = 60
+    sample_rows: int = 2048
+
+    def __post_init__(self) -> None:
+        _check(0 < self.init_loss_tolerance < 10, "sanity.init_loss_tolerance", "must be in (0, 10)")
+        _check(2 <= self.overfit_batch_size <= 16, "sanity.overfit_batch_size", "must be in [2, 16]")
+        _check(self.overfit_steps >= 1, "sanity.overfit_steps", "must be >= 1")
+        _check(self.overfit_max_loss > 0, "sanity.overfit_max_loss", "must be > 0")
+        _check(self.short_train_steps >= 1, "sanity.short_train_steps", "must be >= 1")
+        _check(self.sample_rows >= 16, "sanity.sample_rows", "must be >= 16")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """The network; it knows nothing of devices or parallelism."""
+
+    kind: Literal["mlp", "transformer"] = "mlp"
+    hidden: int = 128
+    depth: int = 3
+    dropout: float = 0.1
+    embedding_dim: int = 8
+    # Transformer only.
+    heads: int = 4
+
+    def __post_init__(self) -> None:
+        _check(self.hidden >= 1, "model.hidden", f"{self.hidden} must be >= 1")
+        _check(1 <= self.depth <= 64, "model.depth", f"{self.depth} must be in [1, 64]")
+        _check(0.0 <= self.dropout < 1.0, "model.dropout", f"{self.dropout} must be in [0, 1)")
+        _check(self.embedding_dim >= 1, "model.embedding_dim", "must be >= 1")
+        _check(self.heads >= 1, "model.heads", "must be >= 1")
+        if self.kind == "transformer":
+            _check(self.hidden % self.heads == 0, "model.hidden", "must be divisible by model.heads")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Distributed training: launch, optimisation, evaluation and checkpoints."""
+
+    backend: Literal["local", "pytorchjob"] = "local"
+    workers: int = 2
+    strategy: Literal["fsdp", "ddp"] = "fsdp"
+    # auto: bf16 parameters with fp32 reduction where the hardware has bf16, else fp32.
+    mixed_precision: Literal["auto", "bf16", "fp32"] = "fp32"
+    max_steps: int = 300
+    batch_size: int = 64  # per device
+    grad_accum_steps: int = 1
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 20
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    checkpoint_every: int = 50
+    keep_best: int = 2
+    seed: int = 1234
+    # Minutes a rank waits for the others before the process group gives up.
+    timeout_minutes: float = 5.0
+    threads_per_worker: int = 1
+    compile: bool = False
+    activation_checkpointing: bool = False
+    # Passed to the PyTorchJob/local launch as the worker's wall-clock limit.
+    deadline_seconds: int = 3600
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.workers <= 1024, "train.workers", f"{self.workers} must be in [1, 1024]")
+        _check(self.max_steps >= 1, "train.max_steps", f"{self.max_steps} must be >= 1")
+        _check(self.batch_size >= 1, "train.batch_size", f"{self.batch_size} must be >= 1")
+        _check(self.grad_accum_steps >= 1, "train.grad_accum_steps", "must be >= 1")
+        _check(0 < self.lr < 10, "train.lr", f"{self.lr} must be in (0, 10)")
+        _check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
+        _check(0 <= self.warmup_steps < self.max_steps, "train.warmup_steps", "must be in [0, max_steps)")
+        _check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]")
+        _check(self.grad_clip > 0, "train.grad_clip", f"{self.grad_clip} must be > 0")
+        _check(1 <= self.eval_every <= self.max_steps, "train.eval_every", "must be in [1, max_steps]")
+        _check(self.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
+        _check(self.keep_best >= 1, "train.keep_best", f"{self.keep_best} must be >= 1")
+        _check(self.timeout_minutes > 0, "train.timeout_minutes", "must be > 0")
+        _check(self.threads_per_worker >= 1, "train.threads_per_worker", "must be >= 1")
+        _check(self.deadline_seconds >= 60, "train.deadline_seconds", "must be >= 60")
+
+
+@dataclass(kw_only=True)
+class SelectionConfig:
+    """Retrospective checkpoint selection."""
+
+    metric: str = "val_accuracy"
+    mode: Literal["max", "min"] = "max"
+
+    def __post_init__(self) -> None:
+        _check(self.metric.startswith("val_"), "select.metric", "must be a validation metric (val_*)")
+
+
+@dataclass(kw_only=True)
+class Threshold:
+    """TFX-style blessing rule for one metric."""
+
+    direction: Literal["higher", "lower"] = "higher"
+    # Value threshold: the candidate's metric must be at least (higher) / at most (lower) this.
+    value: float | None = None
+    # Change thresholds against the champion; negative allows that much regression.
+    change_abs: float | None = None
+    change_rel: float | None = None
+
+
+@dataclass(kw_only=True)
+class EvaluationConfig:
+    """Evaluation against the champion and the blessing rules."""
+
+    thresholds: dict[str, Threshold] = field(
+        default_factory=lambda: {"accuracy": Threshold(direction="higher", value=0.5, change_abs=-0.02)}
+    )
+    slices: list[str] = field(default_factory=list)
+    bootstrap_samples: int = 200
+    confidence: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.bootstrap_samples >= 0, "evaluate.bootstrap_samples", "must be >= 0")
+        _check(0.5 <= self.confidence < 1, "evaluate.confidence", "must be in [0.5, 1)")
+
+
+@dataclass(kw_only=True)
+class RegistryConfig:
+    """MLflow tracking and the model registry."""
+
+    model_name: str = "ctpipe-classifier"
+    experiment: str = "ctpipe"
+    # None: the SQLite database in the ctpipe home (local) or the server from the environment.
+    tracking_uri: str | None = None
+    champion_alias: str = "champion"
+    challenger_alias: str = "challenger"
+    retries: int = 5
+    retry_backoff_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(bool(self.model_name), "registry.model_name", "must not be empty")
+        _check(self.retries >= 0, "registry.retries", "must be >= 0")
+
+
+@dataclass(kw_only=True)
+class KubernetesConfig:
+    """Settings for running on a Kubeflow cluster (PyTorchJob and the compiled pipeline)."""
+
+    namespace: str = "kubeflow-user"
+    image: str = "ghcr.io/ctpipe/ctpipe:0.1.0"
+    trainer_image: str = "ghcr.io/ctpipe/ctpipe-trainer:0.1.0-cuda"
+    service_account: str = "ctpipe-pipeline"
+    worker_cpu: str = "4"
+    worker_memory: str = "16Gi"
+    worker_gpus: int = 1
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    # Secret name -> list of keys exposed as env vars of the same name.
+    env_from_secrets: dict[str, list[str]] = field(default_factory=dict)
+    # A PVC shared by the train step and the worker pods for data snapshots and checkpoints.
+    shared_pvc: str | None = "ctpipe-shared"
+    shared_mount_path: str = "/mnt/ctpipe"
+    backoff_limit: int = 3
+    ttl_seconds_after_finished: int = 3600
+    clean_pod_policy: Literal["None", "Running", "All"] = "None"
+
+    def __post_init__(self) -> None:
+        _check(bool(self.image), "kubernetes.image", "must name an image")
+        _check(self.worker_gpus >= 0, "kubernetes.worker_gpus", "must be >= 0")
+        _check(self.backoff_limit >= 0, "kubernetes.backoff_limit", "must be >= 0")
+
+
+@dataclass(kw_only=True)
+class Config:
+    """Everything a run needs, by section."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    sanity: SanityConfig = field(default_factory=SanityConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    select: SelectionConfig = field(default_factory=SelectionConfig)
+    evaluate: EvaluationConfig = field(default_factory=EvaluationConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Config:
+        return _build(cls, values, "")
+
+    @classmethod
+    def from_json(cls, text: str) -> Config:
+        return cls.from_dict(json.loads(text))
+
+
+# --- building dataclasses from plain values, with errors that name the field -------------------
+
+
+def _build(kind: type, values: Any, where: str) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"invalid config value for '{where or 'config'}': expected a mapping, got {values!r}")
+    hints = typing.get_type_hints(kind)
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        name = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(
+            f"unknown config key '{name}'; allowed keys{' in ' + where if where else ''}: {', '.join(sorted(fields))}"
+        )
+    kwargs = {
+        name: _coerce(hints[name], value, f"{where}.{name}" if where else name) for name, value in values.items()
+    }
+    return kind(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        return _build(hint, value, where)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"invalid config value for '{where}': {value!r}")
+    if origin is Literal:
+        if value not in args:
+            allowed = ", ".join(repr(a) for a in args)
+            raise ConfigError(f"invalid config value for '{where}': {value!r}; allowed: {allowed}")
+        return value
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"invalid config value for '{where}': expected a list, got {value!r}")
+        return [_coerce(args[0], v, f"{where}[{i}]") if args else v for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"invalid config value for '{where}': expected a mapping, got {value!r}")
+        return {str(k): _coerce(args[1], v, f"{where}.{k}") if args else v for k, v in value.items()}
+    if hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"invalid config value for '{where}': {value!r} is not a boolean (true/false)")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"invalid config value for '{where}': {value!r} is not an integer")
+        if isinstance(value, float) and value.is_integer():
+            return int(value)  # KFP hands integers over as floats
+        try:
+            return int(value) if not isinstance(value, float) else _fail_int(value, where)
+        except (TypeError, ValueError):
+            raise ConfigError(f"invalid config value for '{where}': {value!r} is not an integer") from None
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number") from None
+    if hint is str:
+        if not isinstance(value, str | int | float):
+            raise ConfigError(f"invalid config value for '{where}': expected text, got {value!r}")
+        return str(value)
+    return value
+
+
+def _fail_int(value: float, where: str) -> int:
+    raise ConfigError(f"invalid config value for '{where}': {value!r} is not an integer")
+
+
+# --- files and --set overrides ------------------------------------------------------------------
+
+
+def parse_set_value(text: str) -> Any:
+    """Parse the value of ``--set key=value`` as YAML (numbers, booleans, lists, null), else keep text."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(values: dict[str, Any], assignment: str) -> None:
+    """Apply one ``section.field[.key]=value`` assignment to a nested dict of config values."""
+    if "=" not in assignment:
+        raise ConfigError(f"invalid --set '{assignment}': expected KEY=VALUE, e.g. train.max_steps=200")
+    key, _, raw = assignment.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if len(parts) < 2:
+        raise ConfigError(
+            f"invalid --set key '{key}': expected SECTION.FIELD, e.g. train.max_steps; sections: "
+            + ", ".join(f.name for f in dataclasses.fields(Config))
+        )
+    node = values
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"invalid --set key '{key}': '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = parse_set_value(raw)
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in update.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML/JSON file at ``path``, then ``--set`` overrides; validated."""
+    values = Config().to_dict()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file '{p}' does not exist; pass an existing YAML or JSON file to --config")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file '{p}' is not valid YAML/JSON: {err}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
+        _reject_unknown(loaded)
+        values = _merge(values, loaded)
+    update: dict[str, Any] = {}
+    for assignment in overrides or []:
+        apply_override(update, assignment)
+    _reject_unknown(update)
+    # Threshold dicts are replaced, not merged, only when a whole mapping is given.
+    values = _merge(values, update)
+    return Config.from_dict(values)
+
+
+def _reject_unknown(values: dict[str, Any]) -> None:
+    # Validate keys eagerly so an unknown key is reported even if merging would hide it.
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    for name, section in values.items():
+        if name not in sections:
+            raise ConfigError(f"unknown config section '{name}'; allowed: {', '.join(sections)}")
+        if isinstance(section, dict):
+            hint = typing.get_type_hints(Config)[name]
+            allowed = {f.name for f in dataclasses.fields(hint)}
+            for key in section:
+                if key not in allowed:
+                    raise ConfigError(
+                        f"unknown config key '{name}.{key}'; allowed keys in {name}: {', '.join(sorted(allowed))}"
+                    )

@@ -1,0 +1,326 @@
+"""Reading a data root, fingerprinting it, and the snapshot that flows between pipeline steps.
+
+A data root is any fsspec URL (a local path, ``s3://``, ``gs://``) holding Parquet or CSV files,
+usually as ``date=YYYY-MM-DD/`` partitions. A *snapshot* is the directory the validation step writes:
+the rows split into train/val/test, the inferred schema, the preprocessing statistics (computed on the
+train split only) and the fingerprint of the files it was read from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import pandas as pd
+
+from components.errors import DataValidationError, UserError
+
+DATA_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+SPLITS = ("train", "val", "test")
+SPLIT_COLUMN = "__split"
+PARTITION_COLUMN = "__partition"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file under the root: its path relative to the root, size and content hash."""
+
+    path: str
+    size: int
+    sha256: str = ""
+
+
+def _fs_and_root(data_uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, root = fsspec.core.url_to_fs(data_uri)
+    return fs, root.rstrip("/")
+
+
+def list_data_files(data_uri: str, *, with_hashes: bool = True) -> list[DataFile]:
+    """List the data files under ``data_uri`` in a stable order; raise a UserError when there are none."""
+    fs, root = _fs_and_root(data_uri)
+    if not fs.exists(root):
+        raise UserError(
+            f"data root '{data_uri}' does not exist. Pass an existing directory (or fsspec URL) of Parquet or "
+            "CSV files to --data, or omit --data to generate the demo dataset."
+        )
+    if fs.isfile(root):
+        entries = {root: fs.info(root)}
+        base = root.rsplit("/", 1)[0]
+    else:
+        entries = fs.find(root, detail=True)
+        base = root
+    files = []
+    for path, info in sorted(entries.items()):
+        suffix = "." + path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+        name = path.rsplit("/", 1)[-1]
+        if suffix not in DATA_SUFFIXES or name.startswith((".", "_")):
+            continue
+        rel = path[len(base) :].lstrip("/")
+        digest = _sha256(fs, path) if with_hashes else ""
+        files.append(DataFile(path=rel, size=int(info.get("size") or 0), sha256=digest))
+    if not files:
+        raise UserError(
+            f"data root '{data_uri}' holds no Parquet (.parquet) or CSV (.csv) files. Write partitions such as "
+            "DATA/date=2026-01-01/part-0.parquet, or run 'ctpipe demo-data --out DATA' to create an example."
+        )
+    return files
+
+
+def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    h = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fingerprint_files(files: list[DataFile]) -> str:
+    """One stable hash over the names, sizes and content hashes of the files."""
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f.path):
+        h.update(f"{f.path}\0{f.size}\0{f.sha256}\n".encode())
+    return h.hexdigest()
+
+
+def _partition_of(rel_path: str) -> str:
+    parts = rel_path.split("/")[:-1]
+    return "/".join(parts) if parts else rel_path
+
+
+def read_data(data_uri: str, files: list[DataFile], fmt: str = "auto") -> pd.DataFrame:
+    """Read every file into one frame with a ``__partition`` column; corrupt files are named."""
+    fs, root = _fs_and_root(data_uri)
+    base = root if fs.isdir(root) else root.rsplit("/", 1)[0]
+    frames = []
+    for f in files:
+        kind = fmt if fmt != "auto" else DATA_SUFFIXES["." + f.path.rsplit(".", 1)[-1].lower()]
+        full = f"{base}/{f.path}" if base else f.path
+        try:
+            with fs.open(full, "rb") as handle:
+                frame = pd.read_parquet(handle) if kind == "parquet" else pd.read_csv(handle)
+        except Exception as err:  # pyarrow/pandas raise many types for a damaged file
+            raise DataValidationError(
+                f"data file '{f.path}' under '{data_uri}' cannot be read as {kind}: {type(err).__name__}: "
+                f"{str(err)[:200]}. Replace or remove the file and run again."
+            ) from None
+        frame[PARTITION_COLUMN] = _partition_of(f.path)
+        frames.append(frame)
+    data = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # Hive-style partition keys (date=...) are reconstructed by some readers; they are not features.
+    return data
+
+
+# --- schema ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Schema:
+    """What the columns mean: label, key, numeric and categorical features, class names."""
+
+    label: str
+    key: str | None
+    numeric: list[str]
+    categorical: list[str]
+    classes: list[str]
+
+    @property
+    def features(self) -> list[str]:
+        return self.numeric + self.categorical
+
+
+def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: list[str], categorical: list[str]) -> Schema:
+    """Resolve feature columns and their kinds from config, inferring what is not configured."""
+    columns = [c for c in data.columns if c != PARTITION_COLUMN]
+    if label not in columns:
+        raise UserError(
+            f"label column '{label}' is not in the data; columns are: {', '.join(map(str, columns))}. "
+            "Name the label with --set data.label=COLUMN."
+        )
+    if key is not None and key not in columns:
+        raise UserError(
+            f"key column '{key}' is not in the data; columns are: {', '.join(map(str, columns))}. "
+            "Name an existing key column with --set data.key=COLUMN, or --set data.key=null to split by row content."
+        )
+    if features:
+        missing = [c for c in features if c not in columns]
+        if missing:
+            raise UserError(
+                f"configured feature column(s) {', '.join(missing)} are not in the data; columns are: "
+                f"{', '.join(map(str, columns))}. Fix data.features."
+            )
+        chosen = list(features)
+    else:
+        skip = {label, key, "date"}
+        chosen = [c for c in columns if c not in skip]
+    unknown_cat = [c for c in categorical if c not in chosen]
+    if unknown_cat:
+        raise UserError(f"data.categorical names {', '.join(unknown_cat)}, which are not feature columns")
+    numeric, cats = [], []
+    for col in chosen:
+        series = data[col]
+        if col in categorical or not (pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)):
+            cats.append(col)
+        else:
+            numeric.append(col)
+    if not chosen:
+        raise UserError("the data has no feature columns besides the label and key; configure data.features")
+    classes = sorted(str(v) for v in data[label].dropna().unique())
+    return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes)
+
+
+# --- stable splits -----------------------------------------------------------------------------
+
+
+def split_keys(data: pd.DataFrame, schema: Schema) -> pd.Series:
+    """The text each row's split is hashed from: its key, or a hash of its content without a key."""
+    if schema.key is not None:
+        return data[schema.key].astype(str)
+    content = data[sorted(schema.features + [schema.label])]
+    return pd.util.hash_pandas_object(content, index=False).astype(str)
+
+
+def assign_splits(keys: pd.Series, *, val_fraction: float, test_fraction: float, salt: str) -> pd.Series:
+    """Assign each key to train/val/test by a salted BLAKE2b hash: a row keeps its split as data grows."""
+    prefix = salt.encode() + b"\0"
+    u = np.fromiter(
+        (int.from_bytes(hashlib.blake2b(prefix + k.encode(), digest_size=8).digest(), "big") for k in keys),
+        dtype=np.float64,
+        count=len(keys),
+    ) / float(1 << 64)
+    out = np.where(u < test_fraction, "test", np.where(u < test_fraction + val_fraction, "val", "train"))
+    return pd.Series(out, index=keys.index, name=SPLIT_COLUMN)
+
+
+# --- preprocessing -----------------------------------------------------------------------------
+
+
+@dataclass
+class Preprocessing:
+    """Statistics computed on the train split only: numeric mean/std, categorical vocabularies."""
+
+    numeric: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Index 0 of every vocabulary is reserved for unseen or missing categories.
+    categorical: dict[str, list[str]] = field(default_factory=dict)
+    classes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Preprocessing:
+        return cls(numeric=d["numeric"], categorical=d["categorical"], classes=list(d["classes"]))
+
+    @property
+    def cardinalities(self) -> list[int]:
+        return [len(v) + 1 for v in self.categorical.values()]
+
+
+def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
+    numeric = {}
+    for col in schema.numeric:
+        values = pd.to_numeric(train[col], errors="coerce").astype("float64")
+        mean = float(values.mean()) if values.notna().any() else 0.0
+        std = float(values.std(ddof=0)) if values.notna().sum() > 1 else 1.0
+        numeric[col] = {"mean": mean, "std": std if std > 1e-12 else 1.0}
+    categorical = {}
+    for col in schema.categorical:
+        counts = train[col].dropna().astype(str).value_counts()
+        categorical[col] = sorted(counts.index.tolist(), key=lambda v: (-counts[v], v))
+    return Preprocessing(numeric=numeric, categorical=categorical, classes=list(schema.classes))
+
+
+def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray, np.ndarray]:
+    """Numeric features standardised (missing → mean → 0) and categorical ones as vocabulary indices."""
+    n = len(data)
+    x_num = np.zeros((n, len(prep.numeric)), dtype=np.float32)
+    for i, (col, st) in enumerate(prep.numeric.items()):
+        values = pd.to_numeric(data[col], errors="coerce").astype("float64").to_numpy()
+        z = (values - st["mean"]) / st["std"]
+        x_num[:, i] = np.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0)
+    x_cat = np.zeros((n, len(prep.categorical)), dtype=np.int64)
+    for i, (col, vocab) in enumerate(prep.categorical.items()):
+        index = {v: j + 1 for j, v in enumerate(vocab)}
+        x_cat[:, i] = data[col].astype(str).map(index).fillna(0).astype("int64").to_numpy()
+        x_cat[data[col].isna().to_numpy(), i] = 0
+    return x_num, x_cat
+
+
+def encode_labels(data: pd.DataFrame, label: str, classes: list[str]) -> np.ndarray:
+    index = {c: i for i, c in enumerate(classes)}
+    mapped = data[label].astype(str).map(index)
+    if mapped.isna().any():
+        unseen = sorted(set(data[label].astype(str)[mapped.isna()]))[:5]
+        raise DataValidationError(f"label values {unseen} are not among the model's classes {classes}")
+    return mapped.astype("int64").to_numpy()
+
+
+# --- the snapshot directory ----------------------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    """A validated, split dataset as written by the validation step."""
+
+    root: Path
+    schema: Schema
+    preprocessing: Preprocessing
+    fingerprint: str
+    data_uri: str
+    files: list[DataFile]
+
+    def frame(self, split: str) -> pd.DataFrame:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; one of {SPLITS}")
+        return pd.read_parquet(self.root / f"{split}.parquet")
+
+    def tensors(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(x_num, x_cat, y) of a split, encoded with the train split's statistics."""
+        frame = self.frame(split)
+        x_num, x_cat = encode_features(frame, self.preprocessing)
+        return x_num, x_cat, encode_labels(frame, self.schema.label, self.preprocessing.classes)
+
+
+def write_snapshot(
+    out_dir: str | Path,
+    data: pd.DataFrame,
+    splits: pd.Series,
+    schema: Schema,
+    *,
+    data_uri: str,
+    files: list[DataFile],
+    fingerprint: str,
+) -> Snapshot:
+    """Write the split rows, schema, train-only statistics and fingerprint into ``out_dir``."""
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    keep = [c for c in data.columns if c != SPLIT_COLUMN]
+    for split in SPLITS:
+        part = data.loc[splits == split, keep].reset_index(drop=True)
+        if split == "train" and part.empty:
+            raise DataValidationError("the train split is empty: the data has too few rows to split")
+        part.to_parquet(root / f"{split}.parquet", index=False)
+    prep = fit_preprocessing(data.loc[splits == "train"], schema)
+    (root / "schema.json").write_text(json.dumps(asdict(schema), indent=2))
+    (root / "preprocessing.json").write_text(json.dumps(prep.to_dict(), indent=2))
+    meta = {
+        "fingerprint": fingerprint,
+        "data_uri": data_uri,
+        "files": [asdict(f) for f in files],
+        "rows": {s: int((splits == s).sum()) for s in SPLITS},
+    }
+    (root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
+    return Snapshot(root, schema, prep, fingerprint, data_uri, files)
+
+
+def load_snapshot(path: str | Path) -> Snapshot:
+    root = Path(path)
+    schema = Schema(**json.loads((root / "schema.json").read_text()))
+    prep = Preprocessing.from_dict(json.loads((root / "preprocessing.json").read_text()))
+    meta = json.loads((root / "fingerprint.json").read_text())
+    files = [DataFile(**f) for f in meta["files"]]
+    return Snapshot(root, schema, prep, meta["fingerprint"], meta["data_uri"], files)

@@ -1,0 +1,50 @@
+"""KFP adapter: evaluate."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Markdown, Metrics, Model, Output
+
+from components.kfp_support import COMPONENT_IMAGE
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def evaluate(
+    model: Input[Model],
+    snapshot: Input[Dataset],
+    config_json: str,
+    mlflow_tracking_uri: str,
+    mlflow_run_id: str,
+    metrics: Output[Metrics],
+    classification: Output[ClassificationMetrics],
+    blessing: Output[Artifact],
+    model_card: Output[Markdown],
+) -> NamedTuple("Evaluation", [("blessed", bool), ("champion_version", str)]):
+    """Score candidate and champion on the same test split and decide the blessing."""
+    from collections import namedtuple
+
+    from components.config import Config
+    from components.evaluation.evaluate import evaluate_candidate
+    from components.kfp_support import step_status
+
+    with step_status("evaluate") as record:
+        result = evaluate_candidate(
+            model.path,
+            snapshot.path,
+            Config.from_json(config_json),
+            tracking_uri=mlflow_tracking_uri,
+            mlflow_run_id=mlflow_run_id,
+            blessing_path=blessing.path,
+            card_path=model_card.path,
+        )
+        for name, value in result.candidate_metrics.items():
+            metrics.log_metric(f"candidate_{name}", float(value))
+        for name, value in (result.champion_metrics or {}).items():
+            metrics.log_metric(f"champion_{name}", float(value))
+        metrics.log_metric("blessed", 1.0 if result.blessed else 0.0)
+        classification.log_confusion_matrix(result.class_names, result.confusion_matrix)
+        if result.roc is not None:
+            classification.log_roc_curve(result.roc["fpr"], result.roc["tpr"], result.roc["thresholds"])
+        blessing.metadata.update({"blessed": result.blessed, "reasons": result.reasons})
+        record.result = result.summary()
+    return namedtuple("Evaluation", ["blessed", "champion_version"])(result.blessed, result.champion_version or "")

@@ -1,0 +1,35 @@
+"""KFP adapter: prepare_run."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+
+from components.kfp_support import COMPONENT_IMAGE
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def prepare_run(
+    config_json: str,
+    config_overrides: str,
+    mlflow_tracking_uri: str,
+    pipeline_run_id: str,
+    trigger: str,
+    data_uri: str,
+) -> NamedTuple("PreparedRun", [("config_json", str), ("mlflow_run_id", str)]):
+    """Validate the run's config and open its MLflow run."""
+    from collections import namedtuple
+
+    from components.kfp_support import step_status
+    from components.run_setup.prepare import prepare_run as prepare
+
+    with step_status("prepare_run") as record:
+        prepared = prepare(
+            config_json,
+            config_overrides,
+            tracking_uri=mlflow_tracking_uri,
+            pipeline_run_id=pipeline_run_id,
+            trigger=trigger,
+            data_uri=data_uri,
+        )
+        record.result = {"mlflow_run_id": prepared.mlflow_run_id}
+    return namedtuple("PreparedRun", ["config_json", "mlflow_run_id"])(prepared.config_json, prepared.mlflow_run_id)

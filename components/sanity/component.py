@@ -1,0 +1,35 @@
+"""KFP adapter: sanity_checks."""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Output
+
+from components.kfp_support import COMPONENT_IMAGE
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def sanity_checks(
+    snapshot: Input[Dataset],
+    config_json: str,
+    mlflow_tracking_uri: str,
+    mlflow_run_id: str,
+    sanity_report: Output[Markdown],
+    first_batch: Output[Artifact],
+) -> str:
+    """Loss at init, overfit one batch and the other cheap checks; a failure stops the run. Returns a JSON summary."""
+    import json
+
+    from components.config import Config
+    from components.kfp_support import step_status
+    from components.sanity.checks import run_sanity_checks
+
+    with step_status("sanity_checks") as record:
+        result = run_sanity_checks(
+            snapshot.path,
+            Config.from_json(config_json),
+            report_path=sanity_report.path,
+            first_batch_path=first_batch.path,
+            tracking_uri=mlflow_tracking_uri,
+            mlflow_run_id=mlflow_run_id,
+        )
+        record.result = result.summary()
+    return json.dumps(result.summary(), sort_keys=True)

@@ -1,0 +1,37 @@
+"""KFP adapter: select_checkpoint."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Model, Output
+
+from components.kfp_support import COMPONENT_IMAGE
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def select_checkpoint(
+    checkpoints: Input[Artifact],
+    snapshot: Input[Dataset],
+    config_json: str,
+    model: Output[Model],
+) -> NamedTuple("Selection", [("step", int), ("metric", float)]):
+    """Pick the best evaluated checkpoint by the validation metric and export it as one file."""
+    from collections import namedtuple
+
+    from components.config import Config
+    from components.kfp_support import step_status
+    from components.selection.select import select_and_export
+
+    with step_status("select_checkpoint") as record:
+        selected = select_and_export(checkpoints.path, snapshot.path, Config.from_json(config_json), model.path)
+        model.metadata.update(
+            {"step": selected.step, "metric": selected.metric_name, "value": selected.metric_value, "sha256": selected.sha256}
+        )
+        record.result = {
+            "step": selected.step,
+            "metric": selected.metric_name,
+            "value": selected.metric_value,
+            "sha256": selected.sha256,
+            "model_path": model.path,
+        }
+    return namedtuple("Selection", ["step", "metric"])(selected.step, selected.metric_value)

@@ -1,0 +1,45 @@
+"""KFP adapter: validate_data."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import HTML, Dataset, Markdown, Output
+
+from components.kfp_support import COMPONENT_IMAGE
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def validate_data(
+    data_uri: str,
+    config_json: str,
+    mlflow_tracking_uri: str,
+    mlflow_run_id: str,
+    snapshot: Output[Dataset],
+    data_docs: Output[HTML],
+    validation_report: Output[Markdown],
+) -> NamedTuple("Validation", [("fingerprint", str), ("warnings", int)]):
+    """Fingerprint and split the data, run the Great Expectations suite, write Data Docs."""
+    from collections import namedtuple
+
+    from components.config import Config
+    from components.kfp_support import step_status
+    from components.validation.validate import validate_data as validate
+
+    with step_status("validate_data") as record:
+        result = validate(
+            data_uri,
+            Config.from_json(config_json),
+            snapshot_dir=snapshot.path,
+            data_docs_path=data_docs.path,
+            report_path=validation_report.path,
+            tracking_uri=mlflow_tracking_uri,
+            mlflow_run_id=mlflow_run_id,
+        )
+        snapshot.metadata.update({"fingerprint": result.fingerprint, "rows": result.rows})
+        record.result = {
+            "fingerprint": result.fingerprint,
+            "rows": result.rows,
+            "warnings": result.warnings,
+            "snapshot": snapshot.path,
+        }
+    return namedtuple("Validation", ["fingerprint", "warnings"])(result.fingerprint, len(result.warnings))

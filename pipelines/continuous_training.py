@@ -1,0 +1,123 @@
+"""The continuous-training pipeline: six steps after a prepare step, each a thin KFP component.
+
+prepare_run → validate_data → sanity_checks → train → select_checkpoint → evaluate → register
+
+Every candidate is registered (TFX registers and then pushes only the blessed); ``register`` moves the
+``champion`` alias only when the evaluation blessed it. That keeps conditional logic out of the DAG,
+which also avoids the local runner's silent skip of a lone ``dsl.If`` on a NamedTuple field.
+"""
+
+
+from kfp import dsl
+
+from components.config import Config, KubernetesConfig
+from components.evaluation.component import evaluate
+from components.registration.component import register
+from components.run_setup.component import prepare_run
+from components.sanity.component import sanity_checks
+from components.selection.component import select_checkpoint
+from components.training.component import train
+from components.validation.component import validate_data
+
+PIPELINE_NAME = "ctpipe-continuous-training"
+DEFAULT_CLUSTER_DATA_URI = "/mnt/ctpipe/data"
+DEFAULT_CLUSTER_TRACKING_URI = "http://mlflow.ctpipe.svc.cluster.local:5000"
+STEP_NAMES = ("prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register")
+
+
+def build_pipeline(cluster: KubernetesConfig | None = None, *, default_config_json: str = ""):
+    """The pipeline; with ``cluster`` its tasks carry kfp-kubernetes settings (secrets, SA, placement, limits)."""
+
+    @dsl.pipeline(name=PIPELINE_NAME, description="Validate data, sanity-check, train with FSDP, select, evaluate, register.")
+    def continuous_training(
+        data_uri: str = DEFAULT_CLUSTER_DATA_URI,
+        trigger: str = "manual",
+        config_json: str = default_config_json,
+        config_overrides: str = "",
+        mlflow_tracking_uri: str = DEFAULT_CLUSTER_TRACKING_URI,
+    ):
+        """Continuous training of a tabular classifier.
+
+        Args:
+            data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
+            trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model.
+            config_json: The full ctpipe config as JSON; empty means the defaults of this pipeline version.
+            config_overrides: KEY=VALUE overrides, one per line or separated by ';', e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7
+            mlflow_tracking_uri: MLflow tracking and registry URI; credentials come from Kubernetes secrets, never from here.
+        """
+        run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+        prepared = prepare_run(
+            config_json=config_json,
+            config_overrides=config_overrides,
+            mlflow_tracking_uri=mlflow_tracking_uri,
+            pipeline_run_id=run_id,
+            trigger=trigger,
+            data_uri=data_uri,
+        ).set_display_name("prepare run")
+        config = prepared.outputs["config_json"]
+        mlflow_run = prepared.outputs["mlflow_run_id"]
+
+        validated = validate_data(
+            data_uri=data_uri, config_json=config, mlflow_tracking_uri=mlflow_tracking_uri, mlflow_run_id=mlflow_run
+        ).set_display_name("validate data")
+        sane = sanity_checks(
+            snapshot=validated.outputs["snapshot"],
+            config_json=config,
+            mlflow_tracking_uri=mlflow_tracking_uri,
+            mlflow_run_id=mlflow_run,
+        ).set_display_name("sanity checks")
+        trained = train(
+            snapshot=validated.outputs["snapshot"],
+            config_json=config,
+            mlflow_tracking_uri=mlflow_tracking_uri,
+            mlflow_run_id=mlflow_run,
+            job_name=run_id,
+            sanity_summary=sane.outputs["Output"],
+        ).set_display_name("train (FSDP)")
+        selected = select_checkpoint(
+            checkpoints=trained.outputs["checkpoints"], snapshot=validated.outputs["snapshot"], config_json=config
+        ).set_display_name("select checkpoint")
+        evaluated = evaluate(
+            model=selected.outputs["model"],
+            snapshot=validated.outputs["snapshot"],
+            config_json=config,
+            mlflow_tracking_uri=mlflow_tracking_uri,
+            mlflow_run_id=mlflow_run,
+        ).set_display_name("evaluate vs champion")
+        registered = register(
+            model=selected.outputs["model"],
+            snapshot=validated.outputs["snapshot"],
+            blessing=evaluated.outputs["blessing"],
+            validation_report=validated.outputs["validation_report"],
+            sanity_report=sane.outputs["sanity_report"],
+            model_card=evaluated.outputs["model_card"],
+            config_json=config,
+            mlflow_tracking_uri=mlflow_tracking_uri,
+            mlflow_run_id=mlflow_run,
+            pipeline_run_id=run_id,
+            trigger=trigger,
+        ).set_display_name("register")
+
+        tasks = {
+            "prepare_run": prepared,
+            "validate_data": validated,
+            "sanity_checks": sane,
+            "train": trained,
+            "select_checkpoint": selected,
+            "evaluate": evaluated,
+            "register": registered,
+        }
+        for step, task in tasks.items():
+            # Retrying a step that failed on bad input would fail the same way: no retries by default.
+            task.set_caching_options(False)
+            if cluster is not None:
+                from pipelines.cluster_settings import apply_cluster_settings
+
+                apply_cluster_settings(task, step, cluster)
+
+    return continuous_training
+
+
+def default_pipeline():
+    """The pipeline as compiled for a cluster with the default config."""
+    return build_pipeline(Config().kubernetes, default_config_json=Config().to_json())
