@@ -1,0 +1,26 @@
+"""The one interface every training launcher implements (local torchrun-style, PyTorchJob, TrainJob)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass
+class WorkerLaunch:
+    """What to run on every rank; a launcher decides where (local processes or pods)."""
+
+    # Deterministic per pipeline run and task, so a retried step re-attaches to the same job.
+    job_name: str
+    world_size: int
+    # The full worker argv, e.g. ["python", "-m", "components.training.worker", "--snapshot", ...].
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    # The launcher gives up (and deletes/kills the job) after this many seconds.
+    deadline_seconds: int = 3600
+
+
+class Launcher(Protocol):
+    def run(self, launch: WorkerLaunch) -> None:
+        """Run the job to completion; raise components.errors.TrainingError when it fails or times out."""
+        ...
