@@ -31,5 +31,5 @@ def prepare_run(
             trigger=trigger,
             data_uri=data_uri,
         )
-        record.result = {"mlflow_run_id": prepared.mlflow_run_id}
+        record.result = {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": pipeline_run_id}
     return namedtuple("PreparedRun", ["config_json", "mlflow_run_id"])(prepared.config_json, prepared.mlflow_run_id)

@@ -1,0 +1,1 @@
+"""CLI subcommands: every module here exposes ``register(subparsers)``; ``pipelines.cli`` finds them."""
