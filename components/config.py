@@ -265,6 +265,52 @@ class KubernetesConfig:
 
 
 @dataclass(kw_only=True)
+class WatchConfig:
+    """The watcher (``ctpipe watch``): new-data and drift triggers, thresholds and cool-down."""
+
+    # Start a run (trigger=new_data) when the data fingerprint differs from the champion's.
+    new_data: bool = True
+    # Start a run (trigger=drift) when the newest partitions drift from the champion's reference stats.
+    drift: bool = True
+    # How many of the newest partitions form the current window compared with the reference.
+    window_partitions: int = 1
+    # Below this many rows in the window, drift is not judged (too noisy).
+    min_rows: int = 200
+    # Default thresholds: PSI (numeric and categorical), KS statistic D (numeric),
+    # Cramer's V of the chi-square test (categorical); a statistic above its threshold is drift.
+    psi_threshold: float = 0.2
+    ks_threshold: float = 0.1
+    cramers_v_threshold: float = 0.1
+    # Per-column overrides, e.g. {"monthly_spend": {"psi": 0.3, "ks": 0.15}}; 0 disables that test.
+    column_thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
+    # A drift run needs at least this many drifted columns.
+    min_drifted_columns: int = 1
+    # No second drift-triggered run within this many seconds of the last one (stops flapping).
+    cool_down_seconds: float = 6 * 3600.0
+    # Seconds between checks when watching continuously.
+    interval_seconds: float = 300.0
+    # Runs the watcher may have in flight at once; 0 means no limit.
+    max_running: int = 1
+
+    def __post_init__(self) -> None:
+        _check(self.window_partitions >= 1, "watch.window_partitions", f"{self.window_partitions} must be >= 1")
+        _check(self.min_rows >= 1, "watch.min_rows", f"{self.min_rows} must be >= 1")
+        for name in ("psi_threshold", "ks_threshold", "cramers_v_threshold"):
+            value = getattr(self, name)
+            _check(value >= 0, f"watch.{name}", f"{value} must be >= 0 (0 disables the test)")
+        allowed = {"psi", "ks", "cramers_v"}
+        for column, tests in self.column_thresholds.items():
+            unknown = sorted(set(tests) - allowed)
+            _check(not unknown, f"watch.column_thresholds.{column}", f"unknown test {unknown}; allowed: psi, ks, cramers_v")
+            for test, value in tests.items():
+                _check(value >= 0, f"watch.column_thresholds.{column}.{test}", f"{value} must be >= 0")
+        _check(self.min_drifted_columns >= 1, "watch.min_drifted_columns", "must be >= 1")
+        _check(self.cool_down_seconds >= 0, "watch.cool_down_seconds", "must be >= 0")
+        _check(self.interval_seconds > 0, "watch.interval_seconds", "must be > 0")
+        _check(self.max_running >= 0, "watch.max_running", "must be >= 0 (0 = no limit)")
+
+
+@dataclass(kw_only=True)
 class Config:
     """Everything a run needs, by section."""
 
@@ -277,6 +323,7 @@ class Config:
     evaluate: EvaluationConfig = field(default_factory=EvaluationConfig)
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
