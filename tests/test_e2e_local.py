@@ -1,0 +1,161 @@
+"""End to end: the real local pipeline (KFP local runner, 2 gloo ranks, MLflow on SQLite, GX).
+
+One home is shared by the runs in order: a first model becomes champion, a second run is compared
+with it, and runs on bad data fail in validation and leave the registry as it was.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+
+from components.data.demo import write_demo_data
+from components.tracking import local_tracking_uri
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+# Small but real: enough rows and steps for the model to learn, few enough to stay quick.
+FAST = [
+    "train.max_steps=60",
+    "train.eval_every=20",
+    "train.checkpoint_every=20",
+    "train.warmup_steps=5",
+    "evaluate.thresholds.accuracy.value=0.3",
+    "evaluate.bootstrap_samples=50",
+    "data.key=customer_id",
+]
+
+
+def ctpipe(*args: str, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True, env=env, timeout=900
+    )
+
+
+def sets(extra: list[str] | None = None) -> list[str]:
+    out = []
+    for item in FAST + (extra or []):
+        out += ["--set", item]
+    return out
+
+
+def registry(home: Path):
+    return mlflow.MlflowClient(tracking_uri=local_tracking_uri(home), registry_uri=local_tracking_uri(home))
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ctpipe-home")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    write_demo_data(root, days=3, rows_per_day=600, seed=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def first_run(home, data):
+    result = ctpipe("run", "--data", str(data), *sets(), home=home)
+    return result
+
+
+def _summary(result: subprocess.CompletedProcess) -> dict:
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.endswith("summary.json"), result.stdout[-2000:] + result.stderr[-2000:]
+    return json.loads(Path(last).read_text())
+
+
+def test_first_run_succeeds_and_becomes_champion(first_run, home):
+    assert first_run.returncode == 0, first_run.stdout[-3000:] + first_run.stderr[-3000:]
+    summary = _summary(first_run)
+    assert summary["status"] == "succeeded"
+    assert all(v == "passed" for v in summary["steps"].values()), summary["steps"]
+    assert len(summary["data_fingerprint"]) == 64
+    assert isinstance(summary["selected_checkpoint_step"], int)
+    assert summary["metrics"]["candidate"]["accuracy"] > 0.3
+    assert summary["metrics"]["champion"] is None
+    assert summary["blessed"] is True
+    assert summary["model_version"] == "1"
+    assert "champion" in summary["aliases"]
+    # The progress view named every step, and the summary told how to open MLflow.
+    for step in ("validate data", "sanity checks", "train", "select best checkpoint", "register"):
+        assert step in first_run.stdout
+    assert "mlflow ui" in first_run.stdout
+
+    client = registry(home)
+    champion = client.get_model_version_by_alias(summary["model_name"], "champion")
+    assert str(champion.version) == "1"
+    assert champion.tags["ctpipe.data_fingerprint"] == summary["data_fingerprint"]
+    assert champion.tags["ctpipe.trigger"] == "manual"
+    assert champion.tags["ctpipe.blessed"] == "true"
+
+
+def test_second_run_is_compared_with_the_first_model(first_run, home, data):
+    assert first_run.returncode == 0
+    second = ctpipe("run", "--data", str(data), *sets(), home=home)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    summary = _summary(second)
+    assert summary["compared_with_champion_version"] == "1"
+    assert summary["metrics"]["champion"] is not None
+    assert summary["model_version"] == "2"
+    # Same data, same seeds: the second candidate scores exactly as the first on the same test split.
+    assert summary["metrics"]["candidate"]["accuracy"] == pytest.approx(summary["metrics"]["champion"]["accuracy"])
+
+
+def _versions(home: Path, name: str) -> list[str]:
+    return sorted(v.version for v in registry(home).search_model_versions(f"name='{name}'"))
+
+
+def test_bad_data_fails_in_validation_and_leaves_the_champion(first_run, home, data, tmp_path):
+    assert first_run.returncode == 0
+    name = _summary(first_run)["model_name"]
+    before_versions = _versions(home, name)
+    before_champion = registry(home).get_model_version_by_alias(name, "champion").version
+
+    bad = tmp_path / "bad"
+    write_demo_data(bad, days=2, rows_per_day=300, seed=2)
+    part = next(bad.glob("date=*/part-0.parquet"))
+    frame = pd.read_parquet(part)
+    frame["tenure_months"] = frame["tenure_months"].astype(object)
+    frame.loc[frame.index[:5], "tenure_months"] = "twelve"
+    frame.to_parquet(part, index=False)
+
+    result = ctpipe("run", "--data", str(bad), *sets(), home=home)
+    assert result.returncode != 0
+    summary = _summary(result)
+    assert summary["steps"]["validate_data"] == "failed"
+    assert summary["steps"]["train"] == "skipped" and summary["steps"]["register"] == "skipped"
+    assert "tenure_months" in summary["error"]["message"]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert _versions(home, name) == before_versions
+    assert registry(home).get_model_version_by_alias(name, "champion").version == before_champion
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--data", "/definitely/not/here"], "does not exist"),
+        (["--set", "train.nope=1"], "train.nope"),
+        (["--set", "train.max_steps=-3"], "train.max_steps"),
+    ],
+)
+def test_user_errors_are_one_paragraph_without_traceback(tmp_path, args, needle):
+    result = ctpipe("run", *args, home=tmp_path / "h")
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_missing_label_column_is_named(home, data, tmp_path):
+    result = ctpipe("run", "--data", str(data), *sets(["data.label=target"]), home=tmp_path / "h2")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "'target'" in result.stdout + result.stderr
