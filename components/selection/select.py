@@ -1,0 +1,101 @@
+"""Retrospective checkpoint selection: the best evaluated checkpoint, exported as one self-contained file.
+
+Not early stopping: training runs its full course and indexes every evaluated checkpoint; afterwards the
+best one by the configured validation metric (not the last one) is consolidated from its distributed
+shards into a single-file export that loads with ``torch.load(weights_only=True)``. The export is scored
+again on the validation split, so a broken consolidation cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from components.config import Config, ModelConfig
+from components.data.snapshot import load_snapshot
+from components.errors import TrainingError
+from components.models.export import load_model_export, save_model_export
+from components.models.tabular import InputSpec, build_model
+from components.training import checkpointing as ckpt
+
+# An export scored in fp32 must reproduce the indexed accuracy to this tolerance (training in bf16 may
+# differ by a few borderline rows, which is reported but allowed).
+FP32_TOLERANCE = 1e-6
+
+
+@dataclass
+class Selected:
+    """The chosen checkpoint and the export made from it."""
+
+    step: int
+    metric_name: str
+    metric_value: float
+    sha256: str
+
+
+def select_best_checkpoint(checkpoint_dir: str | Path, metric: str, mode: str) -> ckpt.IndexEntry:
+    """The best complete checkpoint in index.json by ``metric`` (ties: the earlier step)."""
+    index = ckpt.read_index(checkpoint_dir)
+    entries = [ckpt.IndexEntry.from_dict(e) for e in index["checkpoints"]]
+    usable = [e for e in entries if e.kept and ckpt.is_complete(ckpt.checkpoint_path(checkpoint_dir, e.step))]
+    ranked = ckpt.rank_entries(usable, metric, mode)
+    if not ranked:
+        known = sorted({k for e in entries for k in e.metrics})
+        raise TrainingError(
+            f"no complete checkpoint under '{checkpoint_dir}' has the metric '{metric}' "
+            f"(metrics indexed: {', '.join(known) or 'none'}); set select.metric to one of them"
+        )
+    return ranked[0]
+
+
+def score_export(model_path: str | Path, snapshot_dir: str | Path) -> dict[str, float]:
+    """Validation loss and accuracy of an exported model, computed from the snapshot's raw rows."""
+    exported = load_model_export(model_path)
+    snapshot = load_snapshot(snapshot_dir)
+    frame = snapshot.frame("val")
+    _, _, y = snapshot.tensors("val")
+    proba = exported.predict_proba(frame)
+    p_true = np.clip(proba[np.arange(len(y)), y], 1e-12, 1.0)
+    return {
+        "val_accuracy": float((proba.argmax(axis=1) == y).mean()),
+        "val_loss": float(-np.log(p_true).mean()),
+    }
+
+
+def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, model_path: str) -> Selected:
+    """Pick the best checkpoint by ``config.select`` and export it (weights, config, preprocessing, classes)."""
+    metric, mode = config.select.metric, config.select.mode
+    best = select_best_checkpoint(checkpoint_dir, metric, mode)
+    index = ckpt.read_index(checkpoint_dir)
+    # The index records the model the checkpoints were trained with; rebuild exactly that one.
+    model_config = ModelConfig(**index["model_config"])
+    spec = InputSpec(**index["input_spec"])
+    model = build_model(model_config, spec)
+    ckpt.load_model_weights(ckpt.checkpoint_path(checkpoint_dir, best.step), model)
+    snapshot = load_snapshot(snapshot_dir)
+    metadata = {
+        "step": best.step,
+        "metric": metric,
+        "metric_value": best.metrics[metric],
+        "checkpoint_metrics": best.metrics,
+        "data_fingerprint": snapshot.fingerprint,
+        "data_uri": snapshot.data_uri,
+        "train_world_size": index.get("world_size"),
+    }
+    state = {
+        k: v.detach().float() if v.is_floating_point() else v.detach() for k, v in model.state_dict().items()
+    }
+    save_model_export(model_path, state, model_config, spec, snapshot.preprocessing, metadata)
+    rescored = score_export(model_path, snapshot_dir)
+    drift = abs(rescored.get(metric, best.metrics[metric]) - best.metrics[metric])
+    if config.train.mixed_precision == "fp32" and metric in rescored and drift > FP32_TOLERANCE:
+        raise TrainingError(
+            f"the export of step {best.step} scores {metric}={rescored[metric]:.6f} on the validation split, but "
+            f"training indexed {best.metrics[metric]:.6f}: the consolidated weights do not match the checkpoint"
+        )
+    # Record the re-scored metrics in the export itself, then hash the final file.
+    metadata["export_val_metrics"] = rescored
+    sha256 = save_model_export(model_path, state, model_config, spec, snapshot.preprocessing, metadata)
+    return Selected(step=best.step, metric_name=metric, metric_value=best.metrics[metric], sha256=sha256)

@@ -1,0 +1,177 @@
+"""Start the distributed training job for a snapshot and read back what it produced.
+
+``train_model`` is what the KFP train step and ``ctpipe train`` call: it builds the worker command
+(``python -m components.training.worker``), hands it to the launcher of ``config.train.backend`` (local
+processes or a PyTorchJob) and returns the rank-0 result the worker wrote beside the checkpoints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.config import Config
+from components.errors import TrainingError
+from components.training.launchers.base import Launcher, WorkerLaunch
+from components.training.worker import RESULT_FILE
+
+
+@dataclass
+class TrainResult:
+    """What a finished training job reports (rank 0's ``train_result.json``)."""
+
+    steps: int
+    best_step: int
+    best_metric_name: str
+    best_metric_value: float
+    world_size: int
+    samples_per_second: float
+    mfu: float
+    final_weights_sha256: str
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    clip_rate: float = 0.0
+    global_batch_size: int = 0
+    resumed_from_step: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_file(cls, path: Path) -> TrainResult:
+        raw = json.loads(path.read_text())
+        best = raw.get("best_checkpoint") or {}
+        if not best:
+            raise TrainingError(f"training finished without an evaluated checkpoint (see '{path}')")
+        return cls(
+            steps=int(raw["steps"]),
+            best_step=int(best["step"]),
+            best_metric_name=str(best["metric"]),
+            best_metric_value=float(best["value"]),
+            world_size=int(raw["world_size"]),
+            samples_per_second=float(raw["samples_per_second"]),
+            mfu=float(raw["mfu"]),
+            final_weights_sha256=str(raw["final_weights_sha256"]),
+            final_metrics={k: float(v) for k, v in (raw.get("final_metrics") or {}).items()},
+            clip_rate=float(raw.get("clip_rate", 0.0)),
+            global_batch_size=int(raw.get("global_batch_size", 0)),
+            resumed_from_step=raw.get("resumed_from_step"),
+            warnings=list(raw.get("warnings") or []),
+            raw=raw,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """Scalar metrics for the KFP Metrics artifact."""
+        out = {f"best_{self.best_metric_name}": self.best_metric_value}
+        out.update({f"final_{k}": v for k, v in self.final_metrics.items()})
+        out.update(
+            {
+                "steps": float(self.steps),
+                "best_step": float(self.best_step),
+                "samples_per_second": self.samples_per_second,
+                "mfu": self.mfu,
+                "clip_rate": self.clip_rate,
+            }
+        )
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary (``ctpipe train`` writes it as train_summary.json)."""
+        return {
+            "steps": self.steps,
+            "best_checkpoint": {
+                "step": self.best_step,
+                "metric": self.best_metric_name,
+                "value": self.best_metric_value,
+            },
+            "world_size": self.world_size,
+            "samples_per_second": self.samples_per_second,
+            "mfu": self.mfu,
+            "final_weights_sha256": self.final_weights_sha256,
+            "final_metrics": self.final_metrics,
+            "clip_rate": self.clip_rate,
+            "global_batch_size": self.global_batch_size,
+            "resumed_from_step": self.resumed_from_step,
+            "warnings": self.warnings,
+            **{
+                k: self.raw[k]
+                for k in ("strategy", "dtype", "device", "parameters", "flops_per_sample")
+                if k in self.raw
+            },
+        }
+
+
+def worker_command(
+    snapshot_dir: str,
+    checkpoint_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str | None,
+    mlflow_run_id: str | None,
+    python: str,
+) -> list[str]:
+    """The argv every rank runs."""
+    command = [
+        python,
+        "-m",
+        "components.training.worker",
+        "--snapshot",
+        str(snapshot_dir),
+        "--checkpoints",
+        str(checkpoint_dir),
+        "--config-json",
+        config.to_json(),
+    ]
+    if tracking_uri and mlflow_run_id:
+        command += ["--tracking-uri", tracking_uri, "--mlflow-run-id", mlflow_run_id]
+    return command
+
+
+def launcher_for(config: Config) -> Launcher:
+    """The launcher of ``config.train.backend``."""
+    if config.train.backend == "local":
+        from components.training.launchers.local import LocalLauncher
+
+        return LocalLauncher()
+    # The PyTorchJob launcher lives in its own module (kubernetes client imports stay out of local runs).
+    module = importlib.import_module("components.training.launchers.pytorchjob")
+    factory = getattr(module, "launcher_from_config", None) or module.PyTorchJobLauncher
+    return factory(config)
+
+
+def train_model(
+    snapshot_dir: str,
+    checkpoint_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str | None,
+    mlflow_run_id: str | None,
+    job_name: str,
+    launcher: Launcher | None = None,
+) -> TrainResult:
+    """Run distributed training on the snapshot into ``checkpoint_dir`` (resuming there) and return its result."""
+    root = Path(checkpoint_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    result_path = root / RESULT_FILE
+    result_path.unlink(missing_ok=True)  # never report a previous job's result
+    threads = str(config.train.threads_per_worker)
+    launch = WorkerLaunch(
+        job_name=job_name,
+        world_size=config.train.workers,
+        command=worker_command(
+            snapshot_dir,
+            checkpoint_dir,
+            config,
+            tracking_uri=tracking_uri,
+            mlflow_run_id=mlflow_run_id,
+            python=sys.executable if config.train.backend == "local" else "python",
+        ),
+        env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        deadline_seconds=config.train.deadline_seconds,
+    )
+    (launcher or launcher_for(config)).run(launch)
+    if not result_path.is_file():
+        raise TrainingError(f"the training job '{job_name}' ended without writing '{result_path}'")
+    return TrainResult.from_file(result_path)

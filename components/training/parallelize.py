@@ -1,0 +1,107 @@
+"""The one place that applies parallelism to a model: FSDP2 (``fully_shard`` per block, then the root) or DDP.
+
+Models know nothing of ranks or devices (components/models); this module wraps them after they are
+built, following torchtitan's ``parallelize.py``: optional activation checkpointing and
+``torch.compile`` per block first, then sharding, so every block is its own FSDP unit.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def has_bf16(device: torch.device) -> bool:
+    """Whether the device does bf16 matmuls natively (CUDA with bf16, or a CPU with AVX512-BF16/AMX)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(setting: str, device: torch.device) -> torch.dtype:
+    """The compute dtype for ``train.mixed_precision``: auto picks bf16 only where the hardware has it."""
+    if setting == "fp32":
+        return torch.float32
+    if setting == "bf16":
+        return torch.bfloat16
+    return torch.bfloat16 if has_bf16(device) else torch.float32
+
+
+def _checkpointed_forward(forward, *args, **kwargs):
+    # Recompute the block in backward instead of keeping its activations (non-reentrant: works with FSDP2).
+    return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+
+def apply_activation_checkpointing(model: nn.Module) -> None:
+    """Recompute each block's activations in backward; parameter names stay unchanged."""
+    for block in model.blocks:
+        block.forward = functools.partial(_checkpointed_forward, block.forward)
+
+
+def apply_compile(model: nn.Module) -> None:
+    """Compile each block in place (names unchanged), as torchtitan does before sharding."""
+    for block in model.blocks:
+        block.compile()
+
+
+def apply_fsdp(model: nn.Module, *, param_dtype: torch.dtype) -> nn.Module:
+    """Shard every block, then the root; bf16 parameters keep fp32 gradient reduction."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    return model
+
+
+def apply_ddp(model: nn.Module, device: torch.device) -> nn.Module:
+    """Replicate the model with DDP; mixed precision then comes from autocast in the worker."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if device.type == "cuda":
+        return DistributedDataParallel(model, device_ids=[device.index])
+    return DistributedDataParallel(model)
+
+
+def parallelize(
+    model: nn.Module,
+    *,
+    strategy: str,
+    device: torch.device,
+    compute_dtype: torch.dtype,
+    activation_checkpointing: bool = False,
+    compile: bool = False,
+) -> nn.Module:
+    """Move the model to ``device`` and wrap it for data-parallel training across the process group."""
+    model.to(device)
+    if activation_checkpointing:
+        apply_activation_checkpointing(model)
+    if compile:
+        apply_compile(model)
+    if strategy == "fsdp":
+        return apply_fsdp(model, param_dtype=compute_dtype)
+    if strategy == "ddp":
+        return apply_ddp(model, device)
+    raise ValueError(f"unknown strategy {strategy!r}")
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model without a DDP wrapper (FSDP2 keeps the original module in place)."""
+    return (
+        model.module
+        if hasattr(model, "module") and isinstance(model, nn.parallel.DistributedDataParallel)
+        else model
+    )
+
+
+def uses_autocast(strategy: str, device: torch.device, compute_dtype: torch.dtype) -> bool:
+    """Autocast where FSDP's parameter casting does not already give bf16 compute (DDP, and always on GPU)."""
+    return compute_dtype != torch.float32 and (strategy == "ddp" or device.type == "cuda")

@@ -1,0 +1,58 @@
+"""`ctpipe train`: run the training step alone with the local launcher.
+
+    ctpipe train --data DATA --out DIR [--config FILE] [--set train.max_steps=100 ...]
+
+Run again with the same --out and it resumes from the latest complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train alone on a data root (snapshot, checkpoints, train_summary.json under --out; resumes)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--data", required=True, metavar="URI", help="data root of Parquet/CSV partitions")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory; reused to resume")
+    parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one config value, e.g. --set train.max_steps=200 (repeatable)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from components.config import load_config
+    from components.training.standalone import SUMMARY_FILE, train_standalone
+
+    config = load_config(args.config, args.overrides)
+    summary = train_standalone(args.data, args.out, config)
+    print(
+        json.dumps(
+            {
+                k: summary[k]
+                for k in (
+                    "steps",
+                    "best_checkpoint",
+                    "world_size",
+                    "samples_per_second",
+                    "mfu",
+                    "final_weights_sha256",
+                )
+            },
+            indent=2,
+        )
+    )
+    print(f"{args.out}/{SUMMARY_FILE}")
+    return 0
