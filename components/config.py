@@ -78,12 +78,15 @@ class ValidationConfig:
     leakage_threshold: float = 0.99
     # Use the champion's stored suite as the reference when there is one.
     use_champion_suite: bool = True
+    # Share of val/test rows repeating a train row above which cross-split duplicates fail the run.
+    max_duplicate_fraction: float = 0.01
 
     def __post_init__(self) -> None:
         _check(self.range_margin >= 0, "validation.range_margin", f"{self.range_margin} must be >= 0")
         _check_fraction(self.null_fraction_allowance, "validation.null_fraction_allowance")
         _check(self.min_rows >= 1, "validation.min_rows", f"{self.min_rows} must be >= 1")
         _check_fraction(self.leakage_threshold, "validation.leakage_threshold", open_low=True)
+        _check_fraction(self.max_duplicate_fraction, "validation.max_duplicate_fraction")
 
 
 @dataclass(kw_only=True)
@@ -99,6 +102,8 @@ class SanityConfig:
     # Steps of the short training used by the baseline and loss-decrease checks.
     short_train_steps: int = 60
     sample_rows: int = 2048
+    # After the short training, the held-out loss on real inputs must beat the zeroed-input baseline by this fraction.
+    baseline_min_improvement: float = 0.02
 
     def __post_init__(self) -> None:
         _check(0 < self.init_loss_tolerance < 10, "sanity.init_loss_tolerance", "must be in (0, 10)")
@@ -107,6 +112,7 @@ class SanityConfig:
         _check(self.overfit_max_loss > 0, "sanity.overfit_max_loss", "must be > 0")
         _check(self.short_train_steps >= 1, "sanity.short_train_steps", "must be >= 1")
         _check(self.sample_rows >= 16, "sanity.sample_rows", "must be >= 16")
+        _check(0 <= self.baseline_min_improvement < 1, "sanity.baseline_min_improvement", "must be in [0, 1)")
 
 
 @dataclass(kw_only=True)
@@ -189,31 +195,57 @@ class SelectionConfig:
         _check(self.metric.startswith("val_"), "select.metric", "must be a validation metric (val_*)")
 
 
+# Metrics the evaluation computes; roc_auc only for two classes. log_loss is lower-is-better.
+EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc")
+
+
 @dataclass(kw_only=True)
 class Threshold:
-    """TFX-style blessing rule for one metric."""
+    """TFX-style blessing rule for one metric: a value bound and/or a change bound against the champion."""
 
-    direction: Literal["higher", "lower"] = "higher"
+    # Which way is better; auto: lower for log_loss, higher for the others.
+    direction: Literal["auto", "higher", "lower"] = "auto"
     # Value threshold: the candidate's metric must be at least (higher) / at most (lower) this.
     value: float | None = None
-    # Change thresholds against the champion; negative allows that much regression.
+    # Change thresholds, measured as improvement over the champion in the better direction:
+    # absolute (metric units) and relative (fraction of the champion's value); negative allows that much regression.
     change_abs: float | None = None
     change_rel: float | None = None
+
+    def __post_init__(self) -> None:
+        _check(
+            self.value is not None or self.change_abs is not None or self.change_rel is not None,
+            "evaluate.thresholds.<metric>",
+            "a threshold must set at least one of value, change_abs, change_rel",
+        )
 
 
 @dataclass(kw_only=True)
 class EvaluationConfig:
-    """Evaluation against the champion and the blessing rules."""
+    """Evaluation against the champion and the blessing rules (no thresholds: nothing is blessed)."""
 
     thresholds: dict[str, Threshold] = field(
         default_factory=lambda: {"accuracy": Threshold(direction="higher", value=0.5, change_abs=-0.02)}
     )
+    # Columns to slice the test split by (categorical: per value; numeric: per quartile bin).
     slices: list[str] = field(default_factory=list)
+    # Rules per slice; empty reuses the change rules (not the value rules) of `thresholds`.
+    slice_thresholds: dict[str, Threshold] = field(default_factory=dict)
+    # Slices with fewer test rows are reported but never block a blessing (too noisy to judge).
+    slice_min_rows: int = 30
     bootstrap_samples: int = 200
     confidence: float = 0.95
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for where, rules in (("evaluate.thresholds", self.thresholds), ("evaluate.slice_thresholds", self.slice_thresholds)):
+            for name in rules:
+                _check(
+                    name in EVALUATION_METRICS,
+                    f"{where}.{name}",
+                    f"unknown metric; allowed: {', '.join(EVALUATION_METRICS)}",
+                )
+        _check(self.slice_min_rows >= 1, "evaluate.slice_min_rows", "must be >= 1")
         _check(self.bootstrap_samples >= 0, "evaluate.bootstrap_samples", "must be >= 0")
         _check(0.5 <= self.confidence < 1, "evaluate.confidence", "must be in [0.5, 1)")
 
@@ -228,12 +260,21 @@ class RegistryConfig:
     tracking_uri: str | None = None
     champion_alias: str = "champion"
     challenger_alias: str = "challenger"
+    # Transient MLflow failures (server down, database locked) are retried this many times with
+    # exponential backoff starting at retry_backoff_seconds and capped at retry_max_backoff_seconds.
     retries: int = 5
     retry_backoff_seconds: float = 1.0
+    retry_max_backoff_seconds: float = 15.0
+    # A promotion lock older than this is considered abandoned (its holder crashed) and broken.
+    lock_ttl_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         _check(bool(self.model_name), "registry.model_name", "must not be empty")
+        _check(self.champion_alias != self.challenger_alias, "registry.challenger_alias", "must differ from champion_alias")
         _check(self.retries >= 0, "registry.retries", "must be >= 0")
+        _check(self.retry_backoff_seconds >= 0, "registry.retry_backoff_seconds", "must be >= 0")
+        _check(self.retry_max_backoff_seconds >= 0, "registry.retry_max_backoff_seconds", "must be >= 0")
+        _check(self.lock_ttl_seconds > 0, "registry.lock_ttl_seconds", "must be > 0")
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,132 @@
+"""The Markdown model card: data, config, metrics with intervals, slices, sanity, blessing, lineage."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from components.config import Config
+from components.data.snapshot import Snapshot
+
+
+def _num(x: Any) -> str:
+    if isinstance(x, float | int) and not isinstance(x, bool):
+        return "n/a" if isinstance(x, float) and not math.isfinite(x) else f"{x:.4f}"
+    return "n/a" if x is None else str(x)
+
+
+def _metrics_table(blessing: dict[str, Any], confidence: float) -> list[str]:
+    cand = blessing["candidate_metrics"]
+    champ = blessing.get("champion_metrics") or {}
+    intervals = blessing.get("intervals") or {}
+    diffs = blessing.get("differences") or {}
+    ci = f"{confidence:.0%} CI"
+    lines = [
+        f"| metric | candidate | candidate {ci} | champion | difference (cand − champ) | difference {ci} | noise |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, value in cand.items():
+        iv = intervals.get(name, {})
+        d = diffs.get(name)
+        noise = ""
+        if d:
+            noise = "within noise" if d["low"] <= 0 <= d["high"] else "beyond noise"
+        lines.append(
+            f"| {name} | {_num(value)} | [{_num(iv.get('low'))}, {_num(iv.get('high'))}] | {_num(champ.get(name))} | "
+            f"{_num(d['value']) if d else ''} | {'[' + _num(d['low']) + ', ' + _num(d['high']) + ']' if d else ''} | {noise} |"
+        )
+    return lines
+
+
+def _slices_table(slices: list[dict[str, Any]]) -> list[str]:
+    if not slices:
+        return ["No slices configured (`evaluate.slices`)."]
+    metrics = list(slices[0]["candidate"].keys())
+    head = " | ".join(f"{m} (cand / champ)" for m in metrics)
+    lines = [f"| slice | rows | {head} | verdict |", "|---|---|" + "---|" * len(metrics) + "---|"]
+    for s in slices:
+        champ = s.get("champion") or {}
+        cells = " | ".join(f"{_num(s['candidate'][m])} / {_num(champ.get(m))}" for m in metrics)
+        verdict = "BLOCKS: " + "; ".join(s["failed"]) if s["blocking"] else ("ok" if s["judged"] else "too few rows to judge")
+        lines.append(f"| {s['slice']} | {s['rows']} | {cells} | {verdict} |")
+    return lines
+
+
+def _confusion(blessing: dict[str, Any]) -> list[str]:
+    names = blessing["class_names"]
+    lines = ["| true \\ predicted | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for name, row in zip(names, blessing["confusion_matrix"], strict=True):
+        lines.append(f"| {name} | " + " | ".join(str(v) for v in row) + " |")
+    return lines
+
+
+def write_model_card(
+    path: str | Path, *, blessing: dict[str, Any], snapshot: Snapshot, config: Config, lineage: dict[str, Any]
+) -> None:
+    """Write the model card as Markdown at ``path``."""
+    fingerprint_meta = json.loads((snapshot.root / "fingerprint.json").read_text())
+    tags = lineage.get("tags", {})
+    verdict = "**BLESSED**" if blessing["blessed"] else "**NOT blessed**"
+    champion = blessing.get("champion_version")
+    meta = blessing.get("model_metadata") or {}
+    lines = [
+        f"# Model card: {config.registry.model_name}",
+        "",
+        f"Verdict: {verdict} — compared against champion {'version ' + champion if champion else '(none: first model)'}.",
+        "",
+        "## Blessing and its reasons",
+        *[f"- {r}" for r in blessing["reasons"]],
+        "",
+        "## Metrics on the test split",
+        f"{blessing['test_rows']} test rows; candidate and champion each scored with the preprocessing statistics "
+        "it was trained with; intervals by paired bootstrap "
+        f"({config.evaluate.bootstrap_samples} resamples).",
+        "",
+        *_metrics_table(blessing, config.evaluate.confidence),
+        "",
+        "### Confusion matrix (candidate)",
+        *_confusion(blessing),
+        "",
+        "## Slices",
+        *_slices_table(blessing.get("slices") or []),
+        "",
+        "## Data",
+        f"- data URI: `{snapshot.data_uri}`",
+        f"- fingerprint: `{snapshot.fingerprint}`",
+        f"- rows per split: {fingerprint_meta.get('rows', {})}",
+        f"- label: `{snapshot.schema.label}`; classes: {', '.join(snapshot.schema.classes)}",
+        f"- numeric features: {', '.join(snapshot.schema.numeric) or '-'}",
+        f"- categorical features: {', '.join(snapshot.schema.categorical) or '-'}",
+        "",
+        "## Training and selection",
+        f"- model: `{json.dumps(blessing.get('model_config') or vars(config.model))}`",
+        f"- selected checkpoint: {json.dumps(meta, default=str)}",
+        "",
+        "## Sanity checks",
+        *([f"- {k}: {_num(v)}" for k, v in sorted(lineage.get("sanity", {}).items())] or ["- (no sanity results on the run)"]),
+        "",
+        "## Lineage",
+        f"- MLflow run: `{lineage.get('mlflow_run_id')}`",
+        f"- pipeline run: `{tags.get('ctpipe.pipeline_run_id', '')}`; trigger: `{tags.get('ctpipe.trigger', '')}`",
+        f"- git commit: `{tags.get('ctpipe.git_commit', '') or 'unknown'}`",
+        f"- model file sha256: `{blessing.get('model_sha256', '')}`",
+        f"- validation warnings: {lineage.get('validation_warnings') or 'none recorded'}",
+        "",
+        "## Blessing thresholds",
+        "```json",
+        json.dumps(blessing.get("thresholds", {}), indent=2),
+        "```",
+        "",
+        "<details><summary>Full config</summary>",
+        "",
+        "```json",
+        json.dumps(config.to_dict(), indent=2, sort_keys=True),
+        "```",
+        "</details>",
+        "",
+    ]
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("\n".join(lines))

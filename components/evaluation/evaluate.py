@@ -1,0 +1,391 @@
+"""Score the candidate and the champion on the same test split and decide the blessing.
+
+Each model is scored with its OWN preprocessing statistics (the champion with those it was trained
+with), on the current snapshot's test split. The blessing JSON records the champion version it was
+compared against, so registration can promote by compare-and-set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.config import Config
+from components.data.snapshot import encode_labels, load_snapshot
+from components.errors import DataValidationError, UserError
+from components.evaluation.blessing import Check, change_checks, judge, slice_rules, value_check
+from components.evaluation.card import write_model_card
+from components.evaluation.metrics import (
+    Interval,
+    bootstrap_intervals,
+    compute_metrics,
+    confusion_matrix,
+    roc_curve,
+)
+from components.models.export import ExportedModel, load_model_export
+
+MODEL_ARTIFACT_PATH = "ctpipe/model.pt"
+MISSING_SLICE = "<missing>"
+
+
+@dataclass
+class ChampionScore:
+    """The champion as scored on the current test split, or why it could not be."""
+
+    version: str | None
+    probabilities: np.ndarray | None = None
+    metrics: dict[str, float] | None = None
+    error: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EvaluationResult:
+    """The blessing and everything it was decided on."""
+
+    blessed: bool
+    reasons: list[str]
+    candidate_metrics: dict[str, float]
+    champion_metrics: dict[str, float] | None
+    champion_version: str | None
+    class_names: list[str]
+    confusion_matrix: list[list[int]]
+    roc: dict[str, list[float]] | None
+    intervals: dict[str, dict[str, float]] = field(default_factory=dict)
+    differences: dict[str, dict[str, float]] | None = None
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    test_rows: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "blessed": self.blessed,
+            "reasons": self.reasons,
+            "candidate_metrics": self.candidate_metrics,
+            "champion_metrics": self.champion_metrics,
+            "champion_version": self.champion_version,
+            "intervals": self.intervals,
+            "differences": self.differences,
+            "failed_slices": [s for s in self.slices if s.get("blocking")],
+            "test_rows": self.test_rows,
+        }
+
+
+# --- scoring --------------------------------------------------------------------------------------
+
+
+def align_probabilities(probs: np.ndarray, model_classes: list[str], target_classes: list[str]) -> np.ndarray:
+    """Reorder a model's class probabilities into ``target_classes``; classes it never saw get 0."""
+    out = np.zeros((len(probs), len(target_classes)), dtype=np.float64)
+    index = {c: i for i, c in enumerate(model_classes)}
+    for j, name in enumerate(target_classes):
+        if name in index:
+            out[:, j] = probs[:, index[name]]
+    return out
+
+
+def score_export(model: ExportedModel, frame: pd.DataFrame, classes: list[str]) -> np.ndarray:
+    """Probabilities over ``classes`` with the model's own preprocessing statistics."""
+    missing = [c for c in [*model.preprocessing.numeric, *model.preprocessing.categorical] if c not in frame.columns]
+    if missing:
+        raise DataValidationError(
+            f"the test split lacks feature column(s) {', '.join(missing)} that the model was trained on"
+        )
+    return align_probabilities(model.predict_proba(frame).astype(np.float64), model.classes, classes)
+
+
+def score_champion(tracking_uri: str, config: Config, frame: pd.DataFrame, classes: list[str]) -> ChampionScore:
+    """Find the champion, download its export and score it; a champion that cannot be scored says why."""
+    from components.registration.retry import bounded_mlflow_http, call_with_retries
+    from components.tracking import download_version_file, get_alias_version
+
+    reg = config.registry
+    with bounded_mlflow_http():
+        version = call_with_retries(
+            lambda: get_alias_version(tracking_uri, reg.model_name, reg.champion_alias),
+            what=f"look up the '{reg.champion_alias}' alias of '{reg.model_name}'",
+            retries=reg.retries,
+            backoff_seconds=reg.retry_backoff_seconds,
+            max_backoff_seconds=reg.retry_max_backoff_seconds,
+        )
+        if version is None:
+            return ChampionScore(version=None)
+        number = str(version.version)
+        with tempfile.TemporaryDirectory(prefix="ctpipe-champion-") as tmp:
+            path = call_with_retries(
+                lambda: download_version_file(tracking_uri, version, MODEL_ARTIFACT_PATH, tmp),
+                what=f"download the champion (version {number}) export",
+                retries=reg.retries,
+                backoff_seconds=reg.retry_backoff_seconds,
+                max_backoff_seconds=reg.retry_max_backoff_seconds,
+            )
+            if path is None:
+                return ChampionScore(number, error=f"champion version {number} has no '{MODEL_ARTIFACT_PATH}' on its run")
+            try:
+                champion = load_model_export(path)
+                probs = score_export(champion, frame, classes)
+            except (DataValidationError, ValueError, KeyError, RuntimeError) as err:
+                return ChampionScore(number, error=f"champion version {number} cannot score the current test split: {err}")
+    return ChampionScore(number, probabilities=probs, metadata=dict(champion.metadata))
+
+
+# --- slices ---------------------------------------------------------------------------------------
+
+
+def slice_labels(frame: pd.DataFrame, column: str, numeric: bool) -> pd.Series:
+    """Each row's slice value: the category, or the quartile bin of a numeric column."""
+    if column not in frame.columns:
+        raise UserError(
+            f"evaluate.slices names column '{column}', which is not in the test split; columns are: "
+            f"{', '.join(map(str, frame.columns))}. Fix evaluate.slices."
+        )
+    series = frame[column]
+    if numeric:
+        values = pd.to_numeric(series, errors="coerce")
+        try:
+            binned = pd.qcut(values, 4, duplicates="drop")
+        except ValueError:  # all values missing or constant
+            binned = pd.Series(pd.NA, index=series.index)
+        return binned.astype(str).where(values.notna(), MISSING_SLICE)
+    return series.astype(str).where(series.notna(), MISSING_SLICE)
+
+
+def evaluate_slices(
+    frame: pd.DataFrame,
+    y: np.ndarray,
+    candidate: np.ndarray,
+    champion: np.ndarray | None,
+    config: Config,
+    numeric_columns: list[str],
+) -> tuple[list[dict[str, Any]], list[Check]]:
+    """Per-slice metrics for every configured column, and the slice checks that apply."""
+    ev = config.evaluate
+    rules = slice_rules(ev.thresholds, ev.slice_thresholds)
+    rows, checks = [], []
+    for column in ev.slices:
+        labels = slice_labels(frame, column, column in numeric_columns).to_numpy()
+        for value in sorted(set(labels)):
+            mask = labels == value
+            name = f"{column}={value}"
+            cand = compute_metrics(y[mask], candidate[mask])
+            champ = compute_metrics(y[mask], champion[mask]) if champion is not None else None
+            judged = int(mask.sum()) >= ev.slice_min_rows
+            slice_checks: list[Check] = []
+            if judged:
+                for metric, rule in rules.items():
+                    if metric not in cand:
+                        continue
+                    check = value_check(metric, rule, cand[metric], where=name)
+                    if check is not None:
+                        slice_checks.append(check)
+                    if champ is not None:
+                        slice_checks.extend(change_checks(metric, rule, cand[metric], champ[metric], where=name))
+            checks.extend(slice_checks)
+            rows.append(
+                {
+                    "slice": name,
+                    "column": column,
+                    "value": value,
+                    "rows": int(mask.sum()),
+                    "judged": judged,
+                    "candidate": cand,
+                    "champion": champ,
+                    "blocking": any(not c.passed for c in slice_checks),
+                    "failed": [c.message for c in slice_checks if not c.passed],
+                }
+            )
+    return rows, checks
+
+
+# --- the step -------------------------------------------------------------------------------------
+
+
+def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_rules: bool) -> list[str]:
+    reasons = []
+    if not has_rules:
+        reasons.append(
+            "no blessing thresholds are configured, so nothing is blessed (never by accident); set at least one, "
+            "e.g. --set evaluate.thresholds.accuracy.value=0.7"
+        )
+    if champion.error:
+        reasons.append(f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it")
+    if champion.version is None and has_rules:
+        reasons.append("no champion yet: judged on value thresholds only (first model)")
+    failed = [c.message for c in checks if not c.passed]
+    passed = [c.message for c in checks if c.passed]
+    if blessed:
+        reasons.extend(passed)
+    else:
+        reasons.extend(failed)
+    return reasons
+
+
+def _file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def evaluate_candidate(
+    model_path: str,
+    snapshot_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str,
+    mlflow_run_id: str,
+    blessing_path: str,
+    card_path: str,
+) -> EvaluationResult:
+    """Score candidate and champion on the snapshot's test split, decide the blessing, write JSON and card."""
+    started = time.time()
+    ev = config.evaluate
+    snapshot = load_snapshot(snapshot_dir)
+    frame = snapshot.frame("test")
+    if frame.empty:
+        raise DataValidationError(
+            f"the test split of snapshot '{snapshot_dir}' is empty, so the candidate cannot be evaluated; "
+            "add data or raise data.test_fraction"
+        )
+    candidate = load_model_export(model_path)
+    classes = list(candidate.classes)
+    y = encode_labels(frame, snapshot.schema.label, classes)
+    p_cand = score_export(candidate, frame, classes)
+    champion = score_champion(tracking_uri, config, frame, classes)
+    p_champ = champion.probabilities
+
+    cand_metrics = compute_metrics(y, p_cand)
+    if p_champ is not None:
+        champion.metrics = compute_metrics(y, p_champ)
+    intervals, differences = bootstrap_intervals(
+        y, p_cand, samples=ev.bootstrap_samples, confidence=ev.confidence, seed=ev.seed, p_baseline=p_champ
+    )
+    checks = judge(ev.thresholds, cand_metrics, champion.metrics, differences=differences, confidence=ev.confidence)
+    slices, slice_checks = evaluate_slices(frame, y, p_cand, p_champ, config, snapshot.schema.numeric)
+    all_checks = checks + slice_checks
+    has_rules = bool(ev.thresholds)
+    blessed = has_rules and champion.error is None and all(c.passed for c in all_checks)
+    reasons = _reasons(blessed, all_checks, champion, has_rules)
+
+    pred = p_cand.argmax(axis=1)
+    roc = roc_curve(y == 1, p_cand[:, 1]) if len(classes) == 2 else None
+    result = EvaluationResult(
+        blessed=blessed,
+        reasons=reasons,
+        candidate_metrics=cand_metrics,
+        champion_metrics=champion.metrics,
+        champion_version=champion.version,
+        class_names=classes,
+        confusion_matrix=confusion_matrix(y, pred, len(classes)).tolist(),
+        roc=roc,
+        intervals={k: v.to_dict() for k, v in intervals.items()},
+        differences={k: v.to_dict() for k, v in differences.items()} if differences else None,
+        slices=slices,
+        checks=[c.to_dict() for c in all_checks],
+        test_rows=len(frame),
+    )
+    blessing = {
+        **result.summary(),
+        "slices": slices,
+        "checks": result.checks,
+        "class_names": classes,
+        "confusion_matrix": result.confusion_matrix,
+        "thresholds": {k: vars(v) for k, v in ev.thresholds.items()},
+        "champion_error": champion.error,
+        "model_sha256": _file_sha256(model_path),
+        "data_fingerprint": snapshot.fingerprint,
+        "model_metadata": candidate.metadata,
+        "model_config": vars(candidate.model_config),
+        "mlflow_run_id": mlflow_run_id,
+        "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(time.time() - started, 3),
+    }
+    _write_json(blessing_path, blessing)
+    lineage = _run_lineage(tracking_uri, mlflow_run_id, config)
+    write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config, lineage=lineage)
+    _log_to_run(tracking_uri, mlflow_run_id, config, result, blessing_path, card_path)
+    return result
+
+
+def _write_json(path: str | Path, payload: dict[str, Any]) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(payload, indent=2, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Interval):
+        return value.to_dict()
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+def _run_lineage(tracking_uri: str, run_id: str, config: Config) -> dict[str, Any]:
+    """Tags, sanity results and parameters of the pipeline run's MLflow run, for the model card."""
+    import mlflow
+
+    from components.registration.retry import bounded_mlflow_http, call_with_retries
+
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    with bounded_mlflow_http():
+        run = call_with_retries(
+            lambda: client.get_run(run_id),
+            what=f"read MLflow run {run_id}",
+            retries=config.registry.retries,
+            backoff_seconds=config.registry.retry_backoff_seconds,
+            max_backoff_seconds=config.registry.retry_max_backoff_seconds,
+        )
+    data = run.data
+    return {
+        "mlflow_run_id": run_id,
+        "tags": {k: v for k, v in data.tags.items() if k.startswith("ctpipe.")},
+        "sanity": {
+            **{k: v for k, v in data.metrics.items() if "sanity" in k},
+            **{k: v for k, v in data.tags.items() if "sanity" in k},
+        },
+        "validation_warnings": data.tags.get("ctpipe.validation_warnings", ""),
+    }
+
+
+def _log_to_run(
+    tracking_uri: str, run_id: str, config: Config, result: EvaluationResult, blessing_path: str, card_path: str
+) -> None:
+    """Evaluation metrics, the blessing and the card on the pipeline run's MLflow run."""
+    import mlflow
+    from mlflow.entities import Metric, RunTag
+
+    from components.registration.retry import bounded_mlflow_http, call_with_retries
+
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    now = int(time.time() * 1000)
+    metrics = [Metric(f"test_{k}", float(v), now, 0) for k, v in result.candidate_metrics.items() if np.isfinite(v)]
+    metrics += [
+        Metric(f"champion_test_{k}", float(v), now, 0)
+        for k, v in (result.champion_metrics or {}).items()
+        if np.isfinite(v)
+    ]
+    tags = [RunTag("ctpipe.blessed", str(result.blessed).lower())]
+    reg = config.registry
+
+    def log() -> None:
+        client.log_batch(run_id, metrics=metrics, tags=tags)
+        with tempfile.TemporaryDirectory() as tmp:
+            for src, name in ((blessing_path, "blessing.json"), (card_path, "model_card.md")):
+                dst = Path(tmp) / name
+                dst.write_bytes(Path(src).read_bytes())
+                client.log_artifact(run_id, str(dst), "evaluation")
+
+    with bounded_mlflow_http():
+        call_with_retries(
+            log,
+            what=f"log the evaluation to run {run_id}",
+            retries=reg.retries,
+            backoff_seconds=reg.retry_backoff_seconds,
+            max_backoff_seconds=reg.retry_max_backoff_seconds,
+        )

@@ -1,0 +1,328 @@
+"""Register the candidate as an MLflow model version with its lineage; promote it by compare-and-set.
+
+Order matters for safety: every artifact is logged on the run first, then the version is created with
+ALL its tags in one call (so no version ever exists without them), then ``challenger`` is set, and
+only then, when blessed and the champion is still the one evaluated against, ``champion`` moves.
+A retried step finds the version it already created by its registration key and does not create
+a second one; the search and the create run under the promotion lock so two attempts cannot race.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.config import Config
+from components.data.snapshot import Snapshot, load_snapshot
+from components.registration.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry
+from components.registration.retry import bounded_mlflow_http
+
+MODEL_ARTIFACT_DIR = "ctpipe"
+MODEL_FILE = "model.pt"
+PYFUNC_ARTIFACT_PATH = "model"
+REFERENCE_FILES = ("suite.json", "reference_stats.json")
+# Tag values are text; keep the long ones readable in the UI and under backend limits.
+MAX_TAG_CHARS = 20000
+
+
+@dataclass
+class RegistrationResult:
+    """The version registered for this candidate and what happened to its aliases."""
+
+    version: str
+    aliases: list[str]
+    promoted: bool
+    promotion_reason: str
+    created: bool
+    champion: str | None = None
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "aliases": self.aliases,
+            "promoted": self.promoted,
+            "promotion_reason": self.promotion_reason,
+            "created": self.created,
+            "champion": self.champion,
+            "seconds": round(self.seconds, 3),
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def registration_key(pipeline_run_id: str, model_sha256: str) -> str:
+    """One key per pipeline run and candidate file: a retried step reuses the version it created."""
+    return f"{pipeline_run_id}/{model_sha256[:16]}"
+
+
+def current_image() -> str:
+    """The image this step runs in: CTPIPE_IMAGE when set, the project image inside a pod, else 'local'."""
+    if os.environ.get("CTPIPE_IMAGE"):
+        return os.environ["CTPIPE_IMAGE"]
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        from components.kfp_support import COMPONENT_IMAGE
+
+        return COMPONENT_IMAGE
+    return "local (no container image)"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - 20] + " …[truncated]"
+
+
+def pip_requirements() -> list[str]:
+    """Pinned requirements of the pyfunc model, given explicitly (inference would cost ~10 s)."""
+    import fsspec
+    import mlflow
+    import numpy
+    import pandas
+    import pyarrow
+    import torch
+    import yaml
+
+    return [
+        f"mlflow=={mlflow.__version__}",
+        f"torch=={torch.__version__.split('+')[0]}",
+        f"pandas=={pandas.__version__}",
+        f"numpy=={numpy.__version__}",
+        f"pyarrow=={pyarrow.__version__}",
+        f"fsspec=={fsspec.__version__}",
+        f"pyyaml=={yaml.__version__}",
+    ]
+
+
+def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> Path:
+    """Save the pyfunc wrapper with signature and input example into ``out_dir/model``."""
+    import mlflow.pyfunc
+    from mlflow.models import infer_signature
+
+    from components.models.export import load_model_export
+    from components.registration import pyfunc_entry
+
+    frame = snapshot.frame("test")
+    if frame.empty:
+        frame = snapshot.frame("train")
+    example = frame[snapshot.schema.features].head(5).reset_index(drop=True)
+    exported = load_model_export(model_file)
+    import pandas as pd
+
+    output = pd.DataFrame(exported.predict_proba(example), columns=list(exported.classes))
+    target = out_dir / PYFUNC_ARTIFACT_PATH
+    mlflow.pyfunc.save_model(
+        path=str(target),
+        python_model=pyfunc_entry.__file__,
+        artifacts={"export": str(model_file)},
+        signature=infer_signature(example, output),
+        input_example=example,
+        pip_requirements=pip_requirements(),
+        metadata={"ctpipe_format": exported.metadata.get("format", "ctpipe.model/v1")},
+    )
+    return target
+
+
+def _run_tags(registry: Registry, run_id: str) -> dict[str, str]:
+    run = registry.call(lambda: registry.client.get_run(run_id), f"read MLflow run {run_id}")
+    return dict(run.data.tags)
+
+
+def _summarise_sanity(run_tags: dict[str, str], report_path: str | None) -> str:
+    """The sanity results as recorded on the run, else the report's check lines."""
+    for key in ("ctpipe.sanity", "ctpipe.sanity_summary"):
+        if run_tags.get(key):
+            return run_tags[key]
+    if report_path and Path(report_path).is_file():
+        lines = [ln.strip() for ln in Path(report_path).read_text().splitlines() if ln.strip().startswith(("|", "-"))]
+        return "\n".join(lines)
+    return "not recorded"
+
+
+def version_tags(
+    *,
+    snapshot: Snapshot,
+    snapshot_dir: str,
+    blessing: dict[str, Any],
+    config: Config,
+    run_tags: dict[str, str],
+    pipeline_run_id: str,
+    trigger: str,
+    key: str,
+    model_sha256: str,
+    reports: dict[str, str],
+) -> dict[str, str]:
+    """Every lineage tag of the version (set in the same call that creates it)."""
+    tags = {
+        "ctpipe.data_fingerprint": snapshot.fingerprint,
+        "ctpipe.data_uri": snapshot.data_uri,
+        "ctpipe.snapshot_uri": str(Path(snapshot_dir).resolve()) if "://" not in snapshot_dir else snapshot_dir,
+        "ctpipe.git_commit": run_tags.get("ctpipe.git_commit", "") or "unknown",
+        "ctpipe.image": current_image(),
+        "ctpipe.pipeline_run_id": pipeline_run_id,
+        "ctpipe.trigger": trigger,
+        "ctpipe.blessed": "true" if blessing.get("blessed") else "false",
+        "ctpipe.blessing_reasons": _clip(json.dumps(blessing.get("reasons", []))),
+        "ctpipe.compared_with": str(blessing.get("champion_version") or ""),
+        "ctpipe.validation_warnings": _clip(run_tags.get("ctpipe.validation_warnings", "") or "none recorded"),
+        "ctpipe.sanity": _clip(_summarise_sanity(run_tags, reports.get("sanity"))),
+        "ctpipe.config": _clip(config.to_json()),
+        "ctpipe.evaluation": _clip(
+            json.dumps(
+                {
+                    "intervals": blessing.get("intervals"),
+                    "differences": blessing.get("differences"),
+                    "champion_metrics": blessing.get("champion_metrics"),
+                    "failed_slices": [s["slice"] for s in blessing.get("slices", []) if s.get("blocking")],
+                    "test_rows": blessing.get("test_rows"),
+                }
+            )
+        ),
+        "ctpipe.model_sha256": model_sha256,
+        KEY_TAG: key,
+        COMPLETE_TAG: "complete",
+    }
+    for name, value in (blessing.get("candidate_metrics") or {}).items():
+        tags[f"ctpipe.metric.{name}"] = f"{float(value):.6g}"
+    meta = blessing.get("model_metadata") or {}
+    if "step" in meta:
+        tags["ctpipe.checkpoint_step"] = str(meta["step"])
+    return tags
+
+
+def log_run_artifacts(registry: Registry, run_id: str, model_path: str, snapshot: Snapshot, reports: dict[str, str], blessing_path: str) -> None:
+    """Everything the version needs, on its source run (re-logging on retry overwrites the same paths)."""
+    client = registry.client
+    with tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp:
+        staged = Path(tmp)
+        model_file = staged / MODEL_ARTIFACT_DIR / MODEL_FILE
+        model_file.parent.mkdir(parents=True)
+        shutil.copyfile(model_path, model_file)
+        build_pyfunc_model(model_file, snapshot, staged)
+        reference = staged / "reference"
+        reference.mkdir()
+        for name in REFERENCE_FILES:
+            if (snapshot.root / name).is_file():
+                shutil.copyfile(snapshot.root / name, reference / name)
+        report_dir = staged / "reports"
+        report_dir.mkdir()
+        for name, path in reports.items():
+            if path and Path(path).is_file():
+                shutil.copyfile(path, report_dir / f"{name}.md")
+        if Path(blessing_path).is_file():
+            shutil.copyfile(blessing_path, report_dir / "blessing.json")
+        for sub in (MODEL_ARTIFACT_DIR, PYFUNC_ARTIFACT_PATH, "reference", "reports"):
+            if any((staged / sub).iterdir()):
+                registry.call(
+                    lambda s=sub: client.log_artifacts(run_id, str(staged / s), s), f"log '{sub}' artifacts to run {run_id}"
+                )
+
+
+def register_candidate(
+    model_path: str,
+    snapshot_dir: str,
+    blessing_path: str,
+    config: Config,
+    *,
+    tracking_uri: str,
+    mlflow_run_id: str,
+    pipeline_run_id: str,
+    trigger: str,
+    reports: dict[str, str],
+) -> RegistrationResult:
+    """Register (idempotently), alias ``challenger``, and move ``champion`` by compare-and-set when blessed."""
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    blessing = json.loads(Path(blessing_path).read_text())
+    snapshot = load_snapshot(snapshot_dir)
+    sha = file_sha256(model_path)
+    key = registration_key(pipeline_run_id, sha)
+    reg_cfg = config.registry
+    with bounded_mlflow_http():
+        registry = Registry(tracking_uri, reg_cfg)
+        registry.ensure_registered_model()
+        version = registry.find_by_key(mlflow_run_id, key)
+        created = False
+        if version is None:
+            t = time.perf_counter()
+            log_run_artifacts(registry, mlflow_run_id, model_path, snapshot, reports, blessing_path)
+            timings["log_artifacts"] = time.perf_counter() - t
+            run = registry.call(lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}")
+            tags = version_tags(
+                snapshot=snapshot,
+                snapshot_dir=snapshot_dir,
+                blessing=blessing,
+                config=config,
+                run_tags=dict(run.data.tags),
+                pipeline_run_id=pipeline_run_id,
+                trigger=trigger,
+                key=key,
+                model_sha256=sha,
+                reports=reports,
+            )
+            source = f"{run.info.artifact_uri.rstrip('/')}/{PYFUNC_ARTIFACT_PATH}"
+            t = time.perf_counter()
+            version, created = _create_once(registry, mlflow_run_id, key, source, tags)
+            timings["create_version"] = time.perf_counter() - t
+        number = str(version.version)
+        client = registry.client
+        registry.call(
+            lambda: client.set_registered_model_alias(reg_cfg.model_name, reg_cfg.challenger_alias, number),
+            f"set alias '{reg_cfg.challenger_alias}' on version {number}",
+        )
+        promotion = _promote(registry, number, blessing)
+        registry.call(
+            lambda: client.set_model_version_tag(reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason),
+            f"record the promotion decision on version {number}",
+        )
+        aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
+    return RegistrationResult(
+        version=number,
+        aliases=aliases,
+        promoted=promotion.promoted,
+        promotion_reason=promotion.reason,
+        created=created,
+        champion=promotion.champion,
+        seconds=time.perf_counter() - started,
+        timings=timings,
+    )
+
+
+def _create_once(registry: Registry, run_id: str, key: str, source: str, tags: dict[str, str]):
+    """Create the version unless an earlier or concurrent attempt did (search and create under the lock)."""
+
+    def attempt():
+        # Search again on every retry: a create whose response was lost may have succeeded.
+        existing = registry.find_by_key(run_id, key, retry=False)
+        if existing is not None:
+            return existing, False
+        created = registry.client.create_model_version(
+            registry.name, source, run_id=run_id, tags=tags, await_creation_for=60
+        )
+        return created, True
+
+    with registry.locked():
+        return registry.call(attempt, f"create a version of '{registry.name}'")
+
+
+def _promote(registry: Registry, version: str, blessing: dict[str, Any]) -> Promotion:
+    if not blessing.get("blessed"):
+        first = (blessing.get("reasons") or ["no reason recorded"])[0]
+        current = registry.alias_version(registry.config.champion_alias)
+        return Promotion(False, current, blessing.get("champion_version"), f"not promoted: not blessed ({first})")
+    return registry.promote_if_unchanged(
+        version, blessing.get("champion_version"), reason="blessed by evaluation: " + "; ".join(blessing.get("reasons", []))[:2000]
+    )

@@ -1,0 +1,338 @@
+"""Safe operations on the MLflow model registry: a promotion lock, compare-and-set, champion history.
+
+MLflow has no compare-and-set on aliases, so promotions take a lock first. The lock is a registered
+model named ``<model>--promotion-lock``: the registry refuses to create a name that exists (a unique
+key in its database), which makes creation an atomic test-and-set that works the same over SQLite
+and over an MLflow server. A lock whose holder crashed expires after ``lock_ttl_seconds``.
+
+Champion history is a stack of versions kept as a tag on the registered model; automatic and manual
+promotions push, rollback pops. Each promotion is also recorded on the version itself.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from components.config import RegistryConfig
+from components.errors import UserError
+from components.registration.retry import call_with_retries
+
+T = TypeVar("T")
+
+LOCK_SUFFIX = "--promotion-lock"
+STACK_TAG = "ctpipe.champion_stack"
+HISTORY_TAG = "ctpipe.champion_history"
+COMPLETE_TAG = "ctpipe.registration"  # "complete" on every version ctpipe created
+KEY_TAG = "ctpipe.registration_key"
+MAX_STACK = 100
+MAX_HISTORY = 50
+
+
+class RegistryBusyError(RuntimeError):
+    """The promotion lock stayed taken longer than we were willing to wait."""
+
+
+def _error_code(err: BaseException) -> str:
+    return str(getattr(err, "error_code", "") or "")
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class Promotion:
+    """What a promotion attempt did."""
+
+    promoted: bool
+    champion: str | None
+    previous: str | None
+    reason: str
+
+
+class Registry:
+    """The registered model ``config.model_name`` on ``tracking_uri``, with retries on every call."""
+
+    def __init__(self, tracking_uri: str, config: RegistryConfig) -> None:
+        import mlflow
+
+        self.uri = tracking_uri
+        self.config = config
+        self.name = config.model_name
+        self.client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def call(self, fn: Callable[[], T], what: str) -> T:
+        """``fn()`` with the configured bounded retries on transient failures."""
+        c = self.config
+        return call_with_retries(
+            fn,
+            what=what,
+            retries=c.retries,
+            backoff_seconds=c.retry_backoff_seconds,
+            max_backoff_seconds=c.retry_max_backoff_seconds,
+        )
+
+    def ensure_registered_model(self) -> None:
+        """Create the registered model unless it exists (a concurrent creator is fine)."""
+        from mlflow.exceptions import MlflowException
+
+        def create() -> None:
+            try:
+                self.client.create_registered_model(
+                    self.name, description="Tabular classifier trained by the ctpipe continuous-training pipeline."
+                )
+            except MlflowException as err:
+                if _error_code(err) != "RESOURCE_ALREADY_EXISTS":
+                    raise
+
+        self.call(create, f"create registered model '{self.name}'")
+
+    def aliases(self) -> dict[str, str]:
+        """Alias -> version (as text: SQLite gives ints, HTTP strings)."""
+        from mlflow.exceptions import MlflowException
+
+        def get() -> dict[str, str]:
+            try:
+                model = self.client.get_registered_model(self.name)
+            except MlflowException as err:
+                if _error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                    return {}
+                raise
+            return {alias: str(version) for alias, version in (model.aliases or {}).items()}
+
+        return self.call(get, f"read the aliases of '{self.name}'")
+
+    def alias_version(self, alias: str) -> str | None:
+        return self.aliases().get(alias)
+
+    def model_tags(self) -> dict[str, str]:
+        from mlflow.exceptions import MlflowException
+
+        def get() -> dict[str, str]:
+            try:
+                return dict(self.client.get_registered_model(self.name).tags or {})
+            except MlflowException as err:
+                if _error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                    return {}
+                raise
+
+        return self.call(get, f"read the tags of '{self.name}'")
+
+    def get_version(self, version: str):
+        """The model version, or a UserError naming the versions that exist."""
+        from mlflow.exceptions import MlflowException
+
+        text = str(version).strip()
+        if not text.isdigit():
+            raise UserError(f"model version '{version}' is not a version number; run 'ctpipe models list' to see them")
+
+        def get():
+            try:
+                return self.client.get_model_version(self.name, text)
+            except MlflowException as err:
+                if _error_code(err) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                    return None
+                raise
+
+        found = self.call(get, f"read version {text} of '{self.name}'")
+        if found is None:
+            existing = ", ".join(v.version for v in self.versions()) or "none"
+            raise UserError(
+                f"model '{self.name}' has no version {text}; existing versions: {existing}. "
+                "Run 'ctpipe models list' to see them."
+            )
+        return found
+
+    def versions(self) -> list:
+        """Every version of the model, oldest first."""
+        versions = self.call(
+            lambda: list(self.client.search_model_versions(f"name = '{self.name}'", max_results=10000)),
+            f"list versions of '{self.name}'",
+        )
+        return sorted(versions, key=lambda v: int(v.version))
+
+    def find_by_key(self, run_id: str, key: str, *, retry: bool = True):
+        """The version this run already registered for ``key``, if any (idempotent registration)."""
+
+        def search():
+            return list(
+                self.client.search_model_versions(f"name = '{self.name}' and run_id = '{run_id}'", max_results=1000)
+            )
+
+        found = self.call(search, f"search versions of run {run_id}") if retry else search()
+        matches = [v for v in found if (v.tags or {}).get(KEY_TAG) == key]
+        return min(matches, key=lambda v: int(v.version)) if matches else None
+
+    # --- the lock --------------------------------------------------------------------------------
+
+    @property
+    def lock_name(self) -> str:
+        return f"{self.name}{LOCK_SUFFIX}"
+
+    def _try_lock(self, token: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        expires = time.time() + self.config.lock_ttl_seconds
+        try:
+            self.client.create_registered_model(
+                self.lock_name,
+                tags={"ctpipe.lock_owner": token, "ctpipe.lock_expires_at": f"{expires:.3f}"},
+                description=f"Held while ctpipe changes the aliases of '{self.name}'; deleted when done.",
+            )
+            return True
+        except MlflowException as err:
+            if _error_code(err) != "RESOURCE_ALREADY_EXISTS":
+                raise
+        self._break_if_stale()
+        return False
+
+    def _break_if_stale(self) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            held = self.client.get_registered_model(self.lock_name)
+        except MlflowException:
+            return  # released meanwhile
+        expires = float((held.tags or {}).get("ctpipe.lock_expires_at", "0") or 0)
+        if expires < time.time():
+            owner = (held.tags or {}).get("ctpipe.lock_owner")
+            # Re-read right before deleting so we only break the lock we judged stale.
+            try:
+                again = self.client.get_registered_model(self.lock_name)
+                if (again.tags or {}).get("ctpipe.lock_owner") == owner:
+                    self.client.delete_registered_model(self.lock_name)
+            except MlflowException:
+                return
+
+    def _unlock(self, token: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            held = self.client.get_registered_model(self.lock_name)
+        except MlflowException:
+            return
+        if (held.tags or {}).get("ctpipe.lock_owner") == token:
+            self.client.delete_registered_model(self.lock_name)
+
+    @contextmanager
+    def locked(self, wait_seconds: float = 120.0) -> Iterator[None]:
+        """Hold the promotion lock inside the block."""
+        token = uuid.uuid4().hex
+        deadline = time.monotonic() + wait_seconds
+        while not self.call(lambda: self._try_lock(token), f"take the promotion lock of '{self.name}'"):
+            if time.monotonic() > deadline:
+                raise RegistryBusyError(
+                    f"the promotion lock '{self.lock_name}' stayed taken for {wait_seconds:.0f}s; another ctpipe "
+                    f"process is changing aliases. If none is, delete that registered model in MLflow and retry."
+                )
+            time.sleep(random.uniform(0.05, 0.3))
+        try:
+            yield
+        finally:
+            self.call(lambda: self._unlock(token), f"release the promotion lock of '{self.name}'")
+
+    # --- champion history ------------------------------------------------------------------------
+
+    def champion_stack(self) -> list[str]:
+        return [str(v) for v in json.loads(self.model_tags().get(STACK_TAG, "[]"))]
+
+    def champion_history(self) -> list[dict[str, Any]]:
+        return json.loads(self.model_tags().get(HISTORY_TAG, "[]"))
+
+    def _move_champion(self, version: str, *, kind: str, by: str, reason: str, previous: str | None, pop: bool) -> None:
+        """Point the champion alias at ``version`` and record it (call with the lock held)."""
+        stack = self.champion_stack()
+        if pop:
+            stack = stack[:-1]
+        else:
+            if previous is not None and (not stack or stack[-1] != previous):
+                stack.append(previous)  # a champion set outside ctpipe: remember it for rollback
+            stack.append(version)
+        history = self.champion_history()
+        history.append({"version": version, "previous": previous, "kind": kind, "by": by, "reason": reason, "at": _now_iso()})
+        c = self.client
+        tags = {
+            "ctpipe.promotion": kind,
+            "ctpipe.promoted_at": _now_iso(),
+            "ctpipe.promoted_by": by,
+            "ctpipe.promotion_reason": reason,
+        }
+        # Record on the version first: if we die between the calls the alias never points at an unrecorded promotion.
+        for key, value in tags.items():
+            self.call(lambda k=key, v=value: c.set_model_version_tag(self.name, version, k, v), f"tag version {version}")
+        self.call(lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version), "move the champion alias")
+        self.call(lambda: c.set_registered_model_tag(self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])), "record champion stack")
+        self.call(
+            lambda: c.set_registered_model_tag(self.name, HISTORY_TAG, json.dumps(history[-MAX_HISTORY:])),
+            "record champion history",
+        )
+
+    def promote_if_unchanged(self, version: str, expected: str | None, *, reason: str, by: str = "pipeline") -> Promotion:
+        """Compare-and-set: make ``version`` champion only if the champion is still ``expected``."""
+        version = str(version)
+        with self.locked():
+            current = self.alias_version(self.config.champion_alias)
+            if current == version:
+                return Promotion(True, version, expected, f"version {version} is already the champion")
+            if current != (str(expected) if expected is not None else None):
+                return Promotion(
+                    False,
+                    current,
+                    expected,
+                    f"not promoted: the champion changed from {'version ' + str(expected) if expected else 'none'} "
+                    f"(the one this candidate was evaluated against) to version {current} while this run was "
+                    f"evaluating; the candidate stays '{self.config.challenger_alias}'. Re-run the pipeline to "
+                    f"evaluate against the new champion, or promote by hand with 'ctpipe models promote {version}'.",
+                )
+            self._move_champion(version, kind="auto", by=by, reason=reason, previous=current, pop=False)
+            return Promotion(True, version, current, f"promoted to champion (replacing {'version ' + current if current else 'none'})")
+
+    def promote_manual(self, version: str, *, reason: str, by: str) -> Promotion:
+        """Make ``version`` champion by hand, recorded as manual with who and why."""
+        mv = self.get_version(version)
+        if (mv.tags or {}).get(COMPLETE_TAG) != "complete":
+            raise UserError(
+                f"version {mv.version} of '{self.name}' was not registered completely by ctpipe (tag "
+                f"{COMPLETE_TAG}=complete missing), so it cannot become champion; register it again."
+            )
+        with self.locked():
+            current = self.alias_version(self.config.champion_alias)
+            if current == str(mv.version):
+                return Promotion(False, current, current, f"version {current} is already the champion")
+            self._move_champion(str(mv.version), kind="manual", by=by, reason=reason, previous=current, pop=False)
+            return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {reason}")
+
+    def rollback(self, *, reason: str, by: str) -> Promotion:
+        """Move the champion back to the previous champion on the stack."""
+        with self.locked():
+            current = self.alias_version(self.config.champion_alias)
+            stack = self.champion_stack()
+            if current is None:
+                raise UserError(f"model '{self.name}' has no champion, so there is nothing to roll back")
+            if not stack or stack[-1] != current:
+                stack = [*stack, current]
+            if len(stack) < 2:
+                raise UserError(
+                    f"version {current} is the first recorded champion of '{self.name}'; there is no previous "
+                    "champion to roll back to (use 'ctpipe models promote VERSION' to choose one)"
+                )
+            target = stack[-2]
+            self.get_version(target)
+            self._write_stack(stack)
+            self._move_champion(target, kind="rollback", by=by, reason=reason, previous=current, pop=True)
+            return Promotion(True, target, current, f"rolled back from version {current} to version {target}")
+
+    def _write_stack(self, stack: list[str]) -> None:
+        self.call(
+            lambda: self.client.set_registered_model_tag(self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])),
+            "record champion stack",
+        )

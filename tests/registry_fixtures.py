@@ -1,0 +1,92 @@
+"""Shared helpers of the evaluation, registration and models-CLI tests: tiny snapshots, models, MLflow runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from components.config import Config, ModelConfig
+from components.data.demo import write_demo_data
+from components.data.snapshot import (
+    assign_splits,
+    fingerprint_files,
+    infer_schema,
+    list_data_files,
+    load_snapshot,
+    read_data,
+    split_keys,
+    write_snapshot,
+)
+from components.models.export import save_model_export
+from components.models.tabular import InputSpec, build_model
+
+TINY_MODEL = ModelConfig(kind="mlp", hidden=16, depth=1, dropout=0.0, embedding_dim=4)
+
+
+def make_snapshot(root: Path, *, days: int = 2, rows_per_day: int = 600, seed: int = 0) -> Path:
+    """Demo data → a snapshot directory (train/val/test, schema, preprocessing, fingerprint)."""
+    data_dir = root / "data"
+    write_demo_data(data_dir, days=days, rows_per_day=rows_per_day, seed=seed)
+    files = list_data_files(str(data_dir))
+    frame = read_data(str(data_dir), files)
+    schema = infer_schema(frame, label="label", key="customer_id", features=[], categorical=[])
+    splits = assign_splits(split_keys(frame, schema), val_fraction=0.1, test_fraction=0.3, salt="t")
+    out = root / "snapshot"
+    write_snapshot(out, frame, splits, schema, data_uri=str(data_dir), files=files, fingerprint=fingerprint_files(files))
+    (out / "suite.json").write_text('{"name": "suite", "expectations": []}')
+    (out / "reference_stats.json").write_text('{"rows": 1}')
+    return out
+
+
+def make_model(snapshot_dir: Path, path: Path, *, steps: int = 0, seed: int = 0, prep_override=None) -> Path:
+    """A tiny exported MLP trained ``steps`` full-batch Adam steps on the train split (0: untrained)."""
+    snap = load_snapshot(snapshot_dir)
+    prep = prep_override or snap.preprocessing
+    torch.manual_seed(seed)
+    spec = InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
+    model = build_model(TINY_MODEL, spec)
+    if steps:
+        from components.data.snapshot import encode_features, encode_labels
+
+        frame = snap.frame("train")
+        x_num, x_cat = encode_features(frame, prep)
+        y = encode_labels(frame, snap.schema.label, prep.classes)
+        xn, xc, yt = torch.from_numpy(x_num.copy()), torch.from_numpy(x_cat.copy()), torch.from_numpy(y.copy())
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        model.train()
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xn, xc), yt).backward()
+            opt.step()
+    save_model_export(path, model.state_dict(), TINY_MODEL, spec, prep, {"step": steps, "seed": seed})
+    return path
+
+
+def make_run(tracking_uri: str, config: Config, pipeline_run_id: str = "run-1") -> str:
+    """The pipeline run's MLflow run, as prepare_run creates it."""
+    from components.run_setup.prepare import prepare_run
+
+    return prepare_run(
+        config.to_json(), "", tracking_uri=tracking_uri, pipeline_run_id=pipeline_run_id, trigger="manual", data_uri="x"
+    ).mlflow_run_id
+
+
+def fast_config(**registry) -> Config:
+    """Defaults with few bootstrap samples and quick retries."""
+    cfg = Config()
+    cfg.evaluate.bootstrap_samples = 50
+    cfg.registry.retry_backoff_seconds = 0.05
+    cfg.registry.retries = 2
+    for key, value in registry.items():
+        setattr(cfg.registry, key, value)
+    return cfg
+
+
+def probabilities(n: int, classes: int, correct: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Probabilities putting 0.7 on the true class where ``correct`` else on the next class."""
+    p = np.full((n, classes), 0.3 / (classes - 1))
+    pred = np.where(correct, y, (y + 1) % classes)
+    p[np.arange(n), pred] = 0.7
+    return p
