@@ -1,0 +1,238 @@
+"""Checks around the GX suite, in plain pandas: structure, leakage, constant columns, duplicates, skew."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.data.snapshot import PARTITION_COLUMN, SPLIT_COLUMN, Schema
+from components.validation.findings import ERROR, WARNING, Finding
+
+# An object column whose non-null values parse as numbers at least this often is numeric with stray text.
+MOSTLY_NUMERIC = 0.9
+LEAKAGE_BINS = 50
+SKEW_PSI_WARNING = 0.25
+EXAMPLES = 5
+
+
+def _examples(frame: pd.DataFrame, mask: pd.Series | np.ndarray, columns: list[str]) -> list[dict[str, Any]]:
+    picked = frame.loc[np.asarray(mask), [c for c in columns if c in frame.columns]].head(EXAMPLES)
+    out = []
+    for idx, row in picked.iterrows():
+        rec: dict[str, Any] = {"row": int(idx) if isinstance(idx, int | np.integer) else str(idx)}
+        rec.update({str(k): (None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)) for k, v in row.items()})
+        out.append(rec)
+    return out
+
+
+# --- structure: columns and types, before the schema is inferred ---------------------------------
+
+
+def check_required_columns(data: pd.DataFrame, reference: dict[str, Any] | None, label: str) -> list[Finding]:
+    """The label and every column of the reference schema are present."""
+    columns = set(data.columns)
+    required = [label]
+    if reference:
+        required += [c for c in [reference.get("key")] + reference["numeric"] + reference["categorical"] if c]
+    findings = []
+    present = ", ".join(str(c) for c in data.columns if c != PARTITION_COLUMN)
+    for col in dict.fromkeys(required):
+        if col not in columns:
+            role = "label" if col == label else "reference-suite"
+            fix = ("Name the label with --set data.label=COLUMN." if col == label else
+                   "Restore the column in the data, or review the suite (validation.suite_path) if it was dropped on purpose.")
+            findings.append(Finding(
+                check="column_exists", passed=False, severity=ERROR, column=col, source="structure",
+                message=f"{role} column '{col}' is missing from the data (columns: {present}). {fix}",
+                observed="absent", expected="present"))
+    return findings
+
+
+def check_numeric_types(data: pd.DataFrame, reference: dict[str, Any] | None, categorical: list[str]) -> list[Finding]:
+    """Numeric columns (per the reference, or mostly-numeric ones) hold no text values."""
+    findings = []
+    expected_numeric = set(reference["numeric"]) if reference else set()
+    for col in data.columns:
+        if col == PARTITION_COLUMN or col in categorical:
+            continue
+        series = data[col]
+        if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+            continue
+        non_null = series.dropna()
+        if non_null.empty:
+            continue
+        parsed = pd.to_numeric(non_null, errors="coerce")
+        bad = parsed.isna()
+        share_numeric = 1.0 - float(bad.mean())
+        if col in expected_numeric or (share_numeric >= MOSTLY_NUMERIC and bad.any()):
+            why = ("the reference suite says it is numeric" if col in expected_numeric
+                   else f"{share_numeric:.1%} of its values are numbers")
+            values = sorted({str(v) for v in non_null[bad].head(50)})[:EXAMPLES]
+            findings.append(Finding(
+                check="numeric_type", passed=False, severity=ERROR, column=col, source="structure",
+                message=(f"column '{col}' should be numeric ({why}) but holds {int(bad.sum())} non-numeric value(s), "
+                         f"e.g. {values}. Fix those values at the source, or list the column in data.categorical "
+                         "if it really is categorical"),
+                observed=f"dtype {series.dtype}", expected="a numeric dtype",
+                examples=_examples(data, series.notna() & pd.to_numeric(series, errors="coerce").isna(),
+                                   [col, PARTITION_COLUMN])))
+    return findings
+
+
+def check_empty_partitions(partitions: pd.DataFrame) -> list[Finding]:
+    empty = partitions.loc[partitions["rows"] == 0, "partition"].tolist()
+    if not empty:
+        return [Finding(check="empty_partitions", passed=True, source="structure", message="no empty partition",
+                        observed="0 empty", expected="0 empty")]
+    return [Finding(
+        check="empty_partitions", passed=False, severity=ERROR, source="structure",
+        message=(f"{len(empty)} partition(s) hold no rows: {', '.join(empty[:5])}. An empty partition usually means a "
+                 "failed export; re-export it or remove it from the data root"),
+        observed=f"{len(empty)} empty", expected="every partition has rows",
+        examples=[{"partition": p, "rows": 0} for p in empty[:EXAMPLES]])]
+
+
+# --- beyond the suite ----------------------------------------------------------------------------
+
+
+def _bin_feature(train: pd.Series, other: pd.Series, numeric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of a feature for train and other rows: quantile bins for numbers, values for categories."""
+    if numeric:
+        tv = pd.to_numeric(train, errors="coerce").astype("float64").to_numpy()
+        ov = pd.to_numeric(other, errors="coerce").astype("float64").to_numpy()
+        finite = tv[np.isfinite(tv)]
+        edges = np.unique(np.quantile(finite, np.linspace(0, 1, LEAKAGE_BINS + 1))[1:-1]) if len(finite) else np.array([])
+        t_codes = np.where(np.isfinite(tv), np.searchsorted(edges, tv, side="right"), -1)
+        o_codes = np.where(np.isfinite(ov), np.searchsorted(edges, ov, side="right"), -1)
+        return t_codes, o_codes
+    t = train.astype(str).where(train.notna(), "<null>")
+    o = other.astype(str).where(other.notna(), "<null>")
+    cats = pd.Index(pd.unique(t))
+    return cats.get_indexer(t), cats.get_indexer(o)  # -1 for values unseen in train
+
+
+def single_feature_accuracy(train: pd.DataFrame, other: pd.DataFrame, col: str, label: str, numeric: bool) -> float:
+    """Held-out accuracy of predicting the label from ``col`` alone (majority label per value or bin)."""
+    t_codes, o_codes = _bin_feature(train[col], other[col], numeric)
+    y_train = train[label].astype(str).to_numpy()
+    table = pd.crosstab(t_codes, y_train)
+    best = table.idxmax(axis=1)
+    fallback = pd.Series(y_train).value_counts().idxmax()
+    predicted = pd.Series(o_codes).map(best).fillna(fallback).to_numpy()
+    return float((predicted == other[label].astype(str).to_numpy()).mean())
+
+
+def check_label_leakage(data: pd.DataFrame, schema: Schema, threshold: float) -> list[Finding]:
+    """No single feature predicts the held-out label almost perfectly (train majority per value/bin)."""
+    train = data[data[SPLIT_COLUMN] == "train"]
+    held = data[data[SPLIT_COLUMN] != "train"]
+    if train.empty or held.empty:
+        return []
+    baseline = float((held[schema.label].astype(str) == train[schema.label].astype(str).value_counts().idxmax()).mean())
+    if baseline >= threshold:
+        return []  # one class dominates: the label-distribution checks report it, leakage is meaningless
+    findings = []
+    for col in schema.features:
+        acc = single_feature_accuracy(train, held, col, schema.label, col in schema.numeric)
+        leaked = acc >= threshold
+        findings.append(Finding(
+            check="label_leakage", passed=not leaked, severity=ERROR, column=col,
+            message=(f"label leakage: feature '{col}' alone predicts '{schema.label}' with held-out accuracy {acc:.3f} "
+                     f"(majority baseline {baseline:.3f}). A feature this predictive is usually the label in disguise "
+                     "(computed after the outcome); drop it from data.features" if leaked else
+                     f"feature '{col}' alone predicts the label with held-out accuracy {acc:.3f}"),
+            observed=f"{acc:.4f}", expected=f"< {threshold}"))
+    return findings
+
+
+def check_constant_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
+    findings = []
+    for col in schema.features:
+        distinct = int(train[col].nunique(dropna=True))
+        if distinct <= 1:
+            findings.append(Finding(
+                check="constant_column", passed=False, severity=WARNING, column=col,
+                message=f"feature '{col}' is constant in the train split ({distinct} distinct value); it carries no signal",
+                observed=f"{distinct} distinct", expected=">= 2 distinct"))
+    if not findings:
+        findings.append(Finding(check="constant_column", passed=True, severity=WARNING,
+                                message="no constant feature column", observed="0 constant", expected="0 constant"))
+    return findings
+
+
+def check_cross_split_duplicates(data: pd.DataFrame, schema: Schema, max_fraction: float) -> list[Finding]:
+    """Rows whose features and label repeat in another split (they leak the held-out sets into training)."""
+    content = data[sorted(schema.features + [schema.label])]
+    hashes = pd.util.hash_pandas_object(content, index=False).to_numpy()
+    splits = data[SPLIT_COLUMN].to_numpy()
+    train_hashes = set(hashes[splits == "train"].tolist())
+    held = splits != "train"
+    dup_mask = held & np.fromiter((h in train_hashes for h in hashes), dtype=bool, count=len(hashes))
+    val_hashes = set(hashes[splits == "val"].tolist())
+    dup_mask |= (splits == "test") & np.fromiter((h in val_hashes for h in hashes), dtype=bool, count=len(hashes))
+    n_held = int(held.sum())
+    count = int(dup_mask.sum())
+    fraction = count / n_held if n_held else 0.0
+    failed = count > 0
+    severity = ERROR if fraction > max_fraction else WARNING
+    return [Finding(
+        check="cross_split_duplicates", passed=not failed, severity=severity,
+        message=(f"{count} val/test row(s) ({fraction:.2%}) duplicate the features and label of a row in an earlier "
+                 "split, so the evaluation sees training rows; deduplicate the data or key the split by content "
+                 "(data.key=null)" if failed else "no row repeats across splits"),
+        observed=f"{count} rows ({fraction:.2%})", expected=f"0 (error above {max_fraction:.2%})",
+        examples=_examples(data, dup_mask, [schema.key or schema.label, *schema.features[:4], schema.label, SPLIT_COLUMN]))]
+
+
+# --- skew between the newest partition and the reference -----------------------------------------
+
+
+def _psi(expected: np.ndarray, actual: np.ndarray) -> float:
+    e = np.clip(expected / max(expected.sum(), 1e-12), 1e-6, None)
+    a = np.clip(actual / max(actual.sum(), 1e-12), 1e-6, None)
+    return float(np.sum((a - e) * np.log(a / e)))
+
+
+def numeric_psi(reference: dict[str, Any], values: pd.Series) -> float | None:
+    """PSI over the reference sample's decile bins (bins shared by both sides, so ties stay consistent)."""
+    sample = np.asarray(reference.get("sample") or [], dtype="float64")
+    v = pd.to_numeric(values, errors="coerce").astype("float64").to_numpy()
+    v = v[np.isfinite(v)]
+    if len(sample) == 0 or len(v) == 0:
+        return None
+    edges = np.unique(np.quantile(sample, np.linspace(0.1, 0.9, 9)))
+    expected = np.bincount(np.searchsorted(edges, sample, side="right"), minlength=len(edges) + 1).astype(float)
+    actual = np.bincount(np.searchsorted(edges, v, side="right"), minlength=len(edges) + 1).astype(float)
+    return _psi(expected, actual)
+
+
+def categorical_psi(reference: dict[str, Any], values: pd.Series) -> float | None:
+    freq = reference.get("frequencies") or {}
+    if not freq:
+        return None
+    counts = values.dropna().astype(str).value_counts()
+    keys = sorted(set(freq) | set(counts.index))
+    return _psi(np.array([freq.get(k, 0) for k in keys], float), np.array([counts.get(k, 0) for k in keys], float))
+
+
+def check_skew(newest: pd.DataFrame, reference: dict[str, Any], schema: Schema, where: str) -> list[Finding]:
+    """PSI of each feature of the newest partition against the reference statistics (warnings only)."""
+    findings = []
+    for col in schema.features:
+        if col in schema.numeric and col in reference.get("numeric", {}):
+            psi = numeric_psi(reference["numeric"][col], newest[col])
+        elif col in reference.get("categorical", {}):
+            psi = categorical_psi(reference["categorical"][col], newest[col])
+        else:
+            continue
+        if psi is None:
+            continue
+        high = psi > SKEW_PSI_WARNING
+        findings.append(Finding(
+            check="skew_psi", passed=not high, severity=WARNING, column=col,
+            message=(f"feature '{col}' of {where} has shifted from the reference (PSI {psi:.3f})" if high
+                     else f"feature '{col}' of {where} matches the reference (PSI {psi:.3f})"),
+            observed=f"{psi:.4f}", expected=f"<= {SKEW_PSI_WARNING}"))
+    return findings

@@ -1,0 +1,264 @@
+"""validate_data: fingerprint, read, check, split and snapshot the data, with a GX suite as the gate.
+
+Order: list + fingerprint the files → read them (a corrupt file is named) → structure checks against
+the reference schema (missing columns, text in numeric columns, empty partitions) → schema and stable
+splits → the GX suite (from ``validation.suite_path``, else the champion's stored suite, else profiled
+from this train split) → checks beyond the suite (leakage, constant columns, cross-split duplicates,
+skew) → reports. Error-severity failures raise ``DataValidationError`` after the reports are written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from components.config import Config
+from components.data.reference_stats import compute_reference_stats, write_reference_stats
+from components.data.snapshot import (
+    PARTITION_COLUMN,
+    SPLIT_COLUMN,
+    Schema,
+    assign_splits,
+    fingerprint_files,
+    infer_schema,
+    list_data_files,
+    read_data,
+    split_keys,
+    write_snapshot,
+)
+from components.errors import DataValidationError, UserError
+from components.validation import checks
+from components.validation.findings import ERROR, Finding, errors, warnings
+from components.validation.report import ValidationSummary, write_reports
+from components.validation.suite import (
+    champion_suite,
+    load_suite_file,
+    partition_rows,
+    profile_suite,
+    run_suite,
+    suite_schema,
+)
+
+MAX_LISTED_ERRORS = 8
+
+
+@dataclass
+class ValidationResult:
+    """What the pipeline needs from validation: the data version, split sizes and warnings."""
+
+    fingerprint: str
+    rows: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+    suite_source: str = ""
+    seconds: float = 0.0
+    findings: list[Finding] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "rows": self.rows, "warnings": self.warnings,
+                "suite_source": self.suite_source, "seconds": round(self.seconds, 3)}
+
+
+@dataclass
+class _Reference:
+    suite: dict[str, Any] | None
+    stats: dict[str, Any] | None
+    source: str
+
+
+def resolve_reference(config: Config, tracking_uri: str) -> _Reference:
+    """The suite to run: the configured file, else the champion's stored one, else none (profile)."""
+    if config.validation.suite_path:
+        return _Reference(load_suite_file(config.validation.suite_path), None, f"file {config.validation.suite_path}")
+    if config.validation.use_champion_suite and tracking_uri:
+        found = champion_suite(tracking_uri, config)
+        if found is not None:
+            suite, stats, version = found
+            return _Reference(suite, stats, f"champion {config.registry.model_name} v{version} (reference/suite.json)")
+    return _Reference(None, None, "profiled from this data's train split")
+
+
+def _schema_for(data: pd.DataFrame, config: Config, reference: dict[str, Any] | None) -> Schema:
+    """Infer the schema from config; a reference suite's categorical columns stay categorical."""
+    categorical = list(config.data.categorical)
+    if reference and not config.data.categorical:
+        categorical = [c for c in reference.get("categorical", []) if c in data.columns]
+    features = list(config.data.features)
+    return infer_schema(data, label=config.data.label, key=config.data.key, features=features, categorical=categorical)
+
+
+def _skew_findings(data: pd.DataFrame, schema: Schema, ref: _Reference, partitions: list[str]) -> list[Finding]:
+    """Newest partition vs the champion's reference stats, or vs the older partitions of this data."""
+    if not partitions:
+        return []
+    newest = partitions[-1]
+    new_rows = data[data[PARTITION_COLUMN] == newest]
+    if new_rows.empty:
+        return []
+    if ref.stats is not None:
+        return checks.check_skew(new_rows, ref.stats, schema, f"partition {newest} (vs the champion's reference)")
+    older = data[data[PARTITION_COLUMN] != newest]
+    if len(partitions) < 2 or older.empty:
+        return []
+    stats = compute_reference_stats(older, schema)
+    return checks.check_skew(new_rows, stats, schema, f"partition {newest} (vs the older partitions)")
+
+
+def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, Any] | None,
+               parts: pd.DataFrame) -> list[Finding]:
+    found = checks.check_required_columns(data, reference_schema, config.data.label)
+    found += checks.check_numeric_types(data, reference_schema, list(config.data.categorical))
+    found += checks.check_empty_partitions(parts)
+    if config.data.label in data.columns and data[config.data.label].isna().any():
+        n = int(data[config.data.label].isna().sum())
+        found.append(Finding(
+            check="label_not_null", passed=False, severity=ERROR, column=config.data.label, source="structure",
+            message=f"{n} row(s) have no label in column '{config.data.label}'; drop or label them",
+            observed=f"{n} nulls", expected="no nulls",
+            examples=checks._examples(data, data[config.data.label].isna(), list(data.columns)[:8])))
+    return found
+
+
+def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary) -> _Outcome:
+    timer = _Timer(summary.seconds)
+    files = list_data_files(data_uri)
+    summary.fingerprint = fingerprint_files(files)
+    summary.files = len(files)
+    data = read_data(data_uri, files, config.data.format)
+    timer.lap("read")
+    ref = resolve_reference(config, tracking_uri)
+    summary.suite_source = ref.source
+    reference_schema = suite_schema(ref.suite) if ref.suite else None
+    partitions = sorted({_partition(f.path) for f in files})
+    parts = partition_rows(data, partitions)
+    summary.partitions = parts.to_dict("records")
+    summary.findings += _structure(data, config, reference_schema, parts)
+    if errors(summary.findings):
+        return _Outcome(None, None)
+    schema = _schema_for(data, config, reference_schema)
+    summary.schema = {"label": schema.label, "key": schema.key, "numeric": schema.numeric,
+                      "categorical": schema.categorical, "classes": schema.classes}
+    data[SPLIT_COLUMN] = assign_splits(split_keys(data, schema), val_fraction=config.data.val_fraction,
+                                       test_fraction=config.data.test_fraction, salt=config.data.split_salt)
+    summary.rows = {s: int((data[SPLIT_COLUMN] == s).sum()) for s in ("train", "val", "test")}
+    timer.lap("schema_and_splits")
+    train = data[data[SPLIT_COLUMN] == "train"]
+    suite = ref.suite or profile_suite(
+        train, parts, schema, range_margin=config.validation.range_margin,
+        null_fraction_allowance=config.validation.null_fraction_allowance, min_rows=config.validation.min_rows)
+    timer.lap("profile")
+    summary.findings += run_suite(suite, data.drop(columns=[SPLIT_COLUMN]), parts)
+    timer.lap("great_expectations")
+    v = config.validation
+    summary.findings += checks.check_label_leakage(data, schema, v.leakage_threshold)
+    summary.findings += checks.check_constant_columns(train, schema)
+    summary.findings += checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
+    summary.findings += _skew_findings(data, schema, ref, partitions)
+    timer.lap("checks_beyond_suite")
+    return _Outcome(suite, _SnapshotInputs(data, schema, files))
+
+
+@dataclass
+class _SnapshotInputs:
+    data: pd.DataFrame
+    schema: Schema
+    files: list
+
+
+@dataclass
+class _Outcome:
+    suite: dict[str, Any] | None
+    inputs: _SnapshotInputs | None
+
+
+class _Timer:
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into, self.last = into, time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.into[name] = now - self.last
+        self.last = now
+
+
+def _partition(rel_path: str) -> str:
+    parts = rel_path.split("/")[:-1]
+    return "/".join(parts) if parts else rel_path
+
+
+def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str) -> None:
+    inputs = outcome.inputs
+    splits = inputs.data[SPLIT_COLUMN]
+    write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), splits, inputs.schema,
+                   data_uri=data_uri, files=inputs.files, fingerprint=fingerprint)
+    root = Path(snapshot_dir)
+    (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
+    train = inputs.data[splits == "train"]
+    write_reference_stats(root / "reference_stats.json", compute_reference_stats(train, inputs.schema))
+
+
+def _error_message(summary: ValidationSummary, report_path: str) -> str:
+    errs = errors(summary.findings)
+    listed = "; ".join(f"({i + 1}) {f.headline()}" for i, f in enumerate(errs[:MAX_LISTED_ERRORS]))
+    more = f"; and {len(errs) - MAX_LISTED_ERRORS} more" if len(errs) > MAX_LISTED_ERRORS else ""
+    where = f" Full report: {report_path}." if report_path else ""
+    return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
+            f"Fix the data, or review the suite ({summary.suite_source}) if the change is intended.{where}")
+
+
+def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, paths: list[str]) -> None:
+    if not tracking_uri or not run_id:
+        return
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    figures = {
+        "validation.errors": len(errors(summary.findings)),
+        "validation.warnings": len(warnings(summary.findings)),
+        "validation.checks": len(summary.findings),
+        "validation.seconds": sum(summary.seconds.values()),
+        **{f"validation.rows_{k}": v for k, v in summary.rows.items()},
+    }
+    for key, value in figures.items():
+        client.log_metric(run_id, key, float(value))
+    client.set_tag(run_id, "ctpipe.validation", "passed" if summary.passed else "failed")
+    for path in paths:
+        if path and Path(path).is_file():
+            client.log_artifact(run_id, path, artifact_path="validation")
+
+
+def validate_data(
+    data_uri: str, config: Config, *, snapshot_dir: str, data_docs_path: str, report_path: str,
+    tracking_uri: str, mlflow_run_id: str,
+) -> ValidationResult:
+    """Validate the data under ``data_uri`` and write the snapshot; raise DataValidationError on errors."""
+    started = time.perf_counter()
+    summary = ValidationSummary(data_uri=data_uri)
+    try:
+        outcome = _run(data_uri, config, tracking_uri, summary)
+    except UserError as err:  # unreadable root/file, unknown label, broken suite: still write the reports
+        summary.findings.append(Finding(check="read_data", passed=False, severity=ERROR, source="structure",
+                                        message=str(err).rstrip(".")))
+        outcome = _Outcome(None, None)
+    if not errors(summary.findings) and outcome.inputs is not None:
+        t = time.perf_counter()
+        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint)
+        summary.seconds["write_snapshot"] = time.perf_counter() - t
+    write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
+    suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
+    _log_to_mlflow(tracking_uri, mlflow_run_id, summary, [data_docs_path, report_path, suite_copy])
+    if errors(summary.findings):
+        raise DataValidationError(_error_message(summary, report_path))
+    return ValidationResult(
+        fingerprint=summary.fingerprint,
+        rows=summary.rows,
+        warnings=[f.headline() for f in warnings(summary.findings)],
+        suite_source=summary.suite_source,
+        seconds=time.perf_counter() - started,
+        findings=summary.findings,
+    )
+
