@@ -1,0 +1,123 @@
+"""``ctpipe submit``: start one run, locally (like ``ctpipe run``) or on KFP with ``--host``.
+
+    ctpipe submit --trigger manual --set train.max_steps=100            # local, prints the summary path last
+    ctpipe submit --host https://kfp.example.com --trigger ci --data s3://bucket/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from components.config import TRIGGERS
+from components.errors import UserError
+from pipelines.commands.deploy import add_kfp_args, api_errors
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("submit", help="start one pipeline run, locally or on KFP (--host), with a trigger reason")
+    add_kfp_args(parser, host_required=False)
+    parser.add_argument("--data", metavar="URI", help="data root (local default: demo data in the home; KFP default: the pipeline's)")
+    parser.add_argument("--home", metavar="DIR", help="ctpipe home for a local run (default $CTPIPE_HOME or ./.ctpipe)")
+    parser.add_argument("--config", metavar="FILE", help="YAML/JSON config file")
+    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="config override (repeatable)")
+    parser.add_argument("--trigger", default="manual", choices=list(TRIGGERS), help="why this run starts (recorded on the model)")
+    parser.add_argument("--param", dest="params", metavar="K=V", action="append", default=[], help="extra KFP pipeline parameter, e.g. mlflow_tracking_uri=http://mlflow:5000")
+    parser.add_argument("--run-name", metavar="NAME", help="KFP run name (default ctpipe-<trigger>-<UTC time>)")
+    parser.add_argument("--drift-report", metavar="FILE", help="drift report JSON (and its .html beside it) to attach to the run (local)")
+    # The watcher's ledger record this run reports its outcome to (internal).
+    parser.add_argument("--record", metavar="FILE", help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)
+
+
+def _parse_params(items: list[str]) -> dict[str, str]:
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--param '{item}' must be KEY=VALUE, e.g. --param mlflow_tracking_uri=http://mlflow:5000")
+        params[key.strip()] = value
+    return params
+
+
+def run(args: argparse.Namespace) -> int:
+    params = _parse_params(args.params)
+    if args.host:
+        return _submit_kfp(args, params)
+    if params:
+        raise UserError("--param sets KFP pipeline parameters and needs --host; locally use --data, --config and --set.")
+    return _submit_local(args)
+
+
+def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
+    from components.config import load_config
+    from pipelines import deploy
+
+    config_json = load_config(args.config, args.overrides).to_json() if args.config else None
+    if not args.config:
+        load_config(None, args.overrides)  # reject a bad --set before contacting the server
+    parameters = deploy.run_parameters(
+        trigger=args.trigger, data_uri=args.data, overrides=args.overrides, config_json=config_json, extra=params
+    )
+    client = deploy.connect(args.host, namespace=args.namespace, token_file=args.token_file)
+    with api_errors("start the run"):
+        created = deploy.submit_run(
+            client,
+            parameters=parameters,
+            run_name=args.run_name or deploy.default_run_name(args.trigger),
+            experiment=args.experiment,
+            namespace=args.namespace,
+            service_account=args.service_account,
+        )
+    print(json.dumps({"run_id": created.run_id, "run_name": created.display_name, "parameters": parameters}))
+    return 0
+
+
+def _submit_local(args: argparse.Namespace) -> int:
+    from pipelines.local_run import format_summary, run_local
+    from pipelines.triggers.start import record_outcome
+
+    if args.record:
+        record_outcome(args.record, status="running", pid=os.getpid(), started_at=time.time())
+    try:
+        summary = run_local(
+            home=args.home, data_uri=args.data, config_path=args.config, overrides=args.overrides, trigger=args.trigger
+        )
+    except BaseException as err:
+        if args.record:
+            record_outcome(args.record, status="failed", error=f"{type(err).__name__}: {err}"[:500], finished_at=time.time())
+        raise
+    if args.drift_report and summary.get("mlflow_run_id"):
+        _attach_report(summary, args.drift_report, args.config, args.overrides, args.home)
+    if args.record:
+        record_outcome(
+            args.record,
+            status=summary["status"],
+            summary_path=summary.get("summary_path"),
+            run_id=summary.get("run_id"),
+            model_version=summary.get("model_version"),
+            finished_at=time.time(),
+        )
+    print(format_summary(summary))
+    print(summary["summary_path"])
+    return 0 if summary["status"] == "succeeded" else 1
+
+
+def _attach_report(summary: dict, report: str, config_path: str | None, overrides: list[str], home: str | None) -> None:
+    """Log the drift report that started this run on the run's MLflow run (artifact folder ``drift/``)."""
+    import mlflow
+
+    from components.config import load_config
+    from components.tracking import local_tracking_uri
+    from pipelines.local_run import default_home
+
+    config = load_config(config_path, overrides)
+    uri = config.registry.tracking_uri or local_tracking_uri(home or default_home())
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    json_path = Path(report)
+    for path in (json_path, json_path.with_suffix(".html")):
+        if path.is_file():
+            client.log_artifact(summary["mlflow_run_id"], str(path), "drift")

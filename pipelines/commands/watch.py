@@ -1,0 +1,74 @@
+"""``ctpipe watch``: start runs on new data and on drift, once per data version (the CronJob's command).
+
+    ctpipe watch --data DATA --home .ctpipe --once --dry-run     # decide only; the last line is JSON
+    ctpipe watch --data s3://bucket/data --host https://kfp.example.com --once
+    ctpipe watch --data DATA --interval 300                      # keep watching, local runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from pipelines.commands.deploy import add_kfp_args
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("watch", help="start a run when new data lands or the data drifts (once per data version)")
+    parser.add_argument("--data", required=True, metavar="URI", help="data root to watch (local path or fsspec URL)")
+    parser.add_argument("--home", metavar="DIR", help="ctpipe home with the champion and the watcher's ledger (default $CTPIPE_HOME or ./.ctpipe)")
+    parser.add_argument("--once", action="store_true", help="check once and exit (what the CronJob runs)")
+    parser.add_argument("--interval", type=float, metavar="S", help="seconds between checks (default watch.interval_seconds)")
+    parser.add_argument("--dry-run", action="store_true", help="decide and report, start nothing")
+    parser.add_argument("--local", action="store_true", help="start runs locally with 'ctpipe submit' (the default without --host)")
+    parser.add_argument("--wait", action="store_true", help="with a local run, wait for it to finish")
+    parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking/registry URI (default registry.tracking_uri, else the home's SQLite)")
+    parser.add_argument("--config", metavar="FILE", help="YAML/JSON config (watch thresholds, registry, runs)")
+    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="config override, e.g. watch.psi_threshold=0.3")
+    add_kfp_args(parser, host_required=False)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from components.config import load_config
+    from components.errors import UserError
+    from components.tracking import local_tracking_uri
+    from pipelines.triggers.watch import check_once, watch_loop
+
+    if args.host and args.local:
+        raise UserError("--host and --local exclude each other: start runs on KFP (--host URL) or locally (--local).")
+    config = load_config(args.config, args.overrides)
+    # Same default as 'ctpipe run', so the watcher finds the champion that run registered.
+    home = Path(args.home or os.environ.get("CTPIPE_HOME") or ".ctpipe")
+    data_uri = args.data if "://" in args.data else str(Path(args.data).resolve())
+    tracking_uri = args.tracking_uri or config.registry.tracking_uri or local_tracking_uri(home)
+    starter = None if args.dry_run else _starter(args, config, home)
+    check_args = dict(data_uri=data_uri, home=home, config=config, tracking_uri=tracking_uri, starter=starter, dry_run=args.dry_run)
+    if args.once:
+        print(check_once(**check_args).to_line())
+        return 0
+    interval = args.interval if args.interval is not None else config.watch.interval_seconds
+    if interval <= 0:
+        raise UserError(f"--interval {interval} must be > 0 seconds")
+    watch_loop(interval=interval, **check_args)
+    return 0
+
+
+def _starter(args: argparse.Namespace, config, home: Path):
+    if args.host:
+        from pipelines import deploy
+        from pipelines.triggers.start import KfpStarter
+
+        client = deploy.connect(args.host, namespace=args.namespace, token_file=args.token_file)
+        return KfpStarter(
+            client,
+            experiment=args.experiment,
+            namespace=args.namespace,
+            service_account=args.service_account,
+            overrides=args.overrides,
+            config_json=config.to_json() if args.config else None,
+        )
+    from pipelines.triggers.start import LocalStarter
+
+    return LocalStarter(home, config_path=args.config, overrides=args.overrides, wait=args.wait)

@@ -1,0 +1,105 @@
+"""New-data detection: the data root's fingerprint, cheaply, and the newest partitions.
+
+The fingerprint is exactly the one validation computes and registration stores on the model
+(``fingerprint_files(list_data_files(uri))``), but content hashes are cached in the ctpipe home keyed by
+(path, size, modification time), so a check with nothing new lists the root and reads no data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from components.data.snapshot import DataFile, fingerprint_files, list_data_files
+
+
+@dataclass(frozen=True)
+class DataState:
+    """The files under a data root with their content hashes, and their fingerprint."""
+
+    data_uri: str
+    files: list[DataFile]
+    fingerprint: str
+    hashed: int  # files whose content was (re)hashed in this call
+
+    def partitions(self) -> list[str]:
+        """Partition folders (``date=...``) in sorted order, oldest first."""
+        return sorted({partition_of(f.path) for f in self.files})
+
+    def window(self, newest: int) -> list[DataFile]:
+        """The files of the ``newest`` partitions."""
+        keep = set(self.partitions()[-newest:])
+        return [f for f in self.files if partition_of(f.path) in keep]
+
+
+def partition_of(rel_path: str) -> str:
+    """The folder of a file relative to the data root (the file itself when at the root)."""
+    return rel_path.rsplit("/", 1)[0] if "/" in rel_path else rel_path
+
+
+def _modified(info: dict[str, Any]) -> str | None:
+    # Local files report mtime, S3 LastModified, GCS updated; without one the file is always re-hashed.
+    for key in ("mtime", "LastModified", "updated", "last_modified"):
+        if info.get(key) is not None:
+            return str(info[key])
+    return None
+
+
+def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    h = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_path_for(home: str | Path, data_uri: str) -> Path:
+    """Where the hash cache of one data root lives in the ctpipe home."""
+    key = hashlib.sha256(data_uri.rstrip("/").encode()).hexdigest()[:16]
+    return Path(home) / "watch" / "hash-cache" / f"{key}.json"
+
+
+def _load_cache(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        return json.loads(path.read_text()).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {}  # a missing or damaged cache only costs re-hashing
+
+
+def _save_cache(path: Path, data_uri: str, entries: dict[str, dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"data_uri": data_uri, "files": entries}))
+    tmp.replace(path)  # concurrent watchers each write a whole, valid cache
+
+
+def data_state(data_uri: str, cache_path: str | Path | None = None) -> DataState:
+    """List ``data_uri`` and fingerprint it, hashing only files whose (size, mtime) changed since the cache."""
+    listed = list_data_files(data_uri, with_hashes=False)  # the same file selection validation uses
+    fs, root = fsspec.core.url_to_fs(data_uri)
+    root = root.rstrip("/")
+    base = root if fs.isdir(root) else root.rsplit("/", 1)[0]
+    infos = fs.find(root, detail=True) if fs.isdir(root) else {root: fs.info(root)}
+    by_rel = {path[len(base) :].lstrip("/"): info for path, info in infos.items()}
+    cache = _load_cache(Path(cache_path)) if cache_path else {}
+    entries: dict[str, dict[str, Any]] = {}
+    files, hashed = [], 0
+    for f in listed:
+        full = f"{base}/{f.path}" if base else f.path
+        modified = _modified(by_rel.get(f.path, {}))
+        cached = cache.get(f.path)
+        if cached and modified is not None and cached.get("size") == f.size and cached.get("mtime") == modified:
+            digest = cached["sha256"]
+        else:
+            digest, hashed = _sha256(fs, full), hashed + 1
+        entries[f.path] = {"size": f.size, "mtime": modified, "sha256": digest}
+        files.append(replace(f, sha256=digest))
+    if cache_path and (hashed or len(entries) != len(cache)):
+        _save_cache(Path(cache_path), data_uri, entries)
+    return DataState(data_uri=data_uri, files=files, fingerprint=fingerprint_files(files), hashed=hashed)

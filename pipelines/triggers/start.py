@@ -1,0 +1,151 @@
+"""How the watcher starts a run and tells whether it is still going: locally, on KFP, or (tests) a function."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipelines.triggers.ledger import ACTIVE, read_record, update_record
+
+
+class RunStarter(Protocol):
+    """Starts one pipeline run for a data fingerprint and reports whether a recorded run is active."""
+
+    def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]: ...
+
+    def is_active(self, record: dict[str, Any]) -> bool: ...
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc here: the signal check is all we have
+    return state != "Z"
+
+
+class LocalStarter:
+    """Spawns ``ctpipe submit`` (the local pipeline) as a detached process that records its own outcome."""
+
+    def __init__(self, home: str | Path, *, config_path: str | None = None, overrides: list[str] | None = None, wait: bool = False):
+        self.home = Path(home)
+        self.config_path = config_path
+        self.overrides = list(overrides or [])
+        self.wait = wait
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def command(self, *, trigger: str, data_uri: str, record_path: Path) -> list[str]:
+        cmd = [sys.executable, "-m", "pipelines.cli", "submit", "--trigger", trigger, "--data", data_uri]
+        cmd += ["--home", str(self.home), "--record", str(record_path)]
+        if self.config_path:
+            cmd += ["--config", self.config_path]
+        for assignment in self.overrides:
+            cmd += ["--set", assignment]
+        drift_report = (read_record(record_path) or {}).get("drift_report")
+        if trigger == "drift" and drift_report:
+            cmd += ["--drift-report", drift_report]
+        return cmd
+
+    def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
+        log = self.home / "watch" / "logs" / f"{fingerprint[:16]}-{trigger}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            # A new session: the run survives the watcher (a CronJob pod or a terminal) going away.
+            child = subprocess.Popen(
+                self.command(trigger=trigger, data_uri=data_uri, record_path=record_path),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._children[child.pid] = child
+        info = {"backend": "local", "pid": child.pid, "log": str(log), "status": "running"}
+        if self.wait:
+            code = child.wait()
+            # The child wrote its outcome into the record; trust it, fall back on the exit code.
+            recorded = read_record(record_path) or {}
+            status = recorded.get("status") if recorded.get("status") not in ACTIVE else None
+            info.update(status=status or ("succeeded" if code == 0 else "failed"), exit_code=code)
+        return info
+
+    def is_active(self, record: dict[str, Any]) -> bool:
+        if record.get("status") not in ACTIVE:
+            return False
+        pid = record.get("pid")
+        if pid is None:
+            # Claimed but not yet started: another watcher is starting it right now.
+            return True
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        return pid_alive(int(pid))
+
+
+class KfpStarter:
+    """Creates a KFP run named after the fingerprint (a run of that name is reused, not duplicated)."""
+
+    def __init__(self, client, *, experiment: str, namespace: str | None = None, service_account: str | None = None,
+                 overrides: list[str] | None = None, config_json: str | None = None):
+        self.client = client
+        self.experiment = experiment
+        self.namespace = namespace
+        self.service_account = service_account
+        self.overrides = list(overrides or [])
+        self.config_json = config_json
+
+    def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
+        from pipelines.deploy import run_parameters, submit_run
+
+        run_name = f"ctpipe-{trigger}-{fingerprint[:16]}"
+        params = run_parameters(
+            trigger=trigger, data_uri=data_uri, overrides=self.overrides, config_json=self.config_json, extra={}
+        )
+        run = submit_run(
+            self.client,
+            parameters=params,
+            run_name=run_name,
+            experiment=self.experiment,
+            namespace=self.namespace,
+            service_account=self.service_account,
+            reuse_existing=True,
+        )
+        return {"backend": "kfp", "run_id": run.run_id, "run_name": run_name, "status": "running"}
+
+    def is_active(self, record: dict[str, Any]) -> bool:
+        from pipelines.deploy import run_is_active
+
+        if record.get("status") not in ACTIVE:
+            return False
+        if record.get("backend") == "kfp" and record.get("run_id"):
+            return run_is_active(self.client, record["run_id"])
+        return record.get("pid") is None or pid_alive(int(record["pid"]))
+
+
+class FunctionStarter:
+    """Calls ``function(trigger=, data_uri=, fingerprint=)`` in-process (tests, embedding)."""
+
+    def __init__(self, function: Callable[..., Any]):
+        self.function = function
+
+    def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
+        result = self.function(trigger=trigger, data_uri=data_uri, fingerprint=fingerprint)
+        return {"backend": "function", "status": "succeeded", "result": result if isinstance(result, str | int | float | dict | list | None) else str(result)}
+
+    def is_active(self, record: dict[str, Any]) -> bool:
+        return record.get("status") in ACTIVE
+
+
+def record_outcome(record_path: str | Path, **fields: Any) -> None:
+    """Called by ``ctpipe submit --record``: the run's own status in its ledger record."""
+    update_record(record_path, **fields)
