@@ -488,6 +488,7 @@ class Trainer:
             "input_spec": asdict(self.spec),
             "data_fingerprint": self.fingerprint,
             "world_size": self.d.world_size,
+            "dtype": str(self.dtype).replace("torch.", ""),
         }
 
     # -- the end ----------------------------------------------------------------------------------

@@ -1,0 +1,151 @@
+"""The real trainer: two gloo worker processes on CPU, a tiny model, a few steps.
+
+Covers exact resume after a kill, a crash during a save, NaN injection, a failing rank, MLflow from
+rank 0, and retention on disk. Faults come from the worker's test-only CTPIPE_TEST_FAULT hook.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import mlflow
+import pytest
+
+from components.config import load_config
+from components.data.demo import write_demo_data
+from components.errors import TrainingError
+from components.training import checkpointing as ckpt
+from components.training.launch import train_model
+from components.training.launchers.base import WorkerLaunch
+from components.training.launchers.local import LocalLauncher
+from components.training.standalone import build_snapshot
+from components.tracking import ensure_experiment
+
+TINY = [
+    "data.key=customer_id",
+    "model.hidden=16",
+    "model.depth=2",
+    "model.embedding_dim=4",
+    "model.dropout=0.1",
+    "train.workers=2",
+    "train.max_steps=8",
+    "train.warmup_steps=2",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "train.batch_size=16",
+    "train.keep_best=1",
+    "train.mixed_precision=fp32",
+    "train.timeout_minutes=2",
+]
+
+
+def tiny_config(*extra: str):
+    return load_config(None, TINY + list(extra))
+
+
+@pytest.fixture(scope="module")
+def snapshot_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    write_demo_data(root / "data", days=2, rows_per_day=200, seed=1)
+    build_snapshot(str(root / "data"), tiny_config(), root / "snapshot")
+    return str(root / "snapshot")
+
+
+@pytest.fixture(scope="module")
+def reference(snapshot_dir, tmp_path_factory):
+    """One uninterrupted run, logging into MLflow on SQLite from rank 0."""
+    root = tmp_path_factory.mktemp("reference")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    exp = ensure_experiment(uri, "ctpipe-test")
+    run_id = mlflow.MlflowClient(uri).create_run(exp).info.run_id
+    result = train_model(snapshot_dir, str(root / "ckpt"), tiny_config(), tracking_uri=uri, mlflow_run_id=run_id, job_name="ref")
+    return result, root / "ckpt", uri, run_id
+
+
+def _train(snapshot_dir, ckpt_dir, *extra):
+    return train_model(snapshot_dir, str(ckpt_dir), tiny_config(*extra), tracking_uri=None, mlflow_run_id=None, job_name="t")
+
+
+def test_uninterrupted_run_keeps_best_plus_latest_and_logs_to_mlflow(reference):
+    result, ckpt_dir, uri, run_id = reference
+    assert result.steps == 8 and result.world_size == 2 and result.samples_per_second > 0 and result.mfu > 0
+    index = json.loads((ckpt_dir / "index.json").read_text())
+    assert [e["step"] for e in index["checkpoints"]] == [2, 4, 6, 8]
+    on_disk = {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(ckpt_dir)}
+    assert on_disk == {index["best_step"], 8}
+    assert all(ckpt.is_complete(ckpt.checkpoint_path(ckpt_dir, s)) for s in on_disk)
+    run = mlflow.MlflowClient(uri).get_run(run_id)
+    assert run.data.params["train.lr"] and run.data.params["system.world_size"] == "2"
+    assert run.data.params["train.effective_batch_size"] == "32"
+    history = mlflow.MlflowClient(uri).get_metric_history(run_id, "val_accuracy")
+    assert [m.step for m in history] == [2, 4, 6, 8]
+    assert {"lr", "grad_norm", "train_loss", "samples_per_second", "mfu", "clip_rate"} <= set(run.data.metrics)
+    assert any(a.path == "training" for a in mlflow.MlflowClient(uri).list_artifacts(run_id))
+
+
+def test_kill_and_resume_is_bit_identical(reference, snapshot_dir, tmp_path, monkeypatch):
+    expected = reference[0].final_weights_sha256
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "exit@5:1")  # rank 1 dies abruptly before step 6
+    with pytest.raises(TrainingError, match="rank 1 exited with code 17"):
+        _train(snapshot_dir, tmp_path)
+    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 4
+    monkeypatch.delenv("CTPIPE_TEST_FAULT")
+    resumed = _train(snapshot_dir, tmp_path)
+    assert resumed.resumed_from_step == 4 and resumed.steps == 8
+    assert resumed.final_weights_sha256 == expected
+
+
+def test_crash_during_save_resumes_from_previous_checkpoint(reference, snapshot_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "save_crash@6:0")  # rank 0 dies before writing step 6's marker
+    with pytest.raises(TrainingError):
+        _train(snapshot_dir, tmp_path)
+    partial = ckpt.checkpoint_path(tmp_path, 6)
+    assert partial.is_dir() and not ckpt.is_complete(partial)
+    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 4
+    monkeypatch.delenv("CTPIPE_TEST_FAULT")
+    resumed = _train(snapshot_dir, tmp_path)
+    assert resumed.resumed_from_step == 4
+    assert resumed.final_weights_sha256 == reference[0].final_weights_sha256
+
+
+def test_nan_loss_stops_at_once_with_the_step(snapshot_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "nan@2")  # the third optimizer step
+    with pytest.raises(TrainingError, match=r"non-finite loss at step 3") as err:
+        _train(snapshot_dir, tmp_path)
+    assert "train.lr" in str(err.value)
+    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 2  # nothing after the NaN was saved
+
+
+def test_a_raising_rank_fails_the_job_fast(snapshot_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "raise@1:1")
+    start = time.monotonic()
+    with pytest.raises(TrainingError) as err:
+        _train(snapshot_dir, tmp_path, "train.timeout_minutes=10")
+    assert time.monotonic() - start < 60  # not the 10-minute collective timeout
+    first_line = str(err.value).splitlines()[0]
+    assert "rank 1" in first_line and "injected failure on rank 1 at step 1" in first_line
+
+
+def test_launcher_kills_survivors_and_reports_the_failing_rank_first():
+    script = (
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    sys.exit('rank one broke: disk full')\n"
+        "time.sleep(120)\n"
+    )
+    launch = WorkerLaunch(job_name="t", world_size=2, command=[sys.executable, "-c", script], deadline_seconds=60)
+    start = time.monotonic()
+    with pytest.raises(TrainingError, match="rank 1 exited with code 1: rank one broke: disk full"):
+        LocalLauncher(echo=False).run(launch)
+    assert time.monotonic() - start < 10
+
+
+def test_launcher_enforces_the_deadline():
+    launch = WorkerLaunch(job_name="t", world_size=2, command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    launch.deadline_seconds = 1
+    start = time.monotonic()
+    with pytest.raises(TrainingError, match="deadline"):
+        LocalLauncher(echo=False).run(launch)
+    assert time.monotonic() - start < 10

@@ -1,0 +1,154 @@
+"""Unit tests of the trainer's pieces that need no process group: schedule, sampler, retention, saves."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from components.config import load_config
+from components.errors import ConfigError
+from components.training import checkpointing as ckpt
+from components.training.schedule import build_scheduler, lr_multiplier
+from components.training.worker import BatchStream
+
+
+def test_warmup_then_cosine_values():
+    kw = dict(warmup_steps=4, max_steps=14, min_lr_ratio=0.1)
+    assert [lr_multiplier(s, **kw) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_multiplier(4, **kw) == pytest.approx(1.0)  # cosine starts at the peak
+    assert lr_multiplier(9, **kw) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))  # halfway
+    assert lr_multiplier(14, **kw) == pytest.approx(0.1)
+    values = [lr_multiplier(s, **kw) for s in range(4, 15)]
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))  # monotone decay
+
+
+def test_scheduler_steps_per_optimizer_step():
+    param = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([param], lr=2.0)
+    sched = build_scheduler(opt, warmup_steps=2, max_steps=6, min_lr_ratio=0.0)
+    seen = []
+    for _ in range(6):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen[:2] == [1.0, 2.0]
+    assert seen[2] == pytest.approx(2.0)
+    assert seen[-1] < seen[2]
+
+
+@pytest.mark.parametrize("n,world", [(103, 2), (100, 4), (7, 3)])
+def test_sampler_shards_are_disjoint_and_complete(n, world):
+    streams = [BatchStream(n, batch_size=1, rank=r, world_size=world, seed=5) for r in range(world)]
+    for epoch in range(2):
+        shards = [[int(streams[r].next_indices()) for _ in range(streams[r].batches_per_epoch)] for r in range(world)]
+        flat = [i for shard in shards for i in shard]
+        assert len(flat) == len(set(flat)), "ranks overlap"
+        usable = (n // world) * world  # drop_last: every rank gets the same count
+        assert len(flat) == usable and set(flat) <= set(range(n))
+        if epoch == 0:
+            first = flat
+    assert flat != first  # set_epoch reshuffles
+
+
+def test_sampler_position_restores_the_same_batches():
+    a = BatchStream(50, batch_size=4, rank=1, world_size=2, seed=3)
+    for _ in range(8):  # crosses an epoch boundary (6 batches per epoch)
+        a.next_indices()
+    b = BatchStream(50, batch_size=4, rank=1, world_size=2, seed=3)
+    b.restore(a.state())
+    assert all(torch.equal(a.next_indices(), b.next_indices()) for _ in range(10))
+
+
+def test_batch_larger_than_shard_names_the_field():
+    with pytest.raises(ConfigError, match="train.batch_size"):
+        BatchStream(10, batch_size=8, rank=0, world_size=2, seed=0)
+
+
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("train.warmup_steps=500", "train.warmup_steps"),
+        ("train.strategy=zero3", "train.strategy"),
+        ("train.mixed_precision=fp8", "train.mixed_precision"),
+        ("train.workers=0", "train.workers"),
+        ("train.grad_clip=-1", "train.grad_clip"),
+        ("train.eval_every=0", "train.eval_every"),
+        ("train.keep_best=0", "train.keep_best"),
+        ("train.timeout_minutes=0", "train.timeout_minutes"),
+        ("train.lr=abc", "train.lr"),
+        ("select.metric=accuracy", "select.metric"),
+    ],
+)
+def test_config_errors_name_the_field(override, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def _fake_checkpoint(root, step, complete=True):
+    path = ckpt.checkpoint_path(root, step)
+    path.mkdir(parents=True)
+    if complete:
+        (path / ckpt.COMPLETE_MARKER).write_text(str(step))
+    return path
+
+
+def test_retention_keeps_n_best_plus_latest(tmp_path):
+    accuracies = {10: 0.5, 20: 0.9, 30: 0.7, 40: 0.8, 50: 0.6}
+    entries = [ckpt.IndexEntry(s, {"val_accuracy": a}) for s, a in accuracies.items()]
+    for s in accuracies:
+        _fake_checkpoint(tmp_path, s)
+    _fake_checkpoint(tmp_path, 60, complete=False)  # a crashed save
+    deleted = ckpt.apply_retention(tmp_path, entries, keep_best=2, metric="val_accuracy", mode="max")
+    remaining = {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)}
+    assert remaining == {20, 40, 50}  # two best + latest complete
+    assert set(deleted) == {10, 30, 60}
+    assert {e.step for e in entries if e.kept} == {20, 40, 50}
+    index = ckpt.write_index(tmp_path, entries, metric="val_accuracy", mode="max", extra={})
+    assert index["best_step"] == 20 and index["latest_step"] == 50
+    assert len(json.loads((tmp_path / "index.json").read_text())["checkpoints"]) == 5
+
+
+def test_retention_min_mode(tmp_path):
+    entries = [ckpt.IndexEntry(s, {"val_loss": v}) for s, v in {1: 0.3, 2: 0.1, 3: 0.2}.items()]
+    for e in entries:
+        _fake_checkpoint(tmp_path, e.step)
+    ckpt.apply_retention(tmp_path, entries, keep_best=1, metric="val_loss", mode="min")
+    assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {2, 3}
+
+
+def test_crash_during_save_leaves_previous_checkpoint_usable(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    good = {k: v.clone() for k, v in model.state_dict().items()}
+    ckpt.save_checkpoint(tmp_path, 1, model=model, optimizer=opt, rank_state={"x": torch.ones(1)}, meta={"step": 1}, rank=0)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+
+    def crash():
+        raise KeyboardInterrupt("killed mid-save")
+
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(tmp_path, 2, model=model, optimizer=opt, rank_state={}, meta={"step": 2}, rank=0, before_marker=crash)
+    assert ckpt.checkpoint_path(tmp_path, 2).is_dir()  # shards were written ...
+    latest = ckpt.latest_complete(tmp_path)
+    assert latest == ckpt.checkpoint_path(tmp_path, 1)  # ... but only the complete one counts
+    fresh = nn.Linear(3, 2)
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    meta, rank_state = ckpt.load_checkpoint(latest, model=fresh, optimizer=fresh_opt, rank=0)
+    assert meta["step"] == 1 and torch.equal(rank_state["x"], torch.ones(1))
+    assert all(torch.equal(fresh.state_dict()[k], good[k]) for k in good)
+
+
+def test_weights_hash_covers_names_dtypes_and_bytes():
+    a = {"w": torch.zeros(2, 2), "b": torch.ones(2)}
+    assert ckpt.state_dict_sha256(a) == ckpt.state_dict_sha256({"b": torch.ones(2), "w": torch.zeros(2, 2)})
+    assert ckpt.state_dict_sha256(a) != ckpt.state_dict_sha256({"w": torch.zeros(4), "b": torch.ones(2)})
+    assert ckpt.state_dict_sha256(a) != ckpt.state_dict_sha256({"w": torch.zeros(2, 2, dtype=torch.float64), "b": torch.ones(2)})
+    assert ckpt.state_dict_sha256({"x": torch.zeros(2, dtype=torch.bfloat16)})
