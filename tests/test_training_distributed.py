@@ -16,12 +16,12 @@ import pytest
 from components.config import load_config
 from components.data.demo import write_demo_data
 from components.errors import TrainingError
+from components.tracking import ensure_experiment
 from components.training import checkpointing as ckpt
 from components.training.launch import train_model
 from components.training.launchers.base import WorkerLaunch
 from components.training.launchers.local import LocalLauncher
 from components.training.standalone import build_snapshot
-from components.tracking import ensure_experiment
 
 TINY = [
     "data.key=customer_id",
@@ -60,12 +60,21 @@ def reference(snapshot_dir, tmp_path_factory):
     uri = f"sqlite:///{root / 'mlflow.db'}"
     exp = ensure_experiment(uri, "ctpipe-test")
     run_id = mlflow.MlflowClient(uri).create_run(exp).info.run_id
-    result = train_model(snapshot_dir, str(root / "ckpt"), tiny_config(), tracking_uri=uri, mlflow_run_id=run_id, job_name="ref")
+    result = train_model(
+        snapshot_dir,
+        str(root / "ckpt"),
+        tiny_config(),
+        tracking_uri=uri,
+        mlflow_run_id=run_id,
+        job_name="ref",
+    )
     return result, root / "ckpt", uri, run_id
 
 
 def _train(snapshot_dir, ckpt_dir, *extra):
-    return train_model(snapshot_dir, str(ckpt_dir), tiny_config(*extra), tracking_uri=None, mlflow_run_id=None, job_name="t")
+    return train_model(
+        snapshot_dir, str(ckpt_dir), tiny_config(*extra), tracking_uri=None, mlflow_run_id=None, job_name="t"
+    )
 
 
 def test_uninterrupted_run_keeps_best_plus_latest_and_logs_to_mlflow(reference):
@@ -81,7 +90,9 @@ def test_uninterrupted_run_keeps_best_plus_latest_and_logs_to_mlflow(reference):
     assert run.data.params["train.effective_batch_size"] == "32"
     history = mlflow.MlflowClient(uri).get_metric_history(run_id, "val_accuracy")
     assert [m.step for m in history] == [2, 4, 6, 8]
-    assert {"lr", "grad_norm", "train_loss", "samples_per_second", "mfu", "clip_rate"} <= set(run.data.metrics)
+    assert {"lr", "grad_norm", "train_loss", "samples_per_second", "mfu", "clip_rate"} <= set(
+        run.data.metrics
+    )
     assert any(a.path == "training" for a in mlflow.MlflowClient(uri).list_artifacts(run_id))
 
 
@@ -135,7 +146,9 @@ def test_launcher_kills_survivors_and_reports_the_failing_rank_first():
         "    sys.exit('rank one broke: disk full')\n"
         "time.sleep(120)\n"
     )
-    launch = WorkerLaunch(job_name="t", world_size=2, command=[sys.executable, "-c", script], deadline_seconds=60)
+    launch = WorkerLaunch(
+        job_name="t", world_size=2, command=[sys.executable, "-c", script], deadline_seconds=60
+    )
     start = time.monotonic()
     with pytest.raises(TrainingError, match="rank 1 exited with code 1: rank one broke: disk full"):
         LocalLauncher(echo=False).run(launch)
@@ -143,7 +156,9 @@ def test_launcher_kills_survivors_and_reports_the_failing_rank_first():
 
 
 def test_launcher_enforces_the_deadline():
-    launch = WorkerLaunch(job_name="t", world_size=2, command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    launch = WorkerLaunch(
+        job_name="t", world_size=2, command=[sys.executable, "-c", "import time; time.sleep(60)"]
+    )
     launch.deadline_seconds = 1
     start = time.monotonic()
     with pytest.raises(TrainingError, match="deadline"):

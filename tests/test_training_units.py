@@ -44,7 +44,10 @@ def test_scheduler_steps_per_optimizer_step():
 def test_sampler_shards_are_disjoint_and_complete(n, world):
     streams = [BatchStream(n, batch_size=1, rank=r, world_size=world, seed=5) for r in range(world)]
     for epoch in range(2):
-        shards = [[int(streams[r].next_indices()) for _ in range(streams[r].batches_per_epoch)] for r in range(world)]
+        shards = [
+            [int(streams[r].next_indices()) for _ in range(streams[r].batches_per_epoch)]
+            for r in range(world)
+        ]
         flat = [i for shard in shards for i in shard]
         assert len(flat) == len(set(flat)), "ranks overlap"
         usable = (n // world) * world  # drop_last: every rank gets the same count
@@ -127,7 +130,9 @@ def test_crash_during_save_leaves_previous_checkpoint_usable(tmp_path):
     model(torch.randn(4, 3)).sum().backward()
     opt.step()
     good = {k: v.clone() for k, v in model.state_dict().items()}
-    ckpt.save_checkpoint(tmp_path, 1, model=model, optimizer=opt, rank_state={"x": torch.ones(1)}, meta={"step": 1}, rank=0)
+    ckpt.save_checkpoint(
+        tmp_path, 1, model=model, optimizer=opt, rank_state={"x": torch.ones(1)}, meta={"step": 1}, rank=0
+    )
     model(torch.randn(4, 3)).sum().backward()
     opt.step()
 
@@ -135,7 +140,16 @@ def test_crash_during_save_leaves_previous_checkpoint_usable(tmp_path):
         raise KeyboardInterrupt("killed mid-save")
 
     with pytest.raises(KeyboardInterrupt):
-        ckpt.save_checkpoint(tmp_path, 2, model=model, optimizer=opt, rank_state={}, meta={"step": 2}, rank=0, before_marker=crash)
+        ckpt.save_checkpoint(
+            tmp_path,
+            2,
+            model=model,
+            optimizer=opt,
+            rank_state={},
+            meta={"step": 2},
+            rank=0,
+            before_marker=crash,
+        )
     assert ckpt.checkpoint_path(tmp_path, 2).is_dir()  # shards were written ...
     latest = ckpt.latest_complete(tmp_path)
     assert latest == ckpt.checkpoint_path(tmp_path, 1)  # ... but only the complete one counts
@@ -150,5 +164,7 @@ def test_weights_hash_covers_names_dtypes_and_bytes():
     a = {"w": torch.zeros(2, 2), "b": torch.ones(2)}
     assert ckpt.state_dict_sha256(a) == ckpt.state_dict_sha256({"b": torch.ones(2), "w": torch.zeros(2, 2)})
     assert ckpt.state_dict_sha256(a) != ckpt.state_dict_sha256({"w": torch.zeros(4), "b": torch.ones(2)})
-    assert ckpt.state_dict_sha256(a) != ckpt.state_dict_sha256({"w": torch.zeros(2, 2, dtype=torch.float64), "b": torch.ones(2)})
+    assert ckpt.state_dict_sha256(a) != ckpt.state_dict_sha256(
+        {"w": torch.zeros(2, 2, dtype=torch.float64), "b": torch.ones(2)}
+    )
     assert ckpt.state_dict_sha256({"x": torch.zeros(2, dtype=torch.bfloat16)})

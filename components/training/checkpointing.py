@@ -14,6 +14,7 @@ next save removes it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -77,6 +78,14 @@ def read_meta(path: Path) -> dict[str, Any]:
     return json.loads((path / META_FILE).read_text())
 
 
+@contextlib.contextmanager
+def _single_process_ok():
+    """Without a process group DCP saves/loads in one process, which is what tools and tests intend."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
 def _barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
@@ -106,7 +115,8 @@ def save_checkpoint(
         shutil.rmtree(path)  # a stale partial save of the same step
     _barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
+    with _single_process_ok():
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
     tmp = path / f"rank{rank}.pt.tmp"
     torch.save(rank_state, tmp)
     os.replace(tmp, path / f"rank{rank}.pt")
@@ -129,7 +139,8 @@ def load_checkpoint(
 
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(path))
+    with _single_process_ok():
+        dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     rank_file = path / f"rank{rank}.pt"
     rank_state = torch.load(rank_file, map_location="cpu", weights_only=True) if rank_file.is_file() else None
@@ -141,10 +152,7 @@ def load_model_weights(path: Path, model: nn.Module) -> None:
     import torch.distributed.checkpoint as dcp
 
     state = {"model": model.state_dict()}
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="torch.distributed is disabled"
-        )  # single process is the intent
+    with _single_process_ok():
         dcp.load(state, checkpoint_id=str(path))
     model.load_state_dict(state["model"])
 

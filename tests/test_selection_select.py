@@ -1,0 +1,130 @@
+"""Checkpoint selection: the best (not the last) checkpoint, exported safely and re-scored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from components.config import load_config
+from components.data.demo import write_demo_data
+from components.data.snapshot import load_snapshot
+from components.errors import TrainingError
+from components.models.export import load_model_export
+from components.models.tabular import InputSpec, build_model
+from components.selection.select import select_and_export
+from components.training import checkpointing as ckpt
+from components.training.standalone import build_snapshot
+
+CONFIG = ["data.key=customer_id", "model.hidden=16", "model.depth=1", "model.embedding_dim=4"]
+
+
+@pytest.fixture(scope="module")
+def snapshot_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("select")
+    write_demo_data(root / "data", days=2, rows_per_day=150, seed=2)
+    build_snapshot(str(root / "data"), load_config(None, CONFIG), root / "snapshot")
+    return root / "snapshot"
+
+
+def _val_metrics(model, snapshot) -> dict[str, float]:
+    x_num, x_cat, y = (torch.tensor(a) for a in snapshot.tensors("val"))
+    with torch.no_grad():
+        logits = model.eval()(x_num, x_cat)
+    return {
+        "val_accuracy": float((logits.argmax(1) == y).double().mean()),
+        "val_loss": float(F.cross_entropy(logits, y)),
+    }
+
+
+def _fit(model, snapshot, steps: int) -> None:
+    x_num, x_cat, y = (torch.tensor(a) for a in snapshot.tensors("train"))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        opt.zero_grad()
+        F.cross_entropy(model(x_num, x_cat), y).backward()
+        opt.step()
+
+
+@pytest.fixture(scope="module")
+def candidates(snapshot_dir):
+    """Three models with increasingly good real val metrics: (worst, middle, best)."""
+    config = load_config(None, CONFIG)
+    snapshot = load_snapshot(snapshot_dir)
+    spec = InputSpec(len(snapshot.preprocessing.numeric), snapshot.preprocessing.cardinalities, 4)
+    candidates = []
+    for steps in (0, 5, 60):
+        torch.manual_seed(0)
+        model = build_model(config.model, spec)
+        _fit(model, snapshot, steps)
+        candidates.append((_val_metrics(model, snapshot), model))
+    candidates.sort(key=lambda c: c[0]["val_accuracy"])
+    worst, middle, best = candidates
+    assert best[0]["val_accuracy"] > middle[0]["val_accuracy"] > worst[0]["val_accuracy"]
+    return candidates, spec
+
+
+@pytest.fixture()
+def checkpoints(candidates, tmp_path):
+    """Real checkpoints (single-process DCP) at steps 10, 20, 30 with the best in the middle."""
+    config = load_config(None, CONFIG)
+    (worst, middle, best), spec = candidates
+    entries = []
+    for step, (metrics, model) in zip((10, 20, 30), (middle, best, worst), strict=True):
+        opt = torch.optim.AdamW(model.parameters())
+        ckpt.save_checkpoint(
+            tmp_path, step, model=model, optimizer=opt, rank_state={}, meta={"step": step}, rank=0
+        )
+        entries.append(ckpt.IndexEntry(step, metrics))
+    extra = {
+        "model_config": vars(config.model),
+        "input_spec": vars(spec),
+        "dtype": "float32",
+        "world_size": 1,
+    }
+    ckpt.write_index(tmp_path, entries, metric="val_accuracy", mode="max", extra=extra)
+    return tmp_path, best
+
+
+def test_selects_the_best_not_the_last_and_export_reproduces_it(checkpoints, snapshot_dir, tmp_path_factory):
+    ckpt_dir, (best_metrics, best_model) = checkpoints
+    out = tmp_path_factory.mktemp("export") / "model.pt"
+    selected = select_and_export(str(ckpt_dir), str(snapshot_dir), load_config(None, CONFIG), str(out))
+    assert selected.step == 20 and selected.metric_name == "val_accuracy"
+    assert selected.metric_value == best_metrics["val_accuracy"]
+    payload = torch.load(out, weights_only=True)  # no pickled code in the export
+    assert payload["metadata"]["step"] == 20
+    assert payload["metadata"]["data_fingerprint"] == load_snapshot(snapshot_dir).fingerprint
+    exported = load_model_export(out)
+    for name, tensor in best_model.state_dict().items():
+        assert torch.equal(exported.model.state_dict()[name], tensor)
+    rescored = exported.metadata["export_val_metrics"]
+    assert rescored["val_accuracy"] == pytest.approx(best_metrics["val_accuracy"], abs=1e-9)
+    assert rescored["val_loss"] == pytest.approx(best_metrics["val_loss"], rel=1e-5)
+
+
+def test_min_mode_and_other_metric(checkpoints, snapshot_dir, tmp_path):
+    ckpt_dir, _ = checkpoints
+    index = json.loads((ckpt_dir / "index.json").read_text())
+    lowest = min(index["checkpoints"], key=lambda e: e["metrics"]["val_loss"])["step"]
+    config = load_config(None, CONFIG + ["select.metric=val_loss", "select.mode=min"])
+    assert select_and_export(str(ckpt_dir), str(snapshot_dir), config, str(tmp_path / "m.pt")).step == lowest
+
+
+def test_unknown_metric_and_incomplete_checkpoints_are_refused(checkpoints, snapshot_dir, tmp_path):
+    ckpt_dir, _ = checkpoints
+    with pytest.raises(TrainingError, match="val_f1"):
+        select_and_export(
+            str(ckpt_dir),
+            str(snapshot_dir),
+            load_config(None, CONFIG + ["select.metric=val_f1"]),
+            str(tmp_path / "m.pt"),
+        )
+    (ckpt.checkpoint_path(ckpt_dir, 20) / ckpt.COMPLETE_MARKER).unlink()  # as if its save had crashed
+    selected = select_and_export(
+        str(ckpt_dir), str(snapshot_dir), load_config(None, CONFIG), str(tmp_path / "m.pt")
+    )
+    assert selected.step != 20
