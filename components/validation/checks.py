@@ -94,33 +94,54 @@ def check_empty_partitions(partitions: pd.DataFrame) -> list[Finding]:
         examples=[{"partition": p, "rows": 0} for p in empty[:EXAMPLES]])]
 
 
+def check_label_classes(labels: pd.Series) -> list[Finding]:
+    """A classifier needs at least two label classes in the data."""
+    counts = labels.dropna().astype(str).value_counts()
+    ok = len(counts) >= 2
+    top = f"'{counts.index[0]}'" if len(counts) else "(none)"
+    return [Finding(
+        check="label_classes", passed=ok, severity=ERROR, column=str(labels.name), source="structure",
+        message=(f"label column '{labels.name}' has {len(counts)} classes" if ok else
+                 f"every labelled row has the same label {top} in column '{labels.name}': a classifier needs at least "
+                 "two classes. Check the export of the label (a join or a filter may have dropped the other classes)"),
+        observed=f"{len(counts)} classes", expected=">= 2 classes")]
+
+
 # --- beyond the suite ----------------------------------------------------------------------------
 
 
-def _bin_feature(train: pd.Series, other: pd.Series, numeric: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of a feature for train and other rows: quantile bins for numbers, values for categories."""
-    if numeric:
-        tv = pd.to_numeric(train, errors="coerce").astype("float64").to_numpy()
-        ov = pd.to_numeric(other, errors="coerce").astype("float64").to_numpy()
-        finite = tv[np.isfinite(tv)]
-        edges = np.unique(np.quantile(finite, np.linspace(0, 1, LEAKAGE_BINS + 1))[1:-1]) if len(finite) else np.array([])
-        t_codes = np.where(np.isfinite(tv), np.searchsorted(edges, tv, side="right"), -1)
-        o_codes = np.where(np.isfinite(ov), np.searchsorted(edges, ov, side="right"), -1)
-        return t_codes, o_codes
-    t = train.astype(str).where(train.notna(), "<null>")
-    o = other.astype(str).where(other.notna(), "<null>")
-    cats = pd.Index(pd.unique(t))
-    return cats.get_indexer(t), cats.get_indexer(o)  # -1 for values unseen in train
+def _nearest_neighbour_predictions(train: pd.Series, y_train: np.ndarray, other: pd.Series, fallback: str) -> np.ndarray:
+    """Label of the nearest train value (1-NN on one feature); missing values get the majority label."""
+    tv = pd.to_numeric(train, errors="coerce").astype("float64").to_numpy()
+    ov = pd.to_numeric(other, errors="coerce").astype("float64").to_numpy()
+    keep = np.isfinite(tv)
+    tv, ty = tv[keep], y_train[keep]
+    if len(tv) == 0:
+        return np.full(len(ov), fallback, dtype=object)
+    order = np.argsort(tv, kind="stable")
+    sv, sy = tv[order], ty[order]
+    pos = np.searchsorted(sv, np.nan_to_num(ov))
+    left, right = np.clip(pos - 1, 0, len(sv) - 1), np.clip(pos, 0, len(sv) - 1)
+    nearest = np.where(np.abs(ov - sv[left]) <= np.abs(sv[right] - ov), left, right)
+    return np.where(np.isfinite(ov), sy[nearest], fallback)
 
 
 def single_feature_accuracy(train: pd.DataFrame, other: pd.DataFrame, col: str, label: str, numeric: bool) -> float:
-    """Held-out accuracy of predicting the label from ``col`` alone (majority label per value or bin)."""
-    t_codes, o_codes = _bin_feature(train[col], other[col], numeric)
+    """Held-out accuracy of predicting the label from ``col`` alone.
+
+    Few distinct values (categories, small counts): the majority train label per value. Many distinct
+    numbers: the label of the nearest train value (1-NN), which a leaked copy of the label makes exact
+    and which binning would blur at bin edges.
+    """
     y_train = train[label].astype(str).to_numpy()
-    table = pd.crosstab(t_codes, y_train)
-    best = table.idxmax(axis=1)
     fallback = pd.Series(y_train).value_counts().idxmax()
-    predicted = pd.Series(o_codes).map(best).fillna(fallback).to_numpy()
+    if numeric and train[col].nunique(dropna=True) > LEAKAGE_BINS:
+        predicted = _nearest_neighbour_predictions(train[col], y_train, other[col], fallback)
+    else:
+        t = train[col].astype(str).where(train[col].notna(), "<null>")
+        o = other[col].astype(str).where(other[col].notna(), "<null>")
+        best = pd.crosstab(t.to_numpy(), y_train).idxmax(axis=1)
+        predicted = o.map(best).fillna(fallback).to_numpy()
     return float((predicted == other[label].astype(str).to_numpy()).mean())
 
 
@@ -159,6 +180,24 @@ def check_constant_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]
     if not findings:
         findings.append(Finding(check="constant_column", passed=True, severity=WARNING,
                                 message="no constant feature column", observed="0 constant", expected="0 constant"))
+    return findings
+
+
+def check_id_like_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
+    """Integer or text features unique on (almost) every row look like identifiers, not signal."""
+    findings = []
+    n = len(train)
+    for col in schema.features:
+        series = train[col]
+        if n < 50 or pd.api.types.is_float_dtype(series):
+            continue
+        unique_share = series.nunique(dropna=True) / n
+        if unique_share >= 0.95:
+            findings.append(Finding(
+                check="id_like_column", passed=False, severity=WARNING, column=col,
+                message=(f"feature '{col}' has a distinct value on {unique_share:.0%} of train rows, like an identifier; "
+                         "if it is the key, set data.key to it so it is not used as a feature"),
+                observed=f"{unique_share:.2%} distinct", expected="< 95% distinct"))
     return findings
 
 

@@ -120,6 +120,8 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
             message=f"{n} row(s) have no label in column '{config.data.label}'; drop or label them",
             observed=f"{n} nulls", expected="no nulls",
             examples=checks._examples(data, data[config.data.label].isna(), list(data.columns)[:8])))
+    if config.data.label in data.columns:
+        found += checks.check_label_classes(data[config.data.label])
     return found
 
 
@@ -156,6 +158,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     v = config.validation
     summary.findings += checks.check_label_leakage(data, schema, v.leakage_threshold)
     summary.findings += checks.check_constant_columns(train, schema)
+    summary.findings += checks.check_id_like_columns(train, schema)
     summary.findings += checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
     summary.findings += _skew_findings(data, schema, ref, partitions)
     timer.lap("checks_beyond_suite")
