@@ -103,13 +103,42 @@ def read_token(token_file: str | None = None) -> str | None:
     return os.environ.get("KFP_TOKEN") or None
 
 
+def _preflight(host: str, token: str | None, cookies: str | None) -> None:
+    """One healthz request, so bad credentials or a wrong host fail at once (kfp.Client retries 5 x 5 s)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{host.rstrip('/')}/apis/v2beta1/healthz")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    if cookies:
+        request.add_header("Cookie", cookies)
+    try:
+        with urllib.request.urlopen(request, timeout=15):
+            return
+    except urllib.error.HTTPError as err:
+        if err.code in (401, 403):
+            raise UserError(
+                f"the KFP API at {host} refused the credentials (HTTP {err.code}). Put a valid bearer token in "
+                "$KFP_TOKEN or a file given to --token-file (or session cookies in $KFP_COOKIES)."
+            ) from None
+        # Other statuses (a proxy without healthz, say) are left to the client to judge.
+    except (urllib.error.URLError, OSError) as err:
+        raise UserError(
+            f"cannot reach the KFP API at {host}: {getattr(err, 'reason', err)}. Check --host (e.g. "
+            "http://localhost:8888 after 'kubectl port-forward svc/ml-pipeline 8888') and the network."
+        ) from None
+
+
 def connect(host: str, *, namespace: str | None = None, token_file: str | None = None):
     """A ``kfp.Client`` for ``host`` with the token or cookies from the environment (contacts the server)."""
-    import kfp
-
     if not re.match(r"^https?://", host):
         raise UserError(f"--host '{host}' must be an http:// or https:// URL of the KFP API, e.g. http://localhost:8888")
-    kwargs: dict[str, Any] = {"host": host, "existing_token": read_token(token_file), "cookies": os.environ.get("KFP_COOKIES")}
+    token, cookies = read_token(token_file), os.environ.get("KFP_COOKIES") or None
+    _preflight(host, token, cookies)
+    import kfp
+
+    kwargs: dict[str, Any] = {"host": host, "existing_token": token, "cookies": cookies}
     if namespace:
         kwargs["namespace"] = namespace
     try:

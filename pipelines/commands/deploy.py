@@ -44,7 +44,7 @@ def api_errors(action: str):
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("deploy", help="compile and upload the pipeline to KFP (new version per commit), optionally scheduled")
+    parser = subparsers.add_parser("deploy", allow_abbrev=False, help="compile and upload the pipeline to KFP (new version per commit), optionally scheduled")
     add_kfp_args(parser, host_required=True)
     parser.add_argument("--version", metavar="NAME", help="pipeline version name (default: the git commit, -dirty-<hash> if changed)")
     parser.add_argument("--schedule", metavar="CRON", help="6-field cron of the recurring run, e.g. '0 0 3 * * *' (daily 03:00)")

@@ -18,7 +18,7 @@ from pipelines.commands.deploy import add_kfp_args, api_errors
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("submit", help="start one pipeline run, locally or on KFP (--host), with a trigger reason")
+    parser = subparsers.add_parser("submit", allow_abbrev=False, help="start one pipeline run, locally or on KFP (--host), with a trigger reason")
     add_kfp_args(parser, host_required=False)
     parser.add_argument("--data", metavar="URI", help="data root (local default: demo data in the home; KFP default: the pipeline's)")
     parser.add_argument("--home", metavar="DIR", help="ctpipe home for a local run (default $CTPIPE_HOME or ./.ctpipe)")

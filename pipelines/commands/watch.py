@@ -15,7 +15,7 @@ from pipelines.commands.deploy import add_kfp_args
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("watch", help="start a run when new data lands or the data drifts (once per data version)")
+    parser = subparsers.add_parser("watch", allow_abbrev=False, help="start a run when new data lands or the data drifts (once per data version)")
     parser.add_argument("--data", required=True, metavar="URI", help="data root to watch (local path or fsspec URL)")
     parser.add_argument("--home", metavar="DIR", help="ctpipe home with the champion and the watcher's ledger (default $CTPIPE_HOME or ./.ctpipe)")
     parser.add_argument("--once", action="store_true", help="check once and exit (what the CronJob runs)")
