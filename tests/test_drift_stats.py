@@ -1,0 +1,107 @@
+"""Drift statistics (PSI, KS, chi-square as Cramer's V), thresholds and the self-contained report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.config import ConfigError, WatchConfig, load_config
+from components.data.demo import generate_day
+from components.data.reference_stats import compute_reference_stats
+from components.data.snapshot import infer_schema
+from pipelines.triggers.drift import compute_drift, psi, threshold_for
+from pipelines.triggers.report import render_html, write_drift_report
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    frame = pd.concat([generate_day(d, 1000, 0, False, d * 1000) for d in range(5)], ignore_index=True)
+    schema = infer_schema(frame, label="label", key="customer_id", features=[], categorical=[])
+    return compute_reference_stats(frame, schema)
+
+
+def test_psi_is_zero_for_equal_distributions_and_grows_with_the_shift():
+    even = np.full(10, 0.1)
+    assert psi(even, even) == pytest.approx(0.0)
+    small = psi(even, np.r_[0.12, 0.08, np.full(8, 0.1)])
+    large = psi(even, np.r_[0.5, 0.05, np.full(8, 0.45 / 8)])
+    assert 0 < small < 0.01 < 0.2 < large
+    assert np.isfinite(psi(even, np.r_[1.0, np.zeros(9)]))  # empty bins do not blow up
+
+
+def test_same_distribution_is_not_drift_and_shifted_is(reference):
+    watch = WatchConfig()
+    calm = compute_drift(generate_day(10, 1000, 0, False, 0), reference, watch)
+    assert not calm.drifted and calm.drifted_columns == []
+    shifted = compute_drift(generate_day(10, 1000, 0, True, 0), reference, watch)
+    assert shifted.drifted
+    assert set(shifted.drifted_columns) == {
+        "tenure_months", "monthly_spend", "sessions_last_30d", "support_tickets", "satisfaction", "region", "device",
+    }
+    tenure = shifted.columns["tenure_months"]
+    assert tenure.kind == "numeric" and set(tenure.tests) == {"psi", "ks"}
+    assert tenure.tests["ks"]["p_value"] < 1e-6 and tenure.value > tenure.threshold
+    region = shifted.columns["region"]
+    assert region.kind == "categorical" and set(region.tests) == {"psi", "cramers_v"}
+    assert region.tests["cramers_v"]["p_value"] < 1e-6
+
+
+def test_per_column_thresholds_override_the_defaults_and_zero_disables(reference):
+    config = load_config(None, [
+        "watch.column_thresholds.region.psi=0", "watch.column_thresholds.region.cramers_v=0",
+        "watch.column_thresholds.tenure_months.ks=0.9", "watch.column_thresholds.tenure_months.psi=5",
+    ])
+    assert threshold_for(config.watch, "region", "psi") == 0 and threshold_for(config.watch, "plan", "psi") == 0.2
+    report = compute_drift(generate_day(10, 1000, 0, True, 0), reference, config.watch)
+    assert "region" not in report.drifted_columns and "tenure_months" not in report.drifted_columns
+    assert report.columns["tenure_months"].threshold in (0.9, 5.0)
+    assert "device" in report.drifted_columns
+
+
+def test_min_drifted_columns_and_missing_columns(reference):
+    frame = generate_day(10, 1000, 0, False, 0).drop(columns=["plan"])
+    report = compute_drift(frame, reference, WatchConfig(min_drifted_columns=2))
+    assert report.drifted_columns == ["plan"] and report.columns["plan"].statistic == "missing"
+    assert not report.drifted  # one drifted column, two needed
+
+
+def test_unseen_categories_and_nulls_are_handled(reference):
+    frame = generate_day(10, 1000, 0, False, 0)
+    frame["device"] = np.where(np.arange(len(frame)) % 3 == 0, "smart-tv", frame["device"])
+    frame.loc[frame.index[:100], "monthly_spend"] = np.nan
+    report = compute_drift(frame, reference, WatchConfig())
+    device = report.columns["device"]
+    assert device.drifted and device.bins[-1] == "<unseen>" and device.current_fractions[-1] == pytest.approx(334 / 1000)
+    assert report.columns["monthly_spend"].null_fraction == pytest.approx(0.1)
+
+
+def test_reference_without_sample_falls_back_to_quantiles(reference):
+    ref = json.loads(json.dumps(reference))
+    for col in ref["numeric"].values():
+        col["sample"] = []
+    report = compute_drift(generate_day(10, 1000, 0, True, 0), ref, WatchConfig())
+    assert report.columns["satisfaction"].drifted and report.columns["satisfaction"].tests["ks"]["p_value"] is None
+
+
+def test_report_json_and_html_are_self_contained(reference, tmp_path):
+    report = compute_drift(generate_day(10, 1000, 0, True, 0), reference, WatchConfig(), window=["date=2026-01-11"])
+    json_path, html_path = write_drift_report(report, tmp_path / "drift.json", tmp_path / "drift.html")
+    data = json.loads(json_path.read_text())
+    assert data["drifted"] and data["window"] == ["date=2026-01-11"]
+    assert set(data["columns"]["region"]) >= {"statistic", "value", "threshold", "drifted", "tests", "bins"}
+    page = html_path.read_text()
+    assert page.count("<svg") == len(report.columns) and "<script" not in page and "src=" not in page
+    assert "Drift: 7 column(s)" in page
+    assert "No drift" in render_html(compute_drift(generate_day(10, 1000, 0, False, 0), reference, WatchConfig()))
+
+
+def test_watch_config_is_validated():
+    with pytest.raises(ConfigError, match="watch.window_partitions"):
+        load_config(None, ["watch.window_partitions=0"])
+    with pytest.raises(ConfigError, match="watch.column_thresholds.region"):
+        load_config(None, ["watch.column_thresholds.region.chi=0.1"])
+    with pytest.raises(ConfigError, match="watch.psi_threshold"):
+        load_config(None, ["watch.psi_threshold=-1"])
