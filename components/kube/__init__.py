@@ -1,0 +1,1 @@
+"""Kubernetes pieces of ctpipe: CRD lookup, strict schema validation, job names and job building."""

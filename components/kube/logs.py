@@ -1,0 +1,135 @@
+"""Stream a job pod's log into the component's log, and fetch the last lines of a failed pod."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from components.kube.retry import is_transient
+
+
+def master_selector(job_name: str) -> str:
+    """Label selector of the job's Master pod (training-operator v1.9 labels, lower-case replica type)."""
+    return f"training.kubeflow.org/job-name={job_name},training.kubeflow.org/replica-type=master"
+
+
+def job_selector(job_name: str) -> str:
+    """Label selector of every pod of the job."""
+    return f"training.kubeflow.org/job-name={job_name}"
+
+
+def _split_timestamp(line: str) -> tuple[str, str]:
+    # With timestamps=true each line starts with an RFC3339Nano time and a space.
+    stamp, _, text = line.partition(" ")
+    return (stamp, text) if stamp[:1].isdigit() and "T" in stamp else ("", line)
+
+
+class LogFollower(threading.Thread):
+    """Follows the Master pod's container log in a thread, reconnecting without repeating lines."""
+
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        namespace: str,
+        job_name: str,
+        *,
+        emit: Callable[[str], None],
+        container: str = "pytorch",
+        poll_seconds: float = 1.0,
+    ) -> None:
+        super().__init__(name=f"logs-{job_name}", daemon=True)
+        self.core, self.namespace, self.job_name = core, namespace, job_name
+        self.emit, self.container, self.poll_seconds = emit, container, poll_seconds
+        self.last_stamp = ""
+        self.lines = 0
+        self._job_done = threading.Event()
+        self._halt = threading.Event()
+
+    def finish(self, timeout: float = 10.0) -> None:
+        """The job has ended: drain what the pod still has to say, then stop."""
+        self._job_done.set()
+        self.join(timeout)
+        self._halt.set()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def _master_pod(self) -> tuple[str, str] | None:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=master_selector(self.job_name)).items
+        ready = [p for p in pods if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
+        return (ready[0].metadata.name, ready[0].status.phase) if ready else None
+
+    def _stream(self, pod: str, *, follow: bool) -> None:
+        resp = self.core.read_namespaced_pod_log(
+            pod, self.namespace, container=self.container, follow=follow, timestamps=True, _preload_content=False
+        )
+        try:
+            buffer = b""
+            for chunk in resp.stream(4096):
+                buffer += chunk
+                *complete, buffer = buffer.split(b"\n")
+                for raw in complete:
+                    self._emit_line(raw.decode(errors="replace"))
+                if self._halt.is_set():
+                    return
+            if buffer:
+                self._emit_line(buffer.decode(errors="replace"))
+        finally:
+            resp.release_conn()
+
+    def _emit_line(self, line: str) -> None:
+        stamp, text = _split_timestamp(line)
+        if stamp and stamp <= self.last_stamp:
+            return  # already shown before a reconnect
+        self.last_stamp = stamp or self.last_stamp
+        self.lines += 1
+        self.emit(f"[{self.job_name} master] {text}")
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            # Once the job has ended, make one last pass so lines after a dropped stream still show.
+            final = self._job_done.is_set()
+            try:
+                pod = self._master_pod()
+                if pod:
+                    # A terminated pod says no more: read its whole log once (a restarted container
+                    # keeps the pod Running, so that case is still followed).
+                    terminated = pod[1] in ("Succeeded", "Failed")
+                    self._stream(pod[0], follow=not terminated)
+                    if terminated:
+                        return
+            except Exception as err:  # noqa: BLE001 - logs are best effort; the job's status decides
+                if not is_transient(err) and not isinstance(err, client.exceptions.ApiException):
+                    self.emit(f"[{self.job_name}] log streaming stopped: {err}")
+                    return
+            if final:
+                return
+            self._job_done.wait(self.poll_seconds)
+
+
+def _terminated_nonzero(status: Any) -> bool:
+    for cs in (status.container_statuses or []) if status else []:
+        for state in (cs.state, cs.last_state):
+            term = state.terminated if state else None
+            if term and term.exit_code:
+                return True
+    return False
+
+
+def failing_pod_tail(core: client.CoreV1Api, namespace: str, job_name: str, *, lines: int = 30) -> tuple[str, str] | None:
+    """(pod name, its last ``lines`` log lines) of the job's failed pod, Master first; None if none."""
+    pods = core.list_namespaced_pod(namespace, label_selector=job_selector(job_name)).items
+    failed = [p for p in pods if (p.status and p.status.phase == "Failed") or _terminated_nonzero(p.status)]
+    failed.sort(key=lambda p: (p.metadata.labels or {}).get("training.kubeflow.org/replica-type") != "master")
+    for pod in failed:
+        try:
+            text = core.read_namespaced_pod_log(
+                pod.metadata.name, namespace, container="pytorch", tail_lines=lines, _preload_content=False
+            ).data.decode(errors="replace")
+        except client.exceptions.ApiException as err:
+            text = f"(log unavailable: {err.status} {err.reason})"
+        return pod.metadata.name, text.rstrip("\n")
+    return None

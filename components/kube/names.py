@@ -1,0 +1,35 @@
+"""Deterministic DNS-1035 names for the Kubernetes objects a pipeline run creates."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAME = 63
+# Pods are named "<job>-worker-<index>" by the operator: keep room for that suffix within 63.
+MAX_JOB_NAME = 48
+
+
+def is_dns1035_label(name: str) -> bool:
+    """True when ``name`` is a DNS-1035 label (what the PyTorchJob webhook demands of job names)."""
+    return len(name) <= MAX_NAME and bool(DNS1035.match(name))
+
+
+def job_name_for(pipeline_run_id: str, task: str = "train", *, prefix: str = "ctpipe") -> str:
+    """The job name of ``task`` in a pipeline run: the same inputs always give the same name.
+
+    A retried task therefore finds (and re-attaches to) the job its first attempt created.
+    """
+    return to_dns1035(f"{prefix}-{task}-{pipeline_run_id}")
+
+
+def to_dns1035(text: str, *, max_length: int = MAX_JOB_NAME) -> str:
+    """Map any text to a DNS-1035 label; valid short names are kept, others get a stable hash suffix."""
+    if is_dns1035_label(text) and len(text) <= max_length:
+        return text
+    digest = hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    slug = re.sub(r"^[^a-z]+", "", slug)  # must start with a letter
+    head = slug[: max_length - len(digest) - 1].rstrip("-")
+    return f"{head}-{digest}" if head else f"j{digest}"

@@ -1,0 +1,185 @@
+"""Build a Kubeflow PyTorchJob (kubeflow.org/v1) from the config and validate it before submission."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from components.config import KubernetesConfig
+from components.errors import ConfigError
+from components.kube.crds import PYTORCHJOB_CRD, crd_schema
+from components.kube.names import is_dns1035_label, to_dns1035
+from components.kube.schema import validate_strict
+from components.training.launchers.base import WorkerLaunch
+
+GROUP = "kubeflow.org"
+VERSION = "v1"
+PLURAL = "pytorchjobs"
+KIND = "PyTorchJob"
+CONTAINER = "pytorch"  # the operator injects MASTER_ADDR/PORT, WORLD_SIZE, RANK into this container
+REPLICA_TYPES = ("Master", "Worker")
+SHARED_VOLUME = "ctpipe-shared"
+# The operator's pod labels (training-operator v1.9) used to find a job's pods.
+LABEL_JOB_NAME = "training.kubeflow.org/job-name"
+LABEL_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+# Non-root uid/gid of the ctpipe images (containers/*.Dockerfile).
+IMAGE_UID = 10001
+
+
+class JobValidationError(ConfigError):
+    """The generated job would be rejected by the API server or the operator's webhook."""
+
+
+def _container_command(command: list[str]) -> list[str]:
+    # The step's own interpreter path (e.g. /opt/venv/bin/python) need not exist in the trainer image;
+    # both images put their venv first on PATH, so "python" is the portable spelling.
+    if command and os.path.basename(command[0]).startswith("python"):
+        return ["python", *command[1:]]
+    return list(command)
+
+
+def _env(kube: KubernetesConfig, launch: WorkerLaunch) -> list[dict[str, Any]]:
+    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    env += [{"name": k, "value": str(v)} for k, v in sorted(launch.env.items()) if k != "PYTHONUNBUFFERED"]
+    for secret, keys in sorted(kube.env_from_secrets.items()):
+        # Only the secret's name and key go into the job; the kubelet resolves the value in the pod.
+        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in keys]
+    return env
+
+
+def _resources(kube: KubernetesConfig) -> dict[str, Any]:
+    limits: dict[str, Any] = {"cpu": kube.worker_cpu, "memory": kube.worker_memory}
+    if kube.worker_gpus:
+        limits["nvidia.com/gpu"] = kube.worker_gpus
+    return {"requests": {"cpu": kube.worker_cpu, "memory": kube.worker_memory}, "limits": limits}
+
+
+def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch, name: str) -> dict[str, Any]:
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [
+        # NCCL and DataLoader workers need more shared memory than the runtime's 64 MiB default.
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if kube.shared_pvc:
+        mounts.append({"name": SHARED_VOLUME, "mountPath": kube.shared_mount_path})
+        volumes.append({"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": kube.shared_pvc}})
+    container = {
+        "name": CONTAINER,
+        "image": kube.trainer_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": _container_command(launch.command),
+        "env": _env(kube, launch),
+        "resources": _resources(kube),
+        "volumeMounts": mounts,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        # Workers never call the Kubernetes API.
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": IMAGE_UID,
+            "runAsGroup": IMAGE_UID,
+            "fsGroup": IMAGE_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if kube.node_selector:
+        spec["nodeSelector"] = dict(sorted(kube.node_selector.items()))
+    if kube.tolerations:
+        spec["tolerations"] = [dict(t) for t in kube.tolerations]
+    return {
+        "metadata": {
+            "labels": {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"},
+            # An Istio sidecar keeps a finished pod Running and can block the rendezvous port.
+            "annotations": {"sidecar.istio.io/inject": "false"},
+        },
+        "spec": spec,
+    }
+
+
+def build_pytorchjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
+    """The PyTorchJob for ``launch``: Master 1 + Workers world_size-1, runPolicy from config and launch."""
+    name = to_dns1035(launch.job_name)
+    template = _pod_template(kube, launch, name)
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
+    if launch.world_size > 1:
+        replicas["Worker"] = {"replicas": launch.world_size - 1, "restartPolicy": "OnFailure", "template": template}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": kube.namespace,
+            "labels": {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"},
+            "annotations": {"ctpipe.io/launch-name": launch.job_name},
+        },
+        "spec": {
+            "pytorchReplicaSpecs": replicas,
+            "runPolicy": {
+                "backoffLimit": kube.backoff_limit,
+                "activeDeadlineSeconds": launch.deadline_seconds,
+                "ttlSecondsAfterFinished": kube.ttl_seconds_after_finished,
+                "cleanPodPolicy": kube.clean_pod_policy,
+            },
+        },
+    }
+
+
+def webhook_violations(job: dict[str, Any]) -> list[str]:
+    """The training-operator v1.9 admission rules the CRD schema does not express (PROVENANCE.md)."""
+    problems: list[str] = []
+    name = (job.get("metadata") or {}).get("name", "")
+    if not isinstance(name, str) or not is_dns1035_label(name):
+        problems.append(
+            f"metadata.name: {name!r} is not a DNS-1035 label (lower-case letters, digits and '-', "
+            "starting with a letter, ending with a letter or digit, at most 63 characters)"
+        )
+    spec = job.get("spec") or {}
+    replica_specs = spec.get("pytorchReplicaSpecs") or {}
+    if not isinstance(replica_specs, dict) or not replica_specs:
+        return problems + ["spec.pytorchReplicaSpecs: must define Master and/or Worker replicas"]
+    for rtype, rspec in replica_specs.items():
+        where = f"spec.pytorchReplicaSpecs.{rtype}"
+        if rtype not in REPLICA_TYPES:
+            problems.append(f"{where}: replica type {rtype!r} is not allowed; only Master and Worker")
+        if not isinstance(rspec, dict):
+            continue
+        if rtype == "Master" and rspec.get("replicas", 1) != 1:
+            problems.append(f"{where}.replicas: Master must have exactly 1 replica, got {rspec.get('replicas')!r}")
+        containers = ((rspec.get("template") or {}).get("spec") or {}).get("containers") or []
+        if not containers:
+            problems.append(f"{where}.template.spec.containers: at least one container is required")
+        for index, container in enumerate(containers):
+            if not isinstance(container, dict) or not container.get("image"):
+                problems.append(f"{where}.template.spec.containers[{index}].image: every container needs an image")
+        if containers and not any(isinstance(c, dict) and c.get("name") == CONTAINER for c in containers):
+            problems.append(f"{where}.template.spec.containers: one container must be named {CONTAINER!r}")
+    if spec.get("elasticPolicy") is not None and "Worker" not in replica_specs:
+        problems.append("spec.elasticPolicy: needs a Worker replica spec")
+    return problems
+
+
+def validate_pytorchjob(job: dict[str, Any]) -> None:
+    """Refuse a job that strict CRD validation or the operator's webhook would reject; list every problem."""
+    problems = validate_strict(job, crd_schema(PYTORCHJOB_CRD, VERSION))
+    problems += webhook_violations(job)
+    if job.get("apiVersion") != f"{GROUP}/{VERSION}" or job.get("kind") != KIND:
+        problems.append(f"apiVersion/kind: expected {GROUP}/{VERSION} {KIND}")
+    # ctpipe's own rule: logs are streamed from the Master pod, and rank 0 runs there.
+    if "Master" not in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}):
+        problems.append("spec.pytorchReplicaSpecs.Master: ctpipe needs a Master replica (rank 0)")
+    if problems:
+        raise JobValidationError(
+            f"the PyTorchJob {((job.get('metadata') or {}).get('name'))!r} is invalid and was not submitted: "
+            + "; ".join(problems)
+            + ". Fix the kubernetes.* / train.* config values that produce these fields."
+        )

@@ -1,0 +1,317 @@
+"""Launch the worker as a Kubeflow PyTorchJob and follow it to the end, truthfully.
+
+Unlike the old KFP pytorch-launcher: the job name is deterministic (a retried step re-attaches),
+runPolicy fields sit under ``spec.runPolicy`` and the job is validated strictly before submission,
+``Failed`` fails the step with the job's reason and the failing pod's last log lines, the wait follows
+the configured deadline, the job is deleted on timeout and on SIGTERM, the Master pod's log is
+streamed into the step's log, and transient API errors are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from components.config import Config
+from components.errors import TrainingError
+from components.kube.logs import LogFollower, failing_pod_tail
+from components.kube.names import to_dns1035
+from components.kube.pytorchjob import GROUP, PLURAL, VERSION, build_pytorchjob, validate_pytorchjob
+from components.kube.retry import is_transient, retry_call
+from components.kube.staging import Staging, plan_staging, stage_in, stage_out
+from components.training.launchers.base import WorkerLaunch
+
+
+class _Cancelled(BaseException):
+    """SIGTERM arrived (KFP cancels a step by terminating its pod); BaseException so no client swallows it."""
+
+
+class _DeadlineExceeded(Exception):
+    """The launcher's own wait ran past the job's deadline plus grace."""
+
+
+def job_phase(job: dict[str, Any]) -> str:
+    """Succeeded / Failed when a terminal condition is true, else the latest true condition, else Pending."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    true = [c for c in conditions if c.get("status") == "True"]
+    for terminal in ("Failed", "Succeeded"):
+        if any(c.get("type") == terminal for c in true):
+            return terminal
+    return true[-1].get("type", "Pending") if true else "Pending"
+
+
+def failure_reason(job: dict[str, Any]) -> str:
+    """The Failed condition's reason and message, as the operator wrote them."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            return f"{cond.get('reason') or 'Failed'}: {cond.get('message') or 'no message'}"
+    return "Failed: no reason recorded"
+
+
+def _created_at(job: dict[str, Any]) -> float | None:
+    stamp = (job.get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(UTC).timestamp()
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def _sigterm_cancels() -> Iterator[None]:
+    """While running, SIGTERM raises _Cancelled in the main thread so the job gets deleted."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Cancelled()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def default_api_client() -> client.ApiClient:
+    """In-cluster credentials (the step's service account), else the local kubeconfig."""
+    from kubernetes import config as kube_config
+
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        kube_config.load_kube_config()
+    return client.ApiClient()
+
+
+class PyTorchJobLauncher:
+    """``Launcher`` backend ``pytorchjob``: one PyTorchJob per launch, created or re-attached, followed to the end."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        api_client: client.ApiClient | None = None,
+        emit: Callable[[str], None] | None = None,
+        poll_seconds: float = 5.0,
+        watch_seconds: int = 60,
+        grace_seconds: float = 60.0,
+        retry_attempts: int = 6,
+        backoff_seconds: float = 1.0,
+        log_tail_lines: int = 30,
+    ) -> None:
+        self.kube = config.kubernetes
+        self.namespace = config.kubernetes.namespace
+        self._api_client = api_client
+        self.emit = emit or (lambda line: print(line, flush=True))
+        self.poll_seconds = poll_seconds
+        self.watch_seconds = watch_seconds
+        self.grace_seconds = grace_seconds
+        self.retry_attempts = retry_attempts
+        self.backoff_seconds = backoff_seconds
+        self.log_tail_lines = log_tail_lines
+
+    # --- building ------------------------------------------------------------------------------
+
+    def plan(self, launch: WorkerLaunch) -> tuple[dict[str, Any], Staging]:
+        """The validated job for ``launch`` and the staging of its paths onto the shared volume."""
+        name = to_dns1035(launch.job_name)
+        root = self.kube.shared_mount_path if self.kube.shared_pvc else None
+        staging = plan_staging(launch.command, root, name)
+        job = build_pytorchjob(self.kube, replace(launch, command=staging.command))
+        validate_pytorchjob(job)
+        return job, staging
+
+    # --- API access ----------------------------------------------------------------------------
+
+    @property
+    def api_client(self) -> client.ApiClient:
+        if self._api_client is None:
+            self._api_client = default_api_client()
+        return self._api_client
+
+    def _retry(self, call: Callable[[], Any]) -> Any:
+        return retry_call(call, attempts=self.retry_attempts, backoff_seconds=self.backoff_seconds, on_retry=self.emit)
+
+    def _custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._retry(
+                lambda: self._custom().get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def _create(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            return self._retry(
+                lambda: self._custom().create_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, job, field_validation="Strict"
+                )
+            )
+        except ApiException as err:
+            if err.status == 409:  # created by a concurrent attempt: attach to it
+                return None
+            raise
+
+    def _delete(self, name: str) -> None:
+        try:
+            retry_call(
+                lambda: self._custom().delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name, propagation_policy="Background"
+                ),
+                attempts=3,
+                backoff_seconds=min(self.backoff_seconds, 1.0),
+                on_retry=self.emit,
+            )
+            self.emit(f"deleted PyTorchJob {self.namespace}/{name}")
+        except ApiException as err:
+            if err.status != 404:
+                self.emit(f"could not delete PyTorchJob {self.namespace}/{name}: {err.status} {err.reason}")
+
+    def _wait_gone(self, name: str, timeout: float = 120.0) -> None:
+        end = time.monotonic() + timeout
+        while self._get(name) is not None:
+            if time.monotonic() > end:
+                raise TrainingError(f"PyTorchJob {self.namespace}/{name} was not deleted within {timeout:.0f}s")
+            time.sleep(min(self.poll_seconds, 2.0))
+
+    # --- running -------------------------------------------------------------------------------
+
+    def run(self, launch: WorkerLaunch) -> None:
+        """Create (or re-attach to) the job, follow it, succeed on Succeeded, raise TrainingError otherwise."""
+        job, staging = self.plan(launch)
+        name = job["metadata"]["name"]
+        follower: LogFollower | None = None
+        with _sigterm_cancels():
+            try:
+                started = self._submit_or_attach(job, staging)
+                deadline_at = time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - started)
+                follower = LogFollower(client.CoreV1Api(self.api_client), self.namespace, name, emit=self.emit,
+                                       poll_seconds=min(self.poll_seconds, 2.0))
+                follower.start()
+                final = self._follow(name, deadline_at)
+            except _Cancelled:
+                self.emit(f"step cancelled (SIGTERM): deleting PyTorchJob {self.namespace}/{name}")
+                self._delete(name)
+                raise TrainingError(f"PyTorchJob {self.namespace}/{name} was cancelled and deleted") from None
+            except _DeadlineExceeded:
+                self._delete(name)
+                raise TrainingError(
+                    f"PyTorchJob {self.namespace}/{name} did not finish within its deadline of "
+                    f"{launch.deadline_seconds}s (+{self.grace_seconds:.0f}s grace); the job was deleted. "
+                    "Raise train.deadline_seconds or lower train.max_steps."
+                ) from None
+            finally:
+                if follower is not None:
+                    follower.finish(timeout=10.0)
+        if job_phase(final) == "Failed":
+            raise TrainingError(self._failure_message(name, final))
+        copied = stage_out(staging)
+        self.emit(f"PyTorchJob {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume")
+
+    def _submit_or_attach(self, job: dict[str, Any], staging: Staging) -> float:
+        """Create the job unless it exists; returns its creation time (epoch seconds) for the deadline."""
+        name = job["metadata"]["name"]
+        existing = self._get(name)
+        if existing is not None and job_phase(existing) == "Failed":
+            # A retried step gets a fresh attempt; the failed job's pods would otherwise answer for it.
+            self.emit(f"PyTorchJob {self.namespace}/{name} exists and Failed ({failure_reason(existing)}); replacing it")
+            self._delete(name)
+            self._wait_gone(name)
+            existing = None
+        if existing is not None:
+            self.emit(f"re-attaching to existing PyTorchJob {self.namespace}/{name} ({job_phase(existing)})")
+            return _created_at(existing) or time.time()
+        stage_in(staging)
+        created = self._create(job)
+        if created is None:
+            self.emit(f"PyTorchJob {self.namespace}/{name} was created concurrently; attaching")
+            created = self._get(name) or {}
+        else:
+            self.emit(f"created PyTorchJob {self.namespace}/{name}")
+        return _created_at(created) or time.time()
+
+    def _follow(self, name: str, deadline_at: float) -> dict[str, Any]:
+        """Watch the job until it is terminal; fall back to polling when watches keep failing."""
+        resource_version: str | None = None
+        failures = 0
+        phase = ""
+        while True:
+            remaining = deadline_at - time.monotonic()
+            if remaining <= 0:
+                raise _DeadlineExceeded()
+            if failures >= 3:
+                job = self._get(name)
+                if job is None:
+                    raise TrainingError(f"PyTorchJob {self.namespace}/{name} disappeared (deleted by someone else?)")
+                phase = self._report(job, phase)
+                if phase in ("Succeeded", "Failed"):
+                    return job
+                time.sleep(min(self.poll_seconds, max(remaining, 0.01)))
+                continue
+            try:
+                for event in watch.Watch().stream(
+                    self._custom().list_namespaced_custom_object,
+                    GROUP, VERSION, self.namespace, PLURAL,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=resource_version,
+                    timeout_seconds=max(1, int(min(remaining, self.watch_seconds))),
+                    _request_timeout=(10, min(remaining, self.watch_seconds) + 10),
+                ):
+                    job = event["object"]
+                    if event["type"] == "DELETED":
+                        raise TrainingError(f"PyTorchJob {self.namespace}/{name} was deleted while the step waited")
+                    resource_version = (job.get("metadata") or {}).get("resourceVersion") or resource_version
+                    failures = 0
+                    phase = self._report(job, phase)
+                    if phase in ("Succeeded", "Failed"):
+                        return job
+                    if time.monotonic() >= deadline_at:
+                        raise _DeadlineExceeded()
+            except ApiException as err:
+                if err.status == 410:  # resourceVersion too old: re-list from now
+                    resource_version = None
+                    continue
+                if not is_transient(err) and err.status not in (404, 405):
+                    raise
+                failures += 1
+                self.emit(f"watch on PyTorchJob {name} failed ({err.status}); {'retrying' if failures < 3 else 'polling'}")
+                time.sleep(min(self.backoff_seconds * 2**failures, 30.0))
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                failures += 1
+                self.emit(f"watch on PyTorchJob {name} dropped ({type(err).__name__}); reconnecting")
+                time.sleep(min(self.backoff_seconds * 2**failures, 30.0))
+
+    def _report(self, job: dict[str, Any], previous: str) -> str:
+        phase = job_phase(job)
+        if phase != previous:
+            self.emit(f"PyTorchJob {self.namespace}/{job['metadata']['name']}: {phase}")
+        return phase
+
+    def _failure_message(self, name: str, job: dict[str, Any]) -> str:
+        message = f"PyTorchJob {self.namespace}/{name} failed: {failure_reason(job)}"
+        try:
+            tail = failing_pod_tail(client.CoreV1Api(self.api_client), self.namespace, name, lines=self.log_tail_lines)
+        except Exception as err:  # noqa: BLE001 - the job's own reason is still reported
+            tail = ("?", f"(could not read pod logs: {err})")
+        if tail:
+            message += f"\nlast {self.log_tail_lines} log lines of pod {tail[0]}:\n{tail[1]}"
+        return message

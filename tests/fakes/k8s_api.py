@@ -1,0 +1,336 @@
+"""A stand-in Kubernetes API server on 127.0.0.1 for the PyTorchJob launcher tests.
+
+It speaks the real REST paths and JSON the `kubernetes` client uses: custom objects
+(create/get/list/watch/delete of kubeflow.org/v1 pytorchjobs, with resourceVersions and watch events),
+pods list by label selector, and pod logs (tailLines, timestamps, follow). Tests script the
+"operator" (conditions, pods, log lines) through methods, and can inject HTTP errors and dropped
+streams. Nothing here runs a job.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/(?P<ns>[^/]+)/pytorchjobs(?:/(?P<name>[^/]+))?$")
+PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+class FakeKubeAPI:
+    """In-memory API state behind a threaded HTTP server; use as a context manager."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[tuple[int, str, str, str, dict[str, Any]]] = []  # rv, type, ns, name, object
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.logs: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self.rv = 100
+        self.log_clock = 0
+        self.requests: list[tuple[str, str]] = []
+        self.faults: list[list[Any]] = []  # [method, path substring, status, remaining]
+        self.drop_log_streams = 0  # close the next N log follows after their first line
+        self.on_create: Any = None  # callable(fake, namespace, name) run in a thread after a create
+        self.stopping = False
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> FakeKubeAPI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with self.lock:
+            self.stopping = True
+            self.lock.notify_all()
+        self.server.shutdown()
+        self.server.server_close()
+
+    # --- what tests use to script the operator -------------------------------------------------
+
+    def fail(self, method: str, path_part: str, status: int, times: int = 1) -> None:
+        """Answer the next ``times`` matching requests with HTTP ``status``."""
+        self.faults.append([method, path_part, status, times])
+
+    def count(self, method: str, path_part: str = "") -> int:
+        return sum(1 for m, p in self.requests if m == method and path_part in p)
+
+    def put_job(self, job: dict[str, Any], event: str = "ADDED") -> dict[str, Any]:
+        with self.lock:
+            self.rv += 1
+            job = copy.deepcopy(job)
+            meta = job.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", _now())
+            meta["resourceVersion"] = str(self.rv)
+            ns, name = meta["namespace"], meta["name"]
+            self.jobs[(ns, name)] = job
+            self.events.append((self.rv, event, ns, name, copy.deepcopy(job)))
+            self.lock.notify_all()
+            return job
+
+    def set_condition(self, ns: str, name: str, kind: str, reason: str = "", message: str = "") -> None:
+        """Append a true condition (Created, Running, Succeeded, Failed) like the operator does."""
+        with self.lock:
+            job = copy.deepcopy(self.jobs[(ns, name)])
+        status = job.setdefault("status", {})
+        for cond in status.setdefault("conditions", []):
+            if kind in ("Succeeded", "Failed") and cond["type"] == "Running":
+                cond["status"] = "False"
+        status["conditions"].append({"type": kind, "status": "True", "reason": reason or f"PyTorchJob{kind}",
+                                     "message": message or f"PyTorchJob {name} is {kind.lower()}.",
+                                     "lastTransitionTime": _now(), "lastUpdateTime": _now()})
+        if kind in ("Succeeded", "Failed"):
+            status["completionTime"] = _now()
+        self.put_job(job, "MODIFIED")
+
+    def add_pod(self, ns: str, job: str, rtype: str, index: int, phase: str = "Running") -> str:
+        name = f"{job}-{rtype}-{index}"
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(),
+                         "labels": {"training.kubeflow.org/job-name": job,
+                                    "training.kubeflow.org/replica-type": rtype,
+                                    "training.kubeflow.org/replica-index": str(index)}},
+            "spec": {"containers": [{"name": "pytorch", "image": "trainer"}]},
+            "status": {"phase": phase, "containerStatuses": [self._container_status(phase, None)]},
+        }
+        with self.lock:
+            self.pods[(ns, name)] = pod
+            self.logs.setdefault((ns, name), [])
+            self.lock.notify_all()
+        return name
+
+    def end_pod(self, ns: str, name: str, exit_code: int) -> None:
+        with self.lock:
+            pod = self.pods[(ns, name)]
+            phase = "Succeeded" if exit_code == 0 else "Failed"
+            pod["status"] = {"phase": phase, "containerStatuses": [self._container_status(phase, exit_code)]}
+            self.lock.notify_all()
+
+    def log(self, ns: str, pod: str, *lines: str) -> None:
+        with self.lock:
+            for line in lines:
+                self.log_clock += 1
+                stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{self.log_clock:09d}Z"
+                self.logs[(ns, pod)].append((stamp, line))
+            self.lock.notify_all()
+
+    @staticmethod
+    def _container_status(phase: str, exit_code: int | None) -> dict[str, Any]:
+        state: dict[str, Any] = {"running": {"startedAt": _now()}}
+        if exit_code is not None:
+            state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                                    "startedAt": _now(), "finishedAt": _now()}}
+        return {"name": "pytorch", "image": "trainer", "imageID": "sha256:0", "ready": phase == "Running",
+                "restartCount": 0, "state": state}
+
+    # --- HTTP ------------------------------------------------------------------------------------
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _start_stream(self, content_type: str) -> None:
+                # Like the API server: chunked transfer, one chunk per event or log line.
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.close_connection = True
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _end_stream(self) -> None:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _dispatch(self, method: str) -> None:
+                url = urlparse(self.path)
+                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                # The Python client sends booleans as "True"/"False".
+                query = {k: v.lower() if v in ("True", "False") else v for k, v in query.items()}
+                fake.requests.append((method, self.path))
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                for fault in fake.faults:
+                    if fault[0] == method and fault[1].lower() in self.path.lower() and fault[3] > 0:
+                        fault[3] -= 1
+                        headers_code = fault[2]
+                        return self._send(headers_code, _status(headers_code, "InternalError", "injected fault"))
+                body = json.loads(raw) if method == "POST" and raw else None
+                if m := JOBS.match(url.path):
+                    return self._jobs(method, m["ns"], m["name"], query, body)
+                if m := PODS.match(url.path):
+                    return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
+                return self._send(404, _status(404, "NotFound", f"no route {url.path}"))
+
+            def do_GET(self) -> None:
+                self._dispatch("GET")
+
+            def do_POST(self) -> None:
+                self._dispatch("POST")
+
+            def do_DELETE(self) -> None:
+                self._dispatch("DELETE")
+
+            def _jobs(self, method: str, ns: str, name: str | None, query: dict, body: Any) -> None:
+                if method == "POST":
+                    key = (ns, body["metadata"]["name"])
+                    if key in fake.jobs:
+                        return self._send(409, _status(409, "AlreadyExists", f"pytorchjobs {key[1]} already exists"))
+                    body["metadata"]["namespace"] = ns
+                    created = fake.put_job(body)
+                    if fake.on_create:
+                        threading.Thread(target=fake.on_create, args=(fake, ns, key[1]), daemon=True).start()
+                    return self._send(201, created)
+                if method == "DELETE":
+                    with fake.lock:
+                        job = fake.jobs.pop((ns, name), None)
+                        if job is None:
+                            return self._send(404, _status(404, "NotFound", f"pytorchjobs {name} not found"))
+                        fake.rv += 1
+                        fake.events.append((fake.rv, "DELETED", ns, name, job))
+                        fake.lock.notify_all()
+                    return self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+                if name:
+                    job = fake.jobs.get((ns, name))
+                    if job is None:
+                        return self._send(404, _status(404, "NotFound", f"pytorchjobs.kubeflow.org \"{name}\" not found"))
+                    return self._send(200, job)
+                selected = query.get("fieldSelector", "").removeprefix("metadata.name=") or None
+                if query.get("watch") in ("true", "1"):
+                    return self._watch(ns, selected, query)
+                items = [j for (n, jn), j in fake.jobs.items() if n == ns and (selected is None or jn == selected)]
+                return self._send(200, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "items": items,
+                                        "metadata": {"resourceVersion": str(fake.rv)}})
+
+            def _watch(self, ns: str, name: str | None, query: dict) -> None:
+                self._start_stream("application/json")
+                end = time.monotonic() + float(query.get("timeoutSeconds", 30))
+                since = int(query["resourceVersion"]) if query.get("resourceVersion") else None
+                with fake.lock:
+                    if since is None:
+                        pending = [("ADDED", j) for (n, jn), j in fake.jobs.items() if n == ns and name in (None, jn)]
+                        since = fake.rv
+                    else:
+                        pending = []
+                while True:
+                    for kind, obj in pending:
+                        self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                    with fake.lock:
+                        while True:
+                            pending = [(t, o) for rv, t, n, jn, o in fake.events
+                                       if rv > since and n == ns and name in (None, jn)]
+                            if pending or fake.stopping or time.monotonic() >= end:
+                                break
+                            fake.lock.wait(min(0.2, max(0.0, end - time.monotonic())))
+                        since = fake.rv
+                        if not pending:
+                            return self._end_stream()
+
+            def _pods(self, method: str, ns: str, name: str | None, log: bool, query: dict) -> None:
+                if not name:
+                    wanted = dict(kv.split("=", 1) for kv in query.get("labelSelector", "").split(",") if kv)
+                    with fake.lock:
+                        items = [copy.deepcopy(p) for (n, _), p in fake.pods.items() if n == ns
+                                 and all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())]
+                    return self._send(200, {"apiVersion": "v1", "kind": "PodList", "items": items,
+                                            "metadata": {"resourceVersion": str(fake.rv)}})
+                if (ns, name) not in fake.pods:
+                    return self._send(404, _status(404, "NotFound", f"pods \"{name}\" not found"))
+                if not log:
+                    return self._send(200, fake.pods[(ns, name)])
+                return self._log(ns, name, query)
+
+            def _log(self, ns: str, pod: str, query: dict) -> None:
+                stamps = query.get("timestamps") in ("true", "1")
+                fmt = (lambda s, t: f"{s} {t}\n") if stamps else (lambda s, t: f"{t}\n")
+                lines = list(fake.logs[(ns, pod)])
+                if query.get("tailLines"):
+                    lines = lines[-int(query["tailLines"]):]
+                if query.get("follow") not in ("true", "1"):
+                    return self._send(200, "".join(fmt(s, t) for s, t in lines).encode(), "text/plain")
+                self._start_stream("text/plain")
+                sent = 0
+                drop = False
+                with fake.lock:
+                    if fake.drop_log_streams > 0:
+                        fake.drop_log_streams -= 1
+                        drop = True
+                while True:
+                    with fake.lock:
+                        while True:
+                            lines = fake.logs[(ns, pod)]
+                            done = fake.pods[(ns, pod)]["status"]["phase"] in ("Succeeded", "Failed")
+                            if len(lines) > sent or done or fake.stopping:
+                                break
+                            fake.lock.wait(0.2)
+                        new = lines[sent:]
+                    for stamp, text in new:
+                        self._chunk(fmt(stamp, text).encode())
+                        sent += 1
+                        if drop:
+                            return self._end_stream()  # dropped: the client must reconnect, not repeat lines
+                    if (done and sent >= len(fake.logs[(ns, pod)])) or fake.stopping:
+                        return self._end_stream()
+
+        return Handler
+
+
+def run_job(fake: FakeKubeAPI, ns: str, name: str, *, outcome: str = "Succeeded", lines: tuple[str, ...] = (),
+            workers: int = 1, reason: str = "", message: str = "", delay: float = 0.05, on_success: Any = None) -> None:
+    """Play the operator: Created, pods Running, Master log lines, then Succeeded or Failed."""
+    time.sleep(delay)
+    fake.set_condition(ns, name, "Created")
+    master = fake.add_pod(ns, name, "master", 0)
+    worker_pods = [fake.add_pod(ns, name, "worker", i) for i in range(workers)]
+    fake.set_condition(ns, name, "Running")
+    for line in lines:
+        time.sleep(delay / 5)
+        fake.log(ns, master, line)
+    time.sleep(delay)
+    code = 0 if outcome == "Succeeded" else 1
+    if code == 0 and on_success is not None:
+        on_success(fake.jobs[(ns, name)])
+    fake.end_pod(ns, master, code)
+    for pod in worker_pods:
+        fake.end_pod(ns, pod, 0 if code == 0 else 137)
+    fake.set_condition(ns, name, outcome, reason, message)
