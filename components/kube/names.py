@@ -33,3 +33,13 @@ def to_dns1035(text: str, *, max_length: int = MAX_JOB_NAME) -> str:
     slug = re.sub(r"^[^a-z]+", "", slug)  # must start with a letter
     head = slug[: max_length - len(digest) - 1].rstrip("-")
     return f"{head}-{digest}" if head else f"j{digest}"
+
+
+def training_job_name(launch_name: str) -> str:
+    """The PyTorchJob name for a launch: kept when already a ctpipe job name, else derived for task "train".
+
+    The train step passes the pipeline run id; a retried attempt passes the same id, so the name repeats.
+    """
+    if launch_name.startswith("ctpipe-") and is_dns1035_label(launch_name) and len(launch_name) <= MAX_JOB_NAME:
+        return launch_name
+    return job_name_for(launch_name, "train")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
 from components.config import KubernetesConfig
 from components.errors import ConfigError
 from components.kube.crds import PYTORCHJOB_CRD, crd_schema
-from components.kube.names import is_dns1035_label, to_dns1035
+from components.kube.names import is_dns1035_label, training_job_name
 from components.kube.schema import validate_strict
 from components.training.launchers.base import WorkerLaunch
 
@@ -55,7 +56,7 @@ def _resources(kube: KubernetesConfig) -> dict[str, Any]:
     return {"requests": {"cpu": kube.worker_cpu, "memory": kube.worker_memory}, "limits": limits}
 
 
-def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch, name: str) -> dict[str, Any]:
+def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
     volumes: list[dict[str, Any]] = [
         # NCCL and DataLoader workers need more shared memory than the runtime's 64 MiB default.
@@ -108,11 +109,21 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch, name: str) -> di
 
 def build_pytorchjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
     """The PyTorchJob for ``launch``: Master 1 + Workers world_size-1, runPolicy from config and launch."""
-    name = to_dns1035(launch.job_name)
-    template = _pod_template(kube, launch, name)
+    if kube.worker_gpus > 1:
+        raise JobValidationError(
+            f"invalid config value for 'kubernetes.worker_gpus': {kube.worker_gpus}; the worker runs one process "
+            "per pod, so each pod can use at most 1 GPU. Use train.workers to scale out (one pod per GPU)."
+        )
+    name = training_job_name(launch.job_name)
+    template = _pod_template(kube, launch)
+    # OnFailure: a crashed rank restarts in place and resumes from the latest complete checkpoint.
     replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if launch.world_size > 1:
-        replicas["Worker"] = {"replicas": launch.world_size - 1, "restartPolicy": "OnFailure", "template": template}
+        replicas["Worker"] = {
+            "replicas": launch.world_size - 1,
+            "restartPolicy": "OnFailure",
+            "template": copy.deepcopy(template),
+        }
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,

@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from components.config import Config
 from components.errors import TrainingError
 from components.kube.logs import LogFollower, failing_pod_tail
-from components.kube.names import to_dns1035
+from components.kube.names import training_job_name
 from components.kube.pytorchjob import GROUP, PLURAL, VERSION, build_pytorchjob, validate_pytorchjob
 from components.kube.retry import is_transient, retry_call
 from components.kube.staging import Staging, plan_staging, stage_in, stage_out
@@ -126,7 +126,7 @@ class PyTorchJobLauncher:
 
     def plan(self, launch: WorkerLaunch) -> tuple[dict[str, Any], Staging]:
         """The validated job for ``launch`` and the staging of its paths onto the shared volume."""
-        name = to_dns1035(launch.job_name)
+        name = training_job_name(launch.job_name)
         root = self.kube.shared_mount_path if self.kube.shared_pvc else None
         staging = plan_staging(launch.command, root, name)
         job = build_pytorchjob(self.kube, replace(launch, command=staging.command))
