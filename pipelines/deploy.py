@@ -29,6 +29,8 @@ from pipelines.continuous_training import PIPELINE_NAME
 
 DEFAULT_EXPERIMENT = "ctpipe"
 ACTIVE_RUN_STATES = {"PENDING", "RUNNING", "PAUSED", "CANCELING", "RUNTIME_STATE_UNSPECIFIED"}
+# kfp.Client.wait_for_run_completion misses CANCELED (it would wait until its timeout): we poll ourselves.
+FINAL_RUN_STATES = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED"}
 _FIELD_RANGES = [(0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 6)]
 _FIELD_NAMES = ["second", "minute", "hour", "day of month", "month", "day of week"]
 _NAMES = {
@@ -377,3 +379,17 @@ def run_is_active(client, run_id: str) -> bool:
     """Whether a KFP run is still pending or running."""
     state = client.get_run(run_id).state
     return str(state or "RUNTIME_STATE_UNSPECIFIED").upper() in ACTIVE_RUN_STATES
+
+
+def wait_for_run(client, run_id: str, *, timeout: float, poll_seconds: float = 5.0) -> str:
+    """Poll a KFP run until it ends; return its final state, or raise UserError after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        state = str(client.get_run(run_id).state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        if state in FINAL_RUN_STATES:
+            return state
+        if time.monotonic() > deadline:
+            raise UserError(f"KFP run {run_id} is still {state} after {timeout:.0f} s; see it in the KFP UI.")
+        time.sleep(poll_seconds)

@@ -27,6 +27,7 @@ def register(subparsers) -> None:
     parser.add_argument("--trigger", default="manual", choices=list(TRIGGERS), help="why this run starts (recorded on the model)")
     parser.add_argument("--param", dest="params", metavar="K=V", action="append", default=[], help="extra KFP pipeline parameter, e.g. mlflow_tracking_uri=http://mlflow:5000")
     parser.add_argument("--run-name", metavar="NAME", help="KFP run name (default ctpipe-<trigger>-<UTC time>)")
+    parser.add_argument("--wait", type=float, metavar="SECONDS", help="on KFP, wait up to SECONDS for the run to end; exit 0 only if it succeeded")
     parser.add_argument("--drift-report", metavar="FILE", help="drift report JSON (and its .html beside it) to attach to the run (local)")
     # The watcher's ledger record this run reports its outcome to (internal).
     parser.add_argument("--record", metavar="FILE", help=argparse.SUPPRESS)
@@ -73,7 +74,12 @@ def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
             service_account=args.service_account,
         )
     print(json.dumps({"run_id": created.run_id, "run_name": created.display_name, "parameters": parameters}))
-    return 0
+    if args.wait is None:
+        return 0
+    with api_errors("report the run's state"):
+        state = deploy.wait_for_run(client, created.run_id, timeout=args.wait)
+    print(json.dumps({"run_id": created.run_id, "state": state}))
+    return 0 if state == "SUCCEEDED" else 1
 
 
 def _submit_local(args: argparse.Namespace) -> int:

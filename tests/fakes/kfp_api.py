@@ -34,9 +34,11 @@ class ApiError(Exception):
 class FakeKfpState:
     """The server's in-memory objects."""
 
-    def __init__(self, token: str | None = None) -> None:
+    def __init__(self, token: str | None = None, finish_runs_as: str | None = None) -> None:
         self.lock = threading.Lock()
         self.token = token
+        # When set, a run reaches this state the first time it is read (a pipeline that ends at once).
+        self.finish_runs_as = finish_runs_as
         self.pipelines: dict[str, dict[str, Any]] = {}
         self.versions: dict[str, dict[str, Any]] = {}
         self.experiments: dict[str, dict[str, Any]] = {}
@@ -285,7 +287,10 @@ def _runs(state, method, parts, query, data):
         items, token = _filter(items, query)
         return 200, {"runs": items, "total_size": len(items), "next_page_token": token}
     if method == "GET" and len(parts) == 1 and parts[0] in state.runs:
-        return 200, state.runs[parts[0]]
+        run = state.runs[parts[0]]
+        if state.finish_runs_as and run["state"] == "PENDING":
+            run["state"] = state.finish_runs_as
+        return 200, run
     raise ApiError(404, f"no route {method} runs/{'/'.join(parts)}")
 
 
@@ -332,8 +337,8 @@ def _recurring(state, method, parts, query, data):
 class FakeKfpServer:
     """Run the fake API in a thread: ``with FakeKfpServer() as server: kfp.Client(host=server.url)``."""
 
-    def __init__(self, token: str | None = None) -> None:
-        self.state = FakeKfpState(token=token)
+    def __init__(self, token: str | None = None, finish_runs_as: str | None = None) -> None:
+        self.state = FakeKfpState(token=token, finish_runs_as=finish_runs_as)
         handler = type("Handler", (_Handler,), {"state": self.state})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build the images from containers/ (the component image and the trainer images), tagged with the git
+# commit; PUSH=1 pushes them. DRY_RUN=1 prints the commands (no Docker daemon needed).
+#   IMAGE_REGISTRY=ghcr.io/org PUSH=1 ci/build_images.sh
+. "$(dirname "$0")/common.sh"
+registry="${IMAGE_REGISTRY:-ghcr.io/ctpipe}"
+tag="${IMAGE_TAG:-$GIT_SHA}"
+run() {
+    echo "+ $*" >&2
+    if [ "${DRY_RUN:-0}" != "1" ]; then "$@"; fi
+}
+containers="${CONTAINERS_DIR:-containers}"
+mapfile -t dockerfiles < <(find "$containers" -type f \( -name 'Dockerfile' -o -name 'Dockerfile.*' -o -name '*.Dockerfile' \) 2>/dev/null | sort)
+if [ "${#dockerfiles[@]}" -eq 0 ]; then
+    echo "ci/build_images.sh: no Dockerfiles under $containers/" >&2
+    exit 1
+fi
+if [ "${DRY_RUN:-0}" != "1" ] && ! docker info >/dev/null 2>&1; then
+    echo "ci/build_images.sh: no Docker daemon reachable; start one, or DRY_RUN=1 to print the commands" >&2
+    exit 1
+fi
+mkdir -p "$BUILD_DIR"
+: > "$BUILD_DIR/images.txt"
+for dockerfile in "${dockerfiles[@]}"; do
+    # containers/<name>/Dockerfile, containers/Dockerfile.<name> or containers/<name>.Dockerfile -> image name
+    base="$(basename "$dockerfile")"
+    case "$base" in
+        Dockerfile) name="$(basename "$(dirname "$dockerfile")")" ;;
+        Dockerfile.*) name="${base#Dockerfile.}" ;;
+        *.Dockerfile) name="${base%.Dockerfile}" ;;
+    esac
+    case "$name" in
+        "$(basename "$containers")"|component|ctpipe) image="$registry/ctpipe" ;;
+        *) image="$registry/ctpipe-$name" ;;
+    esac
+    log "build $image:$tag from $dockerfile"
+    run docker build -f "$dockerfile" -t "$image:$tag" --label "org.opencontainers.image.revision=$GIT_SHA" .
+    if [ "${PUSH:-0}" = "1" ]; then
+        run docker push "$image:$tag"
+    fi
+    echo "$image:$tag" >> "$BUILD_DIR/images.txt"
+done

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sourced by the ci/*.sh scripts: strict mode, the repository root, and the project's interpreter.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# Use the active virtual environment, else the repository's .venv, else python3 on PATH.
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -f "$ROOT/.venv/bin/activate" ]; then
+    # shellcheck disable=SC1091
+    . "$ROOT/.venv/bin/activate"
+fi
+PYTHON="${PYTHON:-python}"
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+GIT_SHA="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+export ROOT PYTHON BUILD_DIR GIT_SHA
+log() { printf '\n== %s\n' "$*" >&2; }

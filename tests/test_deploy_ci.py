@@ -1,0 +1,142 @@
+"""The user-facing CI: the GitHub workflow's shape, and the ci/ scripts run locally as CI runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from fakes.kfp_api import FakeKfpServer
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["install.sh", "lint.sh", "test.sh", "compile.sh", "validate_manifests.sh", "build_images.sh", "deploy.sh", "smoke_run.sh"]
+
+
+def run_script(name: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **env}
+    return subprocess.run([str(ROOT / "ci" / name)], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_workflow_is_where_github_reads_it_and_matches_its_source():
+    source = (ROOT / "ci" / "github-actions-ci.yaml").read_text()
+    assert (ROOT / ".github" / "workflows" / "ci.yaml").read_text() == source
+
+
+def test_workflow_runs_the_steps_in_order_and_deploys_only_from_main_with_secrets():
+    workflow = yaml.safe_load((ROOT / "ci" / "github-actions-ci.yaml").read_text())
+    jobs = workflow["jobs"]
+    needs = {name: job.get("needs", []) for name, job in jobs.items()}
+    assert needs == {
+        "lint": [],
+        "unit-tests": "lint",
+        "compile": "unit-tests",
+        "validate-manifests": "lint",
+        "build-images": ["compile", "validate-manifests"],
+        "deploy": "build-images",
+        "smoke-run": "deploy",
+    }
+    for name in ("build-images", "deploy", "smoke-run"):
+        assert "refs/heads/main" in jobs[name]["if"] and "pull_request" in jobs[name]["if"]
+    assert jobs["deploy"]["env"]["KFP_HOST"] == "${{ secrets.KFP_HOST }}"
+    assert jobs["deploy"]["env"]["KFP_TOKEN"] == "${{ secrets.KFP_TOKEN }}"
+    assert workflow["env"]["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    steps = [step.get("run", "") for job in jobs.values() for step in job["steps"]]
+    used = {word.split("/")[1] for run in steps for word in run.split() if word.startswith("ci/")}
+    assert used == set(SCRIPTS)
+    install = (ROOT / "ci" / "install.sh").read_text()
+    assert install.index("torch==2.13.0") < install.index("-e '.[test]'")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_scripts_are_executable_and_parse(name):
+    path = ROOT / "ci" / name
+    assert os.access(path, os.X_OK)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_compile_then_deploy_then_smoke_run_against_a_kfp_api(tmp_path, monkeypatch):
+    build = str(tmp_path / "build")
+    compiled = run_script("compile.sh", {"BUILD_DIR": build, "IMAGE": "registry.example.com/ctpipe:abc"})
+    assert compiled.returncode == 0, compiled.stderr
+    spec = (tmp_path / "build" / "pipelines" / "continuous_training.yaml").read_text()
+    assert "registry.example.com/ctpipe:abc" in spec
+
+    with FakeKfpServer(token="ci-token", finish_runs_as="SUCCEEDED") as server:
+        env = {"BUILD_DIR": build, "KFP_HOST": server.url, "KFP_TOKEN": "ci-token", "KFP_SCHEDULE": "0 0 3 * * *"}
+        first = run_script("deploy.sh", env)
+        assert first.returncode == 0, first.stderr
+        result = json.loads(first.stdout.strip().splitlines()[-1])
+        assert result["created_pipeline"] and result["schedule"]["action"] == "created"
+        again = run_script("deploy.sh", env)
+        assert not json.loads(again.stdout.strip().splitlines()[-1])["changed"]
+        assert "ci-token" not in " ".join(server.state.requests[i][1] for i in range(len(server.state.requests)))
+
+        smoke = run_script("smoke_run.sh", {**env, "SMOKE_TIMEOUT": "60"})
+        assert smoke.returncode == 0, smoke.stderr
+        (run,) = server.state.runs.values()
+        assert run["runtime_config"]["parameters"]["trigger"] == "ci"
+        assert run["display_name"].startswith("ctpipe-ci-")
+        assert json.loads(smoke.stdout.strip().splitlines()[-1])["state"] == "SUCCEEDED"
+
+
+def test_deploy_without_a_host_says_what_to_set():
+    env = {k: v for k, v in os.environ.items() if k != "KFP_HOST"}
+    out = subprocess.run([str(ROOT / "ci" / "deploy.sh")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and "KFP_HOST" in out.stderr
+
+
+def test_build_images_names_and_tags_each_image(tmp_path):
+    containers = tmp_path / "containers"
+    (containers / "component").mkdir(parents=True)
+    (containers / "component" / "Dockerfile").write_text("FROM scratch\n")
+    (containers / "trainer-cuda.Dockerfile").write_text("FROM scratch\n")
+    out = run_script(
+        "build_images.sh",
+        {"CONTAINERS_DIR": str(containers), "DRY_RUN": "1", "PUSH": "1", "IMAGE_REGISTRY": "ghcr.io/acme",
+         "IMAGE_TAG": "abc", "BUILD_DIR": str(tmp_path / "build")},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "+ docker build -f " + str(containers / "component" / "Dockerfile") + " -t ghcr.io/acme/ctpipe:abc" in out.stderr
+    assert "-t ghcr.io/acme/ctpipe-trainer-cuda:abc" in out.stderr and "+ docker push ghcr.io/acme/ctpipe:abc" in out.stderr
+    assert (tmp_path / "build" / "images.txt").read_text().split() == ["ghcr.io/acme/ctpipe:abc", "ghcr.io/acme/ctpipe-trainer-cuda:abc"]
+
+
+def test_manifest_validation_catches_missing_fields_duplicates_and_crd_violations(tmp_path):
+    import sys
+
+    crds = tmp_path / "crds"
+    crds.mkdir()
+    (crds / "widget.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "names": {"kind": "Widget"}, "versions": [{"name": "v1", "schema": {
+            "openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "required": ["size"],
+                                "properties": {"size": {"type": "integer"}}}}}}}]},
+    }))
+    good = tmp_path / "manifests"
+    good.mkdir()
+    (good / "ok.yaml").write_text(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec: {size: 3}\n---\n"
+        "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: watch}\nspec:\n  schedule: '*/5 * * * *'\n"
+        "  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers: [{name: w, image: x}]\n"
+    )
+    cmd = [sys.executable, str(ROOT / "ci" / "validate_manifests.py"), "--crds", str(crds), "--scan", str(good)]
+    ok = subprocess.run(cmd, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    (good / "bad.yaml").write_text(
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: v}\nspec: {size: big}\n---\n"
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: v}\nspec: {size: 1}\n---\n"
+        "kind: ConfigMap\nmetadata: {name: c}\n"
+    )
+    bad = subprocess.run(cmd, capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "does not match its CRD at 'spec.size'" in bad.stderr and "missing apiVersion" in bad.stderr
+    assert "Widget/v is defined twice" in bad.stderr
+
+
+def test_repository_manifests_validate():
+    out = run_script("validate_manifests.sh", {})
+    assert out.returncode == 0, out.stderr
