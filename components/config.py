@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ import yaml
 from components.errors import ConfigError
 
 TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
+# A Kubernetes resource quantity (the CRD's pattern for cpu/memory values).
+_QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
 
 def _check(condition: bool, name: str, message: str) -> None:
@@ -298,11 +301,29 @@ class KubernetesConfig:
     backoff_limit: int = 3
     ttl_seconds_after_finished: int = 3600
     clean_pod_policy: Literal["None", "Running", "All"] = "None"
+    # Placement and limits of the pipeline's own step pods (node_selector/tolerations above are the
+    # PyTorchJob workers'): CPU steps need not land on GPU nodes.
+    step_cpu_limit: str = "2"
+    step_memory_limit: str = "8Gi"
+    step_node_selector: dict[str, str] = field(default_factory=dict)
+    step_tolerations: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _check(bool(self.image), "kubernetes.image", "must name an image")
+        _check(bool(self.trainer_image), "kubernetes.trainer_image", "must name an image")
         _check(self.worker_gpus >= 0, "kubernetes.worker_gpus", "must be >= 0")
         _check(self.backoff_limit >= 0, "kubernetes.backoff_limit", "must be >= 0")
+        _check(self.ttl_seconds_after_finished >= 0, "kubernetes.ttl_seconds_after_finished", "must be >= 0")
+        _check(self.shared_mount_path.startswith("/"), "kubernetes.shared_mount_path", "must be an absolute path")
+        for name in ("worker_cpu", "worker_memory", "step_cpu_limit", "step_memory_limit"):
+            value = getattr(self, name)
+            _check(bool(_QUANTITY.match(value)), f"kubernetes.{name}", f"{value!r} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")
+        for where, tolerations in (("tolerations", self.tolerations), ("step_tolerations", self.step_tolerations)):
+            for tol in tolerations:
+                unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
+                _check(not unknown, f"kubernetes.{where}", f"unknown toleration field(s) {sorted(unknown)}; allowed: key, operator, value, effect, tolerationSeconds")
+                _check(tol.get("operator", "Equal") in ("Equal", "Exists"), f"kubernetes.{where}", "operator must be Equal or Exists")
+                _check(tol.get("effect") in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"), f"kubernetes.{where}", "effect must be NoSchedule, PreferNoSchedule or NoExecute")
 
 
 @dataclass(kw_only=True)
