@@ -1,4 +1,10 @@
-"""kfp-kubernetes settings that a compiled pipeline's tasks carry on a cluster."""
+"""kfp-kubernetes settings that a compiled pipeline's tasks carry on a cluster.
+
+Everything comes from ``config.kubernetes``; the compiled spec holds secret *names* and keys, never
+values. The run's service account is not a per-task setting in KFP: ``ctpipe deploy``/``submit`` pass
+``kubernetes.service_account`` when they create runs, and the launcher (train step) then talks to the
+API server with that account's namespace-scoped RBAC from ``manifests/``.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +12,35 @@ from kfp import kubernetes
 
 from components.config import KubernetesConfig
 
-# Steps that read or write the shared volume (snapshots, checkpoints) on a cluster.
-STEPS_ON_SHARED_VOLUME = {"validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register"}
+# Steps that read or write the shared volume: the data root lives there by default
+# (/mnt/ctpipe/data), and the train step stages snapshots and checkpoints there for the worker pods.
+STEPS_ON_SHARED_VOLUME = {"prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register"}
+# The train step only launches and follows the PyTorchJob: the work happens in the worker pods.
+LAUNCHER_LIMITS = {"cpu": "1", "memory": "2Gi"}
+# The non-root uid/gid of the ctpipe images (containers/).
+IMAGE_UID = 10001
 
 
 def apply_cluster_settings(task, step: str, kube: KubernetesConfig) -> None:
-    """Secrets as env, placement and limits; credentials never appear in the spec, only secret names."""
+    """Secrets as env, placement, limits, the shared volume and a non-root security context for one task."""
     for secret, keys in sorted(kube.env_from_secrets.items()):
         kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env={k: k for k in keys})
-    for key, value in sorted(kube.node_selector.items()):
+    for key, value in sorted(kube.step_node_selector.items()):
         kubernetes.add_node_selector(task, label_key=key, label_value=value)
-    for tol in kube.tolerations:
+    for tol in kube.step_tolerations:
         kubernetes.add_toleration(
             task,
             key=tol.get("key"),
             operator=tol.get("operator", "Equal"),
             value=tol.get("value"),
-            effect=tol.get("effect"),
+            effect=tol.get("effect") or None,
+            toleration_seconds=tol.get("tolerationSeconds"),
         )
     if kube.shared_pvc and step in STEPS_ON_SHARED_VOLUME:
         kubernetes.mount_pvc(task, pvc_name=kube.shared_pvc, mount_path=kube.shared_mount_path)
-    task.set_cpu_limit("2" if step != "train" else "1")
-    task.set_memory_limit("8G" if step in ("validate_data", "evaluate") else "4G")
+    kubernetes.set_security_context(task, run_as_user=IMAGE_UID, run_as_group=IMAGE_UID, run_as_non_root=True)
+    kubernetes.add_pod_label(task, label_key="app.kubernetes.io/part-of", label_value="ctpipe")
+    cpu = LAUNCHER_LIMITS["cpu"] if step == "train" else kube.step_cpu_limit
+    memory = LAUNCHER_LIMITS["memory"] if step == "train" else kube.step_memory_limit
+    task.set_cpu_request(cpu).set_cpu_limit(cpu)
+    task.set_memory_request(memory).set_memory_limit(memory)

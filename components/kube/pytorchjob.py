@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from typing import Any
 
 from components.config import KubernetesConfig
@@ -179,10 +180,44 @@ def webhook_violations(job: dict[str, Any]) -> list[str]:
     return problems
 
 
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def apiserver_violations(job: dict[str, Any]) -> list[str]:
+    """Name rules the API server enforces on the pods it would create (not in the CRD schema)."""
+    problems: list[str] = []
+    namespace = (job.get("metadata") or {}).get("namespace", "")
+    if not (isinstance(namespace, str) and len(namespace) <= 63 and DNS1123_LABEL.match(namespace)):
+        problems.append(f"metadata.namespace: {namespace!r} is not a DNS-1123 label")
+    for rtype, rspec in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}).items():
+        pod = ((rspec or {}).get("template") or {}).get("spec") or {}
+        where = f"spec.pytorchReplicaSpecs.{rtype}.template.spec"
+        for key, value in (pod.get("nodeSelector") or {}).items():
+            if not (isinstance(value, str) and len(value) <= 63 and LABEL_VALUE.match(value)):
+                problems.append(f"{where}.nodeSelector.{key}: {value!r} is not a valid label value")
+        for volume in pod.get("volumes") or []:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName", "")
+            if "persistentVolumeClaim" in volume and not DNS1123_SUBDOMAIN.match(str(claim)):
+                problems.append(f"{where}.volumes.{volume.get('name')}: claim name {claim!r} is not a DNS-1123 subdomain")
+        for container in pod.get("containers") or []:
+            for env in container.get("env") or []:
+                name = env.get("name", "")
+                if not ENV_NAME.match(str(name)):
+                    problems.append(f"{where}.containers.{container.get('name')}.env: {name!r} is not a valid variable name")
+                secret = ((env.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+                if secret is not None and not DNS1123_SUBDOMAIN.match(str(secret)):
+                    problems.append(f"{where}.containers.{container.get('name')}.env.{name}: secret name {secret!r} is not a DNS-1123 subdomain")
+    return problems
+
+
 def validate_pytorchjob(job: dict[str, Any]) -> None:
     """Refuse a job that strict CRD validation or the operator's webhook would reject; list every problem."""
     problems = validate_strict(job, crd_schema(PYTORCHJOB_CRD, VERSION))
     problems += webhook_violations(job)
+    problems += apiserver_violations(job)
     if job.get("apiVersion") != f"{GROUP}/{VERSION}" or job.get("kind") != KIND:
         problems.append(f"apiVersion/kind: expected {GROUP}/{VERSION} {KIND}")
     # ctpipe's own rule: logs are streamed from the Master pod, and rank 0 runs there.

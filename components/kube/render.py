@@ -1,0 +1,80 @@
+"""The PyTorchJob the train step would submit, rendered offline with run-time values as placeholders."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.config import Config
+from components.training.launchers.base import WorkerLaunch
+
+RUN_ID = "${PIPELINE_RUN_ID}"
+MLFLOW_RUN_ID = "${MLFLOW_RUN_ID}"
+TRACKING_URI = "${MLFLOW_TRACKING_URI}"
+SNAPSHOT = "${SNAPSHOT_DIR}"
+CHECKPOINTS = "${CHECKPOINT_DIR}"
+# A stand-in run id that makes a valid name for validation; replaced by RUN_ID in the output.
+_SAMPLE_RUN_ID = "00000000-0000-4000-8000-000000000000"
+
+
+class _Captured(Exception):
+    def __init__(self, launch: WorkerLaunch) -> None:
+        super().__init__("captured")
+        self.launch = launch
+
+
+class _CaptureLauncher:
+    def run(self, launch: WorkerLaunch) -> None:
+        raise _Captured(launch)
+
+
+def train_step_launch(config: Config, snapshot_dir: str, checkpoint_dir: str) -> WorkerLaunch:
+    """The exact WorkerLaunch ``train_model`` builds for this config (captured, never run)."""
+    from components.training.launch import train_model
+
+    try:
+        train_model(snapshot_dir, checkpoint_dir, config, tracking_uri=TRACKING_URI, mlflow_run_id=MLFLOW_RUN_ID,
+                    job_name=_SAMPLE_RUN_ID, launcher=_CaptureLauncher())
+    except _Captured as captured:
+        return captured.launch
+    raise AssertionError("train_model returned without launching")
+
+
+def _substitute(value: Any, replacements: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _substitute(v, replacements) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, replacements) for v in value]
+    if isinstance(value, str):
+        for old, new in replacements.items():
+            value = value.replace(old, new)
+    return value
+
+
+def render_pytorchjob(config: Config) -> dict[str, Any]:
+    """The validated job (JobValidationError on a bad config) with placeholders for run-time values."""
+    from components.kube.names import training_job_name
+    from components.training.launchers.pytorchjob import PyTorchJobLauncher
+
+    with tempfile.TemporaryDirectory(prefix="ctpipe-render-") as tmp:
+        # The step's artifact paths exist only at run time; the staging maps them onto the shared volume.
+        snapshot, checkpoints = str(Path(tmp) / "snapshot"), str(Path(tmp) / "checkpoints")
+        launch = train_step_launch(config, snapshot, checkpoints)
+        job, _ = PyTorchJobLauncher(config, api_client=None).plan(launch)
+    name = training_job_name(_SAMPLE_RUN_ID)
+    return _substitute(job, {name: f"ctpipe-train-{RUN_ID}", _SAMPLE_RUN_ID: RUN_ID, snapshot: SNAPSHOT,
+                             checkpoints: CHECKPOINTS})
+
+
+def render_pytorchjob_yaml(config: Config) -> str:
+    """YAML of ``render_pytorchjob`` with a header that names the placeholders."""
+    header = (
+        "# The PyTorchJob the train step submits (validated strictly against the CRD and the webhook rules).\n"
+        f"# Set at run time: {RUN_ID} (KFP run id; the real name is a DNS-1035 label derived from it),\n"
+        f"# {MLFLOW_RUN_ID}, {TRACKING_URI}; {SNAPSHOT}/{CHECKPOINTS} are the step's artifact paths\n"
+        "# (shown only when no shared PVC is configured: with one, they are staged under its mount).\n"
+    )
+    return header + yaml.safe_dump(render_pytorchjob(config), sort_keys=False, width=120)

@@ -1,0 +1,27 @@
+"""``ctpipe render-job``: print the PyTorchJob the train step would submit, after the same validation.
+
+    ctpipe render-job --config prod.yaml --set train.workers=8
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "render-job", allow_abbrev=False, help="print the PyTorchJob YAML the train step would submit (no cluster needed)"
+    )
+    parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
+    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                        help="override one config value, e.g. --set train.workers=4 (repeatable)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from components.config import load_config
+    from components.kube.render import render_pytorchjob_yaml
+
+    config = load_config(args.config, args.overrides)
+    print(render_pytorchjob_yaml(config), end="")
+    return 0
