@@ -250,11 +250,15 @@ def check_gradients_flow(factory, data: SanityData, loss_fn) -> CheckResult:
     loss.backward()
     norm = _grad_norm(model)
     ok = math.isfinite(norm) and norm > 0.0
-    return CheckResult(
-        "gradients_flow", ok, norm, "> 0 and finite",
-        f"gradient norm of the loss at init is {norm:.4g}"
-        + ("" if ok else "; no gradient reaches the parameters: a clamped/clipped loss or a detached output "
-           "(clip gradients with clip_grad_norm_, never the loss)"))
+    if ok:
+        hint = ""
+    elif not math.isfinite(norm):
+        hint = "; the gradient is NaN/Inf at init: check the loss and the inputs for NaN/Inf"
+    else:
+        hint = ("; no gradient reaches the parameters: a clamped/clipped loss or a detached output "
+                "(clip gradients with clip_grad_norm_, never the loss)")
+    return CheckResult("gradients_flow", ok, norm, "> 0 and finite",
+                       f"gradient norm of the loss at init is {norm:.4g}" + hint)
 
 
 def _perturbation_gap(model, x_num, x_cat, j: int, *, seed: int) -> float:
@@ -280,7 +284,8 @@ def check_batch_independence(factory, data: SanityData) -> list[CheckResult]:
     x_cat = data.x_cat[:8]
     model.eval()
     model(x_num, x_cat)[0].float().sum().backward()
-    grad_leak = float(x_num.grad[1:].abs().max()) if x_num.shape[1] and len(x_num) > 1 else 0.0
+    has_grad = x_num.grad is not None and x_num.shape[1] > 0 and len(x_num) > 1
+    grad_leak = float(x_num.grad[1:].abs().max()) if has_grad else 0.0
     gap_eval = _perturbation_gap(model, data.x_num[:8], data.x_cat[:8], 1, seed=0)
     leak = max(grad_leak, gap_eval)
     ok = leak <= INDEPENDENCE_TOL
@@ -529,11 +534,27 @@ def run_sanity_checks(
     _write(report_path, render_report(result, config, dump))
     _log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path, first_batch_path])
     if not result.passed:
-        listed = "; ".join(f"{c.name}: {c.message} (value {c.value if c.value is None else f'{c.value:.4g}'}, "
-                           f"threshold {c.threshold})" for c in result.failures)
-        raise SanityCheckError(
-            f"{len(result.failures)} sanity check(s) failed before training, so the run stops here: {listed}. "
-            f"Full report: {report_path or '(not written)'}."
-        )
+        raise SanityCheckError(failure_message(result, report_path))
     return result
+
+
+# The most specific diagnosis first: a NaN or a missing gradient also breaks every training-based check.
+DIAGNOSIS_ORDER = ("finite", "gradients_flow", "input_dependence", "batch_independence", "first_batch_roundtrip",
+                   "init_loss_prior", "init_loss_uniform", "overfit_one_batch", "loss_decreases",
+                   "beats_zero_input_baseline")
+
+
+def failure_message(result: SanityResult, report_path: str) -> str:
+    """One paragraph: the most specific failed check in full, then the others by name and figure."""
+    rank = {name: i for i, name in enumerate(DIAGNOSIS_ORDER)}
+    failed = sorted(result.failures, key=lambda c: rank.get(c.name, len(rank)))
+    first = failed[0]
+    value = "n/a" if first.value is None else f"{first.value:.4g}"
+    text = (f"sanity check '{first.name}' failed before training, so the run stops here: {first.name}: "
+            f"{first.message} (value {value}, threshold {first.threshold})")
+    if len(failed) > 1:
+        others = ", ".join(f"{c.name} ({'n/a' if c.value is None else f'{c.value:.4g}'} vs {c.threshold})"
+                           for c in failed[1:])
+        text += f". Also failed: {others}"
+    return text + f". Full report: {report_path or '(not written)'}."
 
