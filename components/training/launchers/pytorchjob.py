@@ -75,6 +75,8 @@ def _sigterm_cancels() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: Any) -> None:
+        # One-shot: a second SIGTERM must not interrupt the deletion the first one started.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise _Cancelled()
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -142,7 +144,9 @@ class PyTorchJobLauncher:
         return self._api_client
 
     def _retry(self, call: Callable[[], Any]) -> Any:
-        return retry_call(call, attempts=self.retry_attempts, backoff_seconds=self.backoff_seconds, on_retry=self.emit)
+        return retry_call(
+            call, attempts=self.retry_attempts, backoff_seconds=self.backoff_seconds, on_retry=self.emit
+        )
 
     def _custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api_client)
@@ -150,7 +154,9 @@ class PyTorchJobLauncher:
     def _get(self, name: str) -> dict[str, Any] | None:
         try:
             return self._retry(
-                lambda: self._custom().get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+                lambda: self._custom().get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name
+                )
             )
         except ApiException as err:
             if err.status == 404:
@@ -188,7 +194,9 @@ class PyTorchJobLauncher:
         end = time.monotonic() + timeout
         while self._get(name) is not None:
             if time.monotonic() > end:
-                raise TrainingError(f"PyTorchJob {self.namespace}/{name} was not deleted within {timeout:.0f}s")
+                raise TrainingError(
+                    f"PyTorchJob {self.namespace}/{name} was not deleted within {timeout:.0f}s"
+                )
             time.sleep(min(self.poll_seconds, 2.0))
 
     # --- running -------------------------------------------------------------------------------
@@ -201,9 +209,16 @@ class PyTorchJobLauncher:
         with _sigterm_cancels():
             try:
                 started = self._submit_or_attach(job, staging)
-                deadline_at = time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - started)
-                follower = LogFollower(client.CoreV1Api(self.api_client), self.namespace, name, emit=self.emit,
-                                       poll_seconds=min(self.poll_seconds, 2.0))
+                deadline_at = (
+                    time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - started)
+                )
+                follower = LogFollower(
+                    client.CoreV1Api(self.api_client),
+                    self.namespace,
+                    name,
+                    emit=self.emit,
+                    poll_seconds=min(self.poll_seconds, 2.0),
+                )
                 follower.start()
                 final = self._follow(name, deadline_at)
             except _Cancelled:
@@ -223,7 +238,9 @@ class PyTorchJobLauncher:
         if job_phase(final) == "Failed":
             raise TrainingError(self._failure_message(name, final))
         copied = stage_out(staging)
-        self.emit(f"PyTorchJob {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume")
+        self.emit(
+            f"PyTorchJob {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
+        )
 
     def _submit_or_attach(self, job: dict[str, Any], staging: Staging) -> float:
         """Create the job unless it exists; returns its creation time (epoch seconds) for the deadline."""
@@ -231,7 +248,9 @@ class PyTorchJobLauncher:
         existing = self._get(name)
         if existing is not None and job_phase(existing) == "Failed":
             # A retried step gets a fresh attempt; the failed job's pods would otherwise answer for it.
-            self.emit(f"PyTorchJob {self.namespace}/{name} exists and Failed ({failure_reason(existing)}); replacing it")
+            self.emit(
+                f"PyTorchJob {self.namespace}/{name} exists and Failed ({failure_reason(existing)}); replacing it"
+            )
             self._delete(name)
             self._wait_gone(name)
             existing = None
@@ -259,7 +278,9 @@ class PyTorchJobLauncher:
             if failures >= 3:
                 job = self._get(name)
                 if job is None:
-                    raise TrainingError(f"PyTorchJob {self.namespace}/{name} disappeared (deleted by someone else?)")
+                    raise TrainingError(
+                        f"PyTorchJob {self.namespace}/{name} disappeared (deleted by someone else?)"
+                    )
                 phase = self._report(job, phase)
                 if phase in ("Succeeded", "Failed"):
                     return job
@@ -268,15 +289,22 @@ class PyTorchJobLauncher:
             try:
                 for event in watch.Watch().stream(
                     self._custom().list_namespaced_custom_object,
-                    GROUP, VERSION, self.namespace, PLURAL,
+                    GROUP,
+                    VERSION,
+                    self.namespace,
+                    PLURAL,
                     field_selector=f"metadata.name={name}",
                     resource_version=resource_version,
                     timeout_seconds=max(1, int(min(remaining, self.watch_seconds))),
                     _request_timeout=(10, min(remaining, self.watch_seconds) + 10),
                 ):
                     job = event["object"]
+                    if event["type"] == "BOOKMARK":
+                        continue
                     if event["type"] == "DELETED":
-                        raise TrainingError(f"PyTorchJob {self.namespace}/{name} was deleted while the step waited")
+                        raise TrainingError(
+                            f"PyTorchJob {self.namespace}/{name} was deleted while the step waited"
+                        )
                     resource_version = (job.get("metadata") or {}).get("resourceVersion") or resource_version
                     failures = 0
                     phase = self._report(job, phase)
@@ -291,7 +319,9 @@ class PyTorchJobLauncher:
                 if not is_transient(err) and err.status not in (404, 405):
                     raise
                 failures += 1
-                self.emit(f"watch on PyTorchJob {name} failed ({err.status}); {'retrying' if failures < 3 else 'polling'}")
+                self.emit(
+                    f"watch on PyTorchJob {name} failed ({err.status}); {'retrying' if failures < 3 else 'polling'}"
+                )
                 time.sleep(min(self.backoff_seconds * 2**failures, 30.0))
             except Exception as err:
                 if not is_transient(err):
@@ -309,7 +339,9 @@ class PyTorchJobLauncher:
     def _failure_message(self, name: str, job: dict[str, Any]) -> str:
         message = f"PyTorchJob {self.namespace}/{name} failed: {failure_reason(job)}"
         try:
-            tail = failing_pod_tail(client.CoreV1Api(self.api_client), self.namespace, name, lines=self.log_tail_lines)
+            tail = failing_pod_tail(
+                client.CoreV1Api(self.api_client), self.namespace, name, lines=self.log_tail_lines
+            )
         except Exception as err:  # noqa: BLE001 - the job's own reason is still reported
             tail = ("?", f"(could not read pod logs: {err})")
         if tail:
