@@ -343,6 +343,9 @@ class WatchConfig:
     psi_threshold: float = 0.2
     ks_threshold: float = 0.1
     cramers_v_threshold: float = 0.1
+    # A test that has a p-value (KS, chi-square) counts as drift only when it is also significant at
+    # this level, so a small window's noise does not pass an effect-size threshold; 1 disables this.
+    max_p_value: float = 0.001
     # Per-column overrides, e.g. {"monthly_spend": {"psi": 0.3, "ks": 0.15}}; 0 disables that test.
     column_thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
     # A drift run needs at least this many drifted columns.
@@ -360,6 +363,7 @@ class WatchConfig:
         for name in ("psi_threshold", "ks_threshold", "cramers_v_threshold"):
             value = getattr(self, name)
             _check(value >= 0, f"watch.{name}", f"{value} must be >= 0 (0 disables the test)")
+        _check(0 < self.max_p_value <= 1, "watch.max_p_value", f"{self.max_p_value} must be in (0, 1]")
         allowed = {"psi", "ks", "cramers_v"}
         for column, tests in self.column_thresholds.items():
             unknown = sorted(set(tests) - allowed)

@@ -105,3 +105,28 @@ def test_watch_config_is_validated():
         load_config(None, ["watch.column_thresholds.region.chi=0.1"])
     with pytest.raises(ConfigError, match="watch.psi_threshold"):
         load_config(None, ["watch.psi_threshold=-1"])
+
+
+@pytest.mark.parametrize("m,n,shift,decimals", [(5000, 50_000, 0.1, None), (300, 1000, 0.0, None), (2000, 9000, 0.2, 1), (40, 70, 0.5, 0)])
+def test_fast_ks_equals_scipy(m, n, shift, decimals):
+    from scipy import stats
+
+    from pipelines.triggers.drift import ks_two_sample
+
+    rng = np.random.default_rng(m)
+    a, b = rng.normal(0, 1, m), rng.normal(shift, 1, n)
+    if decimals is not None:  # ties
+        a, b = np.round(a, decimals), np.round(b, decimals)
+    expected = stats.ks_2samp(a, b, method="asymp")
+    d, p = ks_two_sample(np.sort(a), np.sort(b))
+    assert d == pytest.approx(expected.statistic, abs=1e-12) and p == pytest.approx(expected.pvalue, rel=1e-9)
+
+
+def test_significance_guard_keeps_small_window_noise_from_passing_effect_size_thresholds(reference):
+    def false_alarms(watch: WatchConfig) -> int:
+        windows = (generate_day(100 + seed, 200, 0, False, 0) for seed in range(20))  # undrifted, 200 rows each
+        return sum(len(compute_drift(frame, reference, watch).drifted_columns) for frame in windows)
+
+    # 20 windows x 8 columns: with the default p < 0.001 guard about one false alarm, without it many.
+    assert false_alarms(WatchConfig()) <= 1 < 5 <= false_alarms(WatchConfig(max_p_value=1.0))
+    assert "tenure_months" in compute_drift(generate_day(100, 200, 0, True, 0), reference, WatchConfig()).drifted_columns

@@ -5,7 +5,9 @@ against the reference sample. Categorical columns: PSI over the categories and t
 judged by Cramer's V (the chi-square statistic scaled by the row count), because with thousands of
 rows any p-value is tiny; the p-values are reported beside the effect sizes. A statistic above its
 threshold (config ``watch``, per column overrides in ``watch.column_thresholds``) marks the column as
-drifted. The reference format is the one validation writes (``reference_stats.json``).
+drifted, if the test is also significant (p < ``watch.max_p_value``) where it has a p-value, so that the
+noise of a small window does not pass an effect-size threshold. The reference format is the one
+validation writes (``reference_stats.json``).
 """
 
 from __future__ import annotations
@@ -123,17 +125,37 @@ def _numeric_values(series: pd.Series) -> tuple[np.ndarray, int]:
     return finite, len(values) - len(finite)
 
 
-def _bin_fractions(values: np.ndarray, inner_edges: np.ndarray) -> np.ndarray:
-    counts = np.bincount(np.searchsorted(inner_edges, values, side="right"), minlength=len(inner_edges) + 1)
-    return counts / max(1, counts.sum())
+def _bin_fractions(sorted_values: np.ndarray, inner_edges: np.ndarray) -> np.ndarray:
+    """Fractions of ``sorted_values`` in the bins (-inf, e1], (e1, e2], ..., (ek, inf)."""
+    cuts = np.searchsorted(sorted_values, inner_edges, side="right")
+    counts = np.diff(np.concatenate(([0], cuts, [len(sorted_values)])))
+    return counts / max(1, len(sorted_values))
+
+
+def ks_two_sample(sorted_reference: np.ndarray, sorted_current: np.ndarray) -> tuple[float, float]:
+    """Two-sample KS statistic D and its asymptotic p-value, in O(m log n) for a small reference sample.
+
+    Between two reference points the reference CDF is flat while the current one rises, so the largest
+    gap is reached at a reference point or just before it: evaluating both CDFs there (left and right
+    limits) gives exactly scipy's D without the n + m searchsorted of ``ks_2samp``.
+    """
+    m, n = len(sorted_reference), len(sorted_current)
+    ref_right = np.searchsorted(sorted_reference, sorted_reference, side="right") / m
+    ref_left = np.searchsorted(sorted_reference, sorted_reference, side="left") / m
+    cur_right = np.searchsorted(sorted_current, sorted_reference, side="right") / n
+    cur_left = np.searchsorted(sorted_current, sorted_reference, side="left") / n
+    d = float(max(np.max(np.abs(ref_right - cur_right)), np.max(np.abs(ref_left - cur_left))))
+    effective_n = round(m * n / (m + n))
+    return d, float(np.clip(stats.kstwo.sf(d, max(1, effective_n)), 0.0, 1.0))
 
 
 def numeric_drift(column: str, series: pd.Series, reference: dict[str, Any], watch: WatchConfig) -> ColumnDrift:
     """PSI over the reference deciles and KS against the reference sample for one numeric column."""
     values, nulls = _numeric_values(series)
+    values.sort()  # one sort serves the bins, KS and the quantile fallback
     quantiles = np.asarray(reference.get("quantiles") or [], dtype="float64")
     sample = np.asarray(reference.get("sample") or [], dtype="float64")
-    sample = sample[np.isfinite(sample)]
+    sample = np.sort(sample[np.isfinite(sample)])
     deciles = quantiles[:: max(1, (len(quantiles) - 1) // 10)] if len(quantiles) else np.array([])
     inner = np.unique(deciles[1:-1]) if len(deciles) > 2 else np.array([])
     if len(sample):
@@ -146,11 +168,11 @@ def numeric_drift(column: str, series: pd.Series, reference: dict[str, Any], wat
     if len(values):
         tests["psi"] = {"value": psi(expected, actual), "p_value": None}
         if len(sample):
-            result = stats.ks_2samp(sample, values, method="asymp")
-            tests["ks"] = {"value": float(result.statistic), "p_value": float(result.pvalue)}
+            d, p_value = ks_two_sample(sample, values)
+            tests["ks"] = {"value": d, "p_value": p_value}
         elif len(quantiles):
             # Largest gap between the reference CDF at its percentiles and the current CDF there.
-            current_cdf = np.searchsorted(np.sort(values), quantiles, side="right") / len(values)
+            current_cdf = np.searchsorted(values, quantiles, side="right") / len(values)
             tests["ks"] = {"value": float(np.max(np.abs(current_cdf - np.linspace(0, 1, len(quantiles))))), "p_value": None}
     labels = _edge_labels(inner)
     return _verdict(
@@ -202,8 +224,9 @@ def _verdict(
     scored = []
     for name, test in tests.items():
         limit = threshold_for(watch, column, name)
-        # A zero threshold switches the test off for this column.
-        drifted = bool(limit > 0 and float(test["value"]) > limit)
+        # A zero threshold switches the test off for this column; a p-value must also be significant.
+        significant = test.get("p_value") is None or float(test["p_value"]) < watch.max_p_value
+        drifted = bool(limit > 0 and float(test["value"]) > limit and significant)
         test.update(threshold=limit, drifted=drifted)
         scored.append((drifted, float(test["value"]) / limit if limit > 0 else -1.0, name))
     null_fraction = nulls / rows if rows else 0.0
