@@ -334,3 +334,63 @@ def run_job(fake: FakeKubeAPI, ns: str, name: str, *, outcome: str = "Succeeded"
     for pod in worker_pods:
         fake.end_pod(ns, pod, 0 if code == 0 else 137)
     fake.set_condition(ns, name, outcome, reason, message)
+
+
+def run_job_locally(fake: FakeKubeAPI, ns: str, name: str, *, timeout: float = 300.0) -> None:
+    """Play the operator for real: run every replica's command as a local process with the env the
+    training operator injects (MASTER_ADDR/PORT, WORLD_SIZE, RANK), the Master's output as its pod log."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    job = fake.jobs[(ns, name)]
+    fake.set_condition(ns, name, "Created")
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    world = sum(spec["replicas"] for spec in specs.values())
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs: list[tuple[str, subprocess.Popen]] = []
+    pumps: list[threading.Thread] = []
+    rank = 0
+    for rtype in ("Master", "Worker"):
+        spec = specs.get(rtype)
+        if not spec:
+            continue
+        container = spec["template"]["spec"]["containers"][0]
+        values = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        command = container["command"]
+        argv = [sys.executable if command[0] == "python" else command[0], *command[1:]]
+        for index in range(spec["replicas"]):
+            pod = fake.add_pod(ns, name, rtype.lower(), index)
+            env = {**os.environ, **values, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                   "WORLD_SIZE": str(world), "RANK": str(rank)}
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+            def pump(proc=proc, pod=pod):
+                for line in proc.stdout:
+                    fake.log(ns, pod, line.rstrip("\n"))
+
+            pumps.append(threading.Thread(target=pump, daemon=True))
+            pumps[-1].start()
+            procs.append((pod, proc))
+            rank += 1
+    fake.set_condition(ns, name, "Running")
+    end = time.monotonic() + timeout
+    while any(p.poll() is None for _, p in procs):
+        if (ns, name) not in fake.jobs or time.monotonic() > end:  # deleted: the operator kills the pods
+            for _, p in procs:
+                p.kill()
+            return
+        time.sleep(0.1)
+    for thread in pumps:
+        thread.join(5)
+    codes = [p.returncode for _, p in procs]
+    for (pod, _), code in zip(procs, codes, strict=True):
+        fake.end_pod(ns, pod, code)
+    if all(code == 0 for code in codes):
+        fake.set_condition(ns, name, "Succeeded")
+    else:
+        failed = sum(1 for code in codes if code)
+        fake.set_condition(ns, name, "Failed", "PyTorchJobFailed", f"PyTorchJob {name} is failed because {failed} replica(s) failed.")
