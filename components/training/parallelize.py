@@ -93,6 +93,40 @@ def parallelize(
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
+@torch.no_grad()
+def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
+    """Clip gradients by their global L2 norm and return the norm before clipping.
+
+    FSDP2 gradients are shards (DTensors): the squared norms of the local shards are summed with ONE
+    all-reduce of a scalar. torch.nn.utils.clip_grad_norm_ gets the same number through DTensor
+    dispatch, which on this CPU cost more than the rest of a small model's step. Replicated (DDP)
+    gradients are already global and are not reduced.
+    """
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    sharded, replicated = [], []
+    for p in parameters:
+        if p.grad is not None:
+            (sharded if isinstance(p.grad, DTensor) else replicated).append(p.grad)
+    local = [g.to_local() for g in sharded]
+    device = (local or replicated)[0].device
+    squares = torch.zeros((), dtype=torch.float32, device=device)
+    if local:
+        squares += torch.stack(torch._foreach_norm(local, 2.0)).float().pow(2).sum()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(squares)
+    if replicated:
+        squares += torch.stack(torch._foreach_norm(replicated, 2.0)).float().pow(2).sum()
+    total = squares.sqrt()
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    if local:
+        torch._foreach_mul_(local, coef.to(local[0].dtype))
+    if replicated:
+        torch._foreach_mul_(replicated, coef.to(replicated[0].dtype))
+    return total
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The model without a DDP wrapper (FSDP2 keeps the original module in place)."""
     return (

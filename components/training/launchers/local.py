@@ -7,6 +7,7 @@ the first failing rank's error on top of the message, and enforces the job's dea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -73,9 +74,10 @@ class LocalLauncher:
     def run(self, launch: WorkerLaunch) -> None:
         port = free_port()
         deadline = time.monotonic() + launch.deadline_seconds
-        with tempfile.TemporaryDirectory(prefix=f"{launch.job_name}-") as tmp:
-            ranks = [self._start(launch, r, port, Path(tmp)) for r in range(launch.world_size)]
+        with tempfile.TemporaryDirectory(prefix=f"{launch.job_name}-") as tmp, _sigterm_raises():
+            ranks: list[_Rank] = []
             try:
+                ranks += [self._start(launch, r, port, Path(tmp)) for r in range(launch.world_size)]
                 self._wait(launch, ranks, deadline)
             finally:
                 _stop(ranks)
@@ -131,6 +133,23 @@ class LocalLauncher:
                     "stopped; raise train.deadline_seconds or lower train.max_steps"
                 )
             time.sleep(POLL_SECONDS)
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """While waiting, SIGTERM (a cancelled KFP task) unwinds through ``finally`` so the ranks are stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _stop(ranks: list[_Rank]) -> None:

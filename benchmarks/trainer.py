@@ -1,0 +1,221 @@
+"""Trainer benchmark: the ctpipe worker against a bare FSDP2 loop, same model, global batch and world size.
+
+    python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp]
+
+In one run, interleaved (the order alternates per repetition, since this machine's speed swings), it
+measures (a) a bare FSDP2 loop — forward, backward, optimizer step, nothing else — and (b) the ctpipe
+worker with its default instrumentation (MLflow from rank 0 into SQLite, clipping with the NaN check,
+the LR schedule, evaluation on the full validation split and checkpoints at the default intervals), and
+optionally (c) the worker with ``train.strategy=ddp``. Both time only the training loop (process start-up
+and imports excluded, for both). It reports:
+
+- ``overhead_ratio``: median over repetitions of (b samples/s) / (a samples/s), loop wall time
+  including evaluation and checkpoints (goal >= 0.95);
+- ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
+- ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up).
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
+    """One rank of the bare loop: the same model, sharding and precision, and nothing else."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from components.config import Config
+    from components.data.snapshot import load_snapshot
+    from components.models.tabular import InputSpec, build_model
+    from components.training.parallelize import resolve_precision
+
+    cfg = Config.from_json(config_json)
+    torch.set_num_threads(cfg.train.threads_per_worker)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    snapshot = load_snapshot(snapshot_dir)
+    x_num, x_cat, y = (torch.tensor(a) for a in snapshot.tensors("train"))
+    spec = InputSpec(
+        x_num.shape[1], snapshot.preprocessing.cardinalities, len(snapshot.preprocessing.classes)
+    )
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model, spec)
+    policy = MixedPrecisionPolicy(
+        param_dtype=resolve_precision(cfg.train.mixed_precision, torch.device("cpu")),
+        reduce_dtype=torch.float32,
+    )
+    for block in model.blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, foreach=True
+    )
+    shard = torch.arange(rank, len(y), world)
+    batch = cfg.train.batch_size
+    per_epoch = len(shard) // batch
+    generator = torch.Generator().manual_seed(cfg.train.seed)
+    order = shard[torch.randperm(len(shard), generator=generator)]
+    dist.barrier()
+    start = time.perf_counter()
+    for step in range(cfg.train.max_steps):
+        if step % per_epoch == 0:
+            order = shard[torch.randperm(len(shard), generator=generator)]
+        idx = order[(step % per_epoch) * batch : (step % per_epoch + 1) * batch]
+        loss = F.cross_entropy(model(x_num[idx], x_cat[idx]).float(), y[idx])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    dist.barrier()
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        samples = cfg.train.max_steps * batch * world
+        Path(out).write_text(json.dumps({"loop_seconds": seconds, "samples_per_second": samples / seconds}))
+    dist.destroy_process_group()
+
+
+def run_bare(snapshot_dir: str, config, work: Path, tag: str) -> dict:
+    from components.training.launchers.base import WorkerLaunch
+    from components.training.launchers.local import LocalLauncher
+
+    out = work / f"bare-{tag}.json"
+    threads = str(config.train.threads_per_worker)
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--bare-worker",
+        snapshot_dir,
+        config.to_json(),
+        str(out),
+    ]
+    launch = WorkerLaunch(
+        job_name=f"bench-bare-{tag}",
+        world_size=config.train.workers,
+        command=command,
+        env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads},
+        deadline_seconds=1800,
+    )
+    LocalLauncher(echo=False).run(launch)
+    return json.loads(out.read_text())
+
+
+def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: str) -> dict:
+    import mlflow
+
+    from components.tracking import ensure_experiment
+    from components.training.launch import train_model
+    from components.training.launchers.local import LocalLauncher
+
+    run_id = (
+        mlflow.MlflowClient(tracking_uri).create_run(ensure_experiment(tracking_uri, "bench")).info.run_id
+    )
+    result = train_model(
+        snapshot_dir,
+        str(work / f"ckpt-{tag}"),
+        config,
+        tracking_uri=tracking_uri,
+        mlflow_run_id=run_id,
+        job_name=f"bench-{tag}",
+        launcher=LocalLauncher(echo=False),
+    )
+    this = result.raw["this_run"]
+    step_seconds = result.global_batch_size / result.samples_per_second
+    return {
+        "loop_seconds": this["loop_seconds"],
+        "samples_per_second": this["steps"] * result.global_batch_size / this["loop_seconds"],
+        "train_step_samples_per_second": result.samples_per_second,
+        "checkpoint_seconds": this["checkpoint_seconds"] / max(this["checkpoints"], 1),
+        "eval_seconds": this["eval_seconds"],
+        "step_seconds": step_seconds,
+        "mfu": result.mfu,
+        "val_accuracy": result.final_metrics.get("val_accuracy"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--bare-worker":
+        bare_worker(*sys.argv[2:5])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--no-ddp", action="store_true", help="skip the DDP comparison")
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--rows-per-day", type=int, default=1000)
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    from components.config import load_config
+    from components.data.demo import write_demo_data
+    from components.training.standalone import build_snapshot
+
+    config = load_config(None, args.overrides)
+    ddp_config = load_config(None, args.overrides + ["train.strategy=ddp"])
+    rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": []}
+    with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
+        work = Path(tmp)
+        write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
+        snapshot_dir = str(build_snapshot(str(work / "data"), config, work / "snapshot").root)
+        tracking_uri = f"sqlite:///{work / 'mlflow.db'}"
+        variants = ["bare", "ctpipe"] + ([] if args.no_ddp else ["ddp"])
+        for rep in range(args.repeats):
+            order = variants if rep % 2 == 0 else variants[::-1]
+            for name in order:
+                tag = f"{name}-{rep}"
+                if name == "bare":
+                    row = run_bare(snapshot_dir, config, work, tag)
+                else:
+                    row = run_ctpipe(
+                        snapshot_dir, ddp_config if name == "ddp" else config, work, tag, tracking_uri
+                    )
+                rows[name].append(row)
+                print(
+                    f"rep {rep} {name:6s} {row['samples_per_second']:9.1f} samples/s (loop {row['loop_seconds']:.2f} s)",
+                    flush=True,
+                )
+
+    ratios = [
+        c["samples_per_second"] / b["samples_per_second"]
+        for b, c in zip(rows["bare"], rows["ctpipe"], strict=True)
+    ]
+    shares = [
+        c["checkpoint_seconds"] / (config.train.checkpoint_every * c["step_seconds"]) for c in rows["ctpipe"]
+    ]
+    summary = {
+        "overhead_ratio": statistics.median(ratios),
+        "overhead_ratios": ratios,
+        "checkpoint_share": statistics.median(shares),
+        "checkpoint_seconds": statistics.median(c["checkpoint_seconds"] for c in rows["ctpipe"]),
+        "mfu": statistics.median(c["mfu"] for c in rows["ctpipe"]),
+        "bare_samples_per_second": statistics.median(b["samples_per_second"] for b in rows["bare"]),
+        "ctpipe_samples_per_second": statistics.median(c["samples_per_second"] for c in rows["ctpipe"]),
+        "ctpipe_val_accuracy": statistics.median(c["val_accuracy"] for c in rows["ctpipe"]),
+        "world_size": config.train.workers,
+        "global_batch_size": config.train.batch_size * config.train.workers * config.train.grad_accum_steps,
+        "steps": config.train.max_steps,
+        "mixed_precision": config.train.mixed_precision,
+        "repeats": args.repeats,
+    }
+    if rows["ddp"]:
+        summary["ddp_samples_per_second"] = statistics.median(d["samples_per_second"] for d in rows["ddp"])
+        summary["ddp_over_fsdp"] = statistics.median(
+            d["samples_per_second"] / c["samples_per_second"]
+            for c, d in zip(rows["ctpipe"], rows["ddp"], strict=True)
+        )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
