@@ -166,19 +166,49 @@ class _Tracker:
             self.first_bad = self.first_bad or f"{where} step {self.steps}: loss {loss}, gradients finite: {grads_ok}"
 
 
+class _Adam:
+    """Plain Adam. torch.optim imports torch._dynamo on first use (about 3 s here), more than all checks cost."""
+
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        import torch
+
+        self.params = [p for p in params if p.requires_grad]
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+        self.lr, self.betas, self.eps, self.t = lr, betas, eps, 0
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        import torch
+
+        b1, b2 = self.betas
+        self.t += 1
+        with torch.no_grad():
+            for p, m, v in zip(self.params, self.m, self.v, strict=True):
+                if p.grad is None:
+                    continue
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                denom = (v / (1 - b2**self.t)).sqrt_().add_(self.eps)
+                p.addcdiv_(m, denom, value=-self.lr / (1 - b1**self.t))
+
+
 def _train(model, loss_fn, x_num, x_cat, y, *, steps: int, batch: int, lr: float, seed: int, tracker: _Tracker,
            where: str, stop_below: float | None = None) -> tuple[list[float], int]:
     """Adam on random mini-batches (or the whole tensors when they fit in one batch); returns the losses."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = _Adam(model.parameters(), lr=lr)
     model.train()
     losses: list[float] = []
     n = len(y)
     for step in range(steps):
         idx = torch.randint(0, n, (batch,), generator=gen) if n > batch else torch.arange(n)
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss = _loss(model, loss_fn, x_num[idx], x_cat[idx], y[idx])
         loss.backward()
         value = float(loss.detach())
@@ -529,7 +559,13 @@ def run_sanity_checks(
     dump = decode_first_batch(data, prep, snapshot.schema.label)
     _write(first_batch_path, json.dumps(dump, indent=1))
     checks = [check_first_batch_roundtrip(dump, data.raw_first_batch, snapshot.schema.label)]
-    checks += check_model(seeded_factory, data, config, loss_fn=loss_fn)
+    # Tiny models: one thread is as fast, and far faster when the CPU is shared (2 threads spin-wait).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        checks += check_model(seeded_factory, data, config, loss_fn=loss_fn)
+    finally:
+        torch.set_num_threads(threads)
     result = SanityResult(checks=checks, seconds=time.perf_counter() - started)
     _write(report_path, render_report(result, config, dump))
     _log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path, first_batch_path])
