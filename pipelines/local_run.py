@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 import sys
 import threading
@@ -169,6 +170,9 @@ def run_local(
     from components.tracking import ensure_experiment, local_tracking_uri
 
     tracking_uri = config.registry.tracking_uri or local_tracking_uri(home_dir)
+    # MLflow announces its SQLite schema migrations at INFO; they are noise in the progress view.
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     # Create the SQLite schema once here, before the steps write to it from several processes.
     ensure_experiment(tracking_uri, config.registry.experiment)
 
