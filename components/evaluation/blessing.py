@@ -86,7 +86,11 @@ def change_checks(
             )
         )
     if rule.change_rel is not None:
-        relative = improvement / abs(champion) if champion else (0.0 if improvement == 0 else math.copysign(math.inf, improvement))
+        relative = (
+            improvement / abs(champion)
+            if champion
+            else (0.0 if improvement == 0 else math.copysign(math.inf, improvement))
+        )
         ok = math.isfinite(improvement) and relative >= rule.change_rel
         checks.append(
             Check(
@@ -113,23 +117,38 @@ def judge(
     checks: list[Check] = []
     for metric, rule in thresholds.items():
         if metric not in candidate:
-            checks.append(Check(metric, "value", False, f"{metric} was not computed for this model (roc_auc needs two classes)"))
+            checks.append(
+                Check(
+                    metric,
+                    "value",
+                    False,
+                    f"{metric} was not computed for this model (roc_auc needs two classes)",
+                )
+            )
             continue
         check = value_check(metric, rule, candidate[metric])
         if check is not None:
             checks.append(check)
         if champion is not None and metric in champion:
             diff = (differences or {}).get(metric)
-            checks.extend(change_checks(metric, rule, candidate[metric], champion[metric], diff=diff, confidence=confidence))
+            checks.extend(
+                change_checks(
+                    metric, rule, candidate[metric], champion[metric], diff=diff, confidence=confidence
+                )
+            )
     return checks
 
 
-def slice_rules(thresholds: dict[str, Threshold], slice_thresholds: dict[str, Threshold]) -> dict[str, Threshold]:
+def slice_rules(
+    thresholds: dict[str, Threshold], slice_thresholds: dict[str, Threshold]
+) -> dict[str, Threshold]:
     """Rules applied per slice: the explicit slice rules, else the change parts of the overall rules."""
     if slice_thresholds:
         return slice_thresholds
     rules = {}
     for metric, rule in thresholds.items():
         if rule.change_abs is not None or rule.change_rel is not None:
-            rules[metric] = Threshold(direction=rule.direction, change_abs=rule.change_abs, change_rel=rule.change_rel)
+            rules[metric] = Threshold(
+                direction=rule.direction, change_abs=rule.change_abs, change_rel=rule.change_rel
+            )
     return rules

@@ -49,7 +49,11 @@ def _slices_table(slices: list[dict[str, Any]]) -> list[str]:
     for s in slices:
         champ = s.get("champion") or {}
         cells = " | ".join(f"{_num(s['candidate'][m])} / {_num(champ.get(m))}" for m in metrics)
-        verdict = "BLOCKS: " + "; ".join(s["failed"]) if s["blocking"] else ("ok" if s["judged"] else "too few rows to judge")
+        verdict = (
+            "BLOCKS: " + "; ".join(s["failed"])
+            if s["blocking"]
+            else ("ok" if s["judged"] else "too few rows to judge")
+        )
         lines.append(f"| {s['slice']} | {s['rows']} | {cells} | {verdict} |")
     return lines
 
@@ -105,14 +109,18 @@ def write_model_card(
         f"- selected checkpoint: {json.dumps(meta, default=str)}",
         "",
         "## Sanity checks",
-        *([f"- {k}: {_num(v)}" for k, v in sorted(lineage.get("sanity", {}).items())] or ["- (no sanity results on the run)"]),
+        *(
+            [f"- {k}: {_num(v)}" for k, v in sorted(lineage.get("sanity", {}).items())]
+            or ["- (no sanity results on the run)"]
+        ),
         "",
         "## Lineage",
         f"- MLflow run: `{lineage.get('mlflow_run_id')}`",
         f"- pipeline run: `{tags.get('ctpipe.pipeline_run_id', '')}`; trigger: `{tags.get('ctpipe.trigger', '')}`",
         f"- git commit: `{tags.get('ctpipe.git_commit', '') or 'unknown'}`",
         f"- model file sha256: `{blessing.get('model_sha256', '')}`",
-        f"- validation warnings: {lineage.get('validation_warnings') or 'none recorded'}",
+        f"- data validation: {lineage.get('validation', 'not recorded')} with "
+        f"{lineage.get('validation_warnings', 0)} warning(s) (listed in the validation report)",
         "",
         "## Blessing thresholds",
         "```json",

@@ -94,7 +94,9 @@ def align_probabilities(probs: np.ndarray, model_classes: list[str], target_clas
 
 def score_export(model: ExportedModel, frame: pd.DataFrame, classes: list[str]) -> np.ndarray:
     """Probabilities over ``classes`` with the model's own preprocessing statistics."""
-    missing = [c for c in [*model.preprocessing.numeric, *model.preprocessing.categorical] if c not in frame.columns]
+    missing = [
+        c for c in [*model.preprocessing.numeric, *model.preprocessing.categorical] if c not in frame.columns
+    ]
     if missing:
         raise DataValidationError(
             f"the test split lacks feature column(s) {', '.join(missing)} that the model was trained on"
@@ -102,7 +104,9 @@ def score_export(model: ExportedModel, frame: pd.DataFrame, classes: list[str]) 
     return align_probabilities(model.predict_proba(frame).astype(np.float64), model.classes, classes)
 
 
-def score_champion(tracking_uri: str, config: Config, frame: pd.DataFrame, classes: list[str]) -> ChampionScore:
+def score_champion(
+    tracking_uri: str, config: Config, frame: pd.DataFrame, classes: list[str]
+) -> ChampionScore:
     """Find the champion, download its export and score it; a champion that cannot be scored says why."""
     from components.registration.retry import bounded_mlflow_http, call_with_retries
     from components.tracking import download_version_file, get_alias_version
@@ -128,12 +132,16 @@ def score_champion(tracking_uri: str, config: Config, frame: pd.DataFrame, class
                 max_backoff_seconds=reg.retry_max_backoff_seconds,
             )
             if path is None:
-                return ChampionScore(number, error=f"champion version {number} has no '{MODEL_ARTIFACT_PATH}' on its run")
+                return ChampionScore(
+                    number, error=f"champion version {number} has no '{MODEL_ARTIFACT_PATH}' on its run"
+                )
             try:
                 champion = load_model_export(path)
                 probs = score_export(champion, frame, classes)
             except (DataValidationError, ValueError, KeyError, RuntimeError) as err:
-                return ChampionScore(number, error=f"champion version {number} cannot score the current test split: {err}")
+                return ChampionScore(
+                    number, error=f"champion version {number} cannot score the current test split: {err}"
+                )
     return ChampionScore(number, probabilities=probs, metadata=dict(champion.metadata))
 
 
@@ -187,7 +195,9 @@ def evaluate_slices(
                     if check is not None:
                         slice_checks.append(check)
                     if champ is not None:
-                        slice_checks.extend(change_checks(metric, rule, cand[metric], champ[metric], where=name))
+                        slice_checks.extend(
+                            change_checks(metric, rule, cand[metric], champ[metric], where=name)
+                        )
             checks.extend(slice_checks)
             rows.append(
                 {
@@ -216,7 +226,9 @@ def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_ru
             "e.g. --set evaluate.thresholds.accuracy.value=0.7"
         )
     if champion.error:
-        reasons.append(f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it")
+        reasons.append(
+            f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it"
+        )
     if champion.version is None and has_rules:
         reasons.append("no champion yet: judged on value thresholds only (first model)")
     failed = [c.message for c in checks if not c.passed]
@@ -265,7 +277,9 @@ def evaluate_candidate(
     intervals, differences = bootstrap_intervals(
         y, p_cand, samples=ev.bootstrap_samples, confidence=ev.confidence, seed=ev.seed, p_baseline=p_champ
     )
-    checks = judge(ev.thresholds, cand_metrics, champion.metrics, differences=differences, confidence=ev.confidence)
+    checks = judge(
+        ev.thresholds, cand_metrics, champion.metrics, differences=differences, confidence=ev.confidence
+    )
     slices, slice_checks = evaluate_slices(frame, y, p_cand, p_champ, config, snapshot.schema.numeric)
     all_checks = checks + slice_checks
     has_rules = bool(ev.thresholds)
@@ -349,12 +363,18 @@ def _run_lineage(tracking_uri: str, run_id: str, config: Config) -> dict[str, An
             **{k: v for k, v in data.metrics.items() if "sanity" in k},
             **{k: v for k, v in data.tags.items() if "sanity" in k},
         },
-        "validation_warnings": data.tags.get("ctpipe.validation_warnings", ""),
+        "validation": data.tags.get("ctpipe.validation", "not recorded"),
+        "validation_warnings": int(data.metrics.get("validation.warnings", 0)),
     }
 
 
 def _log_to_run(
-    tracking_uri: str, run_id: str, config: Config, result: EvaluationResult, blessing_path: str, card_path: str
+    tracking_uri: str,
+    run_id: str,
+    config: Config,
+    result: EvaluationResult,
+    blessing_path: str,
+    card_path: str,
 ) -> None:
     """Evaluation metrics, the blessing and the card on the pipeline run's MLflow run."""
     import mlflow
@@ -364,7 +384,9 @@ def _log_to_run(
 
     client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     now = int(time.time() * 1000)
-    metrics = [Metric(f"test_{k}", float(v), now, 0) for k, v in result.candidate_metrics.items() if np.isfinite(v)]
+    metrics = [
+        Metric(f"test_{k}", float(v), now, 0) for k, v in result.candidate_metrics.items() if np.isfinite(v)
+    ]
     metrics += [
         Metric(f"champion_test_{k}", float(v), now, 0)
         for k, v in (result.champion_metrics or {}).items()

@@ -54,7 +54,9 @@ def compute_metrics(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
     out = {
         "accuracy": float((pred == y).mean()) if len(y) else float("nan"),
         "macro_f1": float(_macro_f1_from_counts(confusion_matrix(y, pred, n_classes))),
-        "log_loss": float(-np.log(np.clip(p[np.arange(len(y)), y], _EPS, 1.0)).mean()) if len(y) else float("nan"),
+        "log_loss": float(-np.log(np.clip(p[np.arange(len(y)), y], _EPS, 1.0)).mean())
+        if len(y)
+        else float("nan"),
     }
     if n_classes == 2:
         out["roc_auc"] = roc_auc(y == 1, p[:, 1])
@@ -109,8 +111,14 @@ def _metric_samples(y: np.ndarray, p: np.ndarray, idx: np.ndarray) -> dict[str, 
     nll = -np.log(np.clip(p[np.arange(len(y)), y], _EPS, 1.0))
     samples = idx.shape[0]
     cells = (y * n_classes + pred)[idx] + (np.arange(samples) * n_classes * n_classes)[:, None]
-    cm = np.bincount(cells.ravel(), minlength=samples * n_classes * n_classes).reshape(samples, n_classes, n_classes)
-    out = {"accuracy": correct[idx].mean(axis=1), "macro_f1": _macro_f1_from_counts(cm), "log_loss": nll[idx].mean(axis=1)}
+    cm = np.bincount(cells.ravel(), minlength=samples * n_classes * n_classes).reshape(
+        samples, n_classes, n_classes
+    )
+    out = {
+        "accuracy": correct[idx].mean(axis=1),
+        "macro_f1": _macro_f1_from_counts(cm),
+        "log_loss": nll[idx].mean(axis=1),
+    }
     if n_classes == 2:
         out["roc_auc"] = np.array([roc_auc(y[i] == 1, p[i, 1]) for i in idx])
     return out
@@ -126,7 +134,13 @@ def _interval(point: float, draws: np.ndarray, confidence: float) -> Interval:
 
 
 def bootstrap_intervals(
-    y: np.ndarray, p: np.ndarray, *, samples: int, confidence: float, seed: int, p_baseline: np.ndarray | None = None
+    y: np.ndarray,
+    p: np.ndarray,
+    *,
+    samples: int,
+    confidence: float,
+    seed: int,
+    p_baseline: np.ndarray | None = None,
 ) -> tuple[dict[str, Interval], dict[str, Interval] | None]:
     """Intervals of each metric and, with a baseline, of the paired difference (model − baseline)."""
     point = compute_metrics(y, p)
@@ -135,7 +149,9 @@ def bootstrap_intervals(
         if p_baseline is None:
             return single, None
         base = compute_metrics(y, p_baseline)
-        return single, {k: Interval(point[k] - base[k], point[k] - base[k], point[k] - base[k]) for k in point}
+        return single, {
+            k: Interval(point[k] - base[k], point[k] - base[k], point[k] - base[k]) for k in point
+        }
     model_draws: dict[str, list[np.ndarray]] = {k: [] for k in point}
     diff_draws: dict[str, list[np.ndarray]] = {k: [] for k in point}
     base_point = compute_metrics(y, p_baseline) if p_baseline is not None else None

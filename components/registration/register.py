@@ -136,20 +136,26 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
     return target
 
 
-def _run_tags(registry: Registry, run_id: str) -> dict[str, str]:
-    run = registry.call(lambda: registry.client.get_run(run_id), f"read MLflow run {run_id}")
-    return dict(run.data.tags)
+def sanity_summary(run_tags: dict[str, str], run_metrics: dict[str, float]) -> str:
+    """The sanity gate as the sanity step recorded it on the run: status and each check's figure."""
+    checks = {k[len("sanity.") :]: v for k, v in sorted(run_metrics.items()) if k.startswith("sanity.")}
+    return json.dumps({"status": run_tags.get("ctpipe.sanity", "not recorded"), "checks": checks})
 
 
-def _summarise_sanity(run_tags: dict[str, str], report_path: str | None) -> str:
-    """The sanity results as recorded on the run, else the report's check lines."""
-    for key in ("ctpipe.sanity", "ctpipe.sanity_summary"):
-        if run_tags.get(key):
-            return run_tags[key]
+def validation_warnings(report_path: str | None, run_metrics: dict[str, float]) -> str:
+    """The validation warnings listed in the validation report (its warnings table), as a JSON list."""
+    found: list[str] = []
     if report_path and Path(report_path).is_file():
-        lines = [ln.strip() for ln in Path(report_path).read_text().splitlines() if ln.strip().startswith(("|", "-"))]
-        return "\n".join(lines)
-    return "not recorded"
+        in_warnings = False
+        for line in Path(report_path).read_text().splitlines():
+            if line.startswith("## "):
+                in_warnings = line.startswith("## Warnings")
+            elif in_warnings and line.startswith("| ") and not line.startswith(("| check ", "|---")):
+                cells = [c.strip() for c in line.strip("|").split(" | ")]
+                found.append(f"{cells[1]}: {cells[0]}" if len(cells) > 1 and cells[1] else cells[0])
+    if not found and run_metrics.get("validation.warnings"):
+        found.append(f"{int(run_metrics['validation.warnings'])} warning(s); see the validation report")
+    return json.dumps(found)
 
 
 def version_tags(
@@ -159,6 +165,7 @@ def version_tags(
     blessing: dict[str, Any],
     config: Config,
     run_tags: dict[str, str],
+    run_metrics: dict[str, float],
     pipeline_run_id: str,
     trigger: str,
     key: str,
@@ -169,7 +176,9 @@ def version_tags(
     tags = {
         "ctpipe.data_fingerprint": snapshot.fingerprint,
         "ctpipe.data_uri": snapshot.data_uri,
-        "ctpipe.snapshot_uri": str(Path(snapshot_dir).resolve()) if "://" not in snapshot_dir else snapshot_dir,
+        "ctpipe.snapshot_uri": str(Path(snapshot_dir).resolve())
+        if "://" not in snapshot_dir
+        else snapshot_dir,
         "ctpipe.git_commit": run_tags.get("ctpipe.git_commit", "") or "unknown",
         "ctpipe.image": current_image(),
         "ctpipe.pipeline_run_id": pipeline_run_id,
@@ -177,8 +186,8 @@ def version_tags(
         "ctpipe.blessed": "true" if blessing.get("blessed") else "false",
         "ctpipe.blessing_reasons": _clip(json.dumps(blessing.get("reasons", []))),
         "ctpipe.compared_with": str(blessing.get("champion_version") or ""),
-        "ctpipe.validation_warnings": _clip(run_tags.get("ctpipe.validation_warnings", "") or "none recorded"),
-        "ctpipe.sanity": _clip(_summarise_sanity(run_tags, reports.get("sanity"))),
+        "ctpipe.validation_warnings": _clip(validation_warnings(reports.get("validation"), run_metrics)),
+        "ctpipe.sanity": _clip(sanity_summary(run_tags, run_metrics)),
         "ctpipe.config": _clip(config.to_json()),
         "ctpipe.evaluation": _clip(
             json.dumps(
@@ -203,7 +212,14 @@ def version_tags(
     return tags
 
 
-def log_run_artifacts(registry: Registry, run_id: str, model_path: str, snapshot: Snapshot, reports: dict[str, str], blessing_path: str) -> None:
+def log_run_artifacts(
+    registry: Registry,
+    run_id: str,
+    model_path: str,
+    snapshot: Snapshot,
+    reports: dict[str, str],
+    blessing_path: str,
+) -> None:
     """Everything the version needs, on its source run (re-logging on retry overwrites the same paths)."""
     client = registry.client
     with tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp:
@@ -227,7 +243,8 @@ def log_run_artifacts(registry: Registry, run_id: str, model_path: str, snapshot
         for sub in (MODEL_ARTIFACT_DIR, PYFUNC_ARTIFACT_PATH, "reference", "reports"):
             if any((staged / sub).iterdir()):
                 registry.call(
-                    lambda s=sub: client.log_artifacts(run_id, str(staged / s), s), f"log '{sub}' artifacts to run {run_id}"
+                    lambda s=sub: client.log_artifacts(run_id, str(staged / s), s),
+                    f"log '{sub}' artifacts to run {run_id}",
                 )
 
 
@@ -260,13 +277,16 @@ def register_candidate(
             t = time.perf_counter()
             log_run_artifacts(registry, mlflow_run_id, model_path, snapshot, reports, blessing_path)
             timings["log_artifacts"] = time.perf_counter() - t
-            run = registry.call(lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}")
+            run = registry.call(
+                lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
+            )
             tags = version_tags(
                 snapshot=snapshot,
                 snapshot_dir=snapshot_dir,
                 blessing=blessing,
                 config=config,
                 run_tags=dict(run.data.tags),
+                run_metrics=dict(run.data.metrics),
                 pipeline_run_id=pipeline_run_id,
                 trigger=trigger,
                 key=key,
@@ -285,7 +305,9 @@ def register_candidate(
         )
         promotion = _promote(registry, number, blessing)
         registry.call(
-            lambda: client.set_model_version_tag(reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason),
+            lambda: client.set_model_version_tag(
+                reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason
+            ),
             f"record the promotion decision on version {number}",
         )
         aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
@@ -322,7 +344,11 @@ def _promote(registry: Registry, version: str, blessing: dict[str, Any]) -> Prom
     if not blessing.get("blessed"):
         first = (blessing.get("reasons") or ["no reason recorded"])[0]
         current = registry.alias_version(registry.config.champion_alias)
-        return Promotion(False, current, blessing.get("champion_version"), f"not promoted: not blessed ({first})")
+        return Promotion(
+            False, current, blessing.get("champion_version"), f"not promoted: not blessed ({first})"
+        )
     return registry.promote_if_unchanged(
-        version, blessing.get("champion_version"), reason="blessed by evaluation: " + "; ".join(blessing.get("reasons", []))[:2000]
+        version,
+        blessing.get("champion_version"),
+        reason="blessed by evaluation: " + "; ".join(blessing.get("reasons", []))[:2000],
     )

@@ -88,7 +88,8 @@ class Registry:
         def create() -> None:
             try:
                 self.client.create_registered_model(
-                    self.name, description="Tabular classifier trained by the ctpipe continuous-training pipeline."
+                    self.name,
+                    description="Tabular classifier trained by the ctpipe continuous-training pipeline.",
                 )
             except MlflowException as err:
                 if _error_code(err) != "RESOURCE_ALREADY_EXISTS":
@@ -133,7 +134,9 @@ class Registry:
 
         text = str(version).strip()
         if not text.isdigit():
-            raise UserError(f"model version '{version}' is not a version number; run 'ctpipe models list' to see them")
+            raise UserError(
+                f"model version '{version}' is not a version number; run 'ctpipe models list' to see them"
+            )
 
         def get():
             try:
@@ -145,7 +148,7 @@ class Registry:
 
         found = self.call(get, f"read version {text} of '{self.name}'")
         if found is None:
-            existing = ", ".join(v.version for v in self.versions()) or "none"
+            existing = ", ".join(str(v.version) for v in self.versions()) or "none"
             raise UserError(
                 f"model '{self.name}' has no version {text}; existing versions: {existing}. "
                 "Run 'ctpipe models list' to see them."
@@ -165,7 +168,9 @@ class Registry:
 
         def search():
             return list(
-                self.client.search_model_versions(f"name = '{self.name}' and run_id = '{run_id}'", max_results=1000)
+                self.client.search_model_versions(
+                    f"name = '{self.name}' and run_id = '{run_id}'", max_results=1000
+                )
             )
 
         found = self.call(search, f"search versions of run {run_id}") if retry else search()
@@ -248,7 +253,9 @@ class Registry:
     def champion_history(self) -> list[dict[str, Any]]:
         return json.loads(self.model_tags().get(HISTORY_TAG, "[]"))
 
-    def _move_champion(self, version: str, *, kind: str, by: str, reason: str, previous: str | None, pop: bool) -> None:
+    def _move_champion(
+        self, version: str, *, kind: str, by: str, reason: str, previous: str | None, pop: bool
+    ) -> None:
         """Point the champion alias at ``version`` and record it (call with the lock held)."""
         stack = self.champion_stack()
         if pop:
@@ -258,7 +265,16 @@ class Registry:
                 stack.append(previous)  # a champion set outside ctpipe: remember it for rollback
             stack.append(version)
         history = self.champion_history()
-        history.append({"version": version, "previous": previous, "kind": kind, "by": by, "reason": reason, "at": _now_iso()})
+        history.append(
+            {
+                "version": version,
+                "previous": previous,
+                "kind": kind,
+                "by": by,
+                "reason": reason,
+                "at": _now_iso(),
+            }
+        )
         c = self.client
         tags = {
             "ctpipe.promotion": kind,
@@ -268,15 +284,26 @@ class Registry:
         }
         # Record on the version first: if we die between the calls the alias never points at an unrecorded promotion.
         for key, value in tags.items():
-            self.call(lambda k=key, v=value: c.set_model_version_tag(self.name, version, k, v), f"tag version {version}")
-        self.call(lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version), "move the champion alias")
-        self.call(lambda: c.set_registered_model_tag(self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])), "record champion stack")
+            self.call(
+                lambda k=key, v=value: c.set_model_version_tag(self.name, version, k, v),
+                f"tag version {version}",
+            )
+        self.call(
+            lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version),
+            "move the champion alias",
+        )
+        self.call(
+            lambda: c.set_registered_model_tag(self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])),
+            "record champion stack",
+        )
         self.call(
             lambda: c.set_registered_model_tag(self.name, HISTORY_TAG, json.dumps(history[-MAX_HISTORY:])),
             "record champion history",
         )
 
-    def promote_if_unchanged(self, version: str, expected: str | None, *, reason: str, by: str = "pipeline") -> Promotion:
+    def promote_if_unchanged(
+        self, version: str, expected: str | None, *, reason: str, by: str = "pipeline"
+    ) -> Promotion:
         """Compare-and-set: make ``version`` champion only if the champion is still ``expected``."""
         version = str(version)
         with self.locked():
@@ -294,7 +321,12 @@ class Registry:
                     f"evaluate against the new champion, or promote by hand with 'ctpipe models promote {version}'.",
                 )
             self._move_champion(version, kind="auto", by=by, reason=reason, previous=current, pop=False)
-            return Promotion(True, version, current, f"promoted to champion (replacing {'version ' + current if current else 'none'})")
+            return Promotion(
+                True,
+                version,
+                current,
+                f"promoted to champion (replacing {'version ' + current if current else 'none'})",
+            )
 
     def promote_manual(self, version: str, *, reason: str, by: str) -> Promotion:
         """Make ``version`` champion by hand, recorded as manual with who and why."""
@@ -308,7 +340,9 @@ class Registry:
             current = self.alias_version(self.config.champion_alias)
             if current == str(mv.version):
                 return Promotion(False, current, current, f"version {current} is already the champion")
-            self._move_champion(str(mv.version), kind="manual", by=by, reason=reason, previous=current, pop=False)
+            self._move_champion(
+                str(mv.version), kind="manual", by=by, reason=reason, previous=current, pop=False
+            )
             return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {reason}")
 
     def rollback(self, *, reason: str, by: str) -> Promotion:
@@ -333,6 +367,8 @@ class Registry:
 
     def _write_stack(self, stack: list[str]) -> None:
         self.call(
-            lambda: self.client.set_registered_model_tag(self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])),
+            lambda: self.client.set_registered_model_tag(
+                self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])
+            ),
             "record champion stack",
         )

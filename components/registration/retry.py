@@ -80,7 +80,14 @@ def call_with_retries(
                     f"{time.monotonic() - started:.1f}s failed; last error: {str(err)[:300]}"
                 ) from err
             delay = min(backoff_seconds * (2**attempt), max_backoff_seconds)
-            log.warning("MLflow unavailable (%s) while trying to %s; retry %d/%d in %.1fs", type(err).__name__, what, attempt + 1, retries, delay)
+            log.warning(
+                "MLflow unavailable (%s) while trying to %s; retry %d/%d in %.1fs",
+                type(err).__name__,
+                what,
+                attempt + 1,
+                retries,
+                delay,
+            )
             sleep(delay)
     raise AssertionError("unreachable")
 

@@ -1,0 +1,136 @@
+"""evaluate_candidate against MLflow on SQLite: first model, champion comparison, own preprocessing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import mlflow
+import numpy as np
+import pytest
+from registry_fixtures import fast_config, make_model, make_run, make_snapshot
+
+from components.data.snapshot import encode_labels, load_snapshot
+from components.evaluation.evaluate import evaluate_candidate
+from components.evaluation.metrics import compute_metrics
+from components.models.export import load_model_export
+from components.registration.register import register_candidate
+from components.tracking import local_tracking_uri
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    snap = make_snapshot(root)
+    return {
+        "root": root,
+        "snap": snap,
+        "good": make_model(snap, root / "good.pt", steps=80, seed=0),
+        "bad": make_model(snap, root / "bad.pt", steps=0, seed=1),
+    }
+
+
+def _evaluate(world, tmp_path, model, config, run_id):
+    uri = local_tracking_uri(tmp_path)
+    return evaluate_candidate(
+        str(model),
+        str(world["snap"]),
+        config,
+        tracking_uri=uri,
+        mlflow_run_id=run_id,
+        blessing_path=str(tmp_path / "blessing.json"),
+        card_path=str(tmp_path / "card.md"),
+    )
+
+
+def _register(world, tmp_path, model, config, run_id, pipeline_run_id):
+    return register_candidate(
+        str(model),
+        str(world["snap"]),
+        str(tmp_path / "blessing.json"),
+        config,
+        tracking_uri=local_tracking_uri(tmp_path),
+        mlflow_run_id=run_id,
+        pipeline_run_id=pipeline_run_id,
+        trigger="manual",
+        reports={"model_card": str(tmp_path / "card.md")},
+    )
+
+
+def test_first_model_is_blessed_on_value_alone_and_writes_blessing_card_and_run_metrics(world, tmp_path):
+    config = fast_config()
+    run_id = make_run(local_tracking_uri(tmp_path), config)
+    result = _evaluate(world, tmp_path, world["good"], config, run_id)
+    assert result.blessed and result.champion_version is None and result.champion_metrics is None
+    assert any("first model" in r for r in result.reasons)
+    blessing = json.loads((tmp_path / "blessing.json").read_text())
+    assert blessing["blessed"] is True and blessing["champion_version"] is None
+    assert set(blessing["candidate_metrics"]) == {"accuracy", "macro_f1", "log_loss"}
+    assert np.array(result.confusion_matrix).sum() == result.test_rows
+    card = (tmp_path / "card.md").read_text()
+    for heading in (
+        "## Blessing and its reasons",
+        "## Metrics on the test split",
+        "## Slices",
+        "## Data",
+        "## Lineage",
+    ):
+        assert heading in card
+    run = mlflow.MlflowClient(local_tracking_uri(tmp_path)).get_run(run_id)
+    assert run.data.metrics["test_accuracy"] == pytest.approx(result.candidate_metrics["accuracy"])
+    assert run.data.tags["ctpipe.blessed"] == "true"
+
+
+def test_no_thresholds_blesses_nothing(world, tmp_path):
+    config = fast_config()
+    config.evaluate.thresholds = {}
+    run_id = make_run(local_tracking_uri(tmp_path), config)
+    result = _evaluate(world, tmp_path, world["good"], config, run_id)
+    assert not result.blessed
+    assert "no blessing thresholds are configured" in result.reasons[0]
+
+
+def test_value_floor_fails_an_untrained_first_model(world, tmp_path):
+    config = fast_config()
+    run_id = make_run(local_tracking_uri(tmp_path), config)
+    result = _evaluate(world, tmp_path, world["bad"], config, run_id)
+    assert not result.blessed
+    assert any("fails value threshold" in r for r in result.reasons)
+
+
+def test_champion_is_scored_on_the_same_split_with_its_own_preprocessing(world, tmp_path):
+    config = fast_config()
+    uri = local_tracking_uri(tmp_path)
+    snap = load_snapshot(world["snap"])
+    # The champion was trained on different statistics: shifted means and a reordered vocabulary.
+    prep = snap.preprocessing
+    shifted = replace(
+        prep,
+        numeric={c: {"mean": s["mean"] + s["std"], "std": s["std"] * 2} for c, s in prep.numeric.items()},
+        categorical={c: list(reversed(v)) for c, v in prep.categorical.items()},
+    )
+    champion_file = make_model(
+        world["snap"], tmp_path / "champion.pt", steps=80, seed=3, prep_override=shifted
+    )
+    run1 = make_run(uri, config, "p1")
+    assert _evaluate(world, tmp_path, champion_file, config, run1).blessed
+    assert _register(world, tmp_path, champion_file, config, run1, "p1").aliases == ["challenger", "champion"]
+
+    run2 = make_run(uri, config, "p2")
+    result = _evaluate(world, tmp_path, world["bad"], config, run2)
+    assert result.champion_version == "1"
+    frame = snap.frame("test")
+    y = encode_labels(frame, snap.schema.label, prep.classes)
+    champion = load_model_export(champion_file)
+    own = compute_metrics(y, champion.predict_proba(frame).astype(np.float64))
+    assert result.champion_metrics == pytest.approx(own)
+    # Scoring the champion's weights with the candidate's statistics would give other numbers.
+    champion.preprocessing = prep
+    wrong = compute_metrics(y, champion.predict_proba(frame).astype(np.float64))
+    assert wrong["log_loss"] != pytest.approx(own["log_loss"])
+    # The untrained candidate regresses beyond the allowed change: not blessed, naming the champion numbers.
+    assert not result.blessed
+    assert any("vs champion" in r and "allowed change" in r for r in result.reasons)
+    blessing = json.loads((tmp_path / "blessing.json").read_text())
+    assert blessing["champion_version"] == "1"
+    assert blessing["differences"]["accuracy"]["high"] < 0
