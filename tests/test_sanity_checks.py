@@ -64,7 +64,7 @@ def test_the_configured_model_passes_and_reports_figures(snapshot, tmp_path):
     assert report.startswith("# Sanity checks: PASSED") and "| overfit_one_batch | pass |" in report
     metrics = client.get_run(run_id).data.metrics
     assert metrics["sanity.overfit_one_batch"] < 0.05 and "sanity.init_loss_prior" in metrics
-    assert {a.path for a in client.list_artifacts(run_id, "sanity")} == {"sanity/sanity.md", "sanity/first_batch.json"}
+    assert {a.path for a in client.list_artifacts(run_id, "sanity")} == {"sanity/sanity.md", "sanity/first_batch.json", "sanity/summary.json"}
 
 
 def test_init_loss_matches_ln_c_uniform_and_entropy_with_prior_bias(snapshot, tmp_path):

@@ -57,6 +57,8 @@ def test_clean_data_writes_snapshot_suite_and_reference_stats(clean_run):
     assert 0 < len(tenure["sample"]) <= 5000 and {"mean", "std", "null_fraction"} <= set(tenure)
     assert stats["numeric"]["sessions_last_30d"]["null_fraction"] > 0
     assert sum(stats["categorical"]["region"]["frequencies"].values()) == result.rows["train"]
+    verdict = json.loads((out / "snapshot" / "validation.json").read_text())
+    assert verdict["passed"] is True and verdict["warnings"] == result.warnings and verdict["findings"]
 
 
 def test_data_docs_open_on_their_own(clean_run):
@@ -127,7 +129,7 @@ def test_champion_suite_is_the_reference_and_results_go_to_mlflow(tmp_path, clea
     assert logged.data.metrics["validation.errors"] >= 1
     assert logged.data.tags["ctpipe.validation"] == "failed"
     artifacts = {a.path for a in client.list_artifacts(run_id, "validation")}
-    assert {"validation/docs.html", "validation/report.md"} <= artifacts
+    assert {"validation/docs.html", "validation/report.md", "validation/summary.json"} <= artifacts
 
 
 def test_drifted_partition_is_reported_as_skew_warning(tmp_path):

@@ -518,6 +518,7 @@ def _log_to_mlflow(tracking_uri: str, run_id: str, result: SanityResult, paths: 
     for path in paths:
         if path and Path(path).is_file():
             client.log_artifact(run_id, path, artifact_path="sanity")
+    client.log_dict(run_id, result.summary(), "sanity/summary.json")
 
 
 def _write(path: str, text: str) -> None:

@@ -232,6 +232,22 @@ def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, p
     for path in paths:
         if path and Path(path).is_file():
             client.log_artifact(run_id, path, artifact_path="validation")
+    client.log_dict(run_id, json.loads(json.dumps(summary_json(summary), default=str)), "validation/summary.json")
+
+
+def summary_json(summary: ValidationSummary) -> dict[str, Any]:
+    """The machine-readable verdict: every finding with its severity, figures and examples."""
+    return {
+        "passed": summary.passed,
+        "data_uri": summary.data_uri,
+        "fingerprint": summary.fingerprint,
+        "rows": summary.rows,
+        "suite_source": summary.suite_source,
+        "errors": [f.headline() for f in errors(summary.findings)],
+        "warnings": [f.headline() for f in warnings(summary.findings)],
+        "findings": [f.to_dict() for f in summary.findings],
+        "seconds": summary.seconds,
+    }
 
 
 def validate_data(
@@ -251,6 +267,8 @@ def validate_data(
         t = time.perf_counter()
         _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint)
         summary.seconds["write_snapshot"] = time.perf_counter() - t
+        # Beside the snapshot, so later steps (registration tags) read the warnings without parsing Markdown.
+        (Path(snapshot_dir) / "validation.json").write_text(json.dumps(summary_json(summary), default=str))
     write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
     suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
     _log_to_mlflow(tracking_uri, mlflow_run_id, summary, [data_docs_path, report_path, suite_copy])
