@@ -19,6 +19,12 @@ from components.errors import TrainingError
 from components.training.launchers.base import Launcher, WorkerLaunch
 from components.training.worker import RESULT_FILE
 
+# train.backend -> (module under components.training.launchers, launcher class taking the Config)
+CLUSTER_LAUNCHERS = {
+    "pytorchjob": ("pytorchjob", "PyTorchJobLauncher"),
+    "trainjob": ("trainjob", "TrainJobLauncher"),
+}
+
 
 @dataclass
 class TrainResult:
@@ -135,10 +141,10 @@ def launcher_for(config: Config) -> Launcher:
         from components.training.launchers.local import LocalLauncher
 
         return LocalLauncher()
-    # The PyTorchJob launcher lives in its own module (kubernetes client imports stay out of local runs).
-    module = importlib.import_module("components.training.launchers.pytorchjob")
-    factory = getattr(module, "launcher_from_config", None) or module.PyTorchJobLauncher
-    return factory(config)
+    # Cluster launchers live in their own modules (kubernetes client imports stay out of local runs).
+    module_name, class_name = CLUSTER_LAUNCHERS[config.train.backend]
+    module = importlib.import_module(f"components.training.launchers.{module_name}")
+    return getattr(module, class_name)(config)
 
 
 def train_model(
