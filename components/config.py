@@ -144,7 +144,8 @@ class ModelConfig:
 class TrainConfig:
     """Distributed training: launch, optimisation, evaluation and checkpoints."""
 
-    backend: Literal["local", "pytorchjob"] = "local"
+    # trainjob: Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) instead of a v1 PyTorchJob.
+    backend: Literal["local", "pytorchjob", "trainjob"] = "local"
     workers: int = 2
     strategy: Literal["fsdp", "ddp"] = "fsdp"
     # auto: bf16 parameters with fp32 reduction on GPUs with bf16, fp32 on CPU (for the small default
@@ -304,6 +305,8 @@ class KubernetesConfig:
     backoff_limit: int = 3
     ttl_seconds_after_finished: int = 3600
     clean_pod_policy: Literal["None", "Running", "All"] = "None"
+    # ClusterTrainingRuntime a TrainJob (train.backend=trainjob) runs on.
+    trainjob_runtime: str = "torch-distributed"
     # Placement and limits of the pipeline's own step pods (node_selector/tolerations above are the
     # PyTorchJob workers'): CPU steps need not land on GPU nodes.
     step_cpu_limit: str = "2"

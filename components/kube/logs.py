@@ -12,12 +12,12 @@ from components.kube.retry import is_transient
 
 
 def master_selector(job_name: str) -> str:
-    """Label selector of the job's Master pod (training-operator v1.9 labels, lower-case replica type)."""
+    """Label selector of a PyTorchJob's Master pod (training-operator v1.9 labels, lower-case replica type)."""
     return f"training.kubeflow.org/job-name={job_name},training.kubeflow.org/replica-type=master"
 
 
 def job_selector(job_name: str) -> str:
-    """Label selector of every pod of the job."""
+    """Label selector of every pod of a PyTorchJob."""
     return f"training.kubeflow.org/job-name={job_name}"
 
 
@@ -38,11 +38,13 @@ class LogFollower(threading.Thread):
         *,
         emit: Callable[[str], None],
         container: str = "pytorch",
+        selector: str | None = None,
         poll_seconds: float = 1.0,
     ) -> None:
         super().__init__(name=f"logs-{job_name}", daemon=True)
         self.core, self.namespace, self.job_name = core, namespace, job_name
         self.emit, self.container, self.poll_seconds = emit, container, poll_seconds
+        self.selector = selector or master_selector(job_name)
         self.last_stamp = ""
         self.lines = 0
         self._job_done = threading.Event()
@@ -58,7 +60,7 @@ class LogFollower(threading.Thread):
         self._halt.set()
 
     def _master_pod(self) -> tuple[str, str] | None:
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector=master_selector(self.job_name)).items
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=self.selector).items
         ready = [p for p in pods if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
         return (ready[0].metadata.name, ready[0].status.phase) if ready else None
 
@@ -119,15 +121,24 @@ def _terminated_nonzero(status: Any) -> bool:
     return False
 
 
-def failing_pod_tail(core: client.CoreV1Api, namespace: str, job_name: str, *, lines: int = 30) -> tuple[str, str] | None:
-    """(pod name, its last ``lines`` log lines) of the job's failed pod, Master first; None if none."""
-    pods = core.list_namespaced_pod(namespace, label_selector=job_selector(job_name)).items
+def failing_pod_tail(
+    core: client.CoreV1Api,
+    namespace: str,
+    job_name: str,
+    *,
+    lines: int = 30,
+    selector: str | None = None,
+    container: str = "pytorch",
+    first_label: tuple[str, str] = ("training.kubeflow.org/replica-type", "master"),
+) -> tuple[str, str] | None:
+    """(pod name, its last ``lines`` log lines) of the job's failed pod, rank 0 first; None if none."""
+    pods = core.list_namespaced_pod(namespace, label_selector=selector or job_selector(job_name)).items
     failed = [p for p in pods if (p.status and p.status.phase == "Failed") or _terminated_nonzero(p.status)]
-    failed.sort(key=lambda p: (p.metadata.labels or {}).get("training.kubeflow.org/replica-type") != "master")
+    failed.sort(key=lambda p: (p.metadata.labels or {}).get(first_label[0]) != first_label[1])
     for pod in failed:
         try:
             text = core.read_namespaced_pod_log(
-                pod.metadata.name, namespace, container="pytorch", tail_lines=lines, _preload_content=False
+                pod.metadata.name, namespace, container=container, tail_lines=lines, _preload_content=False
             ).data.decode(errors="replace")
         except client.exceptions.ApiException as err:
             text = f"(log unavailable: {err.status} {err.reason})"

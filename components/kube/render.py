@@ -55,15 +55,18 @@ def _substitute(value: Any, replacements: dict[str, str]) -> Any:
 
 
 def render_pytorchjob(config: Config) -> dict[str, Any]:
-    """The validated job (JobValidationError on a bad config) with placeholders for run-time values."""
+    """The validated PyTorchJob (or TrainJob) with placeholders for run-time values; JobValidationError if bad."""
     from components.kube.names import training_job_name
     from components.training.launchers.pytorchjob import PyTorchJobLauncher
+    from components.training.launchers.trainjob import TrainJobLauncher
 
     with tempfile.TemporaryDirectory(prefix="ctpipe-render-") as tmp:
         # The step's artifact paths exist only at run time; the staging maps them onto the shared volume.
         snapshot, checkpoints = str(Path(tmp) / "snapshot"), str(Path(tmp) / "checkpoints")
         launch = train_step_launch(config, snapshot, checkpoints)
-        job, _ = PyTorchJobLauncher(config, api_client=None).plan(launch)
+        # The job kind follows train.backend; local training renders the PyTorchJob a cluster would run.
+        launcher = TrainJobLauncher if config.train.backend == "trainjob" else PyTorchJobLauncher
+        job, _ = launcher(config, api_client=None).plan(launch)
     name = training_job_name(_SAMPLE_RUN_ID)
     return _substitute(job, {name: f"ctpipe-train-{RUN_ID}", _SAMPLE_RUN_ID: RUN_ID, snapshot: SNAPSHOT,
                              checkpoints: CHECKPOINTS})
@@ -72,7 +75,7 @@ def render_pytorchjob(config: Config) -> dict[str, Any]:
 def render_pytorchjob_yaml(config: Config) -> str:
     """YAML of ``render_pytorchjob`` with a header that names the placeholders."""
     header = (
-        "# The PyTorchJob the train step submits (validated strictly against the CRD and the webhook rules).\n"
+        "# The job the train step submits (validated strictly against the CRD and the admission rules).\n"
         f"# Set at run time: {RUN_ID} (KFP run id; the real name is a DNS-1035 label derived from it),\n"
         f"# {MLFLOW_RUN_ID}, {TRACKING_URI}; {SNAPSHOT}/{CHECKPOINTS} are the step's artifact paths\n"
         "# (shown only when no shared PVC is configured: with one, they are staged under its mount).\n"

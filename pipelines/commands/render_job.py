@@ -1,4 +1,4 @@
-"""``ctpipe render-job``: print the PyTorchJob the train step would submit, after the same validation.
+"""``ctpipe render-job``: print the PyTorchJob (or TrainJob) the train step would submit, after the same validation.
 
     ctpipe render-job --config prod.yaml --set train.workers=8
 """
@@ -10,7 +10,7 @@ import argparse
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "render-job", allow_abbrev=False, help="print the PyTorchJob YAML the train step would submit (no cluster needed)"
+        "render-job", allow_abbrev=False, help="print the PyTorchJob (train.backend=trainjob: TrainJob) YAML the train step would submit, validated; no cluster needed"
     )
     parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],

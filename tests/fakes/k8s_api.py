@@ -20,7 +20,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/(?P<ns>[^/]+)/pytorchjobs(?:/(?P<name>[^/]+))?$")
+JOBS = re.compile(
+    r"^/apis/(?:kubeflow\.org/v1|trainer\.kubeflow\.org/v1alpha1)/namespaces/(?P<ns>[^/]+)/(?P<plural>pytorchjobs|trainjobs)"
+    r"(?:/(?P<name>[^/]+))?$"
+)
+LIST_KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJobList"), "trainjobs": ("trainer.kubeflow.org/v1alpha1", "TrainJobList")}
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
 
 
@@ -97,25 +101,32 @@ class FakeKubeAPI:
             job = copy.deepcopy(self.jobs[(ns, name)])
         status = job.setdefault("status", {})
         for cond in status.setdefault("conditions", []):
-            if kind in ("Succeeded", "Failed") and cond["type"] == "Running":
+            if kind in ("Succeeded", "Complete", "Failed") and cond["type"] == "Running":
                 cond["status"] = "False"
         status["conditions"].append({"type": kind, "status": "True", "reason": reason or f"PyTorchJob{kind}",
                                      "message": message or f"PyTorchJob {name} is {kind.lower()}.",
                                      "lastTransitionTime": _now(), "lastUpdateTime": _now()})
-        if kind in ("Succeeded", "Failed"):
+        if kind in ("Succeeded", "Complete", "Failed"):
             status["completionTime"] = _now()
         self.put_job(job, "MODIFIED")
 
-    def add_pod(self, ns: str, job: str, rtype: str, index: int, phase: str = "Running") -> str:
-        name = f"{job}-{rtype}-{index}"
+    def add_pod(self, ns: str, job: str, rtype: str, index: int, phase: str = "Running", trainjob: bool = False) -> str:
+        """A PyTorchJob pod (operator v1.9 labels) or, with ``trainjob``, a TrainJob node pod (JobSet labels)."""
+        if trainjob:
+            name = f"{job}-node-0-{index}-{uuid.uuid4().hex[:5]}"
+            labels = {"jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                      "batch.kubernetes.io/job-completion-index": str(index)}
+        else:
+            name = f"{job}-{rtype}-{index}"
+            labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": rtype,
+                      "training.kubeflow.org/replica-index": str(index)}
+        container = "node" if trainjob else "pytorch"
         pod = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "creationTimestamp": _now(),
-                         "labels": {"training.kubeflow.org/job-name": job,
-                                    "training.kubeflow.org/replica-type": rtype,
-                                    "training.kubeflow.org/replica-index": str(index)}},
-            "spec": {"containers": [{"name": "pytorch", "image": "trainer"}]},
-            "status": {"phase": phase, "containerStatuses": [self._container_status(phase, None)]},
+                         "labels": labels},
+            "spec": {"containers": [{"name": container, "image": "trainer"}]},
+            "status": {"phase": phase, "containerStatuses": [self._container_status(phase, None, container)]},
         }
         with self.lock:
             self.pods[(ns, name)] = pod
@@ -127,7 +138,8 @@ class FakeKubeAPI:
         with self.lock:
             pod = self.pods[(ns, name)]
             phase = "Succeeded" if exit_code == 0 else "Failed"
-            pod["status"] = {"phase": phase, "containerStatuses": [self._container_status(phase, exit_code)]}
+            container = pod["spec"]["containers"][0]["name"]
+            pod["status"] = {"phase": phase, "containerStatuses": [self._container_status(phase, exit_code, container)]}
             self.lock.notify_all()
 
     def log(self, ns: str, pod: str, *lines: str) -> None:
@@ -139,12 +151,12 @@ class FakeKubeAPI:
             self.lock.notify_all()
 
     @staticmethod
-    def _container_status(phase: str, exit_code: int | None) -> dict[str, Any]:
+    def _container_status(phase: str, exit_code: int | None, container: str = "pytorch") -> dict[str, Any]:
         state: dict[str, Any] = {"running": {"startedAt": _now()}}
         if exit_code is not None:
             state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
                                     "startedAt": _now(), "finishedAt": _now()}}
-        return {"name": "pytorch", "image": "trainer", "imageID": "sha256:0", "ready": phase == "Running",
+        return {"name": container, "image": "trainer", "imageID": "sha256:0", "ready": phase == "Running",
                 "restartCount": 0, "state": state}
 
     # --- HTTP ------------------------------------------------------------------------------------
@@ -197,7 +209,7 @@ class FakeKubeAPI:
                         return self._send(headers_code, _status(headers_code, "InternalError", "injected fault"))
                 body = json.loads(raw) if method == "POST" and raw else None
                 if m := JOBS.match(url.path):
-                    return self._jobs(method, m["ns"], m["name"], query, body)
+                    return self._jobs(method, m["ns"], m["name"], query, body, m["plural"])
                 if m := PODS.match(url.path):
                     return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
                 return self._send(404, _status(404, "NotFound", f"no route {url.path}"))
@@ -211,7 +223,7 @@ class FakeKubeAPI:
             def do_DELETE(self) -> None:
                 self._dispatch("DELETE")
 
-            def _jobs(self, method: str, ns: str, name: str | None, query: dict, body: Any) -> None:
+            def _jobs(self, method: str, ns: str, name: str | None, query: dict, body: Any, plural: str) -> None:
                 if method == "POST":
                     key = (ns, body["metadata"]["name"])
                     if key in fake.jobs:
@@ -239,7 +251,8 @@ class FakeKubeAPI:
                 if query.get("watch") in ("true", "1"):
                     return self._watch(ns, selected, query)
                 items = [j for (n, jn), j in fake.jobs.items() if n == ns and (selected is None or jn == selected)]
-                return self._send(200, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "items": items,
+                api_version, list_kind = LIST_KINDS[plural]
+                return self._send(200, {"apiVersion": api_version, "kind": list_kind, "items": items,
                                         "metadata": {"resourceVersion": str(fake.rv)}})
 
             def _watch(self, ns: str, name: str | None, query: dict) -> None:
@@ -316,18 +329,25 @@ class FakeKubeAPI:
 
 
 def run_job(fake: FakeKubeAPI, ns: str, name: str, *, outcome: str = "Succeeded", lines: tuple[str, ...] = (),
-            workers: int = 1, reason: str = "", message: str = "", delay: float = 0.05, on_success: Any = None) -> None:
-    """Play the operator: Created, pods Running, Master log lines, then Succeeded or Failed."""
+            workers: int = 1, reason: str = "", message: str = "", delay: float = 0.05, on_success: Any = None,
+            trainjob: bool = False) -> None:
+    """Play the operator: Created, pods Running, rank-0 log lines, then Succeeded (TrainJob: Complete) or Failed."""
     time.sleep(delay)
     fake.set_condition(ns, name, "Created")
-    master = fake.add_pod(ns, name, "master", 0)
-    worker_pods = [fake.add_pod(ns, name, "worker", i) for i in range(workers)]
-    fake.set_condition(ns, name, "Running")
+    if trainjob:
+        master = fake.add_pod(ns, name, "node", 0, trainjob=True)
+        worker_pods = [fake.add_pod(ns, name, "node", i + 1, trainjob=True) for i in range(workers)]
+        if outcome == "Succeeded":
+            outcome = "Complete"
+    else:
+        master = fake.add_pod(ns, name, "master", 0)
+        worker_pods = [fake.add_pod(ns, name, "worker", i) for i in range(workers)]
+        fake.set_condition(ns, name, "Running")
     for line in lines:
         time.sleep(delay / 5)
         fake.log(ns, master, line)
     time.sleep(delay)
-    code = 0 if outcome == "Succeeded" else 1
+    code = 0 if outcome in ("Succeeded", "Complete") else 1
     if code == 0 and on_success is not None:
         on_success(fake.jobs[(ns, name)])
     fake.end_pod(ns, master, code)

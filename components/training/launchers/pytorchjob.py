@@ -14,18 +14,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from components.config import Config
+from components.config import Config, KubernetesConfig
 from components.errors import TrainingError
-from components.kube.logs import LogFollower, failing_pod_tail
+from components.kube import pytorchjob as pj
+from components.kube.logs import LogFollower, failing_pod_tail, job_selector, master_selector
 from components.kube.names import training_job_name
-from components.kube.pytorchjob import GROUP, PLURAL, VERSION, build_pytorchjob, validate_pytorchjob
 from components.kube.retry import is_transient, retry_call
 from components.kube.staging import Staging, plan_staging, stage_in, stage_out
 from components.training.launchers.base import WorkerLaunch
@@ -39,13 +39,47 @@ class _DeadlineExceeded(Exception):
     """The launcher's own wait ran past the job's deadline plus grace."""
 
 
+@dataclass(frozen=True)
+class JobAPI:
+    """What differs between the Kubeflow job kinds a launcher can submit and follow."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    build: Callable[[KubernetesConfig, WorkerLaunch], dict[str, Any]]
+    validate: Callable[[dict[str, Any]], None]
+    container: str  # the trainer container whose log is streamed
+    rank0_selector: Callable[[str], str]
+    pods_selector: Callable[[str], str]
+    rank0_label: tuple[str, str]  # how to recognise the rank-0 pod among failed ones
+
+
+PYTORCHJOB = JobAPI(
+    group=pj.GROUP,
+    version=pj.VERSION,
+    plural=pj.PLURAL,
+    kind=pj.KIND,
+    build=pj.build_pytorchjob,
+    validate=pj.validate_pytorchjob,
+    container=pj.CONTAINER,
+    rank0_selector=master_selector,
+    pods_selector=job_selector,
+    rank0_label=(pj.LABEL_REPLICA_TYPE, "master"),
+)
+
+
 def job_phase(job: dict[str, Any]) -> str:
-    """Succeeded / Failed when a terminal condition is true, else the latest true condition, else Pending."""
+    """Succeeded / Failed when a terminal condition is true, else the latest true condition, else Pending.
+
+    PyTorchJob (v1) reports ``Succeeded``, TrainJob (v2) ``Complete``; both read as Succeeded.
+    """
     conditions = (job.get("status") or {}).get("conditions") or []
     true = [c for c in conditions if c.get("status") == "True"]
-    for terminal in ("Failed", "Succeeded"):
-        if any(c.get("type") == terminal for c in true):
-            return terminal
+    if any(c.get("type") == "Failed" for c in true):
+        return "Failed"
+    if any(c.get("type") in ("Succeeded", "Complete") for c in true):
+        return "Succeeded"
     return true[-1].get("type", "Pending") if true else "Pending"
 
 
@@ -97,8 +131,10 @@ def default_api_client() -> client.ApiClient:
     return client.ApiClient()
 
 
-class PyTorchJobLauncher:
-    """``Launcher`` backend ``pytorchjob``: one PyTorchJob per launch, created or re-attached, followed to the end."""
+class KubeflowJobLauncher:
+    """One Kubeflow training job per launch, created or re-attached, followed to the end (``api`` says which kind)."""
+
+    api: JobAPI = PYTORCHJOB
 
     def __init__(
         self,
@@ -131,8 +167,8 @@ class PyTorchJobLauncher:
         name = training_job_name(launch.job_name)
         root = self.kube.shared_mount_path if self.kube.shared_pvc else None
         staging = plan_staging(launch.command, root, name)
-        job = build_pytorchjob(self.kube, replace(launch, command=staging.command))
-        validate_pytorchjob(job)
+        job = self.api.build(self.kube, replace(launch, command=staging.command))
+        self.api.validate(job)
         return job, staging
 
     # --- API access ----------------------------------------------------------------------------
@@ -151,13 +187,12 @@ class PyTorchJobLauncher:
     def _custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api_client)
 
+    def _where(self) -> tuple[str, str, str, str]:
+        return self.api.group, self.api.version, self.namespace, self.api.plural
+
     def _get(self, name: str) -> dict[str, Any] | None:
         try:
-            return self._retry(
-                lambda: self._custom().get_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, name
-                )
-            )
+            return self._retry(lambda: self._custom().get_namespaced_custom_object(*self._where(), name))
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -167,7 +202,7 @@ class PyTorchJobLauncher:
         try:
             return self._retry(
                 lambda: self._custom().create_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, job, field_validation="Strict"
+                    *self._where(), job, field_validation="Strict"
                 )
             )
         except ApiException as err:
@@ -179,23 +214,25 @@ class PyTorchJobLauncher:
         try:
             retry_call(
                 lambda: self._custom().delete_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, name, propagation_policy="Background"
+                    *self._where(), name, propagation_policy="Background"
                 ),
                 attempts=3,
                 backoff_seconds=min(self.backoff_seconds, 1.0),
                 on_retry=self.emit,
             )
-            self.emit(f"deleted PyTorchJob {self.namespace}/{name}")
+            self.emit(f"deleted {self.api.kind} {self.namespace}/{name}")
         except ApiException as err:
             if err.status != 404:
-                self.emit(f"could not delete PyTorchJob {self.namespace}/{name}: {err.status} {err.reason}")
+                self.emit(
+                    f"could not delete {self.api.kind} {self.namespace}/{name}: {err.status} {err.reason}"
+                )
 
     def _wait_gone(self, name: str, timeout: float = 120.0) -> None:
         end = time.monotonic() + timeout
         while self._get(name) is not None:
             if time.monotonic() > end:
                 raise TrainingError(
-                    f"PyTorchJob {self.namespace}/{name} was not deleted within {timeout:.0f}s"
+                    f"{self.api.kind} {self.namespace}/{name} was not deleted within {timeout:.0f}s"
                 )
             time.sleep(min(self.poll_seconds, 2.0))
 
@@ -217,18 +254,22 @@ class PyTorchJobLauncher:
                     self.namespace,
                     name,
                     emit=self.emit,
+                    container=self.api.container,
+                    selector=self.api.rank0_selector(name),
                     poll_seconds=min(self.poll_seconds, 2.0),
                 )
                 follower.start()
                 final = self._follow(name, deadline_at)
             except _Cancelled:
-                self.emit(f"step cancelled (SIGTERM): deleting PyTorchJob {self.namespace}/{name}")
+                self.emit(f"step cancelled (SIGTERM): deleting {self.api.kind} {self.namespace}/{name}")
                 self._delete(name)
-                raise TrainingError(f"PyTorchJob {self.namespace}/{name} was cancelled and deleted") from None
+                raise TrainingError(
+                    f"{self.api.kind} {self.namespace}/{name} was cancelled and deleted"
+                ) from None
             except _DeadlineExceeded:
                 self._delete(name)
                 raise TrainingError(
-                    f"PyTorchJob {self.namespace}/{name} did not finish within its deadline of "
+                    f"{self.api.kind} {self.namespace}/{name} did not finish within its deadline of "
                     f"{launch.deadline_seconds}s (+{self.grace_seconds:.0f}s grace); the job was deleted. "
                     "Raise train.deadline_seconds or lower train.max_steps."
                 ) from None
@@ -239,7 +280,7 @@ class PyTorchJobLauncher:
             raise TrainingError(self._failure_message(name, final))
         copied = stage_out(staging)
         self.emit(
-            f"PyTorchJob {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
+            f"{self.api.kind} {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
         )
 
     def _submit_or_attach(self, job: dict[str, Any], staging: Staging) -> float:
@@ -249,21 +290,23 @@ class PyTorchJobLauncher:
         if existing is not None and job_phase(existing) == "Failed":
             # A retried step gets a fresh attempt; the failed job's pods would otherwise answer for it.
             self.emit(
-                f"PyTorchJob {self.namespace}/{name} exists and Failed ({failure_reason(existing)}); replacing it"
+                f"{self.api.kind} {self.namespace}/{name} exists and Failed ({failure_reason(existing)}); replacing it"
             )
             self._delete(name)
             self._wait_gone(name)
             existing = None
         if existing is not None:
-            self.emit(f"re-attaching to existing PyTorchJob {self.namespace}/{name} ({job_phase(existing)})")
+            self.emit(
+                f"re-attaching to existing {self.api.kind} {self.namespace}/{name} ({job_phase(existing)})"
+            )
             return _created_at(existing) or time.time()
         stage_in(staging)
         created = self._create(job)
         if created is None:
-            self.emit(f"PyTorchJob {self.namespace}/{name} was created concurrently; attaching")
+            self.emit(f"{self.api.kind} {self.namespace}/{name} was created concurrently; attaching")
             created = self._get(name) or {}
         else:
-            self.emit(f"created PyTorchJob {self.namespace}/{name}")
+            self.emit(f"created {self.api.kind} {self.namespace}/{name}")
         return _created_at(created) or time.time()
 
     def _follow(self, name: str, deadline_at: float) -> dict[str, Any]:
@@ -279,7 +322,7 @@ class PyTorchJobLauncher:
                 job = self._get(name)
                 if job is None:
                     raise TrainingError(
-                        f"PyTorchJob {self.namespace}/{name} disappeared (deleted by someone else?)"
+                        f"{self.api.kind} {self.namespace}/{name} disappeared (deleted by someone else?)"
                     )
                 phase = self._report(job, phase)
                 if phase in ("Succeeded", "Failed"):
@@ -289,10 +332,7 @@ class PyTorchJobLauncher:
             try:
                 for event in watch.Watch().stream(
                     self._custom().list_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.namespace,
-                    PLURAL,
+                    *self._where(),
                     field_selector=f"metadata.name={name}",
                     resource_version=resource_version,
                     timeout_seconds=max(1, int(min(remaining, self.watch_seconds))),
@@ -303,7 +343,7 @@ class PyTorchJobLauncher:
                         continue
                     if event["type"] == "DELETED":
                         raise TrainingError(
-                            f"PyTorchJob {self.namespace}/{name} was deleted while the step waited"
+                            f"{self.api.kind} {self.namespace}/{name} was deleted while the step waited"
                         )
                     resource_version = (job.get("metadata") or {}).get("resourceVersion") or resource_version
                     failures = 0
@@ -320,30 +360,51 @@ class PyTorchJobLauncher:
                     raise
                 failures += 1
                 self.emit(
-                    f"watch on PyTorchJob {name} failed ({err.status}); {'retrying' if failures < 3 else 'polling'}"
+                    f"watch on {self.api.kind} {name} failed ({err.status}); {'retrying' if failures < 3 else 'polling'}"
                 )
                 time.sleep(min(self.backoff_seconds * 2**failures, 30.0))
             except Exception as err:
                 if not is_transient(err):
                     raise
                 failures += 1
-                self.emit(f"watch on PyTorchJob {name} dropped ({type(err).__name__}); reconnecting")
+                self.emit(f"watch on {self.api.kind} {name} dropped ({type(err).__name__}); reconnecting")
                 time.sleep(min(self.backoff_seconds * 2**failures, 30.0))
 
     def _report(self, job: dict[str, Any], previous: str) -> str:
         phase = job_phase(job)
         if phase != previous:
-            self.emit(f"PyTorchJob {self.namespace}/{job['metadata']['name']}: {phase}")
+            self.emit(f"{self.api.kind} {self.namespace}/{job['metadata']['name']}: {phase}")
         return phase
 
     def _failure_message(self, name: str, job: dict[str, Any]) -> str:
-        message = f"PyTorchJob {self.namespace}/{name} failed: {failure_reason(job)}"
+        message = f"{self.api.kind} {self.namespace}/{name} failed: {failure_reason(job)}"
         try:
             tail = failing_pod_tail(
-                client.CoreV1Api(self.api_client), self.namespace, name, lines=self.log_tail_lines
+                client.CoreV1Api(self.api_client),
+                self.namespace,
+                name,
+                lines=self.log_tail_lines,
+                selector=self.api.pods_selector(name),
+                container=self.api.container,
+                first_label=self.api.rank0_label,
             )
         except Exception as err:  # noqa: BLE001 - the job's own reason is still reported
             tail = ("?", f"(could not read pod logs: {err})")
         if tail:
             message += f"\nlast {self.log_tail_lines} log lines of pod {tail[0]}:\n{tail[1]}"
         return message
+
+
+class PyTorchJobLauncher(KubeflowJobLauncher):
+    """``Launcher`` backend ``pytorchjob``: a Kubeflow Training Operator v1 PyTorchJob (Master + Workers)."""
+
+    api = PYTORCHJOB
+
+
+def launcher_from_config(config: Config) -> KubeflowJobLauncher:
+    """The cluster launcher of ``config.train.backend`` (``pytorchjob`` or ``trainjob``)."""
+    if config.train.backend == "trainjob":
+        from components.training.launchers.trainjob import TrainJobLauncher
+
+        return TrainJobLauncher(config)
+    return PyTorchJobLauncher(config)
