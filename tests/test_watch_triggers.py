@@ -293,3 +293,19 @@ def test_cli_dry_run_prints_the_decision_as_the_last_json_line(site):
     line = json.loads(out.stdout.strip().splitlines()[-1])
     assert (line["action"], line["trigger"], line["fingerprint"]) == ("none", None, fingerprint)
     assert "nothing new" in line["reason"]
+
+
+def test_a_claim_never_started_blocks_only_for_the_grace_period(site):
+    data, home, _ = site
+    add_days(data, 8)
+    fingerprint = data_state(str(data)).fingerprint
+    ledger = Ledger(home)
+    # Another watcher claimed it a moment ago and is starting it: not started twice.
+    assert ledger.claim(fingerprint, {"trigger": "new_data"})
+    counter = Counter()
+    assert check(data, home, FunctionStarter(counter)).action == "none" and counter.calls == []
+    # That watcher died before starting it: after the grace period the claim is released and started.
+    ledger.update(fingerprint, claimed_at=time.time() - 3600)
+    decision = check(data, home, FunctionStarter(counter))
+    assert decision.action == "run" and len(counter.calls) == 1
+    assert ledger.get(fingerprint)["status"] == "succeeded"

@@ -5,11 +5,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from pipelines.triggers.ledger import ACTIVE, read_record, update_record
+
+# A claim whose run was never recorded as started (the watcher died in between) stops counting as a
+# run in flight after this long, and is released so a later check can start it.
+STARTING_GRACE_SECONDS = 600.0
+
+
+def claim_in_flight(record: dict[str, Any]) -> bool:
+    """Whether a record is a fresh claim whose run is being started right now (no process or run id yet)."""
+    return record.get("status") == "starting" and time.time() - float(record.get("claimed_at", 0)) < STARTING_GRACE_SECONDS
+
+
+def stale_claim(record: dict[str, Any]) -> bool:
+    """A claim that never got a process or run id within the grace period."""
+    no_run = record.get("pid") is None and record.get("run_id") is None
+    return record.get("status") == "starting" and no_run and not claim_in_flight(record)
 
 
 class RunStarter(Protocol):
@@ -71,6 +87,8 @@ class LocalStarter:
             )
         self._children[child.pid] = child
         info = {"backend": "local", "pid": child.pid, "log": str(log), "status": "running"}
+        # Record the process at once so other watchers see it running (the child adds its own fields).
+        update_record(record_path, **{k: v for k, v in info.items() if k != "status"})
         if self.wait:
             code = child.wait()
             # The child wrote its outcome into the record; trust it, fall back on the exit code.
@@ -84,8 +102,7 @@ class LocalStarter:
             return False
         pid = record.get("pid")
         if pid is None:
-            # Claimed but not yet started: another watcher is starting it right now.
-            return True
+            return claim_in_flight(record)
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
@@ -129,7 +146,9 @@ class KfpStarter:
             return False
         if record.get("backend") == "kfp" and record.get("run_id"):
             return run_is_active(self.client, record["run_id"])
-        return record.get("pid") is None or pid_alive(int(record["pid"]))
+        if record.get("pid") is None:
+            return claim_in_flight(record)
+        return pid_alive(int(record["pid"]))
 
 
 class FunctionStarter:

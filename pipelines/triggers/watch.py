@@ -115,6 +115,8 @@ def load_reference(tracking_uri: str, model_name: str, champion: Champion, cache
 
         if champion.run_id is None:
             return None
+        # The watcher's output is its JSON line; keep MLflow's download progress bar out of it.
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         tmp = cache_dir / model_name / champion.version / f".download-{os.getpid()}"
         path = download_version_file(tracking_uri, SimpleNamespace(run_id=champion.run_id), REFERENCE_FILE, tmp)
         if path is None:
@@ -194,7 +196,14 @@ def check_once(
     trigger, reason = _choose_trigger(state, champion, config, tracking_uri, watch_dir, decision, now)
     ledger = Ledger(home)
     if trigger is not None:
+        from pipelines.triggers.start import stale_claim
+
         existing = ledger.get(state.fingerprint)
+        if existing is not None and stale_claim(existing):
+            # Claimed by a watcher that died before starting the run: not a run, so start it now.
+            existing = None
+            if not dry_run:
+                ledger.release(state.fingerprint)
         if existing is not None:
             trigger, reason = None, _already(existing)
     if trigger is None or dry_run:
@@ -274,6 +283,7 @@ def _start(
     if starter is None:
         raise ValueError("check_once needs a starter unless dry_run=True")
     with ledger.locked():
+        _settle(ledger, starter)
         if config.watch.max_running:
             active = [r for r in ledger.records() if starter.is_active(r)]
             if len(active) >= config.watch.max_running:
@@ -282,7 +292,6 @@ def _start(
                     f"would start a {trigger} run, but {len(active)} run(s) started by the watcher are still going "
                     f"({names}; watch.max_running={config.watch.max_running}); it will be started by a later check"
                 )
-            _settle(ledger, starter)
         claimed = ledger.claim(
             state.fingerprint,
             {
@@ -298,21 +307,29 @@ def _start(
         )
         if not claimed:
             return "none", None, _already(ledger.get(state.fingerprint) or {})
-        try:
-            info = starter.start(
-                trigger=trigger, data_uri=state.data_uri, fingerprint=state.fingerprint, record_path=ledger.path(state.fingerprint)
-            )
-        except Exception:
-            ledger.release(state.fingerprint)  # not started: a later check may try again
-            raise
-        ledger.update(state.fingerprint, **info)
+    # Started outside the lock: the claimed record already counts as a run in flight for other watchers.
+    try:
+        info = starter.start(
+            trigger=trigger,
+            data_uri=state.data_uri,
+            fingerprint=state.fingerprint,
+            record_path=ledger.path(state.fingerprint),
+        )
+    except Exception:
+        ledger.release(state.fingerprint)  # not started: a later check may try again
+        raise
+    ledger.update(state.fingerprint, **info)
     return "run", trigger, reason
 
 
 def _settle(ledger: Ledger, starter) -> None:
-    """Mark records whose run ended without saying so (a killed process) as lost."""
+    """Mark runs that ended without saying so (a killed process) as lost; release claims never started."""
+    from pipelines.triggers.start import stale_claim
+
     for record in ledger.records():
-        if record.get("status") in ("running",) and not starter.is_active(record):
+        if stale_claim(record):
+            ledger.release(record["fingerprint"])
+        elif record.get("status") == "running" and not starter.is_active(record):
             ledger.update(record["fingerprint"], status="lost" if record.get("backend") == "local" else "finished")
 
 
