@@ -283,3 +283,16 @@ def validate_data(
         findings=summary.findings,
     )
 
+
+
+def profile_data_suite(data_uri: str, config: Config) -> dict[str, Any]:
+    """A suite profiled from the train split of ``data_uri`` (the data must pass the other checks)."""
+    import dataclasses
+    import tempfile
+
+    profiling = dataclasses.replace(
+        config, validation=dataclasses.replace(config.validation, suite_path=None, use_champion_suite=False))
+    with tempfile.TemporaryDirectory() as tmp:
+        validate_data(data_uri, profiling, snapshot_dir=f"{tmp}/snapshot", data_docs_path="", report_path="",
+                      tracking_uri="", mlflow_run_id="")
+        return json.loads(Path(f"{tmp}/snapshot/suite.json").read_text())
