@@ -342,6 +342,8 @@ class WatchConfig:
     drift: bool = True
     # How many of the newest partitions form the current window compared with the reference.
     window_partitions: int = 1
+    # Instead, with date partitions (date=YYYY-MM-DD): every partition within this many days of the newest.
+    window_days: int | None = None
     # Below this many rows in the window, drift is not judged (too noisy).
     min_rows: int = 200
     # Default thresholds: PSI (numeric and categorical), KS statistic D (numeric),
@@ -365,6 +367,7 @@ class WatchConfig:
 
     def __post_init__(self) -> None:
         _check(self.window_partitions >= 1, "watch.window_partitions", f"{self.window_partitions} must be >= 1")
+        _check(self.window_days is None or self.window_days >= 1, "watch.window_days", "must be >= 1 or null")
         _check(self.min_rows >= 1, "watch.min_rows", f"{self.min_rows} must be >= 1")
         for name in ("psi_threshold", "ks_threshold", "cramers_v_threshold"):
             value = getattr(self, name)

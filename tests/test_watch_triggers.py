@@ -114,6 +114,7 @@ def test_cached_fingerprint_equals_the_validation_fingerprint_and_skips_unchange
     assert changed.hashed == 1 and changed.fingerprint != first.fingerprint
     assert changed.fingerprint == fingerprint_files(list_data_files(str(tmp_path / "data")))
     assert first.partitions()[-1] == "date=2026-01-03" and len(first.window(2)) == 2
+    assert [f.path.split("/")[0] for f in first.window(1, days=2)] == ["date=2026-01-02", "date=2026-01-03"]
 
 
 def test_nothing_new_starts_nothing_and_needs_no_registry_call_the_second_time(site, monkeypatch):

@@ -7,6 +7,7 @@ The fingerprint is exactly the one validation computes and registration stores o
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -32,15 +33,33 @@ class DataState:
         """Partition folders (``date=...``) in sorted order, oldest first."""
         return sorted({partition_of(f.path) for f in self.files})
 
-    def window(self, newest: int) -> list[DataFile]:
-        """The files of the ``newest`` partitions."""
-        keep = set(self.partitions()[-newest:])
+    def window(self, newest: int, days: int | None = None) -> list[DataFile]:
+        """The files of the ``newest`` partitions, or with ``days`` of the date partitions in the last ``days`` days."""
+        partitions = self.partitions()
+        dated = {p: partition_date(p) for p in partitions}
+        if days is not None and all(dated.values()):
+            last = max(dated.values())
+            keep = {p for p, day in dated.items() if (last - day).days < days}
+        else:
+            # Sorted order is time order for date=YYYY-MM-DD (and most other) partition names.
+            keep = set(partitions[-newest:])
         return [f for f in self.files if partition_of(f.path) in keep]
 
 
 def partition_of(rel_path: str) -> str:
     """The folder of a file relative to the data root (the file itself when at the root)."""
     return rel_path.rsplit("/", 1)[0] if "/" in rel_path else rel_path
+
+
+def partition_date(partition: str) -> dt.date | None:
+    """The date of a ``.../date=YYYY-MM-DD`` partition (the last ``date=`` level), else None."""
+    for part in reversed(partition.split("/")):
+        if part.startswith(("date=", "dt=", "day=")):
+            try:
+                return dt.date.fromisoformat(part.split("=", 1)[1][:10])
+            except ValueError:
+                return None
+    return None
 
 
 def _modified(info: dict[str, Any]) -> str | None:

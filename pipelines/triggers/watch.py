@@ -142,7 +142,7 @@ def window_drift(
     """The drift report of the newest window as a dict (from cache when unchanged), and a note."""
     from components.data.snapshot import fingerprint_files
 
-    window = state.window(config.watch.window_partitions)
+    window = state.window(config.watch.window_partitions, config.watch.window_days)
     thresholds = json.dumps(asdict(config.watch), sort_keys=True)
     key = hashlib.sha256(f"{fingerprint_files(window)}|{champion.version}|{thresholds}".encode()).hexdigest()[:20]
     json_path, html_path = reports_dir / f"drift-{key}.json", reports_dir / f"drift-{key}.html"
