@@ -115,7 +115,7 @@ def test_launcher_rbac_is_exactly_what_the_launcher_needs(overlay):
 def test_every_pod_runs_as_non_root_with_a_locked_down_container(overlay):
     _, objects = overlay
     pods = _pod_specs(objects)
-    assert {n for n, _ in pods} == {"ctpipe-mlflow", "ctpipe-postgres", "ctpipe-watcher"}
+    assert {n for n, _ in pods} == {"ctpipe-mlflow", "ctpipe-postgres", "ctpipe-watcher", "ctpipe-shared-janitor"}
     for name, pod in pods:
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["securityContext"]["runAsUser"] != 0, name
@@ -159,7 +159,7 @@ def test_watcher_cronjob_runs_a_real_ctpipe_watch_command_in_the_component_image
     from pipelines.cli import build_parser
 
     _, objects = overlay
-    cron = next(o for o in objects if o["kind"] == "CronJob")
+    cron = next(o for o in objects if o["kind"] == "CronJob" and o["metadata"]["name"] == "ctpipe-watcher")
     container = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"].split(":")[0] == Config().kubernetes.image.split(":")[0]
     argv = [a.replace("$(POD_NAMESPACE)", "ctpipe") for a in container["args"]]
@@ -220,6 +220,6 @@ def test_base_resources_validate_without_kustomize():
         for obj in yaml.safe_load_all((MANIFESTS / "base" / resource).read_text()):
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
             count += 1
-    assert count >= 13
+    assert count >= 14
     for generator in kustomization.get("configMapGenerator", []):
         assert all((MANIFESTS / "base" / f).is_file() for f in generator["files"])

@@ -164,3 +164,18 @@ def test_permanent_error_is_not_retried(fake, tmp_path):
     with pytest.raises(client.exceptions.ApiException) as err:
         _launcher(fake, [], tmp_path).run(_launch(tmp_path))
     assert err.value.status == 403 and fake.count("POST") == 1
+
+
+def test_a_pod_that_cannot_start_is_explained_in_the_log(fake, tmp_path):
+    def image_pull_error_then_timeout(f, ns, name):
+        f.set_condition(ns, name, "Created")
+        pod = f.add_pod(ns, name, "master", 0, phase="Pending")
+        f.wait_pod(ns, pod, "ErrImagePull", 'failed to pull image "ghcr.io/ctpipe/ctpipe-trainer:typo"')
+
+    fake.on_create = image_pull_error_then_timeout
+    lines: list[str] = []
+    with pytest.raises(TrainingError, match="deadline"):
+        _launcher(fake, lines, tmp_path, grace_seconds=0.0).run(_launch(tmp_path, deadline=2))
+    explained = [ln for ln in lines if "is not running yet" in ln]
+    assert any("ErrImagePull" in ln for ln in explained) and any("Failed: failed to pull image" in ln for ln in explained)
+    assert len(explained) == len(set(explained)), "each reason is said once"

@@ -47,6 +47,7 @@ class LogFollower(threading.Thread):
         self.selector = selector or master_selector(job_name)
         self.last_stamp = ""
         self.lines = 0
+        self._reported: set[tuple[str, str]] = set()
         self._job_done = threading.Event()
         self._halt = threading.Event()
 
@@ -62,7 +63,30 @@ class LogFollower(threading.Thread):
     def _master_pod(self) -> tuple[str, str] | None:
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=self.selector).items
         ready = [p for p in pods if p.status and p.status.phase in ("Running", "Succeeded", "Failed")]
+        if not ready:
+            for pod in pods:
+                self._report_pending(pod)
         return (ready[0].metadata.name, ready[0].status.phase) if ready else None
+
+    def _report_pending(self, pod: Any) -> None:
+        """Say once why a pod is not starting (image pull, missing secret, scheduling), from its status and events."""
+        name = pod.metadata.name
+        reasons = []
+        for cs in (pod.status.container_statuses or []) if pod.status else []:
+            waiting = cs.state.waiting if cs.state else None
+            if waiting and waiting.reason not in (None, "ContainerCreating", "PodInitializing"):
+                reasons.append(f"{waiting.reason}: {waiting.message or ''}".rstrip(": "))
+        try:
+            events = self.core.list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.name={name},type=Warning"
+            ).items
+            reasons += [f"{e.reason}: {e.message}" for e in events]
+        except client.exceptions.ApiException:
+            pass  # events are a diagnostic extra
+        for reason in reasons:
+            if (name, reason) not in self._reported:
+                self._reported.add((name, reason))
+                self.emit(f"[{self.job_name}] pod {name} is not running yet: {reason}")
 
     def _stream(self, pod: str, *, follow: bool) -> None:
         resp = self.core.read_namespaced_pod_log(

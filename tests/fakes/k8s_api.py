@@ -26,6 +26,7 @@ JOBS = re.compile(
 )
 LIST_KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJobList"), "trainjobs": ("trainer.kubeflow.org/v1alpha1", "TrainJobList")}
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
+EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 
 
 def _now() -> str:
@@ -46,6 +47,7 @@ class FakeKubeAPI:
         self.events: list[tuple[int, str, str, str, dict[str, Any]]] = []  # rv, type, ns, name, object
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.logs: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        self.k8s_events: list[dict[str, Any]] = []
         self.rv = 100
         self.log_clock = 0
         self.requests: list[tuple[str, str]] = []
@@ -134,6 +136,19 @@ class FakeKubeAPI:
             self.lock.notify_all()
         return name
 
+    def wait_pod(self, ns: str, name: str, reason: str, message: str) -> None:
+        """The pod stays Pending with its container waiting (e.g. ErrImagePull), plus a Warning event."""
+        with self.lock:
+            pod = self.pods[(ns, name)]
+            pod["status"] = {"phase": "Pending", "containerStatuses": [{
+                "name": pod["spec"]["containers"][0]["name"], "image": "trainer", "imageID": "", "ready": False,
+                "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]}
+            self.k8s_events.append({
+                "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "Failed", "message": message,
+                "metadata": {"name": f"{name}.1", "namespace": ns},
+                "involvedObject": {"kind": "Pod", "name": name, "namespace": ns}})
+            self.lock.notify_all()
+
     def end_pod(self, ns: str, name: str, exit_code: int) -> None:
         with self.lock:
             pod = self.pods[(ns, name)]
@@ -210,6 +225,12 @@ class FakeKubeAPI:
                 body = json.loads(raw) if method == "POST" and raw else None
                 if m := JOBS.match(url.path):
                     return self._jobs(method, m["ns"], m["name"], query, body, m["plural"])
+                if m := EVENTS.match(url.path):
+                    wanted = dict(kv.split("=", 1) for kv in query.get("fieldSelector", "").split(",") if kv)
+                    items = [e for e in fake.k8s_events if e["metadata"]["namespace"] == m["ns"]
+                             and all({"involvedObject.name": e["involvedObject"]["name"], "type": e["type"]}.get(k) == v
+                                     for k, v in wanted.items())]
+                    return self._send(200, {"apiVersion": "v1", "kind": "EventList", "items": items, "metadata": {}})
                 if m := PODS.match(url.path):
                     return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
                 return self._send(404, _status(404, "NotFound", f"no route {url.path}"))
