@@ -10,7 +10,9 @@ MLflow registry, then times, as a user runs it (a fresh ``ctpipe watch --once --
 - ``one_new_partition``: a check after one more partition lands (hashes it, reads the newest
   partition and computes drift against the champion's reference statistics);
 
-plus the in-process time of ``check_once`` for the nothing-new case. The last line printed is JSON.
+plus the in-process time of ``check_once`` for the nothing-new case, CPU times (less sensitive to a busy
+machine than wall times), the time of a bare ``import pandas`` (the floor of the CLI, which reuses the
+pandas-importing snapshot module for the fingerprint) and the load average. The last line printed is JSON.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -55,28 +58,24 @@ def register_champion(home: Path, data: Path, reference_frame: pd.DataFrame) -> 
     client.set_registered_model_alias("ctpipe-classifier", "champion", version.version)
 
 
-def timed_cli(data: Path, home: Path) -> tuple[float, dict]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipelines.cli",
-        "watch",
-        "--data",
-        str(data),
-        "--home",
-        str(home),
-        "--once",
-        "--dry-run",
-    ]
+def timed_cli(data: Path, home: Path) -> tuple[float, float, dict]:
+    """Wall time and CPU time (user + system, less sensitive to a busy machine) of one watcher process."""
+    cmd = [sys.executable, "-m", "pipelines.cli", "watch", "--data", str(data), "--home", str(home), "--once", "--dry-run"]
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    out = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
-    )
-    return time.perf_counter() - start, json.loads(out.stdout.strip().splitlines()[-1])
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def import_seconds(module: str) -> float:
+    """Wall time of a bare interpreter importing ``module`` (the floor of any CLI that needs it)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -96,9 +95,10 @@ def main() -> None:
         register_champion(home, data, reference)
         size_mb = sum(f.size for f in list_data_files(str(data), with_hashes=False)) / 1e6
 
-        cold, first = timed_cli(data, home)
+        cold, cold_cpu, first = timed_cli(data, home)
         assert first["action"] == "none", first
-        warm = [timed_cli(data, home)[0] for _ in range(args.repeats)]
+        warm = [timed_cli(data, home) for _ in range(args.repeats)]
+        pandas_import = [import_seconds("pandas") for _ in range(args.repeats)]
         config = load_config(None, [])
         in_process = []
         for _ in range(args.repeats):
@@ -115,7 +115,7 @@ def main() -> None:
         newest = data / "date=2099-12-31" / "part-0.parquet"
         newest.parent.mkdir()
         day.to_parquet(newest)
-        one_new, decision = timed_cli(data, home)
+        one_new, one_new_cpu, decision = timed_cli(data, home)
         assert decision["action"] == "run" and decision["trigger"] == "new_data", decision
 
     result = {
@@ -124,10 +124,15 @@ def main() -> None:
         "data_mb": round(size_mb, 1),
         "setup_write_seconds": round(setup_write, 1),
         "cold_cli_seconds": round(cold, 3),
-        "nothing_new_cli_seconds_median": round(statistics.median(warm), 3),
-        "nothing_new_cli_seconds_all": [round(t, 3) for t in warm],
+        "cold_cli_cpu_seconds": round(cold_cpu, 3),
+        "nothing_new_cli_seconds_median": round(statistics.median(w for w, _, _ in warm), 3),
+        "nothing_new_cli_cpu_seconds_median": round(statistics.median(c for _, c, _ in warm), 3),
+        "nothing_new_cli_seconds_all": [round(w, 3) for w, _, _ in warm],
         "nothing_new_check_once_seconds_median": round(statistics.median(in_process), 4),
+        "python_import_pandas_seconds_median": round(statistics.median(pandas_import), 3),
         "one_new_partition_cli_seconds": round(one_new, 3),
+        "one_new_partition_cli_cpu_seconds": round(one_new_cpu, 3),
+        "load_average_1min": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(result))
 
