@@ -179,3 +179,16 @@ def test_a_pod_that_cannot_start_is_explained_in_the_log(fake, tmp_path):
     explained = [ln for ln in lines if "is not running yet" in ln]
     assert any("ErrImagePull" in ln for ln in explained) and any("Failed: failed to pull image" in ln for ln in explained)
     assert len(explained) == len(set(explained)), "each reason is said once"
+
+
+def test_dropped_and_expired_watches_resume(fake, tmp_path):
+    fake.drop_watches = 2
+    fake.expire_watches = 1
+    fake.on_create = functools.partial(run_job, delay=0.3)
+    lines: list[str] = []
+    _launcher(fake, lines, tmp_path).run(_launch(tmp_path))
+    assert sum("dropped" in ln for ln in lines) == 2, lines
+    watches = [p for m, p in fake.requests if m == "GET" and "watch=" in p]
+    assert any("resourceVersion=" in p for p in watches), "a dropped watch resumes from the last resourceVersion"
+    assert len(watches) >= 4  # two drops, one 410 Gone (re-listed from now), then a watch that completes
+    assert any(ln.endswith(": Succeeded") for ln in lines) and fake.count("POST") == 1

@@ -53,6 +53,8 @@ class FakeKubeAPI:
         self.requests: list[tuple[str, str]] = []
         self.faults: list[list[Any]] = []  # [method, path substring, status, remaining]
         self.drop_log_streams = 0  # close the next N log follows after their first line
+        self.drop_watches = 0  # break the next N watch connections mid-chunk after their first events
+        self.expire_watches = 0  # answer the next N watches that resume from a resourceVersion with 410 Gone
         self.on_create: Any = None  # callable(fake, namespace, name) run in a thread after a create
         self.stopping = False
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -281,6 +283,15 @@ class FakeKubeAPI:
                 end = time.monotonic() + float(query.get("timeoutSeconds", 30))
                 since = int(query["resourceVersion"]) if query.get("resourceVersion") else None
                 with fake.lock:
+                    expire = since is not None and fake.expire_watches > 0
+                    fake.expire_watches -= int(expire)
+                    drop = not expire and fake.drop_watches > 0
+                    fake.drop_watches -= int(drop)
+                if expire:
+                    gone = _status(410, "Expired", "too old resource version")
+                    self._chunk(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+                    return self._end_stream()
+                with fake.lock:
                     if since is None:
                         pending = [("ADDED", j) for (n, jn), j in fake.jobs.items() if n == ns and name in (None, jn)]
                         since = fake.rv
@@ -289,6 +300,10 @@ class FakeKubeAPI:
                 while True:
                     for kind, obj in pending:
                         self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                    if drop and pending:
+                        self.wfile.write(b"400\r\n{\"type\": \"MODIF")  # a chunk cut short: the connection drops
+                        self.wfile.flush()
+                        return
                     with fake.lock:
                         while True:
                             pending = [(t, o) for rv, t, n, jn, o in fake.events
