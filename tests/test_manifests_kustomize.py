@@ -55,6 +55,8 @@ def _pod_specs(objects: list[dict]) -> list[tuple[str, dict]]:
             out.append((obj["metadata"]["name"], spec["template"]["spec"]))
         elif obj["kind"] == "CronJob":
             out.append((obj["metadata"]["name"], spec["jobTemplate"]["spec"]["template"]["spec"]))
+        elif obj["kind"] == "Job":
+            out.append((obj["metadata"]["name"], spec["template"]["spec"]))
     return out
 
 
@@ -115,7 +117,8 @@ def test_launcher_rbac_is_exactly_what_the_launcher_needs(overlay):
 def test_every_pod_runs_as_non_root_with_a_locked_down_container(overlay):
     _, objects = overlay
     pods = _pod_specs(objects)
-    assert {n for n, _ in pods} == {"ctpipe-mlflow", "ctpipe-postgres", "ctpipe-watcher", "ctpipe-shared-janitor"}
+    assert {n for n, _ in pods} == {"ctpipe-mlflow", "ctpipe-postgres", "ctpipe-watcher", "ctpipe-shared-janitor",
+                                       "ctpipe-shared-init"}
     for name, pod in pods:
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["securityContext"]["runAsUser"] != 0, name
@@ -220,6 +223,6 @@ def test_base_resources_validate_without_kustomize():
         for obj in yaml.safe_load_all((MANIFESTS / "base" / resource).read_text()):
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
             count += 1
-    assert count >= 14
+    assert count >= 15
     for generator in kustomization.get("configMapGenerator", []):
         assert all((MANIFESTS / "base" / f).is_file() for f in generator["files"])
