@@ -96,12 +96,14 @@ def _skew_findings(data: pd.DataFrame, schema: Schema, ref: _Reference, partitio
     if not partitions:
         return []
     newest = partitions[-1]
-    new_rows = data[data[PARTITION_COLUMN] == newest]
+    features = data[schema.features]
+    is_newest = (data[PARTITION_COLUMN] == newest).to_numpy()
+    new_rows = features[is_newest]
     if new_rows.empty:
         return []
     if ref.stats is not None:
         return checks.check_skew(new_rows, ref.stats, schema, f"partition {newest} (vs the champion's reference)")
-    older = data[data[PARTITION_COLUMN] != newest]
+    older = features[~is_newest]
     if len(partitions) < 2 or older.empty:
         return []
     stats = compute_reference_stats(older, schema)
