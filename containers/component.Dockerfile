@@ -24,6 +24,12 @@ RUN pip install --no-cache-dir . ${EXTRA_PACKAGES} \
     && python -c "import components, pipelines, kfp, mlflow, torch"
 
 FROM ${PYTHON_IMAGE} AS runtime
+# Lineage recorded on every registered model (ctpipe.git_commit, ctpipe.image), e.g.
+#   --build-arg GIT_COMMIT=$(git rev-parse HEAD) --build-arg IMAGE_REF=ghcr.io/ctpipe/ctpipe:0.1.0
+ARG GIT_COMMIT=""
+ARG IMAGE_REF=""
+LABEL org.opencontainers.image.title="ctpipe component image" \
+      org.opencontainers.image.revision="${GIT_COMMIT}"
 RUN groupadd --gid 10001 ctpipe \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin ctpipe
 COPY --from=build /opt/venv /opt/venv
@@ -32,7 +38,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
-    MLFLOW_DISABLE_TELEMETRY=true
+    MLFLOW_DISABLE_TELEMETRY=true \
+    CTPIPE_GIT_COMMIT=${GIT_COMMIT} \
+    CTPIPE_IMAGE=${IMAGE_REF}
 WORKDIR /tmp
 USER 10001:10001
 CMD ["ctpipe", "--help"]
