@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the images from containers/ (the component image and the trainer images), tagged with the git
-# commit; PUSH=1 pushes them. DRY_RUN=1 prints the commands (no Docker daemon needed).
+# Build the images from containers/ (the component image, the trainer image as -cuda and -cpu variants,
+# the MLflow server image), tagged with the git commit; PUSH=1 pushes them. DRY_RUN=1 prints the
+# commands (no Docker daemon needed). The list of images built is written to build/images.txt.
 #   IMAGE_REGISTRY=ghcr.io/org PUSH=1 ci/build_images.sh
 . "$(dirname "$0")/common.sh"
 registry="${IMAGE_REGISTRY:-ghcr.io/ctpipe}"
@@ -33,10 +34,22 @@ for dockerfile in "${dockerfiles[@]}"; do
         "$(basename "$containers")"|component|ctpipe) image="$registry/ctpipe" ;;
         *) image="$registry/ctpipe-$name" ;;
     esac
-    log "build $image:$tag from $dockerfile"
-    run docker build -f "$dockerfile" -t "$image:$tag" --label "org.opencontainers.image.revision=$GIT_SHA" .
-    if [ "${PUSH:-0}" = "1" ]; then
-        run docker push "$image:$tag"
+    # A Dockerfile that takes the torch wheel index (the trainer) is built twice: CUDA and CPU.
+    variants=("")
+    if grep -q '^ARG TORCH_INDEX_URL' "$dockerfile"; then
+        variants=("cuda" "cpu")
     fi
-    echo "$image:$tag" >> "$BUILD_DIR/images.txt"
+    for variant in "${variants[@]}"; do
+        full="$image:$tag${variant:+-$variant}"
+        build_args=()
+        if [ "$variant" = "cpu" ]; then
+            build_args=(--build-arg "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu")
+        fi
+        log "build $full from $dockerfile"
+        run docker build -f "$dockerfile" "${build_args[@]}" -t "$full" --label "org.opencontainers.image.revision=$GIT_SHA" .
+        if [ "${PUSH:-0}" = "1" ]; then
+            run docker push "$full"
+        fi
+        echo "$full" >> "$BUILD_DIR/images.txt"
+    done
 done

@@ -7,23 +7,36 @@ if [ ! -d manifests ] || [ -z "$(find manifests -name '*.yaml' -o -name '*.yml' 
     echo "ci/validate_manifests.sh: manifests/ holds no YAML; nothing to validate" >&2
     exit 0
 fi
+render() {
+    if command -v kubectl >/dev/null; then
+        kubectl kustomize "$1"
+    elif command -v kustomize >/dev/null; then
+        kustomize build "$1"
+    else
+        echo "neither kubectl nor kustomize is installed; install one to render $1" >&2
+        return 1
+    fi
+}
 out="$BUILD_DIR/manifests"
 mkdir -p "$out"
 rendered=()
 while IFS= read -r kfile; do
     dir="$(dirname "$kfile")"
     name="$(echo "$dir" | tr '/' '_')"
-    if command -v kubectl >/dev/null; then
-        log "kubectl kustomize $dir"
-        kubectl kustomize "$dir" > "$out/$name.yaml"
-    elif command -v kustomize >/dev/null; then
-        log "kustomize build $dir"
-        kustomize build "$dir" > "$out/$name.yaml"
-    else
-        echo "neither kubectl nor kustomize is installed; install one to render $dir" >&2
-        exit 1
+    src="$dir"
+    # Secret generators read git-ignored *.env files; render with their committed *.env.example instead.
+    if find "$dir" -maxdepth 1 -name '*.example' | grep -q .; then
+        src="$(mktemp -d)/$(basename "$dir")"
+        cp -r "$dir" "$src"
+        for example in "$src"/*.example; do
+            [ -e "${example%.example}" ] || cp "$example" "${example%.example}"
+        done
     fi
+    log "render $dir"
+    render "$src" > "$out/$name.yaml"
     rendered+=("$out/$name.yaml")
 done < <(find manifests -name kustomization.yaml -o -name kustomization.yml | sort)
 log "validate ${#rendered[@]} rendered kustomization(s) and the plain manifests"
-"$PYTHON" "$ROOT/ci/validate_manifests.py" --crds crds --scan manifests "${rendered[@]}"
+# CustomResourceDefinitions to validate custom resources against (none known when the folder is absent).
+crds="${CRDS_DIR:-crds}"
+"$PYTHON" "$ROOT/ci/validate_manifests.py" --crds "$crds" --scan manifests "${rendered[@]}"

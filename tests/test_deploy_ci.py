@@ -92,7 +92,7 @@ def test_build_images_names_and_tags_each_image(tmp_path):
     containers = tmp_path / "containers"
     (containers / "component").mkdir(parents=True)
     (containers / "component" / "Dockerfile").write_text("FROM scratch\n")
-    (containers / "trainer-cuda.Dockerfile").write_text("FROM scratch\n")
+    (containers / "trainer.Dockerfile").write_text("ARG TORCH_INDEX_URL=https://pypi.org/simple\nFROM scratch\n")
     out = run_script(
         "build_images.sh",
         {"CONTAINERS_DIR": str(containers), "DRY_RUN": "1", "PUSH": "1", "IMAGE_REGISTRY": "ghcr.io/acme",
@@ -100,8 +100,11 @@ def test_build_images_names_and_tags_each_image(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert "+ docker build -f " + str(containers / "component" / "Dockerfile") + " -t ghcr.io/acme/ctpipe:abc" in out.stderr
-    assert "-t ghcr.io/acme/ctpipe-trainer-cuda:abc" in out.stderr and "+ docker push ghcr.io/acme/ctpipe:abc" in out.stderr
-    assert (tmp_path / "build" / "images.txt").read_text().split() == ["ghcr.io/acme/ctpipe:abc", "ghcr.io/acme/ctpipe-trainer-cuda:abc"]
+    assert "+ docker push ghcr.io/acme/ctpipe:abc" in out.stderr
+    assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu -t ghcr.io/acme/ctpipe-trainer:abc-cpu" in out.stderr
+    assert (tmp_path / "build" / "images.txt").read_text().split() == [
+        "ghcr.io/acme/ctpipe:abc", "ghcr.io/acme/ctpipe-trainer:abc-cuda", "ghcr.io/acme/ctpipe-trainer:abc-cpu",
+    ]
 
 
 def test_manifest_validation_catches_missing_fields_duplicates_and_crd_violations(tmp_path):
@@ -135,6 +138,13 @@ def test_manifest_validation_catches_missing_fields_duplicates_and_crd_violation
     assert bad.returncode == 1
     assert "does not match its CRD at 'spec.size'" in bad.stderr and "missing apiVersion" in bad.stderr
     assert "Widget/v is defined twice" in bad.stderr
+    # A ctpipe config kept beside the manifests is checked as a ctpipe config, not as a Kubernetes object.
+    (good / "bad.yaml").unlink()
+    (good / "ctpipe.yaml").write_text("train:\n  max_steps: 100\n")
+    assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+    (good / "ctpipe.yaml").write_text("train:\n  max_steps: -1\n")
+    wrong = subprocess.run(cmd, capture_output=True, text=True)
+    assert wrong.returncode == 1 and "invalid ctpipe config" in wrong.stderr and "train.max_steps" in wrong.stderr
 
 
 def test_repository_manifests_validate():
