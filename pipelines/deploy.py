@@ -156,6 +156,16 @@ def _equals(key: str, value: str) -> str:
     return json.dumps({"predicates": [{"operation": "EQUALS", "key": key, "stringValue": value}]})
 
 
+def find_pipeline_id(client, name: str, namespace: str | None = None) -> str | None:
+    """The id of pipeline ``name``: in ``namespace`` first (multi-user KFP), then among shared pipelines."""
+    for scope in ([namespace] if namespace else []) + [None]:
+        found = client.list_pipelines(page_size=10, filter=_equals("display_name", name), namespace=scope)
+        for pipeline in found.pipelines or []:
+            if pipeline.display_name == name:
+                return pipeline.pipeline_id
+    return None
+
+
 def find_version(client, pipeline_id: str, version_name: str):
     """The pipeline version named ``version_name``, or None."""
     found = client.list_pipeline_versions(pipeline_id, page_size=10, filter=_equals("display_name", version_name))
@@ -213,7 +223,7 @@ def schedule_name(pipeline_name: str) -> str:
 
 def upload(client, package_path: str, *, pipeline_name: str, version_name: str, namespace: str | None = None):
     """Create the pipeline the first time, then upload ``version_name`` unless it exists; (ids, created flags)."""
-    pipeline_id = client.get_pipeline_id(pipeline_name)
+    pipeline_id = find_pipeline_id(client, pipeline_name, namespace)
     created_pipeline = pipeline_id is None
     if created_pipeline:
         # KFP stores the uploaded spec as the pipeline's first version, named after the pipeline.
@@ -355,7 +365,7 @@ def submit_run(
     reuse_existing: bool = False,
 ):
     """Create a run of the latest deployed version; with ``reuse_existing``, return a run of that name instead."""
-    pipeline_id = client.get_pipeline_id(pipeline_name)
+    pipeline_id = find_pipeline_id(client, pipeline_name, namespace)
     if pipeline_id is None:
         raise UserError(
             f"pipeline '{pipeline_name}' is not deployed on this KFP host; run 'ctpipe deploy --host URL' first."

@@ -178,3 +178,17 @@ def test_unreachable_host_is_a_user_error():
         deploy.connect("http://127.0.0.1:9")
     with pytest.raises(UserError, match="http"):
         deploy.connect("kfp.example.com")
+
+
+def test_a_namespaced_deploy_is_found_in_its_namespace(server, package, capsys):
+    assert main(["deploy", "--host", server.url, "--package", package, "--version", "v1", "--namespace", "team-a"]) == 0
+    (pipeline,) = server.state.pipelines.values()
+    assert pipeline["namespace"] == "team-a"
+    capsys.readouterr()
+    assert main(["submit", "--host", server.url, "--namespace", "team-a"]) == 0
+    run = server.state.runs[json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run_id"]]
+    assert server.state.experiments[run["experiment_id"]]["namespace"] == "team-a"
+    # Deploying again into the namespace finds the pipeline instead of creating a second one.
+    assert main(["deploy", "--host", server.url, "--package", package, "--version", "v2", "--namespace", "team-a"]) == 0
+    assert len(server.state.pipelines) == 1
+    assert main(["submit", "--host", server.url]) == 2  # not among the shared pipelines

@@ -201,7 +201,9 @@ def _pipelines(state, method, parts, query, headers, body):
             raise ApiError(404, f"pipeline {pipeline_id} not found")
         return 200, _new_version(state, pipeline_id, q.get("name") or q.get("display_name"), q.get("description", ""), spec)
     if method == "GET" and not parts:
-        items, token = _filter(list(state.pipelines.values()), query)
+        # As in multi-user KFP: a namespace lists that namespace's pipelines, none lists the shared ones.
+        scope = q.get("namespace", "")
+        items, token = _filter([p for p in state.pipelines.values() if p["namespace"] == scope], query)
         return 200, {"pipelines": items, "total_size": len(items), "next_page_token": token}
     if not parts or parts[0] not in state.pipelines:
         raise ApiError(404, f"pipeline {parts[:1]} not found")
