@@ -45,13 +45,15 @@ def plan_staging(command: list[str], shared_root: str | None, job_name: str) -> 
 
 
 def stage_in(staging: Staging) -> None:
-    """Copy every existing step path to its place on the shared volume (replacing an older copy)."""
+    """Copy every existing step path to its place on the shared volume, merging into what is there.
+
+    Nothing on the volume is removed: after a failed attempt the job directory holds the checkpoints a
+    resubmitted job resumes from, while the step's own (fresh) checkpoint directory is empty.
+    """
     for source, target in staging.mapping.items():
         src, dst = Path(source), Path(target)
         if src.is_dir():
-            if dst.exists():
-                shutil.rmtree(dst)
-            shutil.copytree(src, dst)
+            shutil.copytree(src, dst, dirs_exist_ok=True)
         elif src.is_file():
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
