@@ -262,7 +262,7 @@ class Trainer:
         init_output_bias(model, prior.float())
         self.n_params = sum(p.numel() for p in model.parameters())
         example = (self.train_data.x_num[:8], self.train_data.x_cat[:8])
-        self.flops_per_sample = _flops_or_zero(model, example, n_classes)
+        self.flops_per_sample = _flops_or_zero(model, example)
 
         self.dtype = resolve_precision(self.t.mixed_precision, d.device)
         self.model = parallelize(
@@ -569,11 +569,11 @@ class Trainer:
         }
 
 
-def _flops_or_zero(model: nn.Module, example: tuple[torch.Tensor, ...], n_classes: int) -> float:
+def _flops_or_zero(model: nn.Module, example: tuple[torch.Tensor, ...]) -> float:
     from components.training.throughput import flops_per_sample
 
     try:
-        return flops_per_sample(model, example, n_classes)
+        return flops_per_sample(model, example)
     except Exception:  # counting is a nicety: an exotic op must never stop training
         return 0.0
 
