@@ -90,6 +90,16 @@ def test_no_thresholds_blesses_nothing(world, tmp_path):
     assert "no blessing thresholds are configured" in result.reasons[0]
 
 
+def test_change_only_rules_do_not_bless_a_first_model(world, tmp_path):
+    from components.config import Threshold
+
+    config = fast_config()
+    config.evaluate.thresholds = {"accuracy": Threshold(change_abs=-0.02)}
+    run_id = make_run(local_tracking_uri(tmp_path), config)
+    result = _evaluate(world, tmp_path, world["good"], config, run_id)
+    assert not result.blessed and "no configured rule applies" in result.reasons[0]
+
+
 def test_value_floor_fails_an_untrained_first_model(world, tmp_path):
     config = fast_config()
     run_id = make_run(local_tracking_uri(tmp_path), config)

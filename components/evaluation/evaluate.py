@@ -138,7 +138,7 @@ def score_champion(
             try:
                 champion = load_model_export(path)
                 probs = score_export(champion, frame, classes)
-            except (DataValidationError, ValueError, KeyError, RuntimeError) as err:
+            except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
                 return ChampionScore(
                     number, error=f"champion version {number} cannot score the current test split: {err}"
                 )
@@ -219,6 +219,7 @@ def evaluate_slices(
 
 
 def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_rules: bool) -> list[str]:
+    """Why: what blocked the blessing first (or every rule passed), then context."""
     reasons = []
     if not has_rules:
         reasons.append(
@@ -226,17 +227,10 @@ def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_ru
             "e.g. --set evaluate.thresholds.accuracy.value=0.7"
         )
     if champion.error:
-        reasons.append(
-            f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it"
-        )
+        reasons.append(f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it")
+    reasons.extend(c.message for c in checks if c.passed == blessed)
     if champion.version is None and has_rules:
         reasons.append("no champion yet: judged on value thresholds only (first model)")
-    failed = [c.message for c in checks if not c.passed]
-    passed = [c.message for c in checks if c.passed]
-    if blessed:
-        reasons.extend(passed)
-    else:
-        reasons.extend(failed)
     return reasons
 
 
@@ -283,8 +277,16 @@ def evaluate_candidate(
     slices, slice_checks = evaluate_slices(frame, y, p_cand, p_champ, config, snapshot.schema.numeric)
     all_checks = checks + slice_checks
     has_rules = bool(ev.thresholds)
-    blessed = has_rules and champion.error is None and all(c.passed for c in all_checks)
+    # A first model under change-only rules meets no rule at all: that is not a blessing either.
+    applied = bool(checks)
+    blessed = has_rules and applied and champion.error is None and all(c.passed for c in all_checks)
     reasons = _reasons(blessed, all_checks, champion, has_rules)
+    if has_rules and not applied:
+        reasons.insert(
+            0,
+            "no configured rule applies: without a champion only value thresholds can bless, and none is set; "
+            "add one, e.g. --set evaluate.thresholds.accuracy.value=0.7",
+        )
 
     pred = p_cand.argmax(axis=1)
     roc = roc_curve(y == 1, p_cand[:, 1]) if len(classes) == 2 else None

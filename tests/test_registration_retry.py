@@ -1,0 +1,120 @@
+"""Bounded retries, the promotion lock (held, stale) and the lineage parsers, without a server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import mlflow
+import pytest
+from mlflow.exceptions import MlflowException
+
+from components.config import RegistryConfig
+from components.registration.register import sanity_summary, validation_warnings
+from components.registration.registry import Registry, RegistryBusyError
+from components.registration.retry import RegistryUnavailableError, call_with_retries, is_transient
+
+
+def test_transient_failures_are_retried_with_capped_exponential_backoff():
+    calls, sleeps = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 4:
+            raise MlflowException("API request to http://x failed with exception Connection refused")
+        return "ok"
+
+    assert (
+        call_with_retries(
+            flaky, what="x", retries=5, backoff_seconds=1, max_backoff_seconds=3, sleep=sleeps.append
+        )
+        == "ok"
+    )
+    assert sleeps == [1, 2, 3]
+
+
+def test_retries_are_bounded_and_the_error_says_what_was_tried():
+    sleeps = []
+    with pytest.raises(RegistryUnavailableError, match="trying to move the alias: 3 attempts"):
+        call_with_retries(
+            lambda: (_ for _ in ()).throw(ConnectionError("refused")),
+            what="move the alias",
+            retries=2,
+            backoff_seconds=0.5,
+            sleep=sleeps.append,
+        )
+    assert sleeps == [0.5, 1.0]
+
+
+def test_real_errors_are_not_retried():
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise MlflowException("Registered Model with name=x not found", error_code="RESOURCE_DOES_NOT_EXIST")
+
+    with pytest.raises(MlflowException):
+        call_with_retries(broken, what="x", retries=5, backoff_seconds=0, sleep=lambda s: None)
+    assert len(calls) == 1
+    assert is_transient(MlflowException("(sqlite3.OperationalError) database is locked"))
+
+
+@pytest.fixture()
+def registry(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    reg = Registry(uri, RegistryConfig(model_name="m", lock_ttl_seconds=1.0, retry_backoff_seconds=0.01))
+    reg.ensure_registered_model()
+    return reg
+
+
+def test_the_lock_excludes_a_second_holder_until_released(registry):
+    order = []
+
+    def second_holder() -> None:
+        with registry.locked(wait_seconds=30):
+            order.append("second")
+
+    with registry.locked():
+        waiter = threading.Thread(target=second_holder)
+        waiter.start()
+        time.sleep(0.5)
+        order.append("first done")
+    waiter.join(timeout=30)
+    assert order == ["first done", "second"]
+    assert registry.lock_name not in {m.name for m in registry.client.search_registered_models()}
+
+
+def test_a_held_lock_times_out_clearly_and_a_stale_one_is_broken(registry):
+    registry.config.lock_ttl_seconds = 60
+    with registry.locked():
+        with pytest.raises(RegistryBusyError, match="stayed taken"):
+            with registry.locked(wait_seconds=0.3):
+                pass
+    # A holder that died leaves its lock behind; after the TTL the next process breaks it.
+    client = mlflow.MlflowClient(registry.uri)
+    client.create_registered_model(
+        registry.lock_name, tags={"ctpipe.lock_owner": "dead", "ctpipe.lock_expires_at": str(time.time() - 1)}
+    )
+    started = time.monotonic()
+    with registry.locked(wait_seconds=10):
+        pass
+    assert time.monotonic() - started < 5
+
+
+def test_lineage_parsers_read_what_the_sanity_and_validation_steps_record(tmp_path):
+    report = tmp_path / "validation.md"
+    report.write_text(
+        "# Data validation: PASSED\n\n## Warnings (recorded on the model)\n\n| check | column | observed | expected |\n"
+        "|---|---|---|---|\n| null fraction above profile | sessions_last_30d | 0.03 | <= 0.02 |\n\n## Passed\n\n- `x`: 3 passed\n"
+    )
+    assert json.loads(validation_warnings(str(report), {})) == [
+        "sessions_last_30d: null fraction above profile"
+    ]
+    assert json.loads(validation_warnings(None, {"validation.warnings": 2.0})) == [
+        "2 warning(s); see the validation report"
+    ]
+    summary = json.loads(
+        sanity_summary({"ctpipe.sanity": "passed"}, {"sanity.overfit_one_batch": 0.01, "other": 1})
+    )
+    assert summary == {"status": "passed", "checks": {"overfit_one_batch": 0.01}}
