@@ -243,6 +243,7 @@ class KubeflowJobLauncher:
         job, staging = self.plan(launch)
         name = job["metadata"]["name"]
         follower: LogFollower | None = None
+        drain_seconds = 10.0  # how long the log stream may finish after the job ended
         with _sigterm_cancels():
             try:
                 started = self._submit_or_attach(job, staging)
@@ -261,12 +262,14 @@ class KubeflowJobLauncher:
                 follower.start()
                 final = self._follow(name, deadline_at)
             except _Cancelled:
+                drain_seconds = 1.0  # KFP's grace period is short: delete first, skip the rest of the log
                 self.emit(f"step cancelled (SIGTERM): deleting {self.api.kind} {self.namespace}/{name}")
                 self._delete(name)
                 raise TrainingError(
                     f"{self.api.kind} {self.namespace}/{name} was cancelled and deleted"
                 ) from None
             except _DeadlineExceeded:
+                drain_seconds = 1.0
                 self._delete(name)
                 raise TrainingError(
                     f"{self.api.kind} {self.namespace}/{name} did not finish within its deadline of "
@@ -275,7 +278,7 @@ class KubeflowJobLauncher:
                 ) from None
             finally:
                 if follower is not None:
-                    follower.finish(timeout=10.0)
+                    follower.finish(timeout=drain_seconds)
         if job_phase(final) == "Failed":
             raise TrainingError(self._failure_message(name, final))
         copied = stage_out(staging)
