@@ -172,3 +172,20 @@ def test_model_bugs_are_stopped_by_the_right_check(bug, snapshot, tmp_path):
     assert f"{check}:" in message and needle in message, message
     assert "\n" not in message
     assert (tmp_path / "sanity.md").read_text().startswith("# Sanity checks: FAILED")
+
+
+def test_first_batch_is_the_trainers_first_batch(snapshot, tmp_path):
+    """The dump shows the rows rank 0 trains on first (same sampler, seed and order as the worker)."""
+    from components.sanity.checks import trainer_first_batch_indices
+    from components.training.worker import BatchStream
+
+    cfg = fast_config()
+    n = len(load_snapshot(snapshot).frame("train"))
+    stream = BatchStream(n, batch_size=cfg.train.batch_size, rank=0, world_size=cfg.train.workers, seed=cfg.train.seed)
+    assert trainer_first_batch_indices(n, cfg) == stream.next_indices().tolist()
+    run(snapshot, tmp_path, cfg)
+    dump = json.loads((tmp_path / "first_batch.json").read_text())
+    first = load_snapshot(snapshot).frame("train").iloc[trainer_first_batch_indices(n, cfg)[0]]
+    assert len(dump["rows"]) == cfg.train.batch_size and "DistributedSampler" in dump["drawn"]
+    assert dump["rows"][0]["categorical"]["region"]["decoded"] == first["region"]
+    assert dump["rows"][0]["numeric"]["tenure_months"]["decoded"] == pytest.approx(first["tenure_months"], rel=1e-5)

@@ -97,17 +97,39 @@ class SanityData:
     val_x_cat: Any
     val_y: Any
     n_classes: int
-    raw_first_batch: Any  # the raw rows of the first batch (pandas), for the decoded dump
+    first_batch: FirstBatch
 
 
-def load_sanity_data(snapshot: Snapshot, sample_rows: int, *, seed: int = SAMPLE_SEED) -> SanityData:
+@dataclass
+class FirstBatch:
+    """The trainer's first batch on rank 0: its raw rows, the tensors made from them, and how it was drawn."""
+
+    raw: Any
+    x_num: Any
+    x_cat: Any
+    y: Any
+    drawn: str
+
+
+def trainer_first_batch_indices(n_train: int, cfg: Config) -> list[int]:
+    """Row indices of rank 0's first batch as the trainer draws them (DistributedSampler, train.seed, epoch 0)."""
+    from torch.utils.data import DistributedSampler
+
+    sampler = DistributedSampler(range(n_train), num_replicas=cfg.train.workers, rank=0, shuffle=True,
+                                 seed=cfg.train.seed, drop_last=True)
+    sampler.set_epoch(0)
+    return list(iter(sampler))[: cfg.train.batch_size]
+
+
+def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED) -> SanityData:
     """A seeded sample of the train split (and of val) encoded exactly as training encodes it."""
     import torch
 
     prep = snapshot.preprocessing
-    train = snapshot.frame("train")
+    full_train = snapshot.frame("train")
     val = snapshot.frame("val")
-    train = train.sample(n=min(sample_rows, len(train)), random_state=seed).reset_index(drop=True)
+    sample_rows = cfg.sanity.sample_rows
+    train = full_train.sample(n=min(sample_rows, len(full_train)), random_state=seed).reset_index(drop=True)
     val = val.sample(n=min(max(sample_rows // 2, 1), len(val)), random_state=seed).reset_index(drop=True)
 
     def tensors(frame):
@@ -117,7 +139,15 @@ def load_sanity_data(snapshot: Snapshot, sample_rows: int, *, seed: int = SAMPLE
 
     xn, xc, y = tensors(train)
     vn, vc, vy = tensors(val) if len(val) else (xn[:0], xc[:0], y[:0])
-    return SanityData(xn, xc, y, vn, vc, vy, len(prep.classes), train.head(FIRST_BATCH_ROWS))
+    try:
+        rows = trainer_first_batch_indices(len(full_train), cfg)
+        drawn = (f"rank 0 of {cfg.train.workers}, epoch 0: DistributedSampler(shuffle=True, seed={cfg.train.seed}, "
+                 f"drop_last=True) over the {len(full_train)} train rows, first {cfg.train.batch_size}")
+    except (ValueError, RuntimeError):
+        rows, drawn = list(range(min(FIRST_BATCH_ROWS, len(full_train)))), "the first train rows"
+    raw = full_train.iloc[rows].reset_index(drop=True)
+    first = FirstBatch(raw, *tensors(raw), drawn=drawn)
+    return SanityData(xn, xc, y, vn, vc, vy, len(prep.classes), first)
 
 
 # --- the checks ----------------------------------------------------------------------------------
@@ -433,28 +463,31 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, *, lo
 # --- first batch dump ---------------------------------------------------------------------------
 
 
-def decode_first_batch(data: SanityData, prep: Preprocessing, label: str, rows: int = FIRST_BATCH_ROWS) -> dict[str, Any]:
+def decode_first_batch(batch: FirstBatch, prep: Preprocessing, label: str) -> dict[str, Any]:
     """The exact tensors of the first batch, decoded back to column names and values."""
-    n = min(rows, len(data.y))
+    n = len(batch.y)
     numeric_cols, cat_cols = list(prep.numeric), list(prep.categorical)
     records = []
     for i in range(n):
         rec: dict[str, Any] = {"numeric": {}, "categorical": {}}
         for k, col in enumerate(numeric_cols):
-            z = float(data.x_num[i, k])
+            z = float(batch.x_num[i, k])
             st = prep.numeric[col]
             rec["numeric"][col] = {"tensor": z, "decoded": z * st["std"] + st["mean"]}
         for k, col in enumerate(cat_cols):
-            idx = int(data.x_cat[i, k])
+            idx = int(batch.x_cat[i, k])
             vocab = prep.categorical[col]
             rec["categorical"][col] = {"tensor": idx, "decoded": vocab[idx - 1] if 0 < idx <= len(vocab) else "<unseen/missing>"}
-        yi = int(data.y[i])
+        yi = int(batch.y[i])
         rec["label"] = {"tensor": yi, "decoded": prep.classes[yi], "column": label}
         records.append(rec)
     return {
-        "x_num": {"shape": list(data.x_num[:n].shape), "dtype": str(data.x_num.dtype), "columns": numeric_cols},
-        "x_cat": {"shape": list(data.x_cat[:n].shape), "dtype": str(data.x_cat.dtype), "columns": cat_cols},
-        "y": {"shape": [n], "classes": prep.classes},
+        "drawn": batch.drawn,
+        "model_input": "model(x_num, x_cat): x_num standardised with the train mean/std (missing -> 0), "
+                       "x_cat vocabulary indices (0 = unseen or missing)",
+        "x_num": {"shape": list(batch.x_num.shape), "dtype": str(batch.x_num.dtype), "columns": numeric_cols},
+        "x_cat": {"shape": list(batch.x_cat.shape), "dtype": str(batch.x_cat.dtype), "columns": cat_cols},
+        "y": {"shape": [n], "dtype": str(batch.y.dtype), "classes": prep.classes},
         "rows": records,
     }
 
@@ -498,7 +531,9 @@ def render_report(result: SanityResult, cfg: Config, first_batch: dict[str, Any]
         value = "n/a" if c.value is None else f"{c.value:.4g}"
         lines.append(f"| {c.name} | {status} | {value} | {c.threshold} | {c.seconds:.2f} | {c.message.replace('|', '/')} |")
     if first_batch:
-        lines += ["", "## First batch as the model sees it (first 3 rows, decoded)", "", "```json"]
+        lines += ["", "## First batch as the model sees it (first 3 rows, decoded)", "",
+                  f"Drawn as the trainer draws it: {first_batch['drawn']}. All rows are in the first-batch artifact.",
+                  "", "```json"]
         lines += [json.dumps(r) for r in first_batch["rows"][:3]]
         lines += ["```"]
     return "\n".join(lines) + "\n"
@@ -544,7 +579,7 @@ def run_sanity_checks(
     from components.models.tabular import InputSpec, build_model
 
     snapshot = load_snapshot(snapshot_dir)
-    data = load_sanity_data(snapshot, config.sanity.sample_rows)
+    data = load_sanity_data(snapshot, config)
     prep = snapshot.preprocessing
     spec = InputSpec(n_numeric=len(prep.numeric), cardinalities=prep.cardinalities, n_classes=len(prep.classes))
 
@@ -557,9 +592,9 @@ def run_sanity_checks(
         torch.manual_seed(config.train.seed)  # every check starts from the same initial weights
         return build()
 
-    dump = decode_first_batch(data, prep, snapshot.schema.label)
+    dump = decode_first_batch(data.first_batch, prep, snapshot.schema.label)
     _write(first_batch_path, json.dumps(dump, indent=1))
-    checks = [check_first_batch_roundtrip(dump, data.raw_first_batch, snapshot.schema.label)]
+    checks = [check_first_batch_roundtrip(dump, data.first_batch.raw, snapshot.schema.label)]
     # Tiny models: one thread is as fast, and far faster when the CPU is shared (2 threads spin-wait).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
