@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compile every pipeline to KFP IR YAML under build/pipelines/, load each back, and check that no
 # compiled spec carries a credential.
-#   IMAGE=ghcr.io/org/ctpipe:abc123 ci/compile.sh
+#   IMAGE=ghcr.io/org/ctpipe:abc123 TRAINER_IMAGE=ghcr.io/org/ctpipe-trainer:abc123-cuda \
+#   CTPIPE_CONFIG=manifests/overlays/prod/ctpipe.yaml ci/compile.sh
 . "$(dirname "$0")/common.sh"
 out="$BUILD_DIR/pipelines"
 mkdir -p "$out"
@@ -13,6 +14,9 @@ log "compile continuous_training -> $out/continuous_training.yaml"
 config_args=()
 if [ -n "${CTPIPE_CONFIG:-}" ]; then
     config_args=(--config "$CTPIPE_CONFIG")
+fi
+if [ -n "${TRAINER_IMAGE:-}" ]; then
+    config_args+=(--set "kubernetes.trainer_image=$TRAINER_IMAGE")
 fi
 "$PYTHON" -m pipelines.cli compile --out "$out/continuous_training.yaml" "${image_args[@]}" "${config_args[@]}"
 log "load back and scan for secrets"
