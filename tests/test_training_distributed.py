@@ -16,6 +16,8 @@ import pytest
 from components.config import load_config
 from components.data.demo import write_demo_data
 from components.errors import TrainingError
+from components.models.export import load_model_export
+from components.selection.select import select_and_export
 from components.tracking import ensure_experiment
 from components.training import checkpointing as ckpt
 from components.training.launch import train_model
@@ -137,6 +139,28 @@ def test_a_raising_rank_fails_the_job_fast(snapshot_dir, tmp_path, monkeypatch):
     assert time.monotonic() - start < 60  # not the 10-minute collective timeout
     first_line = str(err.value).splitlines()[0]
     assert "rank 1" in first_line and "injected failure on rank 1 at step 1" in first_line
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("train.strategy=ddp", "train.grad_accum_steps=2", "model.kind=transformer", "model.heads=2"),
+        ("train.mixed_precision=bf16", "train.activation_checkpointing=true", "train.grad_accum_steps=2"),
+    ],
+    ids=["ddp-accum-transformer", "fsdp-bf16-checkpointing-accum"],
+)
+def test_other_strategies_train_and_export(snapshot_dir, tmp_path, extra):
+    result = _train(snapshot_dir, tmp_path / "ckpt", "train.max_steps=4", *extra)
+    assert result.steps == 4 and result.global_batch_size == 16 * 2 * 2
+    assert 0 <= result.final_metrics["val_accuracy"] <= 1 and result.final_metrics["val_loss"] < 5
+    selected = select_and_export(
+        str(tmp_path / "ckpt"), snapshot_dir, tiny_config(*extra), str(tmp_path / "m.pt")
+    )
+    exported = load_model_export(tmp_path / "m.pt")
+    assert exported.metadata["step"] == selected.step
+    assert exported.metadata["export_val_metrics"]["val_accuracy"] == pytest.approx(
+        selected.metric_value, abs=0.05
+    )
 
 
 def test_launcher_kills_survivors_and_reports_the_failing_rank_first():

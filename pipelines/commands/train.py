@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,10 +35,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from components.config import load_config
+    from components.errors import TrainingError
     from components.training.standalone import SUMMARY_FILE, train_standalone
 
     config = load_config(args.config, args.overrides)
-    summary = train_standalone(args.data, args.out, config)
+    try:
+        summary = train_standalone(args.data, args.out, config)
+    except TrainingError as err:
+        # The launcher's message already leads with the failing rank's error; no traceback needed.
+        print(f"ctpipe train: training failed: {err}", file=sys.stderr)
+        return 1
     print(
         json.dumps(
             {

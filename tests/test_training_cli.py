@@ -1,0 +1,60 @@
+"""`ctpipe train`: snapshot + train + train_summary.json, resume on a second run, clean user errors."""
+
+from __future__ import annotations
+
+import json
+
+from components.data.demo import write_demo_data
+from pipelines.cli import main
+
+TINY = [
+    "data.key=customer_id",
+    "model.hidden=16",
+    "model.depth=1",
+    "model.embedding_dim=4",
+    "train.max_steps=6",
+    "train.warmup_steps=1",
+    "train.eval_every=3",
+    "train.checkpoint_every=3",
+    "train.batch_size=16",
+    "train.mixed_precision=fp32",
+]
+
+
+def _args(data, out, *extra):
+    sets = [x for item in TINY + list(extra) for x in ("--set", item)]
+    return ["train", "--data", str(data), "--out", str(out), *sets]
+
+
+def test_train_writes_summary_and_resumes(tmp_path, capsys):
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=150, seed=3)
+    out = tmp_path / "out"
+    assert main(_args(tmp_path / "data", out)) == 0
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["steps"] == 6 and summary["world_size"] == 2
+    assert summary["best_checkpoint"]["step"] in (3, 6) and 0 <= summary["best_checkpoint"]["value"] <= 1
+    assert summary["samples_per_second"] > 0 and 0 < summary["mfu"] < 1
+    assert len(summary["final_weights_sha256"]) == 64
+    assert (out / "snapshot" / "train.parquet").is_file() and (out / "checkpoints" / "index.json").is_file()
+    assert capsys.readouterr().out.strip().endswith("train_summary.json")
+
+    # Run again: nothing left to train, it resumes at the last checkpoint and ends with the same weights.
+    assert main(_args(tmp_path / "data", out)) == 0
+    again = json.loads((out / "train_summary.json").read_text())
+    assert again["resumed_from_step"] == 6
+    assert again["final_weights_sha256"] == summary["final_weights_sha256"]
+
+
+def test_user_errors_are_one_paragraph_without_traceback(tmp_path, capsys):
+    assert main(_args(tmp_path / "missing", tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "Traceback" not in err
+    write_demo_data(tmp_path / "data", days=1, rows_per_day=50, seed=3)
+    assert main(_args(tmp_path / "data", tmp_path / "out", "train.strategy=zero")) == 2
+    assert "train.strategy" in capsys.readouterr().err
+
+
+def test_unknown_label_names_the_fix(tmp_path, capsys):
+    write_demo_data(tmp_path / "data", days=1, rows_per_day=50, seed=3)
+    assert main(_args(tmp_path / "data", tmp_path / "out", "data.label=nope")) == 2
+    assert "data.label" in capsys.readouterr().err
