@@ -150,3 +150,37 @@ def test_champion_moves_only_if_it_is_still_the_one_compared_against(models, tmp
     assert registry.alias_version("champion") == "1"
     assert registry.get_version("1").tags["ctpipe.promotion"] == "rollback"
     assert registry.champion_stack() == ["1"]
+
+
+def test_a_lost_create_response_does_not_create_a_second_version(models, tmp_path, monkeypatch):
+    config = fast_config(retries=3)
+    _, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    real = mlflow.MlflowClient.create_model_version
+    calls = []
+
+    def create_then_drop_the_response(self, *args, **kwargs):
+        calls.append(1)
+        real(self, *args, **kwargs)
+        if len(calls) == 1:
+            raise ConnectionError("connection reset by peer after the server committed")
+        raise AssertionError("a retry must find the version instead of creating another")
+
+    monkeypatch.setattr(mlflow.MlflowClient, "create_model_version", create_then_drop_the_response)
+    result = register()
+    assert result.version == "1" and result.promoted and len(calls) == 1
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    assert [str(v.version) for v in registry.versions()] == ["1"]
+
+
+def test_versions_not_registered_completely_are_never_promoted(models, tmp_path):
+    from components.errors import UserError
+
+    config = fast_config()
+    run_id, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    register()
+    client = mlflow.MlflowClient(local_tracking_uri(tmp_path))
+    stray = client.create_model_version(config.registry.model_name, "file:///elsewhere", run_id=run_id)
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    with pytest.raises(UserError, match="not registered completely"):
+        registry.promote_manual(str(stray.version), reason="try", by="me")
+    assert registry.alias_version("champion") == "1"

@@ -118,3 +118,18 @@ def test_lineage_parsers_read_what_the_sanity_and_validation_steps_record(tmp_pa
         sanity_summary({"ctpipe.sanity": "passed"}, {"sanity.overfit_one_batch": 0.01, "other": 1})
     )
     assert summary == {"status": "passed", "checks": {"overfit_one_batch": 0.01}}
+
+
+def test_an_alias_is_never_moved_by_a_holder_that_lost_its_lock(registry, tmp_path):
+    client = mlflow.MlflowClient(registry.uri)
+    with registry.locked():
+        # Our lock expired and another process took it over.
+        client.delete_registered_model(registry.lock_name)
+        client.create_registered_model(
+            registry.lock_name,
+            tags={"ctpipe.lock_owner": "other", "ctpipe.lock_expires_at": str(time.time() + 60)},
+        )
+        with pytest.raises(RegistryBusyError, match="lost the promotion lock"):
+            registry._move_champion("1", kind="manual", by="me", reason="x", previous=None, pop=False)
+    assert registry.alias_version("champion") is None
+    assert registry.lock_name in {m.name for m in client.search_registered_models()}  # not ours to delete

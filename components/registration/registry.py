@@ -67,6 +67,7 @@ class Registry:
         self.config = config
         self.name = config.model_name
         self.client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        self._token: str | None = None  # the promotion lock's token while we hold it
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -197,26 +198,40 @@ class Registry:
         except MlflowException as err:
             if _error_code(err) != "RESOURCE_ALREADY_EXISTS":
                 raise
-        self._break_if_stale()
+        owner, expires_at = self._lock_state()
+        if owner == token:
+            return True  # our create succeeded but its response was lost; the retry sees our own lock
+        if owner is not None and expires_at < time.time():
+            # Re-read right before deleting so we only break the lock we judged stale.
+            if self._lock_state()[0] == owner:
+                try:
+                    self.client.delete_registered_model(self.lock_name)
+                except MlflowException:
+                    pass  # someone else broke or released it first
         return False
 
-    def _break_if_stale(self) -> None:
+    def _lock_state(self) -> tuple[str | None, float]:
+        """(owner token, expiry epoch) of the lock, or (None, 0) when nobody holds it."""
         from mlflow.exceptions import MlflowException
 
         try:
             held = self.client.get_registered_model(self.lock_name)
-        except MlflowException:
-            return  # released meanwhile
-        expires = float((held.tags or {}).get("ctpipe.lock_expires_at", "0") or 0)
-        if expires < time.time():
-            owner = (held.tags or {}).get("ctpipe.lock_owner")
-            # Re-read right before deleting so we only break the lock we judged stale.
-            try:
-                again = self.client.get_registered_model(self.lock_name)
-                if (again.tags or {}).get("ctpipe.lock_owner") == owner:
-                    self.client.delete_registered_model(self.lock_name)
-            except MlflowException:
-                return
+        except MlflowException as err:
+            if _error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                return None, 0.0
+            raise
+        tags = held.tags or {}
+        return tags.get("ctpipe.lock_owner"), float(tags.get("ctpipe.lock_expires_at", "0") or 0)
+
+    def _assert_lock_held(self) -> None:
+        """Fencing: refuse to move an alias if our lock expired and someone else took it."""
+        owner, _ = self.call(self._lock_state, "check the promotion lock")
+        if self._token is None or owner != self._token:
+            raise RegistryBusyError(
+                f"lost the promotion lock '{self.lock_name}' (held longer than registry.lock_ttl_seconds="
+                f"{self.config.lock_ttl_seconds:.0f}s, probably while MLflow was slow); no alias was moved. "
+                "Run the step again."
+            )
 
     def _unlock(self, token: str) -> None:
         from mlflow.exceptions import MlflowException
@@ -240,9 +255,11 @@ class Registry:
                     f"process is changing aliases. If none is, delete that registered model in MLflow and retry."
                 )
             time.sleep(random.uniform(0.05, 0.3))
+        self._token = token
         try:
             yield
         finally:
+            self._token = None
             self.call(lambda: self._unlock(token), f"release the promotion lock of '{self.name}'")
 
     # --- champion history ------------------------------------------------------------------------
@@ -282,6 +299,7 @@ class Registry:
             "ctpipe.promoted_by": by,
             "ctpipe.promotion_reason": reason,
         }
+        self._assert_lock_held()
         # Record on the version first: if we die between the calls the alias never points at an unrecorded promotion.
         for key, value in tags.items():
             self.call(
