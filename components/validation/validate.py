@@ -211,8 +211,17 @@ def _error_message(summary: ValidationSummary, report_path: str) -> str:
     listed = "; ".join(f"({i + 1}) {f.headline()}" for i, f in enumerate(errs[:MAX_LISTED_ERRORS]))
     more = f"; and {len(errs) - MAX_LISTED_ERRORS} more" if len(errs) > MAX_LISTED_ERRORS else ""
     where = f" Full report: {report_path}." if report_path else ""
+    if summary.suite_source.startswith("champion"):
+        review = (f"review the suite ({summary.suite_source}; 'ctpipe suite champion --out FILE' fetches it) and "
+                  "pass the edited file as validation.suite_path, or set validation.use_champion_suite=false to "
+                  "profile a new one")
+    elif summary.suite_source.startswith("file"):
+        review = f"edit the suite ({summary.suite_source})"
+    else:
+        return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
+                f"Fix the data at its source and run again.{where}")
     return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
-            f"Fix the data, or review the suite ({summary.suite_source}) if the change is intended.{where}")
+            f"Fix the data; if the change is intended, {review}.{where}")
 
 
 def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, paths: list[str]) -> None:
