@@ -267,11 +267,13 @@ def test_no_second_run_while_the_first_is_running(site):
     assert check(data, home, starter, overrides=["watch.max_running=0"]).action == "run"
 
 
-def test_no_champion_starts_the_first_run(tmp_path):
-    write_demo_data(tmp_path / "data", days=2, rows_per_day=100)
+def test_no_champion_starts_the_first_run(site):
+    data, home, _ = site
     counter = Counter()
-    decision = check(tmp_path / "data", tmp_path / "home", FunctionStarter(counter))
+    # A model name with no versions yet in this registry: nothing to compare with, so train one.
+    decision = check(data, home, FunctionStarter(counter), overrides=["registry.model_name=brand-new-model"])
     assert (decision.action, decision.trigger, decision.champion_version) == ("run", "new_data", None)
+    assert "first run" in decision.reason and len(counter.calls) == 1
 
 
 def test_cli_dry_run_prints_the_decision_as_the_last_json_line(site):
@@ -310,3 +312,38 @@ def test_a_claim_never_started_blocks_only_for_the_grace_period(site):
     decision = check(data, home, FunctionStarter(counter))
     assert decision.action == "run" and len(counter.calls) == 1
     assert ledger.get(fingerprint)["status"] == "succeeded"
+
+
+def test_watcher_on_kfp_starts_one_drift_run_and_records_its_report_in_mlflow(site, tmp_path, monkeypatch):
+    from fakes.kfp_api import FakeKfpServer
+
+    from pipelines import deploy
+    from pipelines.cli import compile_pipeline
+    from pipelines.triggers.start import KfpStarter
+
+    data, home, _ = site
+    add_days(data, 9, drift_from_day=7)
+    package = str(compile_pipeline(tmp_path / "pipeline.yaml", None, [], None))
+    monkeypatch.setenv("KFP_TOKEN", "t")
+    with FakeKfpServer(token="t") as server:
+        client = deploy.connect(server.url)
+        deploy.deploy(client, package, version_name="v1")
+        uri = local_tracking_uri(home)
+        starter = KfpStarter(client, experiment="ctpipe", tracking_uri=uri)
+        decision = check(data, home, starter)
+        assert (decision.action, decision.trigger) == ("run", "drift")
+        (run,) = server.state.runs.values()
+        assert run["runtime_config"]["parameters"]["trigger"] == "drift"
+        assert run["runtime_config"]["parameters"]["data_uri"] == str(data)
+        assert decision.run["run_id"] == run["run_id"] and decision.run["status"] == "running"
+        # Still running on KFP: another check starts nothing; once it ended, still nothing (same data).
+        assert check(data, home, starter).action == "none"
+        server.state.set_run_state(run["run_id"], "SUCCEEDED")
+        assert check(data, home, starter).action == "none" and len(server.state.runs) == 1
+    client_ml = mlflow.MlflowClient(tracking_uri=uri)
+    (report_run,) = client_ml.search_runs(
+        [client_ml.get_experiment_by_name("ctpipe").experiment_id],
+        filter_string=f"tags.`ctpipe.drift_report_for` = '{run['run_id']}'",
+    )
+    names = sorted(a.path for a in client_ml.list_artifacts(report_run.info.run_id, "drift"))
+    assert [Path(n).suffix for n in names] == [".html", ".json"]

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 
 from components.config import TRIGGERS
 from components.errors import UserError
@@ -114,16 +113,11 @@ def _submit_local(args: argparse.Namespace) -> int:
 
 def _attach_report(summary: dict, report: str, config_path: str | None, overrides: list[str], home: str | None) -> None:
     """Log the drift report that started this run on the run's MLflow run (artifact folder ``drift/``)."""
-    import mlflow
-
     from components.config import load_config
     from components.tracking import local_tracking_uri
     from pipelines.local_run import default_home
+    from pipelines.triggers.report import log_drift_report
 
     config = load_config(config_path, overrides)
     uri = config.registry.tracking_uri or local_tracking_uri(home or default_home())
-    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
-    json_path = Path(report)
-    for path in (json_path, json_path.with_suffix(".html")):
-        if path.is_file():
-            client.log_artifact(summary["mlflow_run_id"], str(path), "drift")
+    log_drift_report(uri, summary["mlflow_run_id"], report)

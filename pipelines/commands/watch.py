@@ -68,6 +68,8 @@ def _starter(args: argparse.Namespace, config, home: Path):
             service_account=args.service_account,
             overrides=args.overrides,
             config_json=config.to_json() if args.config else None,
+            tracking_uri=args.tracking_uri or config.registry.tracking_uri,
+            mlflow_experiment=config.registry.experiment,
         )
     from pipelines.triggers.start import LocalStarter
 

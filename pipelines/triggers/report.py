@@ -99,3 +99,37 @@ def write_drift_report(report: DriftReport, json_path: str | Path, html_path: st
     _atomic_write(json_path, json.dumps(report.to_dict(), indent=1, allow_nan=False))
     _atomic_write(html_path, render_html(report))
     return json_path, html_path
+
+
+def log_drift_report(tracking_uri: str, mlflow_run_id: str, report_json: str | Path) -> None:
+    """Log the report's JSON and HTML (beside it) on an MLflow run, under ``drift/``."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    json_path = Path(report_json)
+    for path in (json_path, json_path.with_suffix(".html")):
+        if path.is_file():
+            client.log_artifact(mlflow_run_id, str(path), "drift")
+
+
+def log_drift_report_for_pipeline_run(tracking_uri: str, experiment: str, pipeline_run_id: str, report_json: str | Path) -> str:
+    """Record the report that started KFP run ``pipeline_run_id`` as its own MLflow run, linked by tag.
+
+    The pipeline's own MLflow run is created by its first step, later and elsewhere; a separate run tagged
+    ``ctpipe.drift_report_for`` keeps the two apart (prepare_run looks its run up by
+    ``ctpipe.pipeline_run_id``, which this one does not carry).
+    """
+    import mlflow
+
+    from components.tracking import ensure_experiment
+
+    experiment_id = ensure_experiment(tracking_uri, experiment)
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    run = client.create_run(
+        experiment_id,
+        run_name=f"drift-report-{pipeline_run_id}",
+        tags={"ctpipe.drift_report_for": pipeline_run_id, "ctpipe.trigger": "drift"},
+    )
+    log_drift_report(tracking_uri, run.info.run_id, report_json)
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id

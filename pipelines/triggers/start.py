@@ -112,9 +112,22 @@ class LocalStarter:
 class KfpStarter:
     """Creates a KFP run named after the fingerprint (a run of that name is reused, not duplicated)."""
 
-    def __init__(self, client, *, experiment: str, namespace: str | None = None, service_account: str | None = None,
-                 overrides: list[str] | None = None, config_json: str | None = None):
+    def __init__(
+        self,
+        client,
+        *,
+        experiment: str,
+        namespace: str | None = None,
+        service_account: str | None = None,
+        overrides: list[str] | None = None,
+        config_json: str | None = None,
+        tracking_uri: str | None = None,
+        mlflow_experiment: str = "ctpipe",
+    ):
         self.client = client
+        # Where the drift report that starts a drift run is recorded (MLflow), when given.
+        self.tracking_uri = tracking_uri
+        self.mlflow_experiment = mlflow_experiment
         self.experiment = experiment
         self.namespace = namespace
         self.service_account = service_account
@@ -137,7 +150,18 @@ class KfpStarter:
             service_account=self.service_account,
             reuse_existing=True,
         )
-        return {"backend": "kfp", "run_id": run.run_id, "run_name": run_name, "status": "running"}
+        info = {"backend": "kfp", "run_id": run.run_id, "run_name": run_name, "status": "running"}
+        report = (read_record(record_path) or {}).get("drift_report")
+        if trigger == "drift" and report and self.tracking_uri:
+            from pipelines.triggers.report import log_drift_report_for_pipeline_run
+
+            try:
+                info["drift_report_mlflow_run"] = log_drift_report_for_pipeline_run(
+                    self.tracking_uri, self.mlflow_experiment, run.run_id, report
+                )
+            except Exception as err:  # the run is started; a tracking hiccup must not make it look unstarted
+                info["drift_report_error"] = f"{type(err).__name__}: {err}"[:300]
+        return info
 
     def is_active(self, record: dict[str, Any]) -> bool:
         from pipelines.deploy import run_is_active
