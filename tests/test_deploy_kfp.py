@@ -143,6 +143,7 @@ def test_submit_starts_a_run_of_the_latest_version_with_parameters_and_trigger(s
     }
     assert run["pipeline_version_reference"]["pipeline_version_id"] == latest.version_id
     assert run["display_name"].startswith("ctpipe-ci-")
+    assert run["service_account"] == "ctpipe-pipeline"  # kubernetes.service_account, as the manifests create
     assert server.state.experiments[run["experiment_id"]]["display_name"] == "ctpipe"
 
 

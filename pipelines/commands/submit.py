@@ -56,9 +56,9 @@ def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
     from components.config import load_config
     from pipelines import deploy
 
-    config_json = load_config(args.config, args.overrides).to_json() if args.config else None
-    if not args.config:
-        load_config(None, args.overrides)  # reject a bad --set before contacting the server
+    # Validates --config and --set before contacting the server; the file travels as config_json.
+    config = load_config(args.config, args.overrides)
+    config_json = config.to_json() if args.config else None
     parameters = deploy.run_parameters(
         trigger=args.trigger, data_uri=args.data, overrides=args.overrides, config_json=config_json, extra=params
     )
@@ -70,7 +70,7 @@ def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
             run_name=args.run_name or deploy.default_run_name(args.trigger),
             experiment=args.experiment,
             namespace=args.namespace,
-            service_account=args.service_account,
+            service_account=args.service_account or config.kubernetes.service_account,
         )
     print(json.dumps({"run_id": created.run_id, "run_name": created.display_name, "parameters": parameters}))
     if args.wait is None:

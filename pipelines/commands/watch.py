@@ -65,7 +65,7 @@ def _starter(args: argparse.Namespace, config, home: Path):
             client,
             experiment=args.experiment,
             namespace=args.namespace,
-            service_account=args.service_account,
+            service_account=args.service_account or config.kubernetes.service_account,
             overrides=args.overrides,
             config_json=config.to_json() if args.config else None,
             tracking_uri=args.tracking_uri or config.registry.tracking_uri,
