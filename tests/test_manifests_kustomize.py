@@ -226,3 +226,19 @@ def test_base_resources_validate_without_kustomize():
     assert count >= 15
     for generator in kustomization.get("configMapGenerator", []):
         assert all((MANIFESTS / "base" / f).is_file() for f in generator["files"])
+
+
+def test_trainjob_component_adds_only_trainjob_rights(tmp_path):
+    # kustomize refuses absolute paths: build a copy with an overlay that uses the component.
+    tree = tmp_path / "manifests"
+    shutil.copytree(MANIFESTS, tree, ignore=shutil.ignore_patterns("*.env"))
+    overlay = tree / "overlays" / "with-trainjob"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": ["../dev"], "components": ["../../components/trainjob"],
+    }))
+    objects = build(overlay)
+    role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "ctpipe-launcher")
+    assert role["rules"] == [*LAUNCHER_RULES, {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
+                                               "verbs": ["create", "get", "list", "watch", "delete"]}]
