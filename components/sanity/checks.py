@@ -543,12 +543,14 @@ def _log_to_mlflow(tracking_uri: str, run_id: str, result: SanityResult, paths: 
     if not tracking_uri or not run_id:
         return
     from mlflow import MlflowClient
+    from mlflow.entities import Metric
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    for c in result.checks:
-        if c.value is not None and math.isfinite(c.value):
-            client.log_metric(run_id, f"sanity.{c.name}", float(c.value))
-    client.log_metric(run_id, "sanity.seconds", float(result.seconds))
+    now = int(time.time() * 1000)
+    metrics = [Metric(f"sanity.{c.name}", float(c.value), now, 0) for c in result.checks
+               if c.value is not None and math.isfinite(c.value)]
+    # One batched write: each separate log_metric is its own database transaction.
+    client.log_batch(run_id, metrics=[*metrics, Metric("sanity.seconds", float(result.seconds), now, 0)])
     client.set_tag(run_id, "ctpipe.sanity", "skipped" if result.skipped else ("passed" if result.passed else "failed"))
     for path in paths:
         if path and Path(path).is_file():

@@ -228,6 +228,7 @@ def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, p
     if not tracking_uri or not run_id:
         return
     from mlflow import MlflowClient
+    from mlflow.entities import Metric
 
     client = MlflowClient(tracking_uri=tracking_uri)
     figures = {
@@ -237,8 +238,9 @@ def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, p
         "validation.seconds": sum(summary.seconds.values()),
         **{f"validation.rows_{k}": v for k, v in summary.rows.items()},
     }
-    for key, value in figures.items():
-        client.log_metric(run_id, key, float(value))
+    # One batched write: each separate log_metric is its own database transaction.
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in figures.items()])
     client.set_tag(run_id, "ctpipe.validation", "passed" if summary.passed else "failed")
     for path in paths:
         if path and Path(path).is_file():
