@@ -18,7 +18,7 @@ def add_kfp_args(parser: argparse.ArgumentParser, *, host_required: bool) -> Non
     parser.add_argument("--host", required=host_required, metavar="URL", help="KFP API endpoint, e.g. https://kubeflow.example.com/pipeline")
     parser.add_argument("--namespace", metavar="NS", help="Kubernetes namespace (multi-user Kubeflow)")
     parser.add_argument("--experiment", default="ctpipe", metavar="NAME", help="KFP experiment (default: ctpipe)")
-    parser.add_argument("--service-account", metavar="SA", help="Kubernetes service account of the runs")
+    parser.add_argument("--service-account", metavar="SA", help="Kubernetes service account of the runs (default: kubernetes.service_account)")
     parser.add_argument(
         "--token-file",
         metavar="FILE",
