@@ -307,6 +307,8 @@ class KubernetesConfig:
     clean_pod_policy: Literal["None", "Running", "All"] = "None"
     # ClusterTrainingRuntime a TrainJob (train.backend=trainjob) runs on.
     trainjob_runtime: str = "torch-distributed"
+    # Secrets (type kubernetes.io/dockerconfigjson) for pulling the images from a private registry.
+    image_pull_secrets: list[str] = field(default_factory=list)
     # Placement and limits of the pipeline's own step pods (node_selector/tolerations above are the
     # PyTorchJob workers'): CPU steps need not land on GPU nodes.
     step_cpu_limit: str = "2"

@@ -36,6 +36,8 @@ def apply_cluster_settings(task, step: str, kube: KubernetesConfig) -> None:
             effect=tol.get("effect") or None,
             toleration_seconds=tol.get("tolerationSeconds"),
         )
+    if kube.image_pull_secrets:
+        kubernetes.set_image_pull_secrets(task, list(kube.image_pull_secrets))
     if kube.shared_pvc and step in STEPS_ON_SHARED_VOLUME:
         kubernetes.mount_pvc(task, pvc_name=kube.shared_pvc, mount_path=kube.shared_mount_path)
     kubernetes.set_security_context(task, run_as_user=IMAGE_UID, run_as_group=IMAGE_UID, run_as_non_root=True)

@@ -14,6 +14,7 @@ OVERRIDES = [
     "kubernetes.step_tolerations=[{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}]",
     "kubernetes.shared_pvc=ctpipe-shared",
     "kubernetes.step_memory_limit=6Gi",
+    "kubernetes.image_pull_secrets=[ghcr-pull]",
 ]
 
 
@@ -38,6 +39,7 @@ def test_compiled_pipeline_has_platform_spec_and_no_secret_values(tmp_path, monk
         assert spec["pvcMount"][0]["mountPath"] == "/mnt/ctpipe"
         assert spec["pvcMount"][0]["pvcNameParameter"]["runtimeValue"]["constant"] == "ctpipe-shared"
         assert spec["securityContext"]["runAsNonRoot"] is True
+        assert [s["secretName"] for s in spec["imagePullSecret"]] == ["ghcr-pull"]
     resources = {n: e["container"]["resources"] for n, e in pipeline_spec["deploymentSpec"]["executors"].items()}
     assert resources["exec-train"]["resourceCpuLimit"] == "1"  # the launcher only follows the job
     assert resources["exec-evaluate"]["resourceMemoryLimit"] == "6Gi"

@@ -31,7 +31,8 @@ def _problems(job: dict) -> str:
 def test_generated_job_is_valid_and_shaped_as_the_operator_expects():
     job = _job("kubernetes.node_selector={accelerator: a100}",
                "kubernetes.tolerations=[{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]",
-               "kubernetes.env_from_secrets={mlflow-credentials: [MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD]}")
+               "kubernetes.env_from_secrets={mlflow-credentials: [MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD]}",
+               "kubernetes.image_pull_secrets=[ghcr-pull]")
     validate_pytorchjob(job)
     spec = job["spec"]
     assert set(spec) == {"pytorchReplicaSpecs", "runPolicy"}
@@ -50,6 +51,7 @@ def test_generated_job_is_valid_and_shaped_as_the_operator_expects():
     assert {"name": "ctpipe-shared", "persistentVolumeClaim": {"claimName": "ctpipe-shared"}} in pod["volumes"]
     assert {"name": "ctpipe-shared", "mountPath": "/mnt/ctpipe"} in container["volumeMounts"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["imagePullSecrets"] == [{"name": "ghcr-pull"}]
 
 
 def test_single_worker_has_no_worker_replicas_and_cpu_only_has_no_gpu():

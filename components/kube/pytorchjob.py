@@ -94,6 +94,8 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+    if kube.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in kube.image_pull_secrets]
     if kube.node_selector:
         spec["nodeSelector"] = dict(sorted(kube.node_selector.items()))
     if kube.tolerations:

@@ -87,6 +87,8 @@ def _node_patch(kube: KubernetesConfig) -> dict[str, Any]:
             }
         ],
     }
+    if kube.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in kube.image_pull_secrets]
     if kube.node_selector:
         pod["nodeSelector"] = dict(sorted(kube.node_selector.items()))
     if kube.tolerations:
