@@ -17,12 +17,12 @@ from components.config import KubernetesConfig
 STEPS_ON_SHARED_VOLUME = {"prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register"}
 # The train step only launches and follows the PyTorchJob: the work happens in the worker pods.
 LAUNCHER_LIMITS = {"cpu": "1", "memory": "2Gi"}
-# The non-root uid/gid of the ctpipe images (containers/).
-IMAGE_UID = 10001
+# No per-task securityContext: the component image already runs as USER 10001:10001, and
+# kfp-kubernetes' set_security_context (2026) needs a KFP backend new enough to know the field.
 
 
 def apply_cluster_settings(task, step: str, kube: KubernetesConfig) -> None:
-    """Secrets as env, placement, limits, the shared volume and a non-root security context for one task."""
+    """Secrets as env, image pull secrets, placement, limits and the shared volume for one task."""
     for secret, keys in sorted(kube.env_from_secrets.items()):
         kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env={k: k for k in keys})
     for key, value in sorted(kube.step_node_selector.items()):
@@ -40,7 +40,6 @@ def apply_cluster_settings(task, step: str, kube: KubernetesConfig) -> None:
         kubernetes.set_image_pull_secrets(task, list(kube.image_pull_secrets))
     if kube.shared_pvc and step in STEPS_ON_SHARED_VOLUME:
         kubernetes.mount_pvc(task, pvc_name=kube.shared_pvc, mount_path=kube.shared_mount_path)
-    kubernetes.set_security_context(task, run_as_user=IMAGE_UID, run_as_group=IMAGE_UID, run_as_non_root=True)
     kubernetes.add_pod_label(task, label_key="app.kubernetes.io/part-of", label_value="ctpipe")
     cpu = LAUNCHER_LIMITS["cpu"] if step == "train" else kube.step_cpu_limit
     memory = LAUNCHER_LIMITS["memory"] if step == "train" else kube.step_memory_limit
