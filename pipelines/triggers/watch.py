@@ -24,7 +24,8 @@ from typing import Any
 
 from components.config import Config
 from pipelines.triggers.ledger import Ledger
-from pipelines.triggers.new_data import DataState, data_state
+from pipelines.triggers.new_data import DataState, cache_path_for, data_state
+from pipelines.triggers.start import stale_claim
 
 REFERENCE_FILE = "reference/reference_stats.json"
 
@@ -179,7 +180,7 @@ def check_once(
     home = Path(home)
     watch_dir = home / "watch"
     now = time.time() if now is None else now
-    state = data_state(data_uri, cache_path=_cache_path(home, data_uri))
+    state = data_state(data_uri, cache_path=cache_path_for(home, data_uri))
     champion = find_champion(
         tracking_uri, config.registry.model_name, config.registry.champion_alias, watch_dir / "champion-cache.json"
     )
@@ -196,8 +197,6 @@ def check_once(
     trigger, reason = _choose_trigger(state, champion, config, tracking_uri, watch_dir, decision, now)
     ledger = Ledger(home)
     if trigger is not None:
-        from pipelines.triggers.start import stale_claim
-
         existing = ledger.get(state.fingerprint)
         if existing is not None and stale_claim(existing):
             # Claimed by a watcher that died before starting the run: not a run, so start it now.
@@ -216,12 +215,6 @@ def check_once(
     decision.run = ledger.get(state.fingerprint) if decision.action == "run" else None
     decision.seconds = time.perf_counter() - started
     return decision
-
-
-def _cache_path(home: Path, data_uri: str) -> Path:
-    from pipelines.triggers.new_data import cache_path_for
-
-    return cache_path_for(home, data_uri)
 
 
 def _already(record: dict[str, Any]) -> str:
@@ -324,8 +317,6 @@ def _start(
 
 def _settle(ledger: Ledger, starter) -> None:
     """Mark runs that ended without saying so (a killed process) as lost; release claims never started."""
-    from pipelines.triggers.start import stale_claim
-
     for record in ledger.records():
         if stale_claim(record):
             ledger.release(record["fingerprint"])
