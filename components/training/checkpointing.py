@@ -104,19 +104,22 @@ def save_checkpoint(
 ) -> Path:
     """Collective: save model + optimizer shards, each rank's state, then meta and the marker (rank 0, last).
 
-    ``before_marker`` is a test hook called on every rank after the shards are written and before the
-    marker, to simulate a crash in the middle of a save.
+    One barrier only: DCP's own save already synchronises (rank 0 returns after every rank's shards are
+    written); the barrier makes every rank's state file precede the marker. ``before_marker`` is a test
+    hook called on every rank after its files are written and before the marker, to simulate a crash in
+    the middle of a save.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     path = checkpoint_path(root, step)
-    if rank == 0 and path.exists():
-        shutil.rmtree(path)  # a stale partial save of the same step
-    _barrier()
+    if rank == 0:
+        # Re-saving a step (after a crash): un-mark it first. No rank writes before DCP's planning
+        # collective, which rank 0 joins only after this, so no torn directory ever carries a marker.
+        (path / COMPLETE_MARKER).unlink(missing_ok=True)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     with _single_process_ok():
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))  # overwrites stale files
     tmp = path / f"rank{rank}.pt.tmp"
     torch.save(rank_state, tmp)
     os.replace(tmp, path / f"rank{rank}.pt")
@@ -126,7 +129,6 @@ def save_checkpoint(
     if rank == 0:
         write_json_atomic(path / META_FILE, meta)
         (path / COMPLETE_MARKER).write_text(f"{step}\n")
-    _barrier()
     return path
 
 

@@ -6,6 +6,8 @@ per-step logging costs the training loop almost nothing; ``close`` flushes on ev
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,11 @@ class NullTracker:
 
 
 class MlflowTracker(NullTracker):
-    """Logs into an existing MLflow run by id (created by the pipeline's prepare step)."""
+    """Logs into an existing MLflow run by id (created by the pipeline's prepare step).
+
+    Metric batches are sent from a background thread, so a slow tracking store never stalls the step
+    (and with it every other rank at the next collective); ``close`` drains the queue.
+    """
 
     def __init__(self, tracking_uri: str, run_id: str) -> None:
         import mlflow
@@ -59,6 +65,18 @@ class MlflowTracker(NullTracker):
         self.client = mlflow.MlflowClient(tracking_uri=tracking_uri)
         self.run_id = run_id
         self._buffer: list[Any] = []
+        self._queue: queue.Queue[list[Any] | None] = queue.Queue()
+        self._sender = threading.Thread(target=self._send_batches, name="mlflow-metrics", daemon=True)
+        self._sender.start()
+        self.failures: list[str] = []
+
+    def _send_batches(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            try:
+                for start in range(0, len(batch), 1000):
+                    self.client.log_batch(self.run_id, metrics=batch[start : start + 1000])
+            except Exception as err:  # losing metric points must not kill a training run
+                self.failures.append(f"{type(err).__name__}: {err}")
 
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -90,12 +108,20 @@ class MlflowTracker(NullTracker):
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
     def flush(self) -> None:
-        while self._buffer:
-            batch, self._buffer = self._buffer[:1000], self._buffer[1000:]
-            self.client.log_batch(self.run_id, metrics=batch)
+        if self._buffer:
+            self._queue.put(self._buffer)
+            self._buffer = []
 
     def close(self) -> None:
+        """Send what is buffered and wait for the sender to finish."""
         self.flush()
+        self._queue.put(None)
+        self._sender.join(timeout=60)
+        if self.failures:
+            print(
+                f"[train] WARNING: {len(self.failures)} MLflow metric batch(es) failed: {self.failures[0]}",
+                flush=True,
+            )
 
 
 def make_tracker(rank: int, tracking_uri: str | None, run_id: str | None) -> NullTracker:

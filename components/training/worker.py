@@ -297,6 +297,7 @@ class Trainer:
         self.global_batch = self.t.batch_size * d.world_size * self.t.grad_accum_steps
         self.progress = Progress()
         self.resumed_from: int | None = None
+        self.saved_step: int | None = None
         self.window = Window()
         # Timings of this process's share of the run (not carried over a resume).
         self.stats = {
@@ -350,7 +351,7 @@ class Trainer:
             # Another world size: the shards of the old epoch do not map onto ours; start the next epoch.
             self.stream.restore({"epoch": int(meta["data"]["epoch"]) + 1, "position": 0})
             torch.manual_seed(self.t.seed + 1 + self.d.rank + self.progress.step)
-        self.resumed_from = self.progress.step
+        self.resumed_from = self.saved_step = self.progress.step
         _log(self.d, f"resumed from {path.name} (step {self.progress.step})")
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -425,9 +426,10 @@ class Trainer:
                 self.save()
             stats["steps"] += 1
         stats["loop_seconds"] = time.perf_counter() - loop_start
-        latest = ckpt.latest_complete(self.root)
-        if latest is None or ckpt.step_of(latest) != prog.step:
-            self.save()  # a resumed run that was already finished still ends on a checkpoint
+        if self.saved_step != prog.step:
+            # Decided from this rank's own state, never the file system: rank 0 may still be writing the
+            # marker of the last save while another rank gets here, and save() is a collective.
+            self.save()
         return self.result()
 
     def _inject_step_fault(self) -> None:
@@ -507,6 +509,7 @@ class Trainer:
             ckpt.write_index(
                 self.root, prog.index, metric=sel.metric, mode=sel.mode, extra=self._index_extra()
             )
+        self.saved_step = prog.step
         save_seconds = time.perf_counter() - start
         self.stats["checkpoint_seconds"] += save_seconds
         self.stats["checkpoints"] += 1
