@@ -121,6 +121,7 @@ class Split:
         parts = (self.x_num[idx], self.x_cat[idx], self.y[idx])
         if device.type == "cpu":
             return parts
+        # As DataLoader(pin_memory=True) does: page-locked batches copy to the GPU asynchronously.
         return tuple(p.pin_memory().to(device, non_blocking=True) for p in parts)
 
 
@@ -237,56 +238,12 @@ class Trainer:
     def __init__(
         self, cfg: Config, snapshot_dir: str, checkpoint_dir: str, d: Dist, tracker: NullTracker
     ) -> None:
-        from components.data.snapshot import load_snapshot
-        from components.models.tabular import InputSpec, build_model, init_output_bias
-
         self.cfg, self.t, self.d, self.tracker = cfg, cfg.train, d, tracker
         self.root = Path(checkpoint_dir)
         self.fault = Fault.from_env()
-        snapshot = load_snapshot(snapshot_dir)
-        self.fingerprint = snapshot.fingerprint
-        self.train_data, self.val = load_split(snapshot, "train"), load_split(snapshot, "val")
-        if len(self.val) == 0:
-            raise TrainingError("the validation split is empty: add data or raise data.val_fraction")
-        if d.device.type == "cuda":
-            self.train_data = Split(
-                *(t.pin_memory() for t in (self.train_data.x_num, self.train_data.x_cat, self.train_data.y))
-            )
-        n_classes = len(snapshot.preprocessing.classes)
-        self.spec = InputSpec(self.train_data.x_num.shape[1], snapshot.preprocessing.cardinalities, n_classes)
-
-        # Same seed on every rank: identical initial weights before sharding.
-        torch.manual_seed(self.t.seed)
-        model = build_model(cfg.model, self.spec)
-        prior = torch.bincount(self.train_data.y, minlength=n_classes).double() / len(self.train_data)
-        init_output_bias(model, prior.float())
-        self.n_params = sum(p.numel() for p in model.parameters())
-        example = (self.train_data.x_num[:8], self.train_data.x_cat[:8])
-        self.flops_per_sample = _flops_or_zero(model, example)
-
-        self.dtype = resolve_precision(self.t.mixed_precision, d.device)
-        self.model = parallelize(
-            model,
-            strategy=self.t.strategy,
-            device=d.device,
-            compute_dtype=self.dtype,
-            activation_checkpointing=self.t.activation_checkpointing,
-            compile=self.t.compile,
-        )
-        autocast_on = uses_autocast(self.t.strategy, d.device, self.dtype)
-        self.autocast = (
-            (lambda: torch.autocast(d.device.type, dtype=self.dtype)) if autocast_on else nullcontext
-        )
-        # foreach: one kernel per op over all parameters; ~30% faster steps than the per-tensor CPU default here.
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.t.lr, weight_decay=self.t.weight_decay, foreach=True
-        )
-        self.scheduler = build_scheduler(
-            self.optimizer,
-            warmup_steps=self.t.warmup_steps,
-            max_steps=self.t.max_steps,
-            min_lr_ratio=self.t.min_lr_ratio,
-        )
+        self._load_data(snapshot_dir)
+        self._build_model()
+        self._build_optimizer()
         self.stream = BatchStream(
             len(self.train_data),
             batch_size=self.t.batch_size,
@@ -310,6 +267,56 @@ class Trainer:
         # Dropout differs per rank (different data, different masks) but is reproducible on resume.
         torch.manual_seed(self.t.seed + 1 + d.rank)
         self.peak_flops = self._measure_peak()
+
+    def _load_data(self, snapshot_dir: str) -> None:
+        """The train and validation splits as host tensors (batches are pinned on their way to a GPU)."""
+        from components.data.snapshot import load_snapshot
+        from components.models.tabular import InputSpec
+
+        snapshot = load_snapshot(snapshot_dir)
+        self.fingerprint = snapshot.fingerprint
+        self.train_data, self.val = load_split(snapshot, "train"), load_split(snapshot, "val")
+        if len(self.val) == 0:
+            raise TrainingError("the validation split is empty: add data or raise data.val_fraction")
+        n_classes = len(snapshot.preprocessing.classes)
+        self.spec = InputSpec(self.train_data.x_num.shape[1], snapshot.preprocessing.cardinalities, n_classes)
+
+    def _build_model(self) -> None:
+        """The model from the same seed on every rank, head bias at the class prior, then parallelised."""
+        from components.models.tabular import build_model, init_output_bias
+
+        torch.manual_seed(self.t.seed)  # identical initial weights on every rank before sharding
+        model = build_model(self.cfg.model, self.spec)
+        n_classes = self.spec.n_classes
+        prior = torch.bincount(self.train_data.y, minlength=n_classes).double() / len(self.train_data)
+        init_output_bias(model, prior.float())
+        self.n_params = sum(p.numel() for p in model.parameters())
+        self.flops_per_sample = _flops_or_zero(model, (self.train_data.x_num[:8], self.train_data.x_cat[:8]))
+        self.dtype = resolve_precision(self.t.mixed_precision, self.d.device)
+        self.model = parallelize(
+            model,
+            strategy=self.t.strategy,
+            device=self.d.device,
+            compute_dtype=self.dtype,
+            activation_checkpointing=self.t.activation_checkpointing,
+            compile=self.t.compile,
+        )
+        autocast_on = uses_autocast(self.t.strategy, self.d.device, self.dtype)
+        device_type, dtype = self.d.device.type, self.dtype
+        self.autocast = (lambda: torch.autocast(device_type, dtype=dtype)) if autocast_on else nullcontext
+
+    def _build_optimizer(self) -> None:
+        """AdamW with warmup + cosine, stepped per optimizer step."""
+        # foreach: one kernel per op over all parameters; ~30% faster steps than the per-tensor CPU default.
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=self.t.lr, weight_decay=self.t.weight_decay, foreach=True
+        )
+        self.scheduler = build_scheduler(
+            self.optimizer,
+            warmup_steps=self.t.warmup_steps,
+            max_steps=self.t.max_steps,
+            min_lr_ratio=self.t.min_lr_ratio,
+        )
 
     # -- start-up ---------------------------------------------------------------------------------
 
