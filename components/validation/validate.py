@@ -136,6 +136,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     timer.lap("read")
     ref = resolve_reference(config, tracking_uri)
     summary.suite_source = ref.source
+    timer.lap("reference_suite")  # with a tracking URI: importing MLflow and asking for the champion
     reference_schema = suite_schema(ref.suite) if ref.suite else None
     partitions = sorted({_partition(f.path) for f in files})
     parts = partition_rows(data, partitions)
