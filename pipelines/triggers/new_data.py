@@ -17,7 +17,7 @@ from typing import Any
 
 import fsspec
 
-from components.data.snapshot import DataFile, fingerprint_files, list_data_files
+from components.data.files import DataFile, fingerprint_files, list_data_files
 
 
 @dataclass(frozen=True)

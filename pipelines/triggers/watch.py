@@ -141,7 +141,7 @@ def window_drift(
     state: DataState, reference: dict[str, Any], config: Config, champion: Champion, reports_dir: Path
 ) -> tuple[dict[str, Any] | None, str]:
     """The drift report of the newest window as a dict (from cache when unchanged), and a note."""
-    from components.data.snapshot import fingerprint_files
+    from components.data.files import fingerprint_files
 
     window = state.window(config.watch.window_partitions, config.watch.window_days)
     thresholds = json.dumps(asdict(config.watch), sort_keys=True)

@@ -1,0 +1,73 @@
+"""The files under a data root and their fingerprint, without pandas (the watcher imports this alone)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import fsspec
+
+from components.errors import UserError
+
+DATA_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file under the root: its path relative to the root, size and content hash."""
+
+    path: str
+    size: int
+    sha256: str = ""
+
+
+def _fs_and_root(data_uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, root = fsspec.core.url_to_fs(data_uri)
+    return fs, root.rstrip("/")
+
+
+def list_data_files(data_uri: str, *, with_hashes: bool = True) -> list[DataFile]:
+    """List the data files under ``data_uri`` in a stable order; raise a UserError when there are none."""
+    fs, root = _fs_and_root(data_uri)
+    if not fs.exists(root):
+        raise UserError(
+            f"data root '{data_uri}' does not exist. Pass an existing directory (or fsspec URL) of Parquet or "
+            "CSV files to --data, or omit --data to generate the demo dataset."
+        )
+    if fs.isfile(root):
+        entries = {root: fs.info(root)}
+        base = root.rsplit("/", 1)[0]
+    else:
+        entries = fs.find(root, detail=True)
+        base = root
+    files = []
+    for path, info in sorted(entries.items()):
+        suffix = "." + path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+        name = path.rsplit("/", 1)[-1]
+        if suffix not in DATA_SUFFIXES or name.startswith((".", "_")):
+            continue
+        rel = path[len(base) :].lstrip("/")
+        digest = _sha256(fs, path) if with_hashes else ""
+        files.append(DataFile(path=rel, size=int(info.get("size") or 0), sha256=digest))
+    if not files:
+        raise UserError(
+            f"data root '{data_uri}' holds no Parquet (.parquet) or CSV (.csv) files. Write partitions such as "
+            "DATA/date=2026-01-01/part-0.parquet, or run 'ctpipe demo-data --out DATA' to create an example."
+        )
+    return files
+
+
+def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    h = hashlib.sha256()
+    with fs.open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fingerprint_files(files: list[DataFile]) -> str:
+    """One stable hash over the names, sizes and content hashes of the files."""
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f.path):
+        h.update(f"{f.path}\0{f.size}\0{f.sha256}\n".encode())
+    return h.hexdigest()
