@@ -172,3 +172,23 @@ def test_user_errors_are_one_paragraph_and_still_reported(tmp_path, setup, cfg, 
     for needle in needles:
         assert needle in message
     assert (tmp_path / "out" / "report.md").read_text().startswith("# Data validation: FAILED")
+
+
+def test_non_text_categories_and_integer_labels_round_trip_through_the_suite(tmp_path):
+    """Boolean and integer categories, integer labels: the suite compares native values, not strings."""
+    data = write_clean(tmp_path / "data", days=2)
+    for part in sorted(data.glob("date=*/part-0.parquet")):
+        frame = pd.read_parquet(part)
+        frame["is_premium"] = frame["plan"].isin(["pro", "enterprise"])
+        frame["zone"] = frame[KEY] % 7
+        frame["label"] = frame["label"].map({"churn": 0, "downgrade": 1, "stay": 2, "upgrade": 3})
+        frame.to_parquet(part, index=False)
+    cfg = Config.from_dict({"data": {"key": KEY, "categorical": ["zone"]}})
+    first = run(data, tmp_path / "a", cfg)
+    suite = tmp_path / "a" / "snapshot" / "suite.json"
+    sets = {e["kwargs"]["column"]: e["kwargs"]["value_set"] for e in json.loads(suite.read_text())["expectations"]
+            if e["type"] == "expect_column_values_to_be_in_set"}
+    assert sets["is_premium"] == [False, True] and sets["zone"] == list(range(7)) and sets["label"] == [0, 1, 2, 3]
+    again = run(data, tmp_path / "b", Config.from_dict({"data": {"key": KEY, "categorical": ["zone"]},
+                                                         "validation": {"suite_path": str(suite)}}))
+    assert first.warnings == again.warnings == []

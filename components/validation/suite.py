@@ -32,6 +32,7 @@ NUMERIC_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
 TOLERATED_UNEXPECTED = 0.01
 LABEL_KL_WARNING = 0.05
 EXAMPLE_ROWS = 5
+MAX_VALUE_SET = 1000
 
 
 def _expectation(kind: str, severity: str, meta: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -50,6 +51,12 @@ def _range_with_margin(values: pd.Series, margin: float) -> tuple[float, float]:
     # A column that was never negative in the reference stays non-negative.
     low = max(lo - pad, 0.0) if lo >= 0 else lo - pad
     return low, hi + pad
+
+
+def _value_set(series: pd.Series) -> list[Any]:
+    """Distinct non-null values as plain JSON values of the column's own type (GX compares natively)."""
+    values = [v.item() if hasattr(v, "item") else v for v in series.dropna().unique().tolist()]
+    return sorted(values, key=lambda v: (str(type(v)), v))
 
 
 def profile_suite(
@@ -76,18 +83,21 @@ def profile_suite(
                 exps.append(_expectation("expect_column_values_to_be_between", severity, column=col,
                                          min_value=low, max_value=high, mostly=mostly))
     for col in schema.categorical:
-        value_set = sorted(train[col].dropna().astype(str).unique().tolist())
+        value_set = _value_set(train[col])
+        if len(value_set) > MAX_VALUE_SET:
+            continue  # free text or identifiers: a set this large is no expectation a reviewer can read
         for severity, mostly in ((WARNING, 1.0), (ERROR, 1.0 - TOLERATED_UNEXPECTED)):
             exps.append(_expectation("expect_column_values_to_be_in_set", severity, column=col,
                                      value_set=value_set, mostly=mostly))
-    labels = train[schema.label].dropna().astype(str)
-    shares = labels.value_counts(normalize=True).sort_index()
+    shares = train[schema.label].dropna().value_counts(normalize=True).sort_index()
     exps += [
         _expectation("expect_column_values_to_not_be_null", ERROR, column=schema.label),
-        _expectation("expect_column_values_to_be_in_set", ERROR, column=schema.label, value_set=list(schema.classes)),
+        _expectation("expect_column_values_to_be_in_set", ERROR, column=schema.label,
+                     value_set=_value_set(train[schema.label])),
         _expectation("expect_column_unique_value_count_to_be_between", ERROR, column=schema.label, min_value=2, max_value=None),
         _expectation("expect_column_kl_divergence_to_be_less_than", WARNING, column=schema.label,
-                     partition_object={"values": shares.index.tolist(), "weights": [float(w) for w in shares]},
+                     partition_object={"values": [v.item() if hasattr(v, "item") else v for v in shares.index],
+                                       "weights": [float(w) for w in shares]},
                      threshold=LABEL_KL_WARNING),
     ]
     if schema.key:
