@@ -192,3 +192,13 @@ def test_non_text_categories_and_integer_labels_round_trip_through_the_suite(tmp
     again = run(data, tmp_path / "b", Config.from_dict({"data": {"key": KEY, "categorical": ["zone"]},
                                                          "validation": {"suite_path": str(suite)}}))
     assert first.warnings == again.warnings == []
+
+
+def test_drifted_data_warns_against_the_reference_suite_but_is_not_stopped(tmp_path):
+    """Drift is a reason to retrain: against the clean data's suite it warns, it does not fail the run."""
+    clean = write_clean(tmp_path / "clean", days=4, rows_per_day=400)
+    run(clean, tmp_path / "ref")
+    write_demo_data(tmp_path / "drifted", days=4, rows_per_day=400, seed=1, drift_from_day=1)
+    result = run(tmp_path / "drifted", tmp_path / "out",
+                 config(suite_path=str(tmp_path / "ref" / "snapshot" / "suite.json")))
+    assert any("between" in w for w in result.warnings), result.warnings

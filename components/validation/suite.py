@@ -30,6 +30,8 @@ NUMERIC_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                  "float16", "float32", "float64", "Int8", "Int16", "Int32", "Int64", "Float32", "Float64"]
 # A value outside the profiled range or set is a warning; more than this share of rows is an error.
 TOLERATED_UNEXPECTED = 0.01
+# The error range is the observed range widened by this share of its width on each side.
+ERROR_RANGE_MARGIN = 1.0
 LABEL_KL_WARNING = 0.05
 EXAMPLE_ROWS = 5
 MAX_VALUE_SET = 1000
@@ -78,8 +80,12 @@ def profile_suite(
         exps.append(_expectation("expect_column_values_to_be_in_type_list", ERROR, column=col, type_list=NUMERIC_TYPES))
         values = pd.to_numeric(train[col], errors="coerce").dropna()
         if len(values):
-            low, high = _range_with_margin(values, range_margin)
-            for severity, mostly in ((WARNING, 1.0), (ERROR, 1.0 - TOLERATED_UNEXPECTED)):
+            # Warning: any value outside the observed range plus the margin. Error: more than 1% of
+            # values outside a much wider range (sign errors, sentinels, unit changes), so that drift,
+            # which is a reason to retrain, only warns.
+            for severity, margin, mostly in ((WARNING, range_margin, 1.0),
+                                             (ERROR, max(range_margin, ERROR_RANGE_MARGIN), 1.0 - TOLERATED_UNEXPECTED)):
+                low, high = _range_with_margin(values, margin)
                 exps.append(_expectation("expect_column_values_to_be_between", severity, column=col,
                                          min_value=low, max_value=high, mostly=mostly))
     for col in schema.categorical:
