@@ -124,7 +124,8 @@ def test_bad_data_fails_in_validation_and_leaves_the_champion(first_run, home, d
     write_demo_data(bad, days=2, rows_per_day=300, seed=2)
     part = next(bad.glob("date=*/part-0.parquet"))
     frame = pd.read_parquet(part)
-    frame["tenure_months"] = frame["tenure_months"].astype(object)
+    # A text column where numbers are expected: a few values are words, the rest digits as text.
+    frame["tenure_months"] = frame["tenure_months"].astype(str)
     frame.loc[frame.index[:5], "tenure_months"] = "twelve"
     frame.to_parquet(part, index=False)
 
