@@ -133,6 +133,16 @@ def stray_text_in_numeric_column(root: Path) -> None:
     _edit_last(root, edit)
 
 
+def text_in_a_csv_number_column(root: Path) -> None:
+    """A partition delivered as CSV whose numeric column has a typed-in word."""
+    part = partitions(root)[-1]
+    frame = pd.read_parquet(part)
+    frame["monthly_spend"] = frame["monthly_spend"].astype(str)
+    frame.loc[frame.index[3], "monthly_spend"] = "about 40"
+    part.unlink()
+    frame.to_csv(part.with_suffix(".csv"), index=False)
+
+
 @dataclass(frozen=True)
 class Case:
     """A broken dataset, the step that must stop it and the words its message must contain."""
@@ -149,6 +159,8 @@ CASES = [
     Case("wrong type", wrong_type, True, "validate_data", ("'satisfaction'", "should be numeric", "reference suite")),
     Case("stray text in a numeric column", stray_text_in_numeric_column, False, "validate_data",
          ("'tenure_months'", "should be numeric", "twelve")),
+    Case("text in a CSV number column", text_in_a_csv_number_column, False, "validate_data",
+         ("'monthly_spend'", "should be numeric", "about 40")),
     Case("nulls in a required column", nulls_in_required_column, True, "validate_data",
          ("not be null", "'tenure_months'")),
     Case("out-of-range values", out_of_range, True, "validate_data", ("between", "'monthly_spend'")),
