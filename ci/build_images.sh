@@ -41,9 +41,10 @@ for dockerfile in "${dockerfiles[@]}"; do
     fi
     for variant in "${variants[@]}"; do
         full="$image:$tag${variant:+-$variant}"
-        build_args=()
+        # The commit and image reference are baked in so every registered model names its code.
+        build_args=(--build-arg "GIT_COMMIT=$GIT_SHA" --build-arg "IMAGE_REF=$full")
         if [ "$variant" = "cpu" ]; then
-            build_args=(--build-arg "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu")
+            build_args+=(--build-arg "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu")
         fi
         log "build $full from $dockerfile"
         run docker build -f "$dockerfile" "${build_args[@]}" -t "$full" --label "org.opencontainers.image.revision=$GIT_SHA" .

@@ -37,6 +37,13 @@ while IFS= read -r kfile; do
     rendered+=("$out/$name.yaml")
 done < <(find manifests -name kustomization.yaml -o -name kustomization.yml | sort)
 log "validate ${#rendered[@]} rendered kustomization(s) and the plain manifests"
-# CustomResourceDefinitions to validate custom resources against (none known when the folder is absent).
-crds="${CRDS_DIR:-crds}"
+# CustomResourceDefinitions to validate custom resources against: $CRDS_DIR, else the upstream CRDs
+# kept beside the checkout (../shared/crds), else ./crds (none known when the folder is absent).
+if [ -n "${CRDS_DIR:-}" ]; then
+    crds="$CRDS_DIR"
+elif [ -d "$ROOT/../shared/crds" ]; then
+    crds="$ROOT/../shared/crds"
+else
+    crds="crds"
+fi
 "$PYTHON" "$ROOT/ci/validate_manifests.py" --crds "$crds" --scan manifests "${rendered[@]}"

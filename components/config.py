@@ -288,7 +288,7 @@ class RegistryConfig:
 class KubernetesConfig:
     """Settings for running on a Kubeflow cluster (PyTorchJob and the compiled pipeline)."""
 
-    namespace: str = "kubeflow-user"
+    namespace: str = "ctpipe"
     image: str = "ghcr.io/ctpipe/ctpipe:0.1.0"
     trainer_image: str = "ghcr.io/ctpipe/ctpipe-trainer:0.1.0-cuda"
     service_account: str = "ctpipe-pipeline"
@@ -537,10 +537,10 @@ def apply_override(values: dict[str, Any], assignment: str) -> None:
     node[parts[-1]] = parse_set_value(raw)
 
 
-def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def merge_values(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in update.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = merge_values(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
@@ -558,13 +558,13 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
         _reject_unknown(loaded)
-        values = _merge(values, loaded)
+        values = merge_values(values, loaded)
     update: dict[str, Any] = {}
     for assignment in overrides or []:
         apply_override(update, assignment)
     _reject_unknown(update)
     # Threshold dicts are replaced, not merged, only when a whole mapping is given.
-    values = _merge(values, update)
+    values = merge_values(values, update)
     return Config.from_dict(values)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import pkgutil
 import sys
@@ -73,7 +72,7 @@ def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[s
 
     from components.config import load_config
     from components.kfp_support import COMPONENT_IMAGE
-    from pipelines.continuous_training import build_pipeline
+    from pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI, build_pipeline
 
     config = load_config(config_path, overrides)
     uri = config.registry.tracking_uri or ""
@@ -85,7 +84,11 @@ def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[s
         )
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    pipeline = build_pipeline(config.kubernetes, default_config_json=config.to_json())
+    pipeline = build_pipeline(
+        config.kubernetes,
+        default_config_json=config.to_json(),
+        default_tracking_uri=uri or DEFAULT_CLUSTER_TRACKING_URI,
+    )
     compiler.Compiler().compile(pipeline, str(out_path))
     target_image = image or config.kubernetes.image
     if target_image != COMPONENT_IMAGE:

@@ -25,7 +25,12 @@ DEFAULT_CLUSTER_TRACKING_URI = "http://mlflow.ctpipe.svc.cluster.local:5000"
 STEP_NAMES = ("prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register")
 
 
-def build_pipeline(cluster: KubernetesConfig | None = None, *, default_config_json: str = ""):
+def build_pipeline(
+    cluster: KubernetesConfig | None = None,
+    *,
+    default_config_json: str = "",
+    default_tracking_uri: str = DEFAULT_CLUSTER_TRACKING_URI,
+):
     """The pipeline; with ``cluster`` its tasks carry kfp-kubernetes settings (secrets, SA, placement, limits)."""
 
     @dsl.pipeline(name=PIPELINE_NAME, description="Validate data, sanity-check, train with FSDP, select, evaluate, register.")
@@ -34,7 +39,7 @@ def build_pipeline(cluster: KubernetesConfig | None = None, *, default_config_js
         trigger: str = "manual",
         config_json: str = default_config_json,
         config_overrides: str = "",
-        mlflow_tracking_uri: str = DEFAULT_CLUSTER_TRACKING_URI,
+        mlflow_tracking_uri: str = default_tracking_uri,
     ):
         """Continuous training of a tabular classifier.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from components.config import TRIGGERS, Config, apply_override, _merge
+from components.config import TRIGGERS, Config, apply_override, merge_values
 from components.errors import ConfigError
 
 
@@ -22,7 +22,7 @@ def resolve_config(config_json: str, overrides: str) -> Config:
     for item in [s.strip() for s in overrides.replace(";", "\n").splitlines()]:
         if item:
             apply_override(update, item)
-    return Config.from_dict(_merge(base, update))
+    return Config.from_dict(merge_values(base, update))
 
 
 def git_commit() -> str:
