@@ -11,6 +11,8 @@ and imports excluded, for both). It reports:
 
 - ``overhead_ratio``: median over repetitions of (b samples/s) / (a samples/s), loop wall time
   including evaluation and checkpoints (goal >= 0.95);
+- ``step_overhead_ratio``: the same with (b)'s training-step time only (clipping with the NaN check,
+  schedule, metrics), i.e. without evaluation and checkpoints;
 - ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
 - ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up).
 
@@ -181,12 +183,21 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 rows[name].append(row)
                 print(
-                    f"rep {rep} {name:6s} {row['samples_per_second']:9.1f} samples/s (loop {row['loop_seconds']:.2f} s)",
+                    f"rep {rep} {name:6s} {row['samples_per_second']:8.1f} samples/s (loop {row['loop_seconds']:.2f} s"
+                    + (
+                        f", eval {row['eval_seconds']:.2f} s, {row['checkpoint_seconds']:.3f} s per checkpoint)"
+                        if name != "bare"
+                        else ")"
+                    ),
                     flush=True,
                 )
 
     ratios = [
         c["samples_per_second"] / b["samples_per_second"]
+        for b, c in zip(rows["bare"], rows["ctpipe"], strict=True)
+    ]
+    step_ratios = [
+        c["train_step_samples_per_second"] / b["samples_per_second"]
         for b, c in zip(rows["bare"], rows["ctpipe"], strict=True)
     ]
     shares = [
@@ -195,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "overhead_ratio": statistics.median(ratios),
         "overhead_ratios": ratios,
+        "step_overhead_ratio": statistics.median(step_ratios),
         "checkpoint_share": statistics.median(shares),
         "checkpoint_seconds": statistics.median(c["checkpoint_seconds"] for c in rows["ctpipe"]),
         "mfu": statistics.median(c["mfu"] for c in rows["ctpipe"]),

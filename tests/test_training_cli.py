@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import mlflow
+
 from components.data.demo import write_demo_data
 from pipelines.cli import main
 
@@ -29,8 +31,11 @@ def _args(data, out, *extra):
 def test_train_writes_summary_and_resumes(tmp_path, capsys):
     write_demo_data(tmp_path / "data", days=2, rows_per_day=150, seed=3)
     out = tmp_path / "out"
-    assert main(_args(tmp_path / "data", out)) == 0
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(_args(tmp_path / "data", out) + ["--tracking-uri", uri]) == 0
     summary = json.loads((out / "train_summary.json").read_text())
+    history = mlflow.MlflowClient(uri).get_metric_history(summary["mlflow_run_id"], "val_accuracy")
+    assert [m.step for m in history] == [3, 6]
     assert summary["steps"] == 6 and summary["world_size"] == 2
     assert summary["best_checkpoint"]["step"] in (3, 6) and 0 <= summary["best_checkpoint"]["value"] <= 1
     assert summary["samples_per_second"] > 0 and 0 < summary["mfu"] < 1
@@ -39,8 +44,9 @@ def test_train_writes_summary_and_resumes(tmp_path, capsys):
     assert capsys.readouterr().out.strip().endswith("train_summary.json")
 
     # Run again: nothing left to train, it resumes at the last checkpoint and ends with the same weights.
-    assert main(_args(tmp_path / "data", out)) == 0
+    assert main(_args(tmp_path / "data", out) + ["--tracking-uri", uri]) == 0
     again = json.loads((out / "train_summary.json").read_text())
+    assert again["mlflow_run_id"] == summary["mlflow_run_id"]  # one run per output directory
     assert again["resumed_from_step"] == 6
     assert again["final_weights_sha256"] == summary["final_weights_sha256"]
 

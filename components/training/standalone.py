@@ -7,6 +7,7 @@ the pipeline's split logic, checkpoints to DIR/checkpoints, the summary to DIR/t
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -69,18 +70,45 @@ def _snapshot_for_resume(data_uri: str, config: Config, out: Path) -> Snapshot:
     return build_snapshot(data_uri, config, snap_dir)
 
 
-def train_standalone(data_uri: str, out_dir: str | Path, config: Config) -> dict[str, Any]:
-    """Snapshot + train (local launcher, resuming from DIR/checkpoints) + DIR/train_summary.json."""
+def _mlflow_run(tracking_uri: str, config: Config, out: Path, data_uri: str) -> str:
+    """The MLflow run of this output directory: created once, reused when training resumes."""
+    import mlflow
+
+    from components.tracking import ensure_experiment
+
+    marker = out / "mlflow_run.json"
+    if marker.is_file():
+        saved = json.loads(marker.read_text())
+        if saved.get("tracking_uri") == tracking_uri:
+            return saved["run_id"]
+    experiment = ensure_experiment(tracking_uri, config.registry.experiment)
+    run = mlflow.MlflowClient(tracking_uri).create_run(
+        experiment,
+        run_name=f"ctpipe-train-{out.name}",
+        tags={"ctpipe.trigger": "train-cli", "ctpipe.data_uri": data_uri},
+    )
+    write_json_atomic(marker, {"tracking_uri": tracking_uri, "run_id": run.info.run_id})
+    return run.info.run_id
+
+
+def train_standalone(
+    data_uri: str, out_dir: str | Path, config: Config, *, tracking_uri: str | None = None
+) -> dict[str, Any]:
+    """Snapshot + train (local launcher, resuming from DIR/checkpoints) + DIR/train_summary.json.
+
+    With ``tracking_uri`` rank 0 logs params and metrics into one MLflow run per output directory.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     snapshot = _snapshot_for_resume(data_uri, config, out)
+    run_id = _mlflow_run(tracking_uri, config, out, data_uri) if tracking_uri else None
     job = "ctpipe-train-" + hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:8]
     result = train_model(
         str(snapshot.root),
         str(out / "checkpoints"),
         config,
-        tracking_uri=None,
-        mlflow_run_id=None,
+        tracking_uri=tracking_uri,
+        mlflow_run_id=run_id,
         job_name=job,
         launcher=LocalLauncher(),
     )
@@ -90,6 +118,7 @@ def train_standalone(data_uri: str, out_dir: str | Path, config: Config) -> dict
         "data_uri": data_uri,
         "checkpoint_dir": str(out / "checkpoints"),
         "snapshot_dir": str(snapshot.root),
+        "mlflow_run_id": run_id,
     }
     write_json_atomic(out / SUMMARY_FILE, summary)
     return summary

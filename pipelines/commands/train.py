@@ -1,6 +1,6 @@
 """`ctpipe train`: run the training step alone with the local launcher.
 
-    ctpipe train --data DATA --out DIR [--config FILE] [--set train.max_steps=100 ...]
+    ctpipe train --data DATA --out DIR [--config FILE] [--set train.max_steps=100 ...] [--tracking-uri URI]
 
 Run again with the same --out and it resumes from the latest complete checkpoint.
 """
@@ -23,6 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory; reused to resume")
     parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
     parser.add_argument(
+        "--tracking-uri",
+        metavar="URI",
+        default="",
+        help="MLflow tracking URI for params and metrics, e.g. sqlite:///DIR/mlflow.db (default: none; "
+        "metrics are in DIR/checkpoints/index.json and DIR/train_summary.json)",
+    )
+    parser.add_argument(
         "--set",
         dest="overrides",
         metavar="KEY=VALUE",
@@ -40,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.overrides)
     try:
-        summary = train_standalone(args.data, args.out, config)
+        summary = train_standalone(args.data, args.out, config, tracking_uri=args.tracking_uri or None)
     except TrainingError as err:
         # The launcher's message already leads with the failing rank's error; no traceback needed.
         print(f"ctpipe train: training failed: {err}", file=sys.stderr)
