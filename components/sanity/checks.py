@@ -416,7 +416,7 @@ def check_short_training(factory, data: SanityData, loss_fn, cfg: Config, tracke
             "loss_decreases", decreased, drop, f"relative drop >= {LOSS_DECREASE_MIN}",
             f"sample loss {before:.4f} -> {after:.4f} after {s.short_train_steps} steps (drop {drop:.2%})"
             + ("" if decreased else "; training does not reduce the loss: check the learning rate, the loss and "
-               "the optimiser wiring")),
+               "the optimiser wiring, or, if one batch can be overfit, whether the labels depend on the features")),
         CheckResult(
             "beats_zero_input_baseline", beats, gain, f"relative gain >= {s.baseline_min_improvement}",
             f"held-out loss {held:.4f} on real inputs vs {base:.4f} on zeroed inputs after the same "
@@ -614,8 +614,8 @@ def run_sanity_checks(
 
 # The most specific diagnosis first: a NaN or a missing gradient also breaks every training-based check.
 DIAGNOSIS_ORDER = ("finite", "gradients_flow", "input_dependence", "batch_independence", "first_batch_roundtrip",
-                   "init_loss_prior", "init_loss_uniform", "overfit_one_batch", "loss_decreases",
-                   "beats_zero_input_baseline")
+                   "init_loss_prior", "init_loss_uniform", "overfit_one_batch", "beats_zero_input_baseline",
+                   "loss_decreases")
 
 
 def failure_message(result: SanityResult, report_path: str) -> str:
