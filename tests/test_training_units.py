@@ -168,3 +168,26 @@ def test_weights_hash_covers_names_dtypes_and_bytes():
         {"w": torch.zeros(2, 2, dtype=torch.float64), "b": torch.ones(2)}
     )
     assert ckpt.state_dict_sha256({"x": torch.zeros(2, dtype=torch.bfloat16)})
+
+
+def test_resaving_a_step_unmarks_it_before_writing(tmp_path):
+    model = nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    ckpt.save_checkpoint(tmp_path, 3, model=model, optimizer=opt, rank_state={}, meta={"step": 3}, rank=0)
+    assert ckpt.is_complete(ckpt.checkpoint_path(tmp_path, 3))
+
+    def crash():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(
+            tmp_path,
+            3,
+            model=model,
+            optimizer=opt,
+            rank_state={},
+            meta={"step": 3},
+            rank=0,
+            before_marker=crash,
+        )
+    assert ckpt.latest_complete(tmp_path) is None  # a half-rewritten directory never keeps its old marker
