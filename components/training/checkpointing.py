@@ -110,6 +110,7 @@ def save_checkpoint(
     the middle of a save.
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     path = checkpoint_path(root, step)
@@ -119,7 +120,10 @@ def save_checkpoint(
         (path / COMPLETE_MARKER).unlink(missing_ok=True)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     with _single_process_ok():
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(path))  # overwrites stale files
+        # overwrite=True: a stale partial save of this step is replaced file by file.
+        dcp.save(
+            {"model": model_sd, "optim": optim_sd}, storage_writer=FileSystemWriter(path, overwrite=True)
+        )
     tmp = path / f"rank{rank}.pt.tmp"
     torch.save(rank_state, tmp)
     os.replace(tmp, path / f"rank{rank}.pt")
