@@ -79,10 +79,12 @@ def read_meta(path: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _single_process_ok():
-    """Without a process group DCP saves/loads in one process, which is what tools and tests intend."""
+def _quiet_dcp():
+    """Silence DCP's notices about what we intend: one process without a group (tools, tests), and
+    overwriting the partial save of a step we re-save."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        warnings.filterwarnings("ignore", message="Detected an existing checkpoint")
         yield
 
 
@@ -119,7 +121,7 @@ def save_checkpoint(
         # collective, which rank 0 joins only after this, so no torn directory ever carries a marker.
         (path / COMPLETE_MARKER).unlink(missing_ok=True)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    with _single_process_ok():
+    with _quiet_dcp():
         # overwrite=True: a stale partial save of this step is replaced file by file.
         dcp.save(
             {"model": model_sd, "optim": optim_sd}, storage_writer=FileSystemWriter(path, overwrite=True)
@@ -145,7 +147,7 @@ def load_checkpoint(
 
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    with _single_process_ok():
+    with _quiet_dcp():
         dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     rank_file = path / f"rank{rank}.pt"
@@ -158,7 +160,7 @@ def load_model_weights(path: Path, model: nn.Module) -> None:
     import torch.distributed.checkpoint as dcp
 
     state = {"model": model.state_dict()}
-    with _single_process_ok():
+    with _quiet_dcp():
         dcp.load(state, checkpoint_id=str(path))
     model.load_state_dict(state["model"])
 
