@@ -1,0 +1,44 @@
+"""reference_stats.json: the format the drift watcher reads, including awkward columns."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from components.data.reference_stats import (
+    compute_reference_stats,
+    read_reference_stats,
+    write_reference_stats,
+)
+from components.data.snapshot import Schema
+
+
+def test_format_and_awkward_columns(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 12_000
+    frame = pd.DataFrame({
+        "x": rng.normal(5, 2, n),
+        "empty": np.full(n, np.nan),
+        "constant": np.ones(n),
+        "with_inf": np.where(rng.random(n) < 0.1, np.inf, rng.random(n)),
+        "city": np.where(rng.random(n) < 0.25, None, rng.choice(["a", "b"], n)),
+        "label": rng.choice(["y", "n"], n),
+    })
+    schema = Schema(label="label", key=None, numeric=["x", "empty", "constant", "with_inf"], categorical=["city"],
+                    classes=["n", "y"])
+    stats = compute_reference_stats(frame, schema)
+    write_reference_stats(tmp_path / "r.json", stats)  # strict JSON: no NaN/Infinity tokens
+    loaded = read_reference_stats(tmp_path / "r.json")
+    assert loaded == json.loads(json.dumps(stats))
+    x = loaded["numeric"]["x"]
+    assert loaded["rows"] == n and len(x["quantiles"]) == 101 and len(x["sample"]) == 5000
+    assert abs(x["mean"] - 5) < 0.1 and abs(x["std"] - 2) < 0.1 and x["null_fraction"] == 0
+    assert loaded["numeric"]["empty"] == {"mean": None, "std": None, "null_fraction": 1.0, "quantiles": [], "sample": []}
+    assert loaded["numeric"]["constant"]["std"] == 0 and set(loaded["numeric"]["constant"]["quantiles"]) == {1.0}
+    assert 0.08 < loaded["numeric"]["with_inf"]["null_fraction"] < 0.12  # non-finite values count as missing
+    city = loaded["categorical"]["city"]
+    assert 0.2 < city["null_fraction"] < 0.3 and set(city["frequencies"]) == {"a", "b"}
+    # The sample is seeded: the same data gives the same reference.
+    assert compute_reference_stats(frame, schema)["numeric"]["x"]["sample"] == stats["numeric"]["x"]["sample"]
