@@ -98,28 +98,27 @@ def test_uninterrupted_run_keeps_best_plus_latest_and_logs_to_mlflow(reference):
     assert any(a.path == "training" for a in mlflow.MlflowClient(uri).list_artifacts(run_id))
 
 
-def test_kill_and_resume_is_bit_identical(reference, snapshot_dir, tmp_path, monkeypatch):
-    expected = reference[0].final_weights_sha256
-    monkeypatch.setenv("CTPIPE_TEST_FAULT", "exit@5:1")  # rank 1 dies abruptly before step 6
+def test_crash_in_a_save_then_a_kill_then_resume_is_bit_identical(
+    reference, snapshot_dir, tmp_path, monkeypatch
+):
+    # 1. Rank 0 dies in the middle of step 4's save (shards written, no marker): step 2 stays the latest.
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "save_crash@4:0")
+    with pytest.raises(TrainingError, match="rank 0 exited with code 18"):
+        _train(snapshot_dir, tmp_path)
+    partial = ckpt.checkpoint_path(tmp_path, 4)
+    assert partial.is_dir() and not ckpt.is_complete(partial)
+    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 2
+
+    # 2. Resumed from step 2, rank 1 is killed abruptly before step 6; the survivor is stopped.
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "exit@5:1")
     with pytest.raises(TrainingError, match="rank 1 exited with code 17"):
         _train(snapshot_dir, tmp_path)
-    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 4
+    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 4 and ckpt.is_complete(partial)
+
+    # 3. Resumed from step 4 to the end: the same weights, bit for bit, as the uninterrupted run.
     monkeypatch.delenv("CTPIPE_TEST_FAULT")
     resumed = _train(snapshot_dir, tmp_path)
     assert resumed.resumed_from_step == 4 and resumed.steps == 8
-    assert resumed.final_weights_sha256 == expected
-
-
-def test_crash_during_save_resumes_from_previous_checkpoint(reference, snapshot_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("CTPIPE_TEST_FAULT", "save_crash@6:0")  # rank 0 dies before writing step 6's marker
-    with pytest.raises(TrainingError):
-        _train(snapshot_dir, tmp_path)
-    partial = ckpt.checkpoint_path(tmp_path, 6)
-    assert partial.is_dir() and not ckpt.is_complete(partial)
-    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 4
-    monkeypatch.delenv("CTPIPE_TEST_FAULT")
-    resumed = _train(snapshot_dir, tmp_path)
-    assert resumed.resumed_from_step == 4
     assert resumed.final_weights_sha256 == reference[0].final_weights_sha256
 
 

@@ -70,7 +70,7 @@ def _snapshot_for_resume(data_uri: str, config: Config, out: Path) -> Snapshot:
     return build_snapshot(data_uri, config, snap_dir)
 
 
-def _mlflow_run(tracking_uri: str, config: Config, out: Path, data_uri: str) -> str:
+def mlflow_run_for_output(tracking_uri: str, config: Config, out: Path, data_uri: str) -> str:
     """The MLflow run of this output directory: created once, reused when training resumes."""
     import mlflow
 
@@ -101,7 +101,7 @@ def train_standalone(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     snapshot = _snapshot_for_resume(data_uri, config, out)
-    run_id = _mlflow_run(tracking_uri, config, out, data_uri) if tracking_uri else None
+    run_id = mlflow_run_for_output(tracking_uri, config, out, data_uri) if tracking_uri else None
     job = "ctpipe-train-" + hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:8]
     result = train_model(
         str(snapshot.root),
