@@ -97,8 +97,9 @@ class SanityConfig:
     """The gate of cheap checks that runs before expensive training."""
 
     enabled: bool = True
-    # |loss at init - ln(C)| must be below this fraction of ln(C).
-    init_loss_tolerance: float = 0.25
+    # |loss at init - expected| must be below this fraction of ln(C); expected is ln(C) with a uniform
+    # output layer and the label entropy with the prior bias (the trainer's initialisation).
+    init_loss_tolerance: float = 0.05
     overfit_batch_size: int = 8
     overfit_steps: int = 300
     overfit_max_loss: float = 0.05
