@@ -44,6 +44,8 @@ def make_snapshot(root: Path, *, days: int = 2, rows_per_day: int = 600, seed: i
 
 def make_model(snapshot_dir: Path, path: Path, *, steps: int = 0, seed: int = 0, prep_override=None) -> Path:
     """A tiny exported MLP trained ``steps`` full-batch Adam steps on the train split (0: untrained)."""
+    # One thread: on this shared 2-core machine two threads made the tiny training ~25x slower.
+    torch.set_num_threads(1)
     snap = load_snapshot(snapshot_dir)
     prep = prep_override or snap.preprocessing
     torch.manual_seed(seed)

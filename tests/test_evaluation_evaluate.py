@@ -76,7 +76,9 @@ def test_first_model_is_blessed_on_value_alone_and_writes_blessing_card_and_run_
         "## Lineage",
     ):
         assert heading in card
-    run = mlflow.MlflowClient(local_tracking_uri(tmp_path)).get_run(run_id)
+    run = mlflow.MlflowClient(
+        local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path)
+    ).get_run(run_id)
     assert run.data.metrics["test_accuracy"] == pytest.approx(result.candidate_metrics["accuracy"])
     assert run.data.tags["ctpipe.blessed"] == "true"
 

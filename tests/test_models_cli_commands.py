@@ -14,9 +14,12 @@ from components.tracking import local_tracking_uri
 from pipelines.cli import main
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    """Version 1 champion (blessed), version 2 challenger (not blessed: floor out of reach)."""
+    """Version 1 champion (blessed), version 2 challenger (not blessed: floor out of reach).
+
+    Shared by the module: the promote/rollback test ends in this same state.
+    """
     root = tmp_path_factory.mktemp("models-cli")
     snap = make_snapshot(root)
     home = root / "home"

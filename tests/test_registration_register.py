@@ -12,7 +12,7 @@ from registry_fixtures import fast_config, make_model, make_run, make_snapshot
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import Registry
-from components.tracking import local_tracking_uri
+from components.tracking import local_tracking_uri, use_tracking
 
 LINEAGE_TAGS = (
     "ctpipe.data_fingerprint",
@@ -83,7 +83,7 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
     seconds = time.perf_counter() - started
     assert seconds < 10, f"register took {seconds:.1f}s"
     assert result.version == "1" and result.aliases == ["challenger", "champion"] and result.promoted
-    client = mlflow.MlflowClient(local_tracking_uri(tmp_path))
+    client = mlflow.MlflowClient(local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path))
     mv = client.get_model_version(config.registry.model_name, "1")
     assert mv.run_id == run_id
     for tag in LINEAGE_TAGS:
@@ -94,7 +94,7 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
         f.path for f in client.list_artifacts(run_id, "reference")
     }
     assert {"ctpipe/model.pt", "reference/suite.json", "reference/reference_stats.json"} <= files
-    mlflow.set_tracking_uri(local_tracking_uri(tmp_path))
+    use_tracking(local_tracking_uri(tmp_path))  # models:/ URIs resolve through the registry URI
     model = mlflow.pyfunc.load_model(f"models:/{config.registry.model_name}@champion")
     assert model.metadata.signature is not None
     from components.data.snapshot import load_snapshot
@@ -178,7 +178,7 @@ def test_versions_not_registered_completely_are_never_promoted(models, tmp_path)
     config = fast_config()
     run_id, _, register = _cycle(models, tmp_path, "a", "p1", config)
     register()
-    client = mlflow.MlflowClient(local_tracking_uri(tmp_path))
+    client = mlflow.MlflowClient(local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path))
     stray = client.create_model_version(config.registry.model_name, "file:///elsewhere", run_id=run_id)
     registry = Registry(local_tracking_uri(tmp_path), config.registry)
     with pytest.raises(UserError, match="not registered completely"):

@@ -92,7 +92,7 @@ def test_a_held_lock_times_out_clearly_and_a_stale_one_is_broken(registry):
             with registry.locked(wait_seconds=0.3):
                 pass
     # A holder that died leaves its lock behind; after the TTL the next process breaks it.
-    client = mlflow.MlflowClient(registry.uri)
+    client = mlflow.MlflowClient(registry.uri, registry_uri=registry.uri)
     client.create_registered_model(
         registry.lock_name, tags={"ctpipe.lock_owner": "dead", "ctpipe.lock_expires_at": str(time.time() - 1)}
     )
@@ -121,7 +121,7 @@ def test_lineage_parsers_read_what_the_sanity_and_validation_steps_record(tmp_pa
 
 
 def test_an_alias_is_never_moved_by_a_holder_that_lost_its_lock(registry, tmp_path):
-    client = mlflow.MlflowClient(registry.uri)
+    client = mlflow.MlflowClient(registry.uri, registry_uri=registry.uri)
     with registry.locked():
         # Our lock expired and another process took it over.
         client.delete_registered_model(registry.lock_name)

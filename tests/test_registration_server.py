@@ -99,7 +99,9 @@ def test_concurrent_promotions_end_with_one_consistent_champion(snap, server, tm
     assert registry.champion_stack() == ["1", winner]
     assert [e["kind"] for e in registry.champion_history()] == ["auto", "auto"]
     # The lock is released: no registered model besides ours is left.
-    names = {m.name for m in mlflow.MlflowClient(server.uri).search_registered_models()}
+    names = {
+        m.name for m in mlflow.MlflowClient(server.uri, registry_uri=server.uri).search_registered_models()
+    }
     assert not [n for n in names if n.endswith("--promotion-lock")]
 
 

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import components.tracking  # noqa: F401 - sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
 from components.config import RegistryConfig
 from components.errors import UserError
 from components.registration.retry import call_with_retries
