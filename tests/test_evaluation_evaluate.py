@@ -146,3 +146,19 @@ def test_champion_is_scored_on_the_same_split_with_its_own_preprocessing(world, 
     blessing = json.loads((tmp_path / "blessing.json").read_text())
     assert blessing["champion_version"] == "1"
     assert blessing["differences"]["accuracy"]["high"] < 0
+
+
+def test_a_champion_that_cannot_be_scored_blocks_the_blessing_and_says_why(world, tmp_path):
+    config = fast_config()
+    uri = local_tracking_uri(tmp_path)
+    stray_run = make_run(uri, config, "outside")
+    client = mlflow.MlflowClient(uri, registry_uri=uri)
+    client.create_registered_model(config.registry.model_name)
+    client.create_model_version(config.registry.model_name, "file:///elsewhere", run_id=stray_run)
+    client.set_registered_model_alias(config.registry.model_name, "champion", "1")
+    result = _evaluate(world, tmp_path, world["good"], config, make_run(uri, config, "p2"))
+    assert not result.blessed and result.champion_version == "1" and result.champion_metrics is None
+    assert (
+        "champion version 1 has no 'ctpipe/model.pt'" in result.reasons[0]
+        and "ctpipe models promote" in result.reasons[0]
+    )
