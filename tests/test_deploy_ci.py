@@ -102,9 +102,14 @@ def test_build_images_names_and_tags_each_image(tmp_path):
          "IMAGE_TAG": "abc", "BUILD_DIR": str(tmp_path / "build")},
     )
     assert out.returncode == 0, out.stderr
-    assert "+ docker build -f " + str(containers / "component" / "Dockerfile") + " -t ghcr.io/acme/ctpipe:abc" in out.stderr
+    builds = [line for line in out.stderr.splitlines() if line.startswith("+ docker build ")]
+    component = next(b for b in builds if b.startswith("+ docker build -f " + str(containers / "component" / "Dockerfile")))
+    assert " -t ghcr.io/acme/ctpipe:abc " in component
+    # Lineage: every image carries its commit and its own reference.
+    assert "--build-arg GIT_COMMIT=" in component and "--build-arg IMAGE_REF=ghcr.io/acme/ctpipe:abc " in component
     assert "+ docker push ghcr.io/acme/ctpipe:abc" in out.stderr
-    assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu -t ghcr.io/acme/ctpipe-trainer:abc-cpu" in out.stderr
+    cpu = next(b for b in builds if " -t ghcr.io/acme/ctpipe-trainer:abc-cpu " in b)
+    assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in cpu
     assert (tmp_path / "build" / "images.txt").read_text().split() == [
         "ghcr.io/acme/ctpipe:abc", "ghcr.io/acme/ctpipe-trainer:abc-cuda", "ghcr.io/acme/ctpipe-trainer:abc-cpu",
     ]
