@@ -559,14 +559,38 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
         _reject_unknown(loaded)
-        values = merge_values(values, loaded)
+        values = _replace_whole_maps(merge_values(values, loaded), loaded)
     update: dict[str, Any] = {}
+    whole: dict[str, Any] = {}
     for assignment in overrides or []:
         apply_override(update, assignment)
+        # `--set evaluate.thresholds={}` names a whole map: it replaces the default, not merges into it.
+        key = assignment.partition("=")[0].strip().split(".")
+        if len(key) == 2:
+            apply_override(whole, assignment)
     _reject_unknown(update)
-    # Threshold dicts are replaced, not merged, only when a whole mapping is given.
-    values = merge_values(values, update)
+    values = _replace_whole_maps(merge_values(values, update), whole)
     return Config.from_dict(values)
+
+
+def _map_fields() -> set[tuple[str, str]]:
+    """(section, field) pairs whose type is a mapping, e.g. evaluate.thresholds."""
+    out = set()
+    for section in dataclasses.fields(Config):
+        hint = typing.get_type_hints(Config)[section.name]
+        for name, field_hint in typing.get_type_hints(hint).items():
+            if typing.get_origin(field_hint) is dict:
+                out.add((section.name, name))
+    return out
+
+
+def _replace_whole_maps(values: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    # A mapping given in full (in a file, or as one --set value) replaces the default mapping, so
+    # `thresholds: {}` really means "no thresholds" instead of keeping the default ones.
+    for section, name in _map_fields():
+        if isinstance(given.get(section), dict) and name in given[section]:
+            values[section][name] = given[section][name]
+    return values
 
 
 def _reject_unknown(values: dict[str, Any]) -> None:

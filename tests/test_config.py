@@ -78,3 +78,17 @@ def test_config_file_errors(tmp_path):
     bad.write_text(json.dumps({"train": {"unknown_knob": 1}}))
     with pytest.raises(ConfigError, match="train.unknown_knob"):
         load_config(bad)
+
+
+def test_a_mapping_given_in_full_replaces_the_default(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("evaluate:\n  thresholds: {}\n")
+    assert load_config(path).evaluate.thresholds == {}
+    assert load_config(None, ["evaluate.thresholds={}"]).evaluate.thresholds == {}
+    only_f1 = load_config(None, ["evaluate.thresholds={macro_f1: {value: 0.5}}"]).evaluate.thresholds
+    assert set(only_f1) == {"macro_f1"}
+    # A path into the mapping still merges with the defaults.
+    assert set(load_config(None, ["evaluate.thresholds.macro_f1.value=0.5"]).evaluate.thresholds) == {
+        "accuracy",
+        "macro_f1",
+    }

@@ -37,10 +37,20 @@ def evaluate(
             blessing_path=blessing.path,
             card_path=model_card.path,
         )
+        import math
+
+        def log(name: str, value) -> None:
+            # KFP's UI cannot show NaN (e.g. ROC AUC when the test split holds one class only).
+            if value is not None and math.isfinite(float(value)):
+                metrics.log_metric(name, float(value))
+
         for name, value in result.candidate_metrics.items():
-            metrics.log_metric(f"candidate_{name}", float(value))
+            log(f"candidate_{name}", value)
         for name, value in (result.champion_metrics or {}).items():
-            metrics.log_metric(f"champion_{name}", float(value))
+            log(f"champion_{name}", value)
+        for name, interval in result.intervals.items():
+            log(f"{name}_ci_low", interval.get("low"))
+            log(f"{name}_ci_high", interval.get("high"))
         metrics.log_metric("blessed", 1.0 if result.blessed else 0.0)
         classification.log_confusion_matrix(result.class_names, result.confusion_matrix)
         if result.roc is not None:
