@@ -3,7 +3,7 @@
     python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp]
 
 In one run, interleaved (the order alternates per repetition, since this machine's speed swings), it
-measures (a) a bare FSDP2 loop — forward, backward, optimizer step, nothing else — and (b) the ctpipe
+measures (a) a bare FSDP2 loop — forward, backward, optimizer step (the same AdamW), nothing else — and (b) the ctpipe
 worker with its default instrumentation (MLflow from rank 0 into SQLite, clipping with the NaN check,
 the LR schedule, evaluation on the full validation split and checkpoints at the default intervals), and
 optionally (c) the worker with ``train.strategy=ddp``. Both time only the training loop (process start-up
