@@ -7,7 +7,6 @@ processes or a PyTorchJob) and returns the rank-0 result the worker wrote beside
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -18,12 +17,6 @@ from components.config import Config
 from components.errors import TrainingError
 from components.training.launchers.base import Launcher, WorkerLaunch
 from components.training.worker import RESULT_FILE
-
-# train.backend -> (module under components.training.launchers, launcher class taking the Config)
-CLUSTER_LAUNCHERS = {
-    "pytorchjob": ("pytorchjob", "PyTorchJobLauncher"),
-    "trainjob": ("trainjob", "TrainJobLauncher"),
-}
 
 
 @dataclass
@@ -141,10 +134,10 @@ def launcher_for(config: Config) -> Launcher:
         from components.training.launchers.local import LocalLauncher
 
         return LocalLauncher()
-    # Cluster launchers live in their own modules (kubernetes client imports stay out of local runs).
-    module_name, class_name = CLUSTER_LAUNCHERS[config.train.backend]
-    module = importlib.import_module(f"components.training.launchers.{module_name}")
-    return getattr(module, class_name)(config)
+    # Cluster launchers (PyTorchJob, TrainJob) live apart, so kubernetes imports stay out of local runs.
+    from components.training.launchers.pytorchjob import launcher_from_config
+
+    return launcher_from_config(config)
 
 
 def train_model(
