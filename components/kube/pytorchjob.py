@@ -57,7 +57,23 @@ def _resources(kube: KubernetesConfig) -> dict[str, Any]:
     return {"requests": {"cpu": kube.worker_cpu, "memory": kube.worker_memory}, "limits": limits}
 
 
-def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
+# Both job kinds run the worker as the image's non-root user, with nothing it does not need.
+POD_SECURITY_CONTEXT = {
+    "runAsNonRoot": True,
+    "runAsUser": IMAGE_UID,
+    "runAsGroup": IMAGE_UID,
+    "fsGroup": IMAGE_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def worker_volumes(kube: KubernetesConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumeMounts, volumes) of a worker: shared memory, a writable /tmp and the shared PVC."""
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
     volumes: list[dict[str, Any]] = [
         # NCCL and DataLoader workers need more shared memory than the runtime's 64 MiB default.
@@ -67,6 +83,21 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
     if kube.shared_pvc:
         mounts.append({"name": SHARED_VOLUME, "mountPath": kube.shared_mount_path})
         volumes.append({"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": kube.shared_pvc}})
+    return mounts, volumes
+
+
+def add_placement(pod_spec: dict[str, Any], kube: KubernetesConfig) -> None:
+    """Image pull secrets, node selector and tolerations from the config, set only when configured."""
+    if kube.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in kube.image_pull_secrets]
+    if kube.node_selector:
+        pod_spec["nodeSelector"] = dict(sorted(kube.node_selector.items()))
+    if kube.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in kube.tolerations]
+
+
+def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
+    mounts, volumes = worker_volumes(kube)
     container = {
         "name": CONTAINER,
         "image": kube.trainer_image,
@@ -75,31 +106,16 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
         "env": _env(kube, launch),
         "resources": _resources(kube),
         "volumeMounts": mounts,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": dict(CONTAINER_SECURITY_CONTEXT),
     }
     spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
         # Workers never call the Kubernetes API.
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": IMAGE_UID,
-            "runAsGroup": IMAGE_UID,
-            "fsGroup": IMAGE_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": dict(POD_SECURITY_CONTEXT),
     }
-    if kube.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": name} for name in kube.image_pull_secrets]
-    if kube.node_selector:
-        spec["nodeSelector"] = dict(sorted(kube.node_selector.items()))
-    if kube.tolerations:
-        spec["tolerations"] = [dict(t) for t in kube.tolerations]
+    add_placement(spec, kube)
     return {
         "metadata": {
             "labels": {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"},

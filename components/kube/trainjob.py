@@ -14,13 +14,15 @@ from components.config import KubernetesConfig
 from components.kube.crds import TRAINJOB_CRD, crd_schema
 from components.kube.names import is_dns1035_label, training_job_name
 from components.kube.pytorchjob import (
+    CONTAINER_SECURITY_CONTEXT,
     DNS1123_LABEL,
     ENV_NAME,
-    IMAGE_UID,
-    SHARED_VOLUME,
+    POD_SECURITY_CONTEXT,
     JobValidationError,
     _env,
     _resources,
+    add_placement,
+    worker_volumes,
 )
 from components.kube.schema import validate_strict
 from components.training.launchers.base import WorkerLaunch
@@ -58,41 +60,13 @@ def torchrun_command(command: list[str]) -> list[str]:
 
 
 def _node_patch(kube: KubernetesConfig) -> dict[str, Any]:
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
-    volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-        {"name": "tmp", "emptyDir": {}},
-    ]
-    if kube.shared_pvc:
-        mounts.append({"name": SHARED_VOLUME, "mountPath": kube.shared_mount_path})
-        volumes.append({"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": kube.shared_pvc}})
+    mounts, volumes = worker_volumes(kube)
     pod: dict[str, Any] = {
         "volumes": volumes,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": IMAGE_UID,
-            "runAsGroup": IMAGE_UID,
-            "fsGroup": IMAGE_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [
-            {
-                "name": NODE,
-                "volumeMounts": mounts,
-                "securityContext": {
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-            }
-        ],
+        "securityContext": dict(POD_SECURITY_CONTEXT),
+        "containers": [{"name": NODE, "volumeMounts": mounts, "securityContext": dict(CONTAINER_SECURITY_CONTEXT)}],
     }
-    if kube.image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": name} for name in kube.image_pull_secrets]
-    if kube.node_selector:
-        pod["nodeSelector"] = dict(sorted(kube.node_selector.items()))
-    if kube.tolerations:
-        pod["tolerations"] = [dict(t) for t in kube.tolerations]
+    add_placement(pod, kube)
     template = {"metadata": {"annotations": {"sidecar.istio.io/inject": "false"}}, "spec": pod}
     return {"name": NODE, "template": {"spec": {"template": template}}}
 
