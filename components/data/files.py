@@ -26,8 +26,18 @@ def _fs_and_root(data_uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, root.rstrip("/")
 
 
-def list_data_files(data_uri: str, *, with_hashes: bool = True) -> list[DataFile]:
-    """List the data files under ``data_uri`` in a stable order; raise a UserError when there are none."""
+@dataclass(frozen=True)
+class ListedFile:
+    """A data file as the filesystem lists it, before any hashing."""
+
+    path: str  # relative to the data root
+    full_path: str
+    size: int
+    info: dict
+
+
+def scan_data_files(data_uri: str) -> tuple[fsspec.AbstractFileSystem, list[ListedFile]]:
+    """The data files under ``data_uri`` in a stable order (one listing); a UserError when there are none."""
     fs, root = _fs_and_root(data_uri)
     if not fs.exists(root):
         raise UserError(
@@ -42,22 +52,26 @@ def list_data_files(data_uri: str, *, with_hashes: bool = True) -> list[DataFile
         base = root
     files = []
     for path, info in sorted(entries.items()):
-        suffix = "." + path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
         name = path.rsplit("/", 1)[-1]
+        suffix = "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
         if suffix not in DATA_SUFFIXES or name.startswith((".", "_")):
             continue
-        rel = path[len(base) :].lstrip("/")
-        digest = _sha256(fs, path) if with_hashes else ""
-        files.append(DataFile(path=rel, size=int(info.get("size") or 0), sha256=digest))
+        files.append(ListedFile(path[len(base) :].lstrip("/"), path, int(info.get("size") or 0), info))
     if not files:
         raise UserError(
             f"data root '{data_uri}' holds no Parquet (.parquet) or CSV (.csv) files. Write partitions such as "
             "DATA/date=2026-01-01/part-0.parquet, or run 'ctpipe demo-data --out DATA' to create an example."
         )
-    return files
+    return fs, files
 
 
-def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
+def list_data_files(data_uri: str, *, with_hashes: bool = True) -> list[DataFile]:
+    """List the data files under ``data_uri`` in a stable order, with their content hashes."""
+    fs, listed = scan_data_files(data_uri)
+    return [DataFile(f.path, f.size, sha256_file(fs, f.full_path) if with_hashes else "") for f in listed]
+
+
+def sha256_file(fs: fsspec.AbstractFileSystem, path: str) -> str:
     h = hashlib.sha256()
     with fs.open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -11,13 +11,11 @@ import datetime as dt
 import hashlib
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fsspec
-
-from components.data.files import DataFile, fingerprint_files, list_data_files
+from components.data.files import DataFile, fingerprint_files, scan_data_files, sha256_file
 
 
 @dataclass(frozen=True)
@@ -70,14 +68,6 @@ def _modified(info: dict[str, Any]) -> str | None:
     return None
 
 
-def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    h = hashlib.sha256()
-    with fs.open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def cache_path_for(home: str | Path, data_uri: str) -> Path:
     """Where the hash cache of one data root lives in the ctpipe home."""
     key = hashlib.sha256(data_uri.rstrip("/").encode()).hexdigest()[:16]
@@ -100,25 +90,19 @@ def _save_cache(path: Path, data_uri: str, entries: dict[str, dict[str, Any]]) -
 
 def data_state(data_uri: str, cache_path: str | Path | None = None) -> DataState:
     """List ``data_uri`` and fingerprint it, hashing only files whose (size, mtime) changed since the cache."""
-    listed = list_data_files(data_uri, with_hashes=False)  # the same file selection validation uses
-    fs, root = fsspec.core.url_to_fs(data_uri)
-    root = root.rstrip("/")
-    base = root if fs.isdir(root) else root.rsplit("/", 1)[0]
-    infos = fs.find(root, detail=True) if fs.isdir(root) else {root: fs.info(root)}
-    by_rel = {path[len(base) :].lstrip("/"): info for path, info in infos.items()}
+    fs, listed = scan_data_files(data_uri)  # the same file selection validation uses
     cache = _load_cache(Path(cache_path)) if cache_path else {}
     entries: dict[str, dict[str, Any]] = {}
     files, hashed = [], 0
     for f in listed:
-        full = f"{base}/{f.path}" if base else f.path
-        modified = _modified(by_rel.get(f.path, {}))
+        modified = _modified(f.info)
         cached = cache.get(f.path)
         if cached and modified is not None and cached.get("size") == f.size and cached.get("mtime") == modified:
             digest = cached["sha256"]
         else:
-            digest, hashed = _sha256(fs, full), hashed + 1
+            digest, hashed = sha256_file(fs, f.full_path), hashed + 1
         entries[f.path] = {"size": f.size, "mtime": modified, "sha256": digest}
-        files.append(replace(f, sha256=digest))
+        files.append(DataFile(f.path, f.size, digest))
     if cache_path and (hashed or len(entries) != len(cache)):
         _save_cache(Path(cache_path), data_uri, entries)
     return DataState(data_uri=data_uri, files=files, fingerprint=fingerprint_files(files), hashed=hashed)
