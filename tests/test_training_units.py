@@ -74,7 +74,7 @@ def test_batch_larger_than_shard_names_the_field():
 @pytest.mark.parametrize(
     "override,field",
     [
-        ("train.warmup_steps=500", "train.warmup_steps"),
+        ("train.warmup_steps=100000", "train.warmup_steps"),
         ("train.strategy=zero3", "train.strategy"),
         ("train.mixed_precision=fp8", "train.mixed_precision"),
         ("train.workers=0", "train.workers"),

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipelines.triggers.atomic import atomic_write_text
+
 ACTIVE = ("starting", "running")
 
 
@@ -87,7 +89,5 @@ def update_record(path: str | Path, **fields: Any) -> dict[str, Any]:
     path = Path(path)
     record = read_record(path) or {}
     record.update(fields, updated_at=time.time())
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(record))
     return record

@@ -10,12 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from components.data.files import DataFile, fingerprint_files, scan_data_files, sha256_file
+from pipelines.triggers.atomic import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -82,10 +82,8 @@ def _load_cache(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _save_cache(path: Path, data_uri: str, entries: dict[str, dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"data_uri": data_uri, "files": entries}))
-    tmp.replace(path)  # concurrent watchers each write a whole, valid cache
+    # Concurrent watchers each write a whole, valid cache.
+    atomic_write_text(path, json.dumps({"data_uri": data_uri, "files": entries}))
 
 
 def data_state(data_uri: str, cache_path: str | Path | None = None) -> DataState:

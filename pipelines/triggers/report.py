@@ -5,20 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import html
 import json
-import os
 from pathlib import Path
 
+from pipelines.triggers.atomic import atomic_write_text
 from pipelines.triggers.drift import ColumnDrift, DriftReport
 
 _BAR_W, _GAP, _H = 18, 10, 140
 _REF_COLOR, _CUR_COLOR = "#4c78a8", "#f58518"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def column_svg(col: ColumnDrift) -> str:
@@ -96,8 +89,8 @@ statistics ({report.reference_rows} train rows).</p>
 def write_drift_report(report: DriftReport, json_path: str | Path, html_path: str | Path) -> tuple[Path, Path]:
     """Write the report's JSON and HTML atomically; return both paths."""
     json_path, html_path = Path(json_path), Path(html_path)
-    _atomic_write(json_path, json.dumps(report.to_dict(), indent=1, allow_nan=False))
-    _atomic_write(html_path, render_html(report))
+    atomic_write_text(json_path, json.dumps(report.to_dict(), indent=1, allow_nan=False))
+    atomic_write_text(html_path, render_html(report))
     return json_path, html_path
 
 

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from components.config import Config
+from pipelines.triggers.atomic import atomic_write_text, private_name
 from pipelines.triggers.ledger import Ledger
 from pipelines.triggers.new_data import DataState, cache_path_for, data_state
 from pipelines.triggers.start import stale_claim
@@ -118,7 +119,7 @@ def load_reference(tracking_uri: str, model_name: str, champion: Champion, cache
             return None
         # The watcher's output is its JSON line; keep MLflow's download progress bar out of it.
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        tmp = cache_dir / model_name / champion.version / f".download-{os.getpid()}"
+        tmp = cache_dir / model_name / champion.version / private_name(".download")
         path = download_version_file(tracking_uri, SimpleNamespace(run_id=champion.run_id), REFERENCE_FILE, tmp)
         if path is None:
             return None
@@ -128,10 +129,7 @@ def load_reference(tracking_uri: str, model_name: str, champion: Champion, cache
 
 
 def _write_json(path: Path, payload: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(payload))
 
 
 # --- drift of the newest window, cached per (window, champion, thresholds) ---------------------
