@@ -113,20 +113,25 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the whole pipeline locally (KFP local runner, torchrun, MLflow on SQLite)")
     run.add_argument("--data", metavar="URI", help="data root of Parquet/CSV partitions (default: generated demo data)")
     run.add_argument("--home", metavar="DIR", help="where runs, MLflow and artifacts live (default $CTPIPE_HOME or ./.ctpipe)")
-    run.add_argument("--trigger", default="manual", choices=["manual", "schedule", "new_data", "drift", "ci"])
+    run.add_argument(
+        "--trigger",
+        default="manual",
+        choices=["manual", "schedule", "new_data", "drift", "ci"],
+        help="why this run starts; recorded on the model (default manual)",
+    )
     _add_config_args(run)
     run.set_defaults(func=cmd_run)
 
     demo = sub.add_parser("demo-data", help="write the demo dataset as daily Parquet partitions")
-    demo.add_argument("--out", required=True, metavar="DIR")
-    demo.add_argument("--days", type=int, default=7)
-    demo.add_argument("--rows-per-day", type=int, default=1000)
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--out", required=True, metavar="DIR", help="where to write date=YYYY-MM-DD/part-0.parquet partitions")
+    demo.add_argument("--days", type=int, default=7, help="number of daily partitions (default 7)")
+    demo.add_argument("--rows-per-day", type=int, default=1000, help="rows in each partition (default 1000)")
+    demo.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes the same data (default 0)")
     demo.add_argument("--drift-from-day", type=int, default=None, metavar="D", help="shift the features from day D on")
     demo.set_defaults(func=cmd_demo_data)
 
     comp = sub.add_parser("compile", help="compile the pipeline to KFP IR YAML for a cluster")
-    comp.add_argument("--out", default="pipeline.yaml", metavar="FILE")
+    comp.add_argument("--out", default="pipeline.yaml", metavar="FILE", help="where to write the IR YAML (default pipeline.yaml)")
     comp.add_argument("--image", help="component image to use (default: kubernetes.image from the config)")
     _add_config_args(comp)
     comp.set_defaults(func=cmd_compile)
