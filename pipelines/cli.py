@@ -18,18 +18,7 @@ import sys
 from pathlib import Path
 
 from components.errors import UserError
-
-
-def _add_config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file (sections as in components/config.py)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="override one config value, e.g. --set train.max_steps=200 (repeatable)",
-    )
+from pipelines.commands import add_config_args
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -119,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["manual", "schedule", "new_data", "drift", "ci"],
         help="why this run starts; recorded on the model (default manual)",
     )
-    _add_config_args(run)
+    add_config_args(run)
     run.set_defaults(func=cmd_run)
 
     demo = sub.add_parser("demo-data", help="write the demo dataset as daily Parquet partitions")
@@ -133,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="compile the pipeline to KFP IR YAML for a cluster")
     comp.add_argument("--out", default="pipeline.yaml", metavar="FILE", help="where to write the IR YAML (default pipeline.yaml)")
     comp.add_argument("--image", help="component image to use (default: kubernetes.image from the config)")
-    _add_config_args(comp)
+    add_config_args(comp)
     comp.set_defaults(func=cmd_compile)
 
     import pipelines.commands as commands

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from components.errors import UserError
+from pipelines.commands import add_config_args
 
 
 def add_kfp_args(parser: argparse.ArgumentParser, *, host_required: bool) -> None:
@@ -51,8 +52,7 @@ def register(subparsers) -> None:
     parser.add_argument("--pipeline-name", default=None, metavar="NAME", help="KFP pipeline name (default: ctpipe-continuous-training)")
     parser.add_argument("--package", metavar="FILE", help="upload this compiled YAML instead of compiling")
     parser.add_argument("--image", help="component image (default: kubernetes.image of the config)")
-    parser.add_argument("--config", metavar="FILE", help="config compiled in as the pipeline's default")
-    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="config override (repeatable)")
+    add_config_args(parser, config_help="config compiled in as the pipeline's default")
     parser.set_defaults(func=run)
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import argparse
 
+from pipelines.commands import add_config_args
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "render-job", allow_abbrev=False, help="print the PyTorchJob (train.backend=trainjob: TrainJob) YAML the train step would submit, validated; no cluster needed"
     )
-    parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
-    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
-                        help="override one config value, e.g. --set train.workers=4 (repeatable)")
+    add_config_args(parser, example="train.workers=4")
     parser.set_defaults(func=run)
 
 

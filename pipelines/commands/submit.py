@@ -13,6 +13,7 @@ import time
 
 from components.config import TRIGGERS
 from components.errors import UserError
+from pipelines.commands import add_config_args
 from pipelines.commands.deploy import add_kfp_args, api_errors
 
 
@@ -21,8 +22,7 @@ def register(subparsers) -> None:
     add_kfp_args(parser, host_required=False)
     parser.add_argument("--data", metavar="URI", help="data root (local default: demo data in the home; KFP default: the pipeline's)")
     parser.add_argument("--home", metavar="DIR", help="ctpipe home for a local run (default $CTPIPE_HOME or ./.ctpipe)")
-    parser.add_argument("--config", metavar="FILE", help="YAML/JSON config file")
-    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="config override (repeatable)")
+    add_config_args(parser)
     parser.add_argument("--trigger", default="manual", choices=list(TRIGGERS), help="why this run starts (recorded on the model)")
     parser.add_argument("--param", dest="params", metavar="K=V", action="append", default=[], help="extra KFP pipeline parameter, e.g. mlflow_tracking_uri=http://mlflow:5000")
     parser.add_argument("--run-name", metavar="NAME", help="KFP run name (default ctpipe-<trigger>-<UTC time>)")

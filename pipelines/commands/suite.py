@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from components.errors import UserError
+from pipelines.commands import add_config_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,23 +30,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     profile = sub.add_parser("profile", help="profile a suite from the train split of DATA")
     profile.add_argument("--data", required=True, help="data root (local path or fsspec URL)")
     profile.add_argument("--out", required=True, help="where to write the suite JSON")
-    _config_args(profile)
+    add_config_args(profile)
     champion = sub.add_parser("champion", help="download the suite stored with the champion model")
     champion.add_argument("--out", required=True, help="where to write the suite JSON")
     champion.add_argument("--home", metavar="DIR", help="ctpipe home with mlflow.db (default $CTPIPE_HOME or ./.ctpipe)")
     champion.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI; overrides --home")
-    _config_args(champion)
+    add_config_args(champion)
     check = sub.add_parser("check", help="run the validation step alone and write its reports")
     check.add_argument("--data", required=True, help="data root (local path or fsspec URL)")
     check.add_argument("--suite", help="suite JSON (default: validation.suite_path, else profile from DATA)")
     check.add_argument("--out", default="validation-out", help="directory for the snapshot and reports")
-    _config_args(check)
+    add_config_args(check)
     parser.set_defaults(func=run)
-
-
-def _config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML/JSON config file")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
 
 
 def _tracking_uri(args: argparse.Namespace) -> str:
@@ -67,7 +63,7 @@ def _tracking_uri(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from components.config import load_config
 
-    config = load_config(args.config, list(args.set))
+    config = load_config(args.config, list(args.overrides))
     if args.suite_command == "profile":
         from components.validation.validate import profile_data_suite
 

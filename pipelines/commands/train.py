@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from pipelines.commands import add_config_args
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,7 +23,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--data", required=True, metavar="URI", help="data root of Parquet/CSV partitions")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory; reused to resume")
-    parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
     parser.add_argument(
         "--tracking-uri",
         metavar="URI",
@@ -29,14 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="MLflow tracking URI for params and metrics, e.g. sqlite:///DIR/mlflow.db (default: none; "
         "metrics are in DIR/checkpoints/index.json and DIR/train_summary.json)",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="override one config value, e.g. --set train.max_steps=200 (repeatable)",
-    )
+    add_config_args(parser)
     parser.set_defaults(func=run)
 
 

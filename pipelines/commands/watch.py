@@ -11,6 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
+from pipelines.commands import add_config_args
 from pipelines.commands.deploy import add_kfp_args
 
 
@@ -24,8 +25,7 @@ def register(subparsers) -> None:
     parser.add_argument("--local", action="store_true", help="start runs locally with 'ctpipe submit' (the default without --host)")
     parser.add_argument("--wait", action="store_true", help="with a local run, wait for it to finish")
     parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking/registry URI (default registry.tracking_uri, else the home's SQLite)")
-    parser.add_argument("--config", metavar="FILE", help="YAML/JSON config (watch thresholds, registry, runs)")
-    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[], help="config override, e.g. watch.psi_threshold=0.3")
+    add_config_args(parser, config_help="YAML/JSON config (watch thresholds, registry, runs)", example="watch.psi_threshold=0.3")
     add_kfp_args(parser, host_required=False)
     parser.set_defaults(func=run)
 
