@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from components.errors import UserError
 
 
 def add_config_args(
@@ -21,3 +24,19 @@ def add_config_args(
         default=[],
         help=f"override one config value, e.g. --set {example} (repeatable)",
     )
+
+
+def existing_registry_uri(args: argparse.Namespace) -> str:
+    """--tracking-uri, else the SQLite registry of --home, which must exist: reading never creates one."""
+    if args.tracking_uri:
+        return args.tracking_uri
+    from components.tracking import local_tracking_uri
+    from pipelines.local_run import default_home
+
+    home = Path(args.home) if args.home else default_home()
+    if not (home / "mlflow.db").is_file():
+        raise UserError(
+            f"there is no MLflow registry at '{home / 'mlflow.db'}'. Run 'ctpipe run --home {home}' first, "
+            "pass the --home of an earlier run, or give --tracking-uri of an MLflow server."
+        )
+    return local_tracking_uri(home)

@@ -15,9 +15,9 @@ import argparse
 import getpass
 import json
 import sys
-from pathlib import Path
 
 from components.errors import UserError
+from pipelines.commands import existing_registry_uri
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -56,23 +56,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def tracking_uri_for(args: argparse.Namespace) -> str:
-    """--tracking-uri, else the SQLite database of --home (which must exist: reading never creates one)."""
-    from components.tracking import local_tracking_uri
-
-    if args.tracking_uri:
-        return args.tracking_uri
-    from pipelines.local_run import default_home
-
-    home = Path(args.home) if args.home else default_home()
-    if not (home / "mlflow.db").is_file():
-        raise UserError(
-            f"there is no MLflow registry at '{home / 'mlflow.db'}'. Run 'ctpipe run --home {home}' first, "
-            "pass the --home of an earlier run, or give --tracking-uri of an MLflow server."
-        )
-    return local_tracking_uri(home)
-
-
 def _registry(args: argparse.Namespace):
     from components.config import Config
     from components.registration.registry import Registry
@@ -80,7 +63,7 @@ def _registry(args: argparse.Namespace):
     config = Config().registry
     if args.model_name:
         config.model_name = args.model_name
-    return Registry(tracking_uri_for(args), config)
+    return Registry(existing_registry_uri(args), config)
 
 
 def _print_table(rows: list[dict]) -> None:

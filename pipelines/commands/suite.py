@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from components.errors import UserError
-from pipelines.commands import add_config_args
+from pipelines.commands import add_config_args, existing_registry_uri
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,22 +44,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _tracking_uri(args: argparse.Namespace) -> str:
-    from components.tracking import local_tracking_uri
-
-    if args.tracking_uri:
-        return args.tracking_uri
-    from pipelines.local_run import default_home
-
-    home = Path(args.home) if args.home else default_home()
-    if not (home / "mlflow.db").is_file():
-        raise UserError(
-            f"there is no MLflow registry at '{home / 'mlflow.db'}'. Pass the --home of an earlier 'ctpipe run', "
-            "or --tracking-uri of an MLflow server."
-        )
-    return local_tracking_uri(home)
-
-
 def run(args: argparse.Namespace) -> int:
     from components.config import load_config
 
@@ -76,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.suite_command == "champion":
         from components.validation.suite import champion_suite
 
-        found = champion_suite(_tracking_uri(args), config)
+        found = champion_suite(existing_registry_uri(args), config)
         if found is None:
             raise UserError(
                 f"model '{config.registry.model_name}' has no '{config.registry.champion_alias}' version with a stored "
