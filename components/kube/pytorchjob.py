@@ -72,6 +72,18 @@ CONTAINER_SECURITY_CONTEXT = {
 }
 
 
+TRAINER_LABELS = {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"}
+
+
+def check_one_gpu_per_process(kube: KubernetesConfig, unit: str) -> None:
+    """The worker runs one process per pod (node), so more than one GPU there would sit idle."""
+    if kube.worker_gpus > 1:
+        raise JobValidationError(
+            f"invalid config value for 'kubernetes.worker_gpus': {kube.worker_gpus}; the worker runs one process "
+            f"per {unit}, so each {unit} can use at most 1 GPU. Use train.workers to scale out (one {unit} per GPU)."
+        )
+
+
 def worker_volumes(kube: KubernetesConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumeMounts, volumes) of a worker: shared memory, a writable /tmp and the shared PVC."""
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
@@ -118,7 +130,7 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
     add_placement(spec, kube)
     return {
         "metadata": {
-            "labels": {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"},
+            "labels": dict(TRAINER_LABELS),
             # An Istio sidecar keeps a finished pod Running and can block the rendezvous port.
             "annotations": {"sidecar.istio.io/inject": "false"},
         },
@@ -128,11 +140,7 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
 
 def build_pytorchjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
     """The PyTorchJob for ``launch``: Master 1 + Workers world_size-1, runPolicy from config and launch."""
-    if kube.worker_gpus > 1:
-        raise JobValidationError(
-            f"invalid config value for 'kubernetes.worker_gpus': {kube.worker_gpus}; the worker runs one process "
-            "per pod, so each pod can use at most 1 GPU. Use train.workers to scale out (one pod per GPU)."
-        )
+    check_one_gpu_per_process(kube, "pod")
     name = training_job_name(launch.job_name)
     template = _pod_template(kube, launch)
     # OnFailure: a crashed rank restarts in place and resumes from the latest complete checkpoint.
@@ -149,7 +157,7 @@ def build_pytorchjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, 
         "metadata": {
             "name": name,
             "namespace": kube.namespace,
-            "labels": {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"},
+            "labels": dict(TRAINER_LABELS),
             "annotations": {"ctpipe.io/launch-name": launch.job_name},
         },
         "spec": {

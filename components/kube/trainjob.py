@@ -18,10 +18,12 @@ from components.kube.pytorchjob import (
     DNS1123_LABEL,
     ENV_NAME,
     POD_SECURITY_CONTEXT,
+    TRAINER_LABELS,
     JobValidationError,
     _env,
     _resources,
     add_placement,
+    check_one_gpu_per_process,
     worker_volumes,
 )
 from components.kube.schema import validate_strict
@@ -73,13 +75,9 @@ def _node_patch(kube: KubernetesConfig) -> dict[str, Any]:
 
 def build_trainjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
     """The TrainJob for ``launch``: numNodes = world_size, one process (and at most one GPU) per node."""
-    if kube.worker_gpus > 1:
-        raise JobValidationError(
-            f"invalid config value for 'kubernetes.worker_gpus': {kube.worker_gpus}; ctpipe runs one process "
-            "per node, so each node can use at most 1 GPU. Use train.workers to scale out."
-        )
+    check_one_gpu_per_process(kube, "node")
     name = training_job_name(launch.job_name)
-    labels = {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"}
+    labels = dict(TRAINER_LABELS)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
