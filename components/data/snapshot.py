@@ -8,7 +8,6 @@ train split only) and the fingerprint of the files it was read from.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,13 +17,12 @@ import numpy as np
 import pandas as pd
 
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
+from components.data.splits import PARTITION_COLUMN, SPLIT_COLUMN, SPLITS, assign_splits, split_keys
 from components.errors import DataValidationError, UserError
 
-__all__ = ["DataFile", "fingerprint_files", "list_data_files"]  # re-exported: the files layer lives in files.py
-
-SPLITS = ("train", "val", "test")
-SPLIT_COLUMN = "__split"
-PARTITION_COLUMN = "__partition"
+# Re-exported: the files layer lives in files.py, the stable splits in splits.py.
+__all__ = ["DataFile", "fingerprint_files", "list_data_files", "PARTITION_COLUMN", "SPLIT_COLUMN", "SPLITS",
+           "assign_splits", "split_keys"]
 
 
 def _partition_of(rel_path: str) -> str:
@@ -111,29 +109,6 @@ def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: l
         raise UserError("the data has no feature columns besides the label and key; configure data.features")
     classes = sorted(str(v) for v in data[label].dropna().unique())
     return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes)
-
-
-# --- stable splits -----------------------------------------------------------------------------
-
-
-def split_keys(data: pd.DataFrame, schema: Schema) -> pd.Series:
-    """The text each row's split is hashed from: its key, or a hash of its content without a key."""
-    if schema.key is not None:
-        return data[schema.key].astype(str)
-    content = data[sorted(schema.features + [schema.label])]
-    return pd.util.hash_pandas_object(content, index=False).astype(str)
-
-
-def assign_splits(keys: pd.Series, *, val_fraction: float, test_fraction: float, salt: str) -> pd.Series:
-    """Assign each key to train/val/test by a salted BLAKE2b hash: a row keeps its split as data grows."""
-    prefix = salt.encode() + b"\0"
-    u = np.fromiter(
-        (int.from_bytes(hashlib.blake2b(prefix + k.encode(), digest_size=8).digest(), "big") for k in keys),
-        dtype=np.float64,
-        count=len(keys),
-    ) / float(1 << 64)
-    out = np.where(u < test_fraction, "test", np.where(u < test_fraction + val_fraction, "val", "train"))
-    return pd.Series(out, index=keys.index, name=SPLIT_COLUMN)
 
 
 # --- preprocessing -----------------------------------------------------------------------------

@@ -1,0 +1,225 @@
+"""Stable splits: old rows keep their split however new partitions store their values.
+
+The property tests write real partitions (Parquet and CSV), read them back with the pipeline's reader
+and split them with the pipeline's functions, for many random datasets per transformation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.data.snapshot import (
+    PARTITION_COLUMN,
+    assign_splits,
+    infer_schema,
+    list_data_files,
+    read_data,
+    split_keys,
+)
+from components.errors import DataValidationError
+
+SEEDS = range(12)
+
+
+def _frame(rng: np.random.Generator, rows: int, first_id: int) -> pd.DataFrame:
+    """Rows with int, float, string and bool columns, a unique int id, and a label."""
+    return pd.DataFrame(
+        {
+            "customer_id": np.arange(first_id, first_id + rows, dtype="int64"),
+            "tickets": rng.integers(0, 6, rows).astype("int64"),
+            "spend": rng.lognormal(3, 0.5, rows).round(2),
+            "ratio": rng.random(rows),
+            "region": rng.choice(["north", "south", "east"], rows),
+            "active": rng.random(rows) < 0.5,
+            "label": rng.choice(["a", "b"], rows),
+        }
+    )
+
+
+def _write(root, name: str, frame: pd.DataFrame, fmt: str = "parquet") -> None:
+    part = root / f"date={name}"
+    part.mkdir(parents=True)
+    if fmt == "parquet":
+        frame.to_parquet(part / "part-0.parquet", index=False)
+    else:
+        frame.to_csv(part / "part-0.csv", index=False)
+
+
+def _splits(root, key: str | None) -> pd.DataFrame:
+    """Read the data root as the pipeline does and split it; returns id, partition and split per row."""
+    data = read_data(str(root), list_data_files(str(root)))
+    schema = infer_schema(data, label="label", key=key, features=[], categorical=[])
+    splits = assign_splits(split_keys(data, schema), val_fraction=0.1, test_fraction=0.3, salt="s")
+    return pd.DataFrame(
+        {"id": data["customer_id"].astype("float64").astype("int64"), "part": data[PARTITION_COLUMN], "split": splits}
+    )
+
+
+def _old_rows_moved(tmp_path, old: pd.DataFrame, new: pd.DataFrame, key: str | None, fmt_new: str = "parquet") -> int:
+    before_root, after_root = tmp_path / "before", tmp_path / "after"
+    _write(before_root, "2026-01-01", old)
+    _write(after_root, "2026-01-01", old)
+    _write(after_root, "2026-01-02", new, fmt_new)
+    before = _splits(before_root, key).set_index("id")["split"]
+    after = _splits(after_root, key)
+    after = after[after["part"] == "date=2026-01-01"].set_index("id")["split"]
+    assert len(after) == len(before) == len(old)
+    return int((before != after.loc[before.index]).sum())
+
+
+# --- the transformations of a new partition --------------------------------------------------
+
+
+def _with_null_int(new: pd.DataFrame) -> pd.DataFrame:
+    out = new.copy()
+    out["tickets"] = out["tickets"].astype("float64")
+    out.loc[0, "tickets"] = np.nan  # one null turns the concatenated column into float64
+    return out
+
+
+def _key_as_float(new: pd.DataFrame) -> pd.DataFrame:
+    return new.assign(customer_id=new["customer_id"].astype("float64"))
+
+
+def _strings_as_category(new: pd.DataFrame) -> pd.DataFrame:
+    return new.assign(region=new["region"].astype("category"), label=new["label"].astype("category"))
+
+
+def _strings_as_object(new: pd.DataFrame) -> pd.DataFrame:
+    return new.assign(region=new["region"].astype(object))
+
+
+def _floats_as_float32_ints_as_int32(new: pd.DataFrame) -> pd.DataFrame:
+    return new.assign(ratio=new["ratio"].astype("float32"), tickets=new["tickets"].astype("int32"))
+
+
+def _new_column(new: pd.DataFrame) -> pd.DataFrame:
+    return new.assign(plan=np.where(np.arange(len(new)) % 2 == 0, "pro", "free"))
+
+
+def _bool_with_null(new: pd.DataFrame) -> pd.DataFrame:
+    out = new.assign(active=new["active"].astype(object))
+    out.loc[1, "active"] = None
+    return out
+
+
+TRANSFORMS = {
+    "null_in_int_column": _with_null_int,
+    "key_stored_as_float": _key_as_float,
+    "strings_as_category": _strings_as_category,
+    "strings_as_object": _strings_as_object,
+    "float32_and_int32": _floats_as_float32_ints_as_int32,
+    "new_column": _new_column,
+    "bool_with_null": _bool_with_null,
+}
+
+
+@pytest.mark.parametrize("key", [None, "customer_id"], ids=["content", "key"])
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_old_rows_keep_their_split_when_a_new_partition_changes_dtypes(tmp_path, transform, key):
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        old = _frame(rng, 120, 0)
+        new = TRANSFORMS[transform](_frame(rng, 40, 1000))
+        moved = _old_rows_moved(tmp_path / str(seed), old, new, key)
+        assert moved == 0, f"seed {seed}: {moved} of {len(old)} old rows changed split ({transform}, key={key})"
+
+
+@pytest.mark.parametrize("key", [None, "customer_id"], ids=["content", "key"])
+def test_csv_and_parquet_of_the_same_rows_split_alike(tmp_path, key):
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        rows = _frame(rng, 150, 0)
+        # Digit-only string ids read back from CSV as integers; float32 values come back as float64.
+        rows = rows.assign(ratio=rows["ratio"].astype("float32"))
+        parquet_root, csv_root = tmp_path / f"p{seed}", tmp_path / f"c{seed}"
+        _write(parquet_root, "2026-01-01", rows.assign(customer_id=rows["customer_id"].astype(str)))
+        _write(csv_root, "2026-01-01", rows, "csv")
+        from_parquet = _splits(parquet_root, key).set_index("id")["split"]
+        from_csv = _splits(csv_root, key).set_index("id")["split"]
+        assert (from_parquet == from_csv.loc[from_parquet.index]).all(), f"seed {seed}"
+
+
+def test_a_csv_partition_appended_to_parquet_moves_no_old_row(tmp_path):
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        old, new = _frame(rng, 100, 0), _frame(rng, 30, 500)
+        assert _old_rows_moved(tmp_path / str(seed), old, new, None, fmt_new="csv") == 0
+
+
+# --- the canonical form -------------------------------------------------------------------------
+
+
+def test_canonical_text_of_equal_values_is_equal_across_dtypes():
+    from components.data.splits import canonical_text
+
+    pairs = [
+        (pd.Series([5, -3, 0], dtype="int64"), pd.Series([5.0, -3.0, -0.0])),
+        (pd.Series([5, 7], dtype="int32"), pd.Series(["5", "7"], dtype=object)),
+        (pd.Series([0.1, 2.5]), pd.Series([0.1, 2.5], dtype="float32")),
+        (pd.Series(["a", "b"]), pd.Series(["a", "b"], dtype="category")),
+        (pd.Series([1, 2], dtype="Int64"), pd.Series([1, 2], dtype="int8")),
+        (pd.Series([True, False]), pd.Series([True, False], dtype=object)),
+        (pd.Series([1.5, 2]), pd.Series([1.5, 2], dtype=object)),
+        (pd.Series([3, 4]).astype("category"), pd.Series([3.0, 4.0])),
+    ]
+    for left, right in pairs:
+        assert canonical_text(left).tolist() == canonical_text(right).tolist(), (left.dtype, right.dtype)
+    assert canonical_text(pd.Series([1.0, np.nan, None], dtype=object)).tolist() == ["1", None, None]
+    assert canonical_text(pd.Series([0.1, 1e-5, 1e22, np.inf])).tolist() == ["0.1", "1e-05", "10000000000000000000000", "inf"]
+    # Different values stay different: a float is not rounded, a bool is not the integer 1.
+    assert canonical_text(pd.Series([0.5]))[0] != canonical_text(pd.Series([1]))[0]
+    assert canonical_text(pd.Series([True], dtype=object))[0] != canonical_text(pd.Series([1], dtype=object))[0]
+    assert canonical_text(pd.Series([True, 1], dtype=object)).tolist() == ["true", "1"]
+
+
+def test_the_vectorised_float_text_matches_the_per_value_text():
+    from components.data.splits import canonical_text
+
+    values = np.random.default_rng(0).lognormal(0, 4, 2000) * np.random.default_rng(1).choice([-1, 1], 2000)
+    vectorised = canonical_text(pd.Series(values)).tolist()
+    per_value = canonical_text(pd.Series(values, dtype=object)).tolist()
+    assert vectorised == per_value
+
+
+def test_a_key_splits_by_the_documented_salted_hash():
+    from components.data.splits import canonical_text
+
+    keys = pd.Series([5, 17, 123456789], dtype="int64")
+    out = assign_splits(canonical_text(keys), val_fraction=0.1, test_fraction=0.3, salt="s")
+    for text, split in zip(["5", "17", "123456789"], out, strict=True):
+        u = int.from_bytes(hashlib.blake2b(b"s\0" + text.encode(), digest_size=8).digest(), "big") / 2**64
+        assert split == ("test" if u < 0.3 else "val" if u < 0.4 else "train")
+
+
+# --- data errors ---------------------------------------------------------------------------------
+
+
+def test_a_null_key_is_a_data_error_naming_the_column_and_rows():
+    data = _frame(np.random.default_rng(0), 10, 0).astype({"customer_id": "float64"})
+    data.loc[[3, 7], "customer_id"] = np.nan
+    data[PARTITION_COLUMN] = "date=2026-01-02"
+    schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])
+    with pytest.raises(DataValidationError, match="customer_id") as err:
+        split_keys(data, schema)
+    message = str(err.value)
+    assert "2 row(s)" in message and "partition date=2026-01-02 rows 3, 7" in message
+
+
+def test_a_key_repeated_with_another_label_is_a_data_error_naming_the_key_and_rows():
+    data = _frame(np.random.default_rng(0), 10, 0)
+    data.loc[4, "customer_id"] = 2
+    data.loc[4, "label"] = "b" if data.loc[2, "label"] == "a" else "a"
+    data[PARTITION_COLUMN] = "date=2026-01-01"
+    schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])
+    with pytest.raises(DataValidationError, match="customer_id") as err:
+        split_keys(data, schema)
+    assert "'2' at partition date=2026-01-01 rows 2, 4" in str(err.value)
+    # A repeated key with the same label (a re-delivered row) keeps one split and is no error.
+    data.loc[4, "label"] = data.loc[2, "label"]
+    keys = split_keys(data, schema)
+    assert keys[2] == keys[4]
