@@ -193,15 +193,53 @@ class TrainConfig:
         _check(self.deadline_seconds >= 60, "train.deadline_seconds", "must be >= 60")
 
 
+# Which way a metric improves, read from the words of its name: losses and errors are lower-is-better,
+# scores higher-is-better. A name with neither needs an explicit select.mode.
+_LOWER_IS_BETTER_WORDS = frozenset({"loss", "error", "perplexity", "mse", "mae", "rmse"})
+_HIGHER_IS_BETTER_WORDS = frozenset({"accuracy", "f1", "auc", "precision", "recall"})
+
+
+def metric_direction(metric: str) -> Literal["max", "min"] | None:
+    """``min`` for a loss/error metric, ``max`` for an accuracy/F1/AUC-like one, None when unknown."""
+    words = set(metric.lower().split("_"))
+    if words & _LOWER_IS_BETTER_WORDS:
+        return "min"
+    if words & _HIGHER_IS_BETTER_WORDS:
+        return "max"
+    return None
+
+
 @dataclass(kw_only=True)
 class SelectionConfig:
-    """Retrospective checkpoint selection."""
+    """Retrospective checkpoint selection (and the trainer's retention of the best checkpoints)."""
 
     metric: str = "val_accuracy"
-    mode: Literal["max", "min"] = "max"
+    # auto: the metric's own direction (val_loss lower, val_accuracy higher); max/min must agree with it.
+    mode: Literal["auto", "max", "min"] = "auto"
 
     def __post_init__(self) -> None:
         _check(self.metric.startswith("val_"), "select.metric", "must be a validation metric (val_*)")
+        known = metric_direction(self.metric)
+        if self.mode == "auto":
+            _check(
+                known is not None,
+                "select.mode",
+                f"'auto' cannot tell which way '{self.metric}' improves; set select.mode=max (higher is better) "
+                "or select.mode=min (lower is better)",
+            )
+        else:
+            _check(
+                known in (None, self.mode),
+                "select.mode",
+                f"{self.mode!r} contradicts select.metric={self.metric!r}, which is better when "
+                f"{'lower' if known == 'min' else 'higher'} (it would pick the worst checkpoint and delete the best); "
+                f"use select.mode=auto or {known}",
+            )
+
+    @property
+    def direction(self) -> Literal["max", "min"]:
+        """The resolved direction: ``max`` or ``min``."""
+        return self.mode if self.mode != "auto" else metric_direction(self.metric)  # type: ignore[return-value]
 
 
 # Metrics the evaluation computes; roc_auc only for two classes. log_loss is lower-is-better.

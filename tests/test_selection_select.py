@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from components.config import load_config
 from components.data.demo import write_demo_data
 from components.data.snapshot import load_snapshot
-from components.errors import TrainingError
+from components.errors import ConfigError, TrainingError
 from components.models.export import load_model_export
 from components.models.tabular import InputSpec, build_model
 from components.selection.select import select_and_export
@@ -128,3 +128,53 @@ def test_unknown_metric_and_incomplete_checkpoints_are_refused(checkpoints, snap
         str(ckpt_dir), str(snapshot_dir), load_config(None, CONFIG), str(tmp_path / "m.pt")
     )
     assert selected.step != 20
+
+
+# --- the metric's direction ---------------------------------------------------------------------
+
+
+def test_a_loss_metric_selects_the_lowest_loss_without_a_mode(checkpoints, snapshot_dir, tmp_path):
+    ckpt_dir, _ = checkpoints
+    index = json.loads((ckpt_dir / "index.json").read_text())
+    lowest = min(index["checkpoints"], key=lambda e: e["metrics"]["val_loss"])["step"]
+    highest = max(index["checkpoints"], key=lambda e: e["metrics"]["val_loss"])["step"]
+    assert lowest != highest
+    config = load_config(None, CONFIG + ["select.metric=val_loss"])
+    assert config.select.direction == "min"
+    assert select_and_export(str(ckpt_dir), str(snapshot_dir), config, str(tmp_path / "m.pt")).step == lowest
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ["select.metric=val_loss", "select.mode=max"],
+        ["select.metric=val_accuracy", "select.mode=min"],
+        ["select.metric=val_macro_f1", "select.mode=min"],
+    ],
+)
+def test_a_mode_contradicting_the_metric_is_a_config_error(sets):
+    with pytest.raises(ConfigError, match=r"select\.mode") as err:
+        load_config(None, sets)
+    assert "auto" in str(err.value)
+
+
+def test_an_unknown_metric_needs_an_explicit_mode():
+    with pytest.raises(ConfigError, match=r"select\.mode"):
+        load_config(None, ["select.metric=val_custom_score"])
+    assert load_config(None, ["select.metric=val_custom_score", "select.mode=min"]).select.direction == "min"
+    assert load_config(None, []).select.direction == "max"
+    assert load_config(None, ["select.metric=val_roc_auc"]).select.direction == "max"
+
+
+def test_ties_on_the_metric_go_to_the_lower_validation_loss():
+    entries = [
+        ckpt.IndexEntry(10, {"val_accuracy": 0.9, "val_loss": 0.40}),
+        ckpt.IndexEntry(20, {"val_accuracy": 0.9, "val_loss": 0.30}),
+        ckpt.IndexEntry(30, {"val_accuracy": 0.8, "val_loss": 0.20}),
+    ]
+    assert [e.step for e in ckpt.rank_entries(entries, "val_accuracy", "max")] == [20, 10, 30]
+    # Equal on both: the earlier step.
+    entries[0].metrics["val_loss"] = 0.30
+    assert ckpt.rank_entries(entries, "val_accuracy", "max")[0].step == 10
+    with pytest.raises(ValueError, match="max or min"):
+        ckpt.rank_entries(entries, "val_accuracy", "auto")

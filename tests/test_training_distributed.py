@@ -98,6 +98,17 @@ def test_uninterrupted_run_keeps_best_plus_latest_and_logs_to_mlflow(reference):
     assert any(a.path == "training" for a in mlflow.MlflowClient(uri).list_artifacts(run_id))
 
 
+def test_retention_and_the_best_step_follow_a_loss_metric(snapshot_dir, tmp_path):
+    """select.metric=val_loss alone: the trainer keeps and indexes the LOWEST loss, not the highest."""
+    result = _train(snapshot_dir, tmp_path, "select.metric=val_loss")
+    index = json.loads((tmp_path / "index.json").read_text())
+    losses = {e["step"]: e["metrics"]["val_loss"] for e in index["checkpoints"]}
+    lowest = min(losses, key=losses.get)
+    assert index["mode"] == "min" and index["best_step"] == lowest
+    assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {lowest, 8}
+    assert result.best_step == lowest and result.best_metric_name == "val_loss"
+
+
 def test_crash_in_a_save_then_a_kill_then_resume_is_bit_identical(
     reference, snapshot_dir, tmp_path, monkeypatch
 ):

@@ -36,7 +36,8 @@ class Selected:
 
 
 def select_best_checkpoint(checkpoint_dir: str | Path, metric: str, mode: str) -> ckpt.IndexEntry:
-    """The best complete checkpoint in index.json by ``metric`` (ties: the earlier step)."""
+    """The best complete checkpoint in index.json by ``metric`` in direction ``mode`` (max/min); ties go to
+    the lower validation loss, then the earlier step."""
     index = ckpt.read_index(checkpoint_dir)
     entries = [ckpt.IndexEntry.from_dict(e) for e in index["checkpoints"]]
     usable = [e for e in entries if e.kept and ckpt.is_complete(ckpt.checkpoint_path(checkpoint_dir, e.step))]
@@ -66,7 +67,7 @@ def score_export(model_path: str | Path, snapshot_dir: str | Path) -> dict[str, 
 
 def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, model_path: str) -> Selected:
     """Pick the best checkpoint by ``config.select`` and export it (weights, config, preprocessing, classes)."""
-    metric, mode = config.select.metric, config.select.mode
+    metric, mode = config.select.metric, config.select.direction
     best = select_best_checkpoint(checkpoint_dir, metric, mode)
     index = ckpt.read_index(checkpoint_dir)
     # The index records the model the checkpoints were trained with; rebuild exactly that one.

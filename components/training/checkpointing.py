@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import warnings
@@ -193,10 +194,13 @@ def better(a: float, b: float, mode: str) -> bool:
 
 
 def rank_entries(entries: list[IndexEntry], metric: str, mode: str) -> list[IndexEntry]:
-    """Entries that have ``metric``, best first; ties go to the earlier step."""
+    """Entries that have ``metric``, best first by ``mode`` (max/min); ties go to the lower validation
+    loss, then to the earlier step."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be max or min (resolve 'auto' with SelectionConfig.direction), got {mode!r}")
     scored = [e for e in entries if metric in e.metrics]
     sign = -1.0 if mode == "max" else 1.0
-    return sorted(scored, key=lambda e: (sign * e.metrics[metric], e.step))
+    return sorted(scored, key=lambda e: (sign * e.metrics[metric], e.metrics.get("val_loss", math.inf), e.step))
 
 
 def retained_steps(

@@ -512,10 +512,10 @@ class Trainer:
         )
         if self.d.rank == 0:
             ckpt.apply_retention(
-                self.root, prog.index, keep_best=self.t.keep_best, metric=sel.metric, mode=sel.mode
+                self.root, prog.index, keep_best=self.t.keep_best, metric=sel.metric, mode=sel.direction
             )
             ckpt.write_index(
-                self.root, prog.index, metric=sel.metric, mode=sel.mode, extra=self._index_extra()
+                self.root, prog.index, metric=sel.metric, mode=sel.direction, extra=self._index_extra()
             )
         self.saved_step = prog.step
         save_seconds = time.perf_counter() - start
@@ -547,7 +547,7 @@ class Trainer:
 
     def result(self) -> dict[str, Any]:
         prog, sel = self.progress, self.cfg.select
-        ranked = ckpt.rank_entries([e for e in prog.index if e.kept], sel.metric, sel.mode)
+        ranked = ckpt.rank_entries([e for e in prog.index if e.kept], sel.metric, sel.direction)
         best = ranked[0] if ranked else None
         samples_per_s = prog.samples / prog.train_seconds if prog.train_seconds > 0 else 0.0
         clip_rate = prog.clipped_steps / max(prog.step, 1)
