@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import types
 import typing
@@ -248,14 +249,18 @@ EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc")
 
 @dataclass(kw_only=True)
 class Threshold:
-    """TFX-style blessing rule for one metric: a value bound and/or a change bound against the champion."""
+    """TFX-style blessing rule for one metric, judged on paired bootstrap intervals (see README, "Gates and
+    their statistics"): a value bound and/or a change bound against the champion."""
 
     # Which way is better; auto: lower for log_loss, higher for the others.
     direction: Literal["auto", "higher", "lower"] = "auto"
-    # Value threshold: the candidate's metric must be at least (higher) / at most (lower) this.
-    value: float | None = None
-    # Change thresholds, measured as improvement over the champion in the better direction:
-    # absolute (metric units) and relative (fraction of the champion's value); negative allows that much regression.
+    # Value threshold. "baseline": the candidate must beat the prior predictor (class frequencies of the
+    # same test split) with evidence: the paired interval of its gain lies wholly above 0. A number: an
+    # absolute floor (higher is better) / ceiling (lower is better) on the candidate's value.
+    value: float | str | None = None
+    # Change thresholds against the champion, as the allowed improvement in the better direction: absolute
+    # (metric units) and relative (fraction of the champion's value); negative allows that much regression.
+    # The candidate is blocked when the upper bound of the paired interval of its improvement is below it.
     change_abs: float | None = None
     change_rel: float | None = None
 
@@ -265,22 +270,36 @@ class Threshold:
             "evaluate.thresholds.<metric>",
             "a threshold must set at least one of value, change_abs, change_rel",
         )
+        _check(
+            not isinstance(self.value, str) or self.value == "baseline",
+            "evaluate.thresholds.<metric>.value",
+            f"{self.value!r} must be a number (an absolute bound) or 'baseline' (beat the prior predictor)",
+        )
+
+
+def _default_thresholds() -> dict[str, Threshold]:
+    # Beat the trivial prior predictor with evidence, and no evidence of a regression against the champion,
+    # on accuracy and on a proper scoring rule (log loss), which catches an overconfident candidate.
+    return {
+        "accuracy": Threshold(value="baseline", change_abs=0.0),
+        "log_loss": Threshold(value="baseline", change_abs=0.0),
+    }
 
 
 @dataclass(kw_only=True)
 class EvaluationConfig:
     """Evaluation against the champion and the blessing rules (no thresholds: nothing is blessed)."""
 
-    thresholds: dict[str, Threshold] = field(
-        default_factory=lambda: {"accuracy": Threshold(direction="higher", value=0.5, change_abs=-0.02)}
-    )
+    thresholds: dict[str, Threshold] = field(default_factory=_default_thresholds)
     # Columns to slice the test split by (categorical: per value; numeric: per quartile bin).
     slices: list[str] = field(default_factory=list)
     # Rules per slice; empty reuses the change rules (not the value rules) of `thresholds`.
     slice_thresholds: dict[str, Threshold] = field(default_factory=dict)
     # Slices with fewer test rows are reported but never block a blessing (too noisy to judge).
-    slice_min_rows: int = 30
-    bootstrap_samples: int = 200
+    slice_min_rows: int = 100
+    # Paired bootstrap resamples; each tail of the interval must hold at least 5 draws (1,000 at 95%: 25).
+    bootstrap_samples: int = 1000
+    # Two-sided level of every interval; a slice check uses a Bonferroni-corrected level over the slice checks.
     confidence: float = 0.95
     seed: int = 0
 
@@ -293,8 +312,14 @@ class EvaluationConfig:
                     f"unknown metric; allowed: {', '.join(EVALUATION_METRICS)}",
                 )
         _check(self.slice_min_rows >= 1, "evaluate.slice_min_rows", "must be >= 1")
-        _check(self.bootstrap_samples >= 0, "evaluate.bootstrap_samples", "must be >= 0")
         _check(0.5 <= self.confidence < 1, "evaluate.confidence", "must be in [0.5, 1)")
+        tail = self.bootstrap_samples * (1 - self.confidence) / 2
+        _check(
+            tail >= 5 - 1e-9,
+            "evaluate.bootstrap_samples",
+            f"{self.bootstrap_samples} leaves {tail:.1f} resamples in each tail of a {self.confidence:.0%} interval; "
+            f"at least 5 are needed: use >= {math.ceil(10 / (1 - self.confidence) - 1e-9)} (default 1000)",
+        )
 
 
 @dataclass(kw_only=True)

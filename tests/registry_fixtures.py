@@ -89,7 +89,7 @@ def make_run(tracking_uri: str, config: Config, pipeline_run_id: str = "run-1") 
 def fast_config(**registry) -> Config:
     """Defaults with few bootstrap samples and quick retries."""
     cfg = Config()
-    cfg.evaluate.bootstrap_samples = 50
+    cfg.evaluate.bootstrap_samples = 200
     cfg.registry.retry_backoff_seconds = 0.05
     cfg.registry.retries = 2
     for key, value in registry.items():

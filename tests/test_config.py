@@ -25,7 +25,7 @@ def test_nested_threshold_override_keeps_other_fields():
     config = load_config(None, ["evaluate.thresholds.accuracy.value=0.8"])
     rule = config.evaluate.thresholds["accuracy"]
     assert rule.value == pytest.approx(0.8)
-    assert rule.direction == "higher"
+    assert rule.direction == "auto" and rule.change_abs == 0.0  # the default's other fields stay
 
 
 def test_null_clears_an_optional_field():
@@ -90,5 +90,6 @@ def test_a_mapping_given_in_full_replaces_the_default(tmp_path):
     # A path into the mapping still merges with the defaults.
     assert set(load_config(None, ["evaluate.thresholds.macro_f1.value=0.5"]).evaluate.thresholds) == {
         "accuracy",
+        "log_loss",
         "macro_f1",
     }

@@ -26,7 +26,6 @@ FAST = [
     "train.checkpoint_every=20",
     "train.warmup_steps=5",
     "evaluate.thresholds.accuracy.value=0.3",
-    "evaluate.bootstrap_samples=50",
     "data.key=customer_id",
 ]
 

@@ -162,3 +162,66 @@ def test_a_champion_that_cannot_be_scored_blocks_the_blessing_and_says_why(world
         "champion version 1 has no 'ctpipe/model.pt'" in result.reasons[0]
         and "ctpipe models promote" in result.reasons[0]
     )
+
+
+def _rare_positive_snapshot(root):
+    """A snapshot of 90/10 data (a label the features barely predict), split as the pipeline splits."""
+    import pandas as pd
+
+    from components.data.snapshot import (
+        assign_splits,
+        fingerprint_files,
+        infer_schema,
+        list_data_files,
+        read_data,
+        split_keys,
+        write_snapshot,
+    )
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    frame = pd.DataFrame(
+        {"id": np.arange(n), "x": rng.normal(size=n), "c": rng.choice(["a", "b"], n),
+         "label": np.where(rng.random(n) < 0.1, "yes", "no")}
+    )
+    (root / "data" / "date=2026-01-01").mkdir(parents=True)
+    frame.to_parquet(root / "data" / "date=2026-01-01" / "part-0.parquet", index=False)
+    files = list_data_files(str(root / "data"))
+    data = read_data(str(root / "data"), files)
+    schema = infer_schema(data, label="label", key="id", features=[], categorical=[])
+    splits = assign_splits(split_keys(data, schema), val_fraction=0.1, test_fraction=0.3, salt="t")
+    write_snapshot(root / "snapshot", data, splits, schema, data_uri=str(root / "data"), files=files,
+                   fingerprint=fingerprint_files(files))
+    return root / "snapshot"
+
+
+def test_a_constant_prior_predictor_is_not_blessed_as_a_first_model(tmp_path):
+    import torch
+    from registry_fixtures import TINY_MODEL
+
+    from components.models.export import save_model_export
+    from components.models.tabular import InputSpec, build_model
+
+    snap_dir = _rare_positive_snapshot(tmp_path)
+    snap = load_snapshot(snap_dir)
+    prep = snap.preprocessing
+    spec = InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
+    model = build_model(TINY_MODEL, spec)
+    train_y = encode_labels(snap.frame("train"), snap.schema.label, prep.classes)
+    prior = np.bincount(train_y, minlength=len(prep.classes)) / len(train_y)
+    with torch.no_grad():  # what a model that learnt only the class prior is: a constant output
+        model.head.weight.zero_()
+        model.head.bias.copy_(torch.log(torch.tensor(prior, dtype=torch.float32)))
+    save_model_export(tmp_path / "prior.pt", model.state_dict(), TINY_MODEL, spec, prep, {"step": 0})
+    config = fast_config()
+    uri = local_tracking_uri(tmp_path)
+    result = evaluate_candidate(
+        str(tmp_path / "prior.pt"), str(snap_dir), config, tracking_uri=uri, mlflow_run_id=make_run(uri, config),
+        blessing_path=str(tmp_path / "blessing.json"), card_path=str(tmp_path / "card.md"),
+    )
+    assert result.candidate_metrics["accuracy"] > 0.85 and result.candidate_metrics["roc_auc"] == pytest.approx(0.5)
+    assert not result.blessed
+    assert any("fails value threshold 'baseline'" in r and "prior predictor" in r for r in result.reasons)
+    blessing = json.loads((tmp_path / "blessing.json").read_text())
+    assert blessing["baseline_metrics"]["accuracy"] == pytest.approx(result.candidate_metrics["accuracy"])
+    assert "fails value threshold 'baseline'" in (tmp_path / "card.md").read_text()

@@ -91,3 +91,29 @@ def test_bootstrap_is_deterministic_per_seed_and_chunked_consistently():
     a, _ = bootstrap_intervals(y, p, samples=100, confidence=0.9, seed=7)
     b, _ = bootstrap_intervals(y, p, samples=100, confidence=0.9, seed=7)
     assert a == b
+
+
+def test_each_weighted_resample_scores_as_its_rows_resampled_by_hand():
+    from components.evaluation.metrics import _resample_weights, _weighted_metrics
+
+    rng = np.random.default_rng(5)
+    for n_classes in (2, 3, 5):
+        n = 300
+        y = rng.integers(0, n_classes, n)
+        p = rng.dirichlet(np.ones(n_classes), n).round(1) + 1e-9  # rounded: many tied scores for the AUC
+        p /= p.sum(axis=1, keepdims=True)
+        weights = next(_resample_weights(n, 20, seed=1))
+        vectorised = _weighted_metrics(weights, y, p)
+        for b in range(20):
+            rows = np.repeat(np.arange(n), weights[b].astype(int))
+            for name, value in compute_metrics(y[rows], p[rows]).items():
+                assert math.isclose(vectorised[name][b], value, abs_tol=1e-9), (n_classes, name, b)
+
+
+def test_the_prior_predictor_is_the_class_frequencies_of_the_rows():
+    from components.evaluation.metrics import prior_probabilities
+
+    y = np.array([0, 0, 0, 1, 2, 2])
+    p = prior_probabilities(y, 4)
+    assert p.shape == (6, 4) and np.allclose(p[0], [0.5, 1 / 6, 1 / 3, 0.0])
+    assert compute_metrics(y, p)["accuracy"] == 0.5  # the majority class

@@ -9,6 +9,7 @@ import mlflow
 import pytest
 from registry_fixtures import fast_config, make_model, make_run, make_snapshot
 
+from components.config import Threshold
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import Registry
@@ -130,7 +131,8 @@ def test_an_unblessed_candidate_is_only_challenger(models, tmp_path):
 
 def test_champion_moves_only_if_it_is_still_the_one_compared_against(models, tmp_path):
     config = fast_config()
-    config.evaluate.thresholds["accuracy"].change_abs = -1.0  # any candidate over the floor is blessed
+    # Any candidate over the floor is blessed (model b is overfit: its log loss does not beat the prior's).
+    config.evaluate.thresholds = {"accuracy": Threshold(value="baseline")}
     _cycle(models, tmp_path, "a", "p1", config)[2]()
     # Two runs evaluate against champion 1; the second finishes after the first promoted its model.
     _, _, register_b = _cycle(models, tmp_path, "b", "p2", config)

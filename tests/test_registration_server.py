@@ -11,6 +11,7 @@ import mlflow
 import pytest
 from registry_fixtures import MlflowServer, fast_config, free_port, make_model, make_run, make_snapshot
 
+from components.config import Threshold
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import COMPLETE_TAG, Registry
@@ -59,7 +60,7 @@ def server(tmp_path_factory):
 
 def test_concurrent_promotions_end_with_one_consistent_champion(snap, server, tmp_path):
     config = fast_config(retries=5)
-    config.evaluate.thresholds["accuracy"].change_abs = -1.0  # every candidate is blessed
+    config.evaluate.thresholds = {"accuracy": Threshold(value=0.0)}  # every candidate is blessed
     first = _evaluate(server.uri, snap, 0, config, tmp_path)
     assert register_candidate(config=config, **first).aliases == ["challenger", "champion"]
     jobs = [_evaluate(server.uri, snap, i, config, tmp_path) for i in range(1, 4)]

@@ -1,7 +1,22 @@
-"""The blessing rules in TFX's terms: value thresholds, and change thresholds against the champion.
+"""The blessing rules in TFX's terms, judged on paired intervals instead of point estimates.
 
-A rule passes or fails on the point estimates; the paired bootstrap interval of the difference is
-attached to every change check so a report can say whether a "regression" is within noise.
+For each metric the evidence is the candidate's value and two PAIRED differences on the same test
+rows (the same bootstrap resamples): candidate − champion and candidate − the prior predictor (the
+class frequencies of this test split, whose argmax is the majority class). Differences are read as an
+*improvement* in the metric's better direction; with ``alpha = 1 - evaluate.confidence``:
+
+- value "baseline" (the default first-model floor): passes only when the improvement over the prior
+  predictor has its whole interval above zero, i.e. the candidate beats the trivial baseline with
+  evidence (one-sided test at level alpha/2).
+- value as a number: an absolute floor (a ceiling for lower-is-better metrics) on the point estimate,
+  as the user set it; its interval is reported beside it.
+- change_abs / change_rel (vs the champion): blocks only when the interval shows the improvement is
+  below the allowed change, i.e. its upper bound is below ``change_abs`` (or ``change_rel`` × the
+  champion's value). With the default 0 an equal candidate is blocked with probability at most
+  alpha/2 per metric, and one whose interval lies wholly below zero is blocked.
+
+Slices (see ``evaluate.evaluate_slices``) use the same rules on their own paired intervals at a
+Bonferroni-corrected level.
 """
 
 from __future__ import annotations
@@ -9,8 +24,17 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from components.config import Threshold
-from components.evaluation.metrics import ALL_METRICS, Interval
+from components.evaluation.metrics import (
+    ALL_METRICS,
+    Interval,
+    compute_metrics,
+    normal_interval,
+    paired_bootstrap,
+    percentile_interval,
+)
 
 
 @dataclass
@@ -18,13 +42,24 @@ class Check:
     """One rule applied to one metric (optionally on one slice)."""
 
     metric: str
-    kind: str  # value | change_abs | change_rel
+    kind: str  # value | value_baseline | change_abs | change_rel
     passed: bool
     message: str
     slice: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class Evidence:
+    """One metric's figures on one set of test rows; differences are candidate − reference, paired."""
+
+    candidate: Interval
+    champion: float | None = None
+    vs_champion: Interval | None = None
+    baseline: float | None = None
+    vs_baseline: Interval | None = None
 
 
 def higher_is_better(metric: str, rule: Threshold) -> bool:
@@ -34,109 +69,88 @@ def higher_is_better(metric: str, rule: Threshold) -> bool:
     return rule.direction == "higher"
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4f}"
+def _improvement(diff: Interval, higher: bool) -> Interval:
+    return diff if higher else diff.flipped()
 
 
-def _noise_note(diff: Interval | None, confidence: float) -> str:
-    if diff is None:
-        return ""
-    verdict = "within noise" if diff.contains_zero() else "beyond noise"
-    return f" ({confidence:.0%} CI of the difference [{diff.low:+.4f}, {diff.high:+.4f}]: {verdict})"
+def _ci(interval: Interval) -> str:
+    return f"{interval.confidence * 100:.4g}% CI"
 
 
-def value_check(metric: str, rule: Threshold, value: float, *, where: str | None = None) -> Check | None:
-    """The absolute floor (higher is better) or ceiling (lower is better)."""
+def value_check(metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None) -> Check | None:
+    """The floor: an absolute bound on the value, or beating the prior predictor with evidence."""
     if rule.value is None:
         return None
     higher = higher_is_better(metric, rule)
-    ok = math.isfinite(value) and (value >= rule.value if higher else value <= rule.value)
-    bound = ">=" if higher else "<="
     prefix = f"slice {where}: " if where else ""
-    message = f"{prefix}{metric} {_fmt(value)} {'meets' if ok else 'fails'} value threshold {bound} {_fmt(rule.value)}"
+    value = evidence.candidate.value
+    if rule.value == "baseline":
+        if evidence.vs_baseline is None or evidence.baseline is None:
+            return Check(metric, "value_baseline", False, f"{prefix}{metric}: no interval against the prior predictor", where)
+        gain = _improvement(evidence.vs_baseline, higher)
+        ok = math.isfinite(gain.low) and gain.low > 0
+        figures = (f"{metric} {value:.4f} vs the prior predictor's {evidence.baseline:.4f} (class frequencies of "
+                   f"these test rows): gain {gain.value:+.4f}, {_ci(gain)} [{gain.low:+.4f}, {gain.high:+.4f}]")
+        verdict = ("beats the trivial baseline with evidence" if ok else
+                   "fails value threshold 'baseline': the interval of the gain does not lie above 0")
+        return Check(metric, "value_baseline", ok, f"{prefix}{figures}: {verdict}", where)
+    bound = float(rule.value)
+    ok = math.isfinite(value) and (value >= bound if higher else value <= bound)
+    iv = evidence.candidate
+    message = (f"{prefix}{metric} {value:.4f} {'meets' if ok else 'fails'} value threshold "
+               f"{'>=' if higher else '<='} {bound:.4f} ({_ci(iv)} [{iv.low:.4f}, {iv.high:.4f}])")
     return Check(metric, "value", ok, message, where)
 
 
-def change_checks(
-    metric: str,
-    rule: Threshold,
-    candidate: float,
-    champion: float,
-    *,
-    diff: Interval | None = None,
-    confidence: float = 0.95,
-    where: str | None = None,
-) -> list[Check]:
-    """Absolute and relative change rules; improvement is measured in the better direction."""
+def change_checks(metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None) -> list[Check]:
+    """Absolute and relative change rules against the champion, judged on the paired interval."""
+    if evidence.vs_champion is None or evidence.champion is None:
+        return []
     higher = higher_is_better(metric, rule)
-    improvement = (candidate - champion) if higher else (champion - candidate)
+    gain = _improvement(evidence.vs_champion, higher)
     prefix = f"slice {where}: " if where else ""
-    base = f"{prefix}{metric} {_fmt(candidate)} vs champion {_fmt(champion)}"
-    checks = []
+    base = (f"{prefix}{metric} {evidence.candidate.value:.4f} vs champion {evidence.champion:.4f}: improvement "
+            f"{gain.value:+.4f}, {_ci(gain)} [{gain.low:+.4f}, {gain.high:+.4f}]")
+    allowed: list[tuple[str, float, str]] = []
     if rule.change_abs is not None:
-        ok = math.isfinite(improvement) and improvement >= rule.change_abs
-        checks.append(
-            Check(
-                metric,
-                "change_abs",
-                ok,
-                f"{base}: improvement {improvement:+.4f} {'>=' if ok else '<'} allowed change {rule.change_abs:+.4f}"
-                + _noise_note(diff, confidence),
-                where,
-            )
-        )
+        allowed.append(("change_abs", rule.change_abs, f"allowed change {rule.change_abs:+.4f}"))
     if rule.change_rel is not None:
-        relative = (
-            improvement / abs(champion)
-            if champion
-            else (0.0 if improvement == 0 else math.copysign(math.inf, improvement))
-        )
-        ok = math.isfinite(improvement) and relative >= rule.change_rel
-        checks.append(
-            Check(
-                metric,
-                "change_rel",
-                ok,
-                f"{base}: relative improvement {relative:+.2%} {'>=' if ok else '<'} allowed {rule.change_rel:+.2%}"
-                + _noise_note(diff, confidence),
-                where,
-            )
-        )
+        limit = rule.change_rel * abs(evidence.champion)
+        allowed.append(("change_rel", limit, f"allowed change {rule.change_rel:+.2%} of the champion's value ({limit:+.4f})"))
+    checks = []
+    for kind, limit, text in allowed:
+        ok = math.isfinite(gain.high) and gain.high >= limit
+        verdict = (f"no evidence of a change below the {text}" if ok else
+                   f"the interval shows it worse than the {text}")
+        checks.append(Check(metric, kind, ok, f"{base}: {verdict}", where))
     return checks
 
 
 def judge(
-    thresholds: dict[str, Threshold],
-    candidate: dict[str, float],
-    champion: dict[str, float] | None,
-    *,
-    differences: dict[str, Interval] | None = None,
-    confidence: float = 0.95,
+    thresholds: dict[str, Threshold], evidence: dict[str, Evidence], *, where: str | None = None
 ) -> list[Check]:
-    """Every overall check; a missing metric fails its rule (a typo never blesses)."""
+    """Every check of ``thresholds`` on ``evidence``; a metric without evidence fails (a typo never blesses)."""
     checks: list[Check] = []
     for metric, rule in thresholds.items():
-        if metric not in candidate:
-            checks.append(
-                Check(
-                    metric,
-                    "value",
-                    False,
-                    f"{metric} was not computed for this model (roc_auc needs two classes)",
+        if metric not in evidence:
+            if where is None:
+                checks.append(
+                    Check(metric, "value", False, f"{metric} was not computed for this model (roc_auc needs two classes)")
                 )
-            )
             continue
-        check = value_check(metric, rule, candidate[metric])
+        check = value_check(metric, rule, evidence[metric], where=where)
         if check is not None:
             checks.append(check)
-        if champion is not None and metric in champion:
-            diff = (differences or {}).get(metric)
-            checks.extend(
-                change_checks(
-                    metric, rule, candidate[metric], champion[metric], diff=diff, confidence=confidence
-                )
-            )
+        checks.extend(change_checks(metric, rule, evidence[metric], where=where))
     return checks
+
+
+def interval_checks(rule: Threshold, has_champion: bool) -> int:
+    """How many interval-judged checks ``rule`` makes (the size of a multiple-comparison family)."""
+    count = 1 if rule.value == "baseline" else 0
+    if has_champion:
+        count += (rule.change_abs is not None) + (rule.change_rel is not None)
+    return count
 
 
 def slice_rules(
@@ -152,3 +166,43 @@ def slice_rules(
                 direction=rule.direction, change_abs=rule.change_abs, change_rel=rule.change_rel
             )
     return rules
+
+
+def collect_evidence(
+    y: np.ndarray,
+    p_candidate: np.ndarray,
+    p_champion: np.ndarray | None,
+    p_baseline: np.ndarray,
+    *,
+    samples: int,
+    seed: int,
+    confidence: float,
+    normal: bool = False,
+) -> dict[str, Evidence]:
+    """Every metric's evidence from ONE paired bootstrap of candidate, champion and baseline on these rows.
+
+    ``normal`` uses the bootstrap standard error with the normal quantile instead of percentiles (for the
+    extreme levels of a multiple-comparison correction).
+    """
+    models = {"candidate": p_candidate, "baseline": p_baseline}
+    if p_champion is not None:
+        models["champion"] = p_champion
+    points = {name: compute_metrics(y, p) for name, p in models.items()}
+    draws = paired_bootstrap(y, models, samples=samples, seed=seed)
+    interval = normal_interval if normal else percentile_interval
+    empty = np.array([])
+
+    def paired(metric: str, other: str) -> Interval:
+        diff = draws["candidate"].get(metric, empty) - draws[other].get(metric, empty) if draws[other] else empty
+        return interval(points["candidate"][metric] - points[other][metric], diff, confidence)
+
+    evidence = {}
+    for metric, value in points["candidate"].items():
+        evidence[metric] = Evidence(
+            candidate=interval(value, draws["candidate"].get(metric, empty), confidence),
+            champion=points["champion"][metric] if p_champion is not None else None,
+            vs_champion=paired(metric, "champion") if p_champion is not None else None,
+            baseline=points["baseline"][metric],
+            vs_baseline=paired(metric, "baseline"),
+        )
+    return evidence

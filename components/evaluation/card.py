@@ -17,14 +17,21 @@ def _num(x: Any) -> str:
     return "n/a" if x is None else str(x)
 
 
+def _interval_text(d: dict[str, Any] | None) -> str:
+    return f"{_num(d['value'])} [{_num(d['low'])}, {_num(d['high'])}]" if d else ""
+
+
 def _metrics_table(blessing: dict[str, Any], confidence: float) -> list[str]:
     cand = blessing["candidate_metrics"]
     champ = blessing.get("champion_metrics") or {}
     intervals = blessing.get("intervals") or {}
     diffs = blessing.get("differences") or {}
+    base = blessing.get("baseline_metrics") or {}
+    base_diffs = blessing.get("baseline_differences") or {}
     ci = f"{confidence:.0%} CI"
     lines = [
-        f"| metric | candidate | candidate {ci} | champion | difference (cand − champ) | difference {ci} | noise |",
+        f"| metric | candidate [{ci}] | champion | cand − champ [{ci}, paired] | prior predictor | "
+        f"cand − prior [{ci}, paired] | vs champion |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, value in cand.items():
@@ -34,8 +41,8 @@ def _metrics_table(blessing: dict[str, Any], confidence: float) -> list[str]:
         if d:
             noise = "within noise" if d["low"] <= 0 <= d["high"] else "beyond noise"
         lines.append(
-            f"| {name} | {_num(value)} | [{_num(iv.get('low'))}, {_num(iv.get('high'))}] | {_num(champ.get(name))} | "
-            f"{_num(d['value']) if d else ''} | {'[' + _num(d['low']) + ', ' + _num(d['high']) + ']' if d else ''} | {noise} |"
+            f"| {name} | {_num(value)} [{_num(iv.get('low'))}, {_num(iv.get('high'))}] | {_num(champ.get(name))} | "
+            f"{_interval_text(d)} | {_num(base.get(name))} | {_interval_text(base_diffs.get(name))} | {noise} |"
         )
     return lines
 
@@ -85,8 +92,10 @@ def write_model_card(
         "",
         "## Metrics on the test split",
         f"{blessing['test_rows']} test rows; candidate and champion each scored with the preprocessing statistics "
-        "it was trained with; intervals by paired bootstrap "
-        f"({config.evaluate.bootstrap_samples} resamples).",
+        "it was trained with; the prior predictor is the class frequencies of these test rows (its argmax is the "
+        "majority class). Intervals by paired bootstrap (the same "
+        f"{config.evaluate.bootstrap_samples} resamples of the rows for every model); the rules are in README.md, "
+        "\"Gates and their statistics\".",
         "",
         *_metrics_table(blessing, config.evaluate.confidence),
         "",

@@ -21,13 +21,20 @@ import pandas as pd
 from components.config import Config
 from components.data.snapshot import encode_labels, load_snapshot
 from components.errors import DataValidationError, UserError
-from components.evaluation.blessing import Check, change_checks, judge, slice_rules, value_check
+from components.evaluation.blessing import (
+    Check,
+    Evidence,
+    collect_evidence,
+    interval_checks,
+    judge,
+    slice_rules,
+)
 from components.evaluation.card import write_model_card
 from components.evaluation.metrics import (
     Interval,
-    bootstrap_intervals,
     compute_metrics,
     confusion_matrix,
+    prior_probabilities,
     roc_curve,
 )
 from components.models.export import ExportedModel, load_model_export
@@ -61,6 +68,8 @@ class EvaluationResult:
     roc: dict[str, list[float]] | None
     intervals: dict[str, dict[str, float]] = field(default_factory=dict)
     differences: dict[str, dict[str, float]] | None = None
+    baseline_metrics: dict[str, float] = field(default_factory=dict)
+    baseline_differences: dict[str, dict[str, float]] = field(default_factory=dict)
     slices: list[dict[str, Any]] = field(default_factory=list)
     checks: list[dict[str, Any]] = field(default_factory=list)
     test_rows: int = 0
@@ -74,6 +83,8 @@ class EvaluationResult:
             "champion_version": self.champion_version,
             "intervals": self.intervals,
             "differences": self.differences,
+            "baseline_metrics": self.baseline_metrics,
+            "baseline_differences": self.baseline_differences,
             "failed_slices": [s for s in self.slices if s.get("blocking")],
             "test_rows": self.test_rows,
         }
@@ -174,45 +185,86 @@ def evaluate_slices(
     config: Config,
     numeric_columns: list[str],
 ) -> tuple[list[dict[str, Any]], list[Check]]:
-    """Per-slice metrics for every configured column, and the slice checks that apply."""
+    """Per-slice metrics for every configured column, and the slice checks, each on its own paired interval.
+
+    Only slices with at least ``evaluate.slice_min_rows`` rows are judged. Every interval-judged slice
+    check is one test of a family of m; each uses a two-sided level of 1 − alpha/m (Bonferroni), so an
+    equal candidate is blocked by some slice with probability at most alpha/2 (one-sided tests).
+    """
     ev = config.evaluate
     rules = slice_rules(ev.thresholds, ev.slice_thresholds)
-    rows, checks = [], []
+    baseline = prior_probabilities(y, candidate.shape[1])  # the same constant predictor as overall
+    groups = []
     for column in ev.slices:
         labels = slice_labels(frame, column, column in numeric_columns).to_numpy()
         for value in sorted(set(labels)):
             mask = labels == value
-            name = f"{column}={value}"
-            cand = compute_metrics(y[mask], candidate[mask])
-            champ = compute_metrics(y[mask], champion[mask]) if champion is not None else None
-            judged = int(mask.sum()) >= ev.slice_min_rows
-            slice_checks: list[Check] = []
-            if judged:
-                for metric, rule in rules.items():
-                    if metric not in cand:
-                        continue
-                    check = value_check(metric, rule, cand[metric], where=name)
-                    if check is not None:
-                        slice_checks.append(check)
-                    if champ is not None:
-                        slice_checks.extend(
-                            change_checks(metric, rule, cand[metric], champ[metric], where=name)
-                        )
-            checks.extend(slice_checks)
-            rows.append(
-                {
-                    "slice": name,
-                    "column": column,
-                    "value": value,
-                    "rows": int(mask.sum()),
-                    "judged": judged,
-                    "candidate": cand,
-                    "champion": champ,
-                    "blocking": any(not c.passed for c in slice_checks),
-                    "failed": [c.message for c in slice_checks if not c.passed],
-                }
+            groups.append((column, value, mask, int(mask.sum()) >= ev.slice_min_rows))
+    family = sum(interval_checks(rule, champion is not None) for *_, judged in groups if judged for rule in rules.values())
+    level = 1 - (1 - ev.confidence) / max(family, 1)
+    rows, checks = [], []
+    for i, (column, value, mask, judged) in enumerate(groups):
+        name = f"{column}={value}"
+        cand = compute_metrics(y[mask], candidate[mask])
+        champ = compute_metrics(y[mask], champion[mask]) if champion is not None else None
+        slice_checks: list[Check] = []
+        evidence: dict[str, Evidence] = {}
+        if judged and rules:
+            evidence = collect_evidence(
+                y[mask], candidate[mask], champion[mask] if champion is not None else None, baseline[mask],
+                samples=ev.bootstrap_samples, seed=ev.seed + 1 + i, confidence=level, normal=True,
             )
+            slice_checks = judge(rules, evidence, where=name)
+        checks.extend(slice_checks)
+        rows.append(
+            {
+                "slice": name,
+                "column": column,
+                "value": value,
+                "rows": int(mask.sum()),
+                "judged": judged,
+                "candidate": cand,
+                "champion": champ,
+                "confidence": level if judged else None,
+                "differences": {m: e.vs_champion.to_dict() for m, e in evidence.items() if e.vs_champion},
+                "blocking": any(not c.passed for c in slice_checks),
+                "failed": [c.message for c in slice_checks if not c.passed],
+            }
+        )
     return rows, checks
+
+
+@dataclass
+class Judgement:
+    """The blessing rules applied to a candidate's evidence on one test split."""
+
+    passed: bool  # rules exist, at least one applied, and every check passed
+    applied: bool
+    checks: list[Check]
+    evidence: dict[str, Evidence]
+    slices: list[dict[str, Any]]
+
+
+def judge_candidate(
+    y: np.ndarray,
+    p_candidate: np.ndarray,
+    p_champion: np.ndarray | None,
+    config: Config,
+    frame: pd.DataFrame,
+    numeric_columns: list[str],
+) -> Judgement:
+    """Paired evidence of candidate vs champion vs the prior predictor, judged by ``config.evaluate``."""
+    ev = config.evaluate
+    baseline = prior_probabilities(y, p_candidate.shape[1])
+    evidence = collect_evidence(
+        y, p_candidate, p_champion, baseline, samples=ev.bootstrap_samples, seed=ev.seed, confidence=ev.confidence
+    )
+    checks = judge(ev.thresholds, evidence)
+    slices, slice_checks = evaluate_slices(frame, y, p_candidate, p_champion, config, numeric_columns)
+    # A first model under change-only rules meets no rule at all: that is not a blessing either.
+    applied = bool(checks)
+    passed = bool(ev.thresholds) and applied and all(c.passed for c in checks + slice_checks)
+    return Judgement(passed, applied, checks + slice_checks, evidence, slices)
 
 
 # --- the step -------------------------------------------------------------------------------------
@@ -224,7 +276,7 @@ def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_ru
     if not has_rules:
         reasons.append(
             "no blessing thresholds are configured, so nothing is blessed (never by accident); set at least one, "
-            "e.g. --set evaluate.thresholds.accuracy.value=0.7"
+            "e.g. --set evaluate.thresholds.accuracy.value=baseline"
         )
     if champion.error:
         reasons.append(f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it")
@@ -268,25 +320,19 @@ def evaluate_candidate(
     cand_metrics = compute_metrics(y, p_cand)
     if p_champ is not None:
         champion.metrics = compute_metrics(y, p_champ)
-    intervals, differences = bootstrap_intervals(
-        y, p_cand, samples=ev.bootstrap_samples, confidence=ev.confidence, seed=ev.seed, p_baseline=p_champ
-    )
-    checks = judge(
-        ev.thresholds, cand_metrics, champion.metrics, differences=differences, confidence=ev.confidence
-    )
-    slices, slice_checks = evaluate_slices(frame, y, p_cand, p_champ, config, snapshot.schema.numeric)
-    all_checks = checks + slice_checks
+    judgement = judge_candidate(y, p_cand, p_champ, config, frame, snapshot.schema.numeric)
+    all_checks = judgement.checks
     has_rules = bool(ev.thresholds)
-    # A first model under change-only rules meets no rule at all: that is not a blessing either.
-    applied = bool(checks)
-    blessed = has_rules and applied and champion.error is None and all(c.passed for c in all_checks)
+    blessed = judgement.passed and champion.error is None
     reasons = _reasons(blessed, all_checks, champion, has_rules)
-    if has_rules and not applied:
+    if has_rules and not judgement.applied:
         reasons.insert(
             0,
             "no configured rule applies: without a champion only value thresholds can bless, and none is set; "
-            "add one, e.g. --set evaluate.thresholds.accuracy.value=0.7",
+            "add one, e.g. --set evaluate.thresholds.accuracy.value=baseline",
         )
+    evidence = judgement.evidence
+    slices = judgement.slices
 
     pred = p_cand.argmax(axis=1)
     roc = roc_curve(y == 1, p_cand[:, 1]) if len(classes) == 2 else None
@@ -299,8 +345,12 @@ def evaluate_candidate(
         class_names=classes,
         confusion_matrix=confusion_matrix(y, pred, len(classes)).tolist(),
         roc=roc,
-        intervals={k: v.to_dict() for k, v in intervals.items()},
-        differences={k: v.to_dict() for k, v in differences.items()} if differences else None,
+        intervals={k: e.candidate.to_dict() for k, e in evidence.items()},
+        differences={k: e.vs_champion.to_dict() for k, e in evidence.items() if e.vs_champion}
+        if p_champ is not None
+        else None,
+        baseline_metrics={k: e.baseline for k, e in evidence.items() if e.baseline is not None},
+        baseline_differences={k: e.vs_baseline.to_dict() for k, e in evidence.items() if e.vs_baseline},
         slices=slices,
         checks=[c.to_dict() for c in all_checks],
         test_rows=len(frame),

@@ -80,13 +80,21 @@ def roc_curve(y_pos: np.ndarray, score: np.ndarray, max_points: int = 200) -> di
     return {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "thresholds": thresholds.tolist()}
 
 
+def prior_probabilities(y: np.ndarray, n_classes: int) -> np.ndarray:
+    """The trivial baseline: every row gets the class frequencies of ``y`` (its argmax is the majority class)."""
+    freq = np.bincount(y, minlength=n_classes).astype(np.float64) / max(len(y), 1)
+    return np.tile(freq, (len(y), 1))
+
+
 @dataclass
 class Interval:
-    """A point estimate with a two-sided percentile bootstrap interval."""
+    """A point estimate with an interval (percentile bootstrap, or bootstrap standard error × z)."""
 
     value: float
     low: float
     high: float
+    # The two-sided confidence level of [low, high].
+    confidence: float = 0.95
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -94,43 +102,108 @@ class Interval:
     def contains_zero(self) -> bool:
         return self.low <= 0.0 <= self.high
 
+    def flipped(self) -> Interval:
+        """The interval of the negated quantity (a lower-is-better difference read as an improvement)."""
+        return Interval(-self.value, -self.high, -self.low, self.confidence)
 
-def _bootstrap_chunks(n: int, samples: int, seed: int, max_cells: int = 4_000_000):
-    """Resampled row indices in chunks of resamples, so memory stays bounded on large test sets."""
+
+# --- the paired bootstrap ---------------------------------------------------------------------------
+
+
+def _resample_weights(n: int, samples: int, seed: int, max_cells: int = 4_000_000):
+    """How often each row is drawn in each resample, in chunks of resamples (memory stays bounded)."""
     rng = np.random.default_rng(seed)
     per_chunk = max(1, max_cells // max(n, 1))
     for start in range(0, samples, per_chunk):
-        yield rng.integers(0, n, size=(min(per_chunk, samples - start), n))
+        k = min(per_chunk, samples - start)
+        idx = rng.integers(0, n, size=(k, n))
+        offsets = (np.arange(k) * n)[:, None]
+        yield np.bincount((idx + offsets).ravel(), minlength=k * n).reshape(k, n).astype(np.float64)
 
 
-def _metric_samples(y: np.ndarray, p: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:
-    """Every metric on every bootstrap resample (rows of ``idx``), vectorised over resamples."""
+def _onehot(codes: np.ndarray, width: int):
+    from scipy.sparse import csr_matrix
+
+    n = len(codes)
+    return csr_matrix((np.ones(n), (np.arange(n), codes)), shape=(n, width))
+
+
+def _weighted_auc(w: np.ndarray, y_pos: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """ROC AUC of every weighted resample (rows of ``w``): the Mann-Whitney statistic with ties as 1/2."""
+    order = np.argsort(score, kind="stable")
+    s, pos = score[order], y_pos[order].astype(np.float64)
+    w = w[:, order]
+    w_pos, w_neg = w * pos, w * (1.0 - pos)
+    cum_neg = np.concatenate([np.zeros((len(w), 1)), np.cumsum(w_neg, axis=1)], axis=1)
+    new_group = np.r_[True, s[1:] != s[:-1]]
+    start = np.maximum.accumulate(np.where(new_group, np.arange(len(s)), 0))
+    end = np.r_[np.flatnonzero(new_group)[1:], len(s)]
+    end = end[np.cumsum(new_group) - 1]
+    below = cum_neg[:, start]
+    ties = cum_neg[:, end] - below
+    total = w_pos.sum(axis=1) * w_neg.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (w_pos * (below + 0.5 * ties)).sum(axis=1) / total, np.nan)
+
+
+def _weighted_metrics(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
+    """Every metric on every weighted resample (rows of ``w``), vectorised over resamples."""
     n_classes = p.shape[1]
     pred = p.argmax(axis=1)
+    n = w.sum(axis=1)
     correct = (pred == y).astype(np.float64)
     nll = -np.log(np.clip(p[np.arange(len(y)), y], _EPS, 1.0))
-    samples = idx.shape[0]
-    cells = (y * n_classes + pred)[idx] + (np.arange(samples) * n_classes * n_classes)[:, None]
-    cm = np.bincount(cells.ravel(), minlength=samples * n_classes * n_classes).reshape(
-        samples, n_classes, n_classes
-    )
+    # Macro F1 from per-class true positives, supports and predictions of each resample.
+    tp = (_onehot(np.where(pred == y, y, n_classes), n_classes + 1).T @ w.T).T[:, :n_classes]
+    support = (_onehot(y, n_classes).T @ w.T).T
+    predicted = (_onehot(pred, n_classes).T @ w.T).T
+    denom = support + predicted
+    present = denom > 0
+    f1 = np.where(present, 2 * tp / np.maximum(denom, 1e-12), 0.0)
     out = {
-        "accuracy": correct[idx].mean(axis=1),
-        "macro_f1": _macro_f1_from_counts(cm),
-        "log_loss": nll[idx].mean(axis=1),
+        "accuracy": w @ correct / n,
+        "macro_f1": f1.sum(axis=1) / np.maximum(present.sum(axis=1), 1),
+        "log_loss": w @ nll / n,
     }
     if n_classes == 2:
-        out["roc_auc"] = np.array([roc_auc(y[i] == 1, p[i, 1]) for i in idx])
+        out["roc_auc"] = _weighted_auc(w, y == 1, p[:, 1])
     return out
 
 
-def _interval(point: float, draws: np.ndarray, confidence: float) -> Interval:
+def paired_bootstrap(
+    y: np.ndarray, models: dict[str, np.ndarray], *, samples: int, seed: int
+) -> dict[str, dict[str, np.ndarray]]:
+    """Each metric of each model on the SAME ``samples`` resamples of the rows: draws[model][metric]."""
+    draws: dict[str, dict[str, list[np.ndarray]]] = {name: {} for name in models}
+    if len(y) == 0 or samples <= 0:
+        return {name: {} for name in models}
+    for w in _resample_weights(len(y), samples, seed):
+        for name, p in models.items():
+            for metric, values in _weighted_metrics(w, y, p).items():
+                draws[name].setdefault(metric, []).append(values)
+    return {name: {m: np.concatenate(v) for m, v in per.items()} for name, per in draws.items()}
+
+
+def percentile_interval(point: float, draws: np.ndarray, confidence: float) -> Interval:
+    """The percentile bootstrap interval (NaN draws, e.g. AUC on a one-class resample, are left out)."""
     draws = draws[np.isfinite(draws)]
-    if len(draws) == 0:
-        return Interval(point, point, point)
+    if len(draws) == 0 or not np.isfinite(point):
+        return Interval(float(point), float(point), float(point), confidence)
     alpha = (1 - confidence) / 2
     low, high = np.quantile(draws, [alpha, 1 - alpha])
-    return Interval(float(point), float(low), float(high))
+    return Interval(float(point), float(low), float(high), confidence)
+
+
+def normal_interval(point: float, draws: np.ndarray, confidence: float) -> Interval:
+    """point ± z × the bootstrap standard error: stable at the extreme levels of a multiple-comparison
+    correction, where 1,000 resamples leave too few draws in a percentile tail."""
+    from scipy.stats import norm
+
+    draws = draws[np.isfinite(draws)]
+    if len(draws) < 2 or not np.isfinite(point):
+        return Interval(float(point), float(point), float(point), confidence)
+    half = float(norm.ppf(1 - (1 - confidence) / 2) * draws.std(ddof=1))
+    return Interval(float(point), float(point) - half, float(point) + half, confidence)
 
 
 def bootstrap_intervals(
@@ -142,28 +215,18 @@ def bootstrap_intervals(
     seed: int,
     p_baseline: np.ndarray | None = None,
 ) -> tuple[dict[str, Interval], dict[str, Interval] | None]:
-    """Intervals of each metric and, with a baseline, of the paired difference (model − baseline)."""
+    """Percentile intervals of each metric and, with a baseline, of the paired difference (model − baseline)."""
     point = compute_metrics(y, p)
-    if samples <= 0 or len(y) == 0:
-        single = {k: Interval(v, v, v) for k, v in point.items()}
-        if p_baseline is None:
-            return single, None
-        base = compute_metrics(y, p_baseline)
-        return single, {
-            k: Interval(point[k] - base[k], point[k] - base[k], point[k] - base[k]) for k in point
-        }
-    model_draws: dict[str, list[np.ndarray]] = {k: [] for k in point}
-    diff_draws: dict[str, list[np.ndarray]] = {k: [] for k in point}
-    base_point = compute_metrics(y, p_baseline) if p_baseline is not None else None
-    for idx in _bootstrap_chunks(len(y), samples, seed):
-        draws = _metric_samples(y, p, idx)
-        base = _metric_samples(y, p_baseline, idx) if p_baseline is not None else None
-        for k in point:
-            model_draws[k].append(draws[k])
-            if base is not None:
-                diff_draws[k].append(draws[k] - base[k])
-    intervals = {k: _interval(point[k], np.concatenate(model_draws[k]), confidence) for k in point}
-    if base_point is None:
+    models = {"model": p} if p_baseline is None else {"model": p, "baseline": p_baseline}
+    draws = paired_bootstrap(y, models, samples=samples, seed=seed)
+    empty = np.array([])
+    intervals = {k: percentile_interval(v, draws["model"].get(k, empty), confidence) for k, v in point.items()}
+    if p_baseline is None:
         return intervals, None
-    diffs = {k: _interval(point[k] - base_point[k], np.concatenate(diff_draws[k]), confidence) for k in point}
+    base = compute_metrics(y, p_baseline)
+    diffs = {
+        k: percentile_interval(point[k] - base[k], draws["model"].get(k, empty) - draws["baseline"].get(k, empty)
+                               if k in draws["model"] else empty, confidence)
+        for k in point
+    }
     return intervals, diffs
