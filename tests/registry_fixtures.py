@@ -17,23 +17,32 @@ from components.data.snapshot import (
     load_snapshot,
     read_data,
     split_keys,
+    training_split_record,
     write_snapshot,
 )
+from components.data.splits import SplitSettings
 from components.models.export import save_model_export
 from components.models.tabular import InputSpec, build_model
 
 TINY_MODEL = ModelConfig(kind="mlp", hidden=16, depth=1, dropout=0.0, embedding_dim=4)
+# How make_snapshot splits the rows (a model records it, as select_and_export does).
+SNAPSHOT_SPLIT = SplitSettings(key="customer_id", salt="t", val_fraction=0.1, test_fraction=0.3)
 
 
-def make_snapshot(root: Path, *, days: int = 2, rows_per_day: int = 600, seed: int = 0) -> Path:
+def make_snapshot(
+    root: Path, *, days: int = 2, rows_per_day: int = 600, seed: int = 0, split: SplitSettings = SNAPSHOT_SPLIT,
+    name: str = "snapshot",
+) -> Path:
     """Demo data → a snapshot directory (train/val/test, schema, preprocessing, fingerprint)."""
     data_dir = root / "data"
-    write_demo_data(data_dir, days=days, rows_per_day=rows_per_day, seed=seed)
+    if not data_dir.is_dir():
+        write_demo_data(data_dir, days=days, rows_per_day=rows_per_day, seed=seed)
     files = list_data_files(str(data_dir))
     frame = read_data(str(data_dir), files)
-    schema = infer_schema(frame, label="label", key="customer_id", features=[], categorical=[])
-    splits = assign_splits(split_keys(frame, schema), val_fraction=0.1, test_fraction=0.3, salt="t")
-    out = root / "snapshot"
+    schema = infer_schema(frame, label="label", key=split.key, features=[], categorical=[])
+    splits = assign_splits(split_keys(frame, schema), val_fraction=split.val_fraction,
+                           test_fraction=split.test_fraction, salt=split.salt)
+    out = root / name
     write_snapshot(
         out, frame, splits, schema, data_uri=str(data_dir), files=files, fingerprint=fingerprint_files(files)
     )
@@ -42,7 +51,10 @@ def make_snapshot(root: Path, *, days: int = 2, rows_per_day: int = 600, seed: i
     return out
 
 
-def make_model(snapshot_dir: Path, path: Path, *, steps: int = 0, seed: int = 0, prep_override=None) -> Path:
+def make_model(
+    snapshot_dir: Path, path: Path, *, steps: int = 0, seed: int = 0, prep_override=None,
+    split: SplitSettings = SNAPSHOT_SPLIT,
+) -> Path:
     """A tiny exported MLP trained ``steps`` full-batch Adam steps on the train split (0: untrained)."""
     # One thread: on this shared 2-core machine two threads made the tiny training ~25x slower.
     torch.set_num_threads(1)
@@ -68,7 +80,8 @@ def make_model(snapshot_dir: Path, path: Path, *, steps: int = 0, seed: int = 0,
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(xn, xc), yt).backward()
             opt.step()
-    save_model_export(path, model.state_dict(), TINY_MODEL, spec, prep, {"step": steps, "seed": seed})
+    metadata = {"step": steps, "seed": seed, "split": training_split_record(snap, split)}
+    save_model_export(path, model.state_dict(), TINY_MODEL, spec, prep, metadata)
     return path
 
 

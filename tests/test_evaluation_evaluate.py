@@ -225,3 +225,58 @@ def test_a_constant_prior_predictor_is_not_blessed_as_a_first_model(tmp_path):
     blessing = json.loads((tmp_path / "blessing.json").read_text())
     assert blessing["baseline_metrics"]["accuracy"] == pytest.approx(result.candidate_metrics["accuracy"])
     assert "fails value threshold 'baseline'" in (tmp_path / "card.md").read_text()
+
+
+def test_a_champion_trained_on_rows_of_this_test_split_is_not_compared(world, tmp_path):
+    from registry_fixtures import SNAPSHOT_SPLIT
+
+    from components.data.splits import SplitSettings
+
+    config = fast_config()
+    uri = local_tracking_uri(tmp_path)
+    # The champion came from the same data split with another salt: many of today's test rows were its training rows.
+    other = SplitSettings(key="customer_id", salt="another salt", val_fraction=0.1, test_fraction=0.3)
+    other_snap = make_snapshot(world["root"], split=other, name="snapshot-other-salt")
+    champion_file = make_model(other_snap, tmp_path / "champion.pt", steps=80, seed=3, split=other)
+    run1 = make_run(uri, config, "p1")
+    assert _evaluate(world, tmp_path, champion_file, config, run1).blessed
+    assert _register(world, tmp_path, champion_file, config, run1, "p1").aliases == ["challenger", "champion"]
+
+    run2 = make_run(uri, config, "p2")
+    result = _evaluate(world, tmp_path, world["good"], config, run2)
+    assert not result.blessed and result.champion_metrics is not None
+    test_rows = len(load_snapshot(world["snap"]).frame("test"))
+    blessing = json.loads((tmp_path / "blessing.json").read_text())
+    check = blessing["champion_split_check"]
+    # About 70% of the test rows are train rows under the other salt (its train fraction is 0.6).
+    assert check["ok"] is False and 0.5 * test_rows < check["overlap_rows"] < 0.75 * test_rows
+    assert "champion version 1 is not compared" in result.reasons[0] and "training rows" in result.reasons[0]
+    assert "were its training rows" in (tmp_path / "card.md").read_text()
+
+    # The same candidate against a champion with the same split settings is compared as usual.
+    assert SNAPSHOT_SPLIT.salt != other.salt
+    same = make_model(world["snap"], tmp_path / "same.pt", steps=80, seed=4)
+    run3 = make_run(uri, config, "p3")
+    _evaluate(world, tmp_path, same, config, run3)
+    client = mlflow.MlflowClient(uri, registry_uri=uri)
+    version = _register(world, tmp_path, same, config, run3, "p3").version
+    client.set_registered_model_alias(config.registry.model_name, "champion", version)
+    _evaluate(world, tmp_path, world["good"], config, make_run(uri, config, "p4"))
+    check = json.loads((tmp_path / "blessing.json").read_text())["champion_split_check"]
+    assert check["ok"] is True and check["overlap_rows"] == 0
+
+
+def test_a_champion_without_a_split_record_is_not_compared(world, tmp_path):
+    import torch
+
+    config = fast_config()
+    uri = local_tracking_uri(tmp_path)
+    legacy = tmp_path / "legacy.pt"
+    payload = torch.load(world["good"], weights_only=True)
+    del payload["metadata"]["split"]  # as exported before models recorded their split
+    torch.save(payload, legacy)
+    run1 = make_run(uri, config, "p1")
+    _evaluate(world, tmp_path, legacy, config, run1)
+    _register(world, tmp_path, legacy, config, run1, "p1")
+    result = _evaluate(world, tmp_path, world["good"], config, make_run(uri, config, "p2"))
+    assert not result.blessed and "records no training split" in result.reasons[0]

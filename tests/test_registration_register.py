@@ -29,6 +29,8 @@ LINEAGE_TAGS = (
     "ctpipe.validation_warnings",
     "ctpipe.sanity",
     "ctpipe.config",
+    "ctpipe.split",
+    "ctpipe.train_keys_sha256",
 )
 
 

@@ -178,3 +178,32 @@ def test_ties_on_the_metric_go_to_the_lower_validation_loss():
     assert ckpt.rank_entries(entries, "val_accuracy", "max")[0].step == 10
     with pytest.raises(ValueError, match="max or min"):
         ckpt.rank_entries(entries, "val_accuracy", "auto")
+
+
+# --- the training split recorded with the export ------------------------------------------------
+
+
+def test_the_export_records_the_split_settings_and_a_digest_of_the_training_keys(checkpoints, snapshot_dir, tmp_path):
+    from components.data.splits import CANONICAL_FORM, keys_digest
+
+    ckpt_dir, _ = checkpoints
+    select_and_export(str(ckpt_dir), str(snapshot_dir), load_config(None, CONFIG), str(tmp_path / "m.pt"))
+    split = load_model_export(tmp_path / "m.pt").metadata["split"]
+    config = load_config(None, CONFIG)
+    assert {k: split[k] for k in ("key", "salt", "val_fraction", "test_fraction", "canonical_form")} == {
+        "key": "customer_id", "salt": config.data.split_salt, "val_fraction": config.data.val_fraction,
+        "test_fraction": config.data.test_fraction, "canonical_form": CANONICAL_FORM,
+    }
+    train = load_snapshot(snapshot_dir).frame("train")
+    assert split["train_rows"] == len(train)
+    assert split["train_keys_sha256"] == keys_digest(train["customer_id"].astype(str))
+    assert split["partitions"] == ["date=2026-01-01", "date=2026-01-02"]
+
+
+def test_an_export_with_a_config_that_did_not_make_the_snapshot_is_refused(checkpoints, snapshot_dir, tmp_path):
+    from components.errors import DataValidationError
+
+    ckpt_dir, _ = checkpoints
+    other = load_config(None, CONFIG + ["data.split_salt=another"])
+    with pytest.raises(DataValidationError, match="split_salt"):
+        select_and_export(str(ckpt_dir), str(snapshot_dir), other, str(tmp_path / "m.pt"))

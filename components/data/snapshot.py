@@ -17,7 +17,15 @@ import numpy as np
 import pandas as pd
 
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
-from components.data.splits import PARTITION_COLUMN, SPLIT_COLUMN, SPLITS, assign_splits, split_keys
+from components.data.splits import (
+    PARTITION_COLUMN,
+    SPLIT_COLUMN,
+    SPLITS,
+    SplitSettings,
+    assign_splits,
+    keys_digest,
+    split_keys,
+)
 from components.errors import DataValidationError, UserError
 
 # Re-exported: the files layer lives in files.py, the stable splits in splits.py.
@@ -239,3 +247,28 @@ def load_snapshot(path: str | Path) -> Snapshot:
     meta = json.loads((root / "fingerprint.json").read_text())
     files = [DataFile(**f) for f in meta["files"]]
     return Snapshot(root, schema, prep, meta["fingerprint"], meta["data_uri"], files)
+
+
+# --- the split a model is trained on ------------------------------------------------------------
+
+
+def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[str, Any]:
+    """What an exported model records about its training rows: the split settings, the partitions they
+    came from, and a digest of their canonical keys. Raises DataValidationError when ``settings`` do not
+    reproduce the snapshot's train split (the config does not describe how this snapshot was split)."""
+    train = snapshot.frame("train")
+    keys = split_keys(train, Schema(label=snapshot.schema.label, key=settings.key, numeric=[], categorical=[],
+                                    classes=[]))
+    moved = int((settings.assign(keys) != "train").sum())
+    if moved:
+        raise DataValidationError(
+            f"{moved} of the {len(train)} train rows of snapshot '{snapshot.root}' are not train rows under the "
+            f"split settings {settings.to_dict()}: the config's data.key/split_salt/val_fraction/test_fraction are "
+            "not the ones this snapshot was split with. Use the config the data was validated with."
+        )
+    return {
+        **settings.to_dict(),
+        "partitions": sorted({_partition_of(f.path) for f in snapshot.files}),
+        "train_rows": len(train),
+        "train_keys_sha256": keys_digest(keys),
+    }

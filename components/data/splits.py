@@ -275,6 +275,11 @@ class SplitSettings:
         return cls(key=d.get("key"), salt=str(d["salt"]), val_fraction=float(d["val_fraction"]),
                    test_fraction=float(d["test_fraction"]), canonical_form=str(d.get("canonical_form", "")))
 
+    @classmethod
+    def from_config(cls, data: Any) -> SplitSettings:
+        """The settings of a ``DataConfig``."""
+        return cls(key=data.key, salt=data.split_salt, val_fraction=data.val_fraction, test_fraction=data.test_fraction)
+
     def assign(self, keys: pd.Series) -> pd.Series:
         return assign_splits(keys, val_fraction=self.val_fraction, test_fraction=self.test_fraction, salt=self.salt)
 

@@ -65,6 +65,20 @@ def _slices_table(slices: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _split_lines(split: dict[str, Any] | None, check: dict[str, Any] | None) -> list[str]:
+    lines = []
+    if split:
+        by = f"key `{split['key']}`" if split.get("key") else "row content"
+        lines.append(
+            f"- training split: by {by}, salt `{split['salt']}`, val/test fractions {split['val_fraction']}/"
+            f"{split['test_fraction']} ({split['canonical_form']}); {split['train_rows']} training rows, key digest "
+            f"`{split['train_keys_sha256'][:16]}`"
+        )
+    if check:
+        lines.append(f"- champion's training rows in this test split: {check['message']}")
+    return lines
+
+
 def _confusion(blessing: dict[str, Any]) -> list[str]:
     names = blessing["class_names"]
     lines = ["| true \\ predicted | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -110,6 +124,7 @@ def write_model_card(
         f"- fingerprint: `{snapshot.fingerprint}`",
         f"- rows per split: {fingerprint_meta.get('rows', {})}",
         f"- label: `{snapshot.schema.label}`; classes: {', '.join(snapshot.schema.classes)}",
+        *_split_lines(meta.get("split"), blessing.get("champion_split_check")),
         f"- numeric features: {', '.join(snapshot.schema.numeric) or '-'}",
         f"- categorical features: {', '.join(snapshot.schema.categorical) or '-'}",
         "",

@@ -30,6 +30,7 @@ from components.evaluation.blessing import (
     slice_rules,
 )
 from components.evaluation.card import write_model_card
+from components.evaluation.leakage import champion_training_overlap
 from components.evaluation.metrics import (
     Interval,
     compute_metrics,
@@ -316,6 +317,13 @@ def evaluate_candidate(
     p_cand = score_export(candidate, frame, classes)
     champion = score_champion(tracking_uri, config, frame, classes)
     p_champ = champion.probabilities
+    split_check = None
+    if p_champ is not None:
+        split_check = champion_training_overlap(
+            champion.metadata.get("split"), frame, snapshot.schema, version=str(champion.version)
+        )
+        if not split_check.ok:
+            champion.error = split_check.message  # reported and compared, but nothing is blessed against it
 
     cand_metrics = compute_metrics(y, p_cand)
     if p_champ is not None:
@@ -363,6 +371,7 @@ def evaluate_candidate(
         "confusion_matrix": result.confusion_matrix,
         "thresholds": {k: vars(v) for k, v in ev.thresholds.items()},
         "champion_error": champion.error,
+        "champion_split_check": split_check.to_dict() if split_check else None,
         "model_sha256": _file_sha256(model_path),
         "data_fingerprint": snapshot.fingerprint,
         "model_metadata": candidate.metadata,

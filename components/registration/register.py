@@ -209,6 +209,10 @@ def version_tags(
     meta = blessing.get("model_metadata") or {}
     if "step" in meta:
         tags["ctpipe.checkpoint_step"] = str(meta["step"])
+    if meta.get("split"):
+        # How the training rows were chosen and which they were (digest), beside the data fingerprint.
+        tags["ctpipe.split"] = _clip(json.dumps({k: v for k, v in meta["split"].items() if k != "partitions"}))
+        tags["ctpipe.train_keys_sha256"] = str(meta["split"].get("train_keys_sha256", ""))
     return tags
 
 

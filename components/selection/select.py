@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from components.config import Config, ModelConfig
-from components.data.snapshot import load_snapshot
+from components.data.snapshot import load_snapshot, training_split_record
+from components.data.splits import SplitSettings
 from components.errors import TrainingError
 from components.models.export import load_model_export, save_model_export
 from components.models.tabular import InputSpec, build_model
@@ -84,6 +85,8 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
         "data_fingerprint": snapshot.fingerprint,
         "data_uri": snapshot.data_uri,
         "train_world_size": index.get("world_size"),
+        # So a later evaluation can check that none of this model's training rows is in its test split.
+        "split": training_split_record(snapshot, SplitSettings.from_config(config.data)),
     }
     state = {
         k: v.detach().float() if v.is_floating_point() else v.detach() for k, v in model.state_dict().items()
