@@ -117,15 +117,34 @@ def _resample_weights(n: int, samples: int, seed: int, max_cells: int = 4_000_00
     for start in range(0, samples, per_chunk):
         k = min(per_chunk, samples - start)
         idx = rng.integers(0, n, size=(k, n))
-        offsets = (np.arange(k) * n)[:, None]
-        yield np.bincount((idx + offsets).ravel(), minlength=k * n).reshape(k, n).astype(np.float64)
+        idx += (np.arange(k) * n)[:, None]  # one bincount for the whole chunk
+        yield np.bincount(idx.ravel(), minlength=k * n).reshape(k, n).astype(np.float64)
 
 
-def _onehot(codes: np.ndarray, width: int):
-    from scipy.sparse import csr_matrix
+def _row_statistics(y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Per-row columns whose weighted sums give every metric: correct, NLL, then per class the true
+    positive, label and prediction indicators (so one matrix product scores all resamples)."""
+    n_classes = p.shape[1]
+    pred = p.argmax(axis=1)
+    onehot_y = np.eye(n_classes)[y]
+    onehot_pred = np.eye(n_classes)[pred]
+    correct = (pred == y).astype(np.float64)
+    nll = -np.log(np.clip(p[np.arange(len(y)), y], _EPS, 1.0))
+    return np.column_stack([correct, nll, onehot_y * correct[:, None], onehot_y, onehot_pred])
 
-    n = len(codes)
-    return csr_matrix((np.ones(n), (np.arange(n), codes)), shape=(n, width))
+
+def _metrics_from_sums(sums: np.ndarray, total: np.ndarray, n_classes: int) -> dict[str, np.ndarray]:
+    tp = sums[:, 2 : 2 + n_classes]
+    support = sums[:, 2 + n_classes : 2 + 2 * n_classes]
+    predicted = sums[:, 2 + 2 * n_classes :]
+    denom = support + predicted
+    present = denom > 0
+    f1 = np.where(present, 2 * tp / np.maximum(denom, 1e-12), 0.0)
+    return {
+        "accuracy": sums[:, 0] / total,
+        "macro_f1": f1.sum(axis=1) / np.maximum(present.sum(axis=1), 1),
+        "log_loss": sums[:, 1] / total,
+    }
 
 
 def _weighted_auc(w: np.ndarray, y_pos: np.ndarray, score: np.ndarray) -> np.ndarray:
@@ -148,24 +167,8 @@ def _weighted_auc(w: np.ndarray, y_pos: np.ndarray, score: np.ndarray) -> np.nda
 
 def _weighted_metrics(w: np.ndarray, y: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
     """Every metric on every weighted resample (rows of ``w``), vectorised over resamples."""
-    n_classes = p.shape[1]
-    pred = p.argmax(axis=1)
-    n = w.sum(axis=1)
-    correct = (pred == y).astype(np.float64)
-    nll = -np.log(np.clip(p[np.arange(len(y)), y], _EPS, 1.0))
-    # Macro F1 from per-class true positives, supports and predictions of each resample.
-    tp = (_onehot(np.where(pred == y, y, n_classes), n_classes + 1).T @ w.T).T[:, :n_classes]
-    support = (_onehot(y, n_classes).T @ w.T).T
-    predicted = (_onehot(pred, n_classes).T @ w.T).T
-    denom = support + predicted
-    present = denom > 0
-    f1 = np.where(present, 2 * tp / np.maximum(denom, 1e-12), 0.0)
-    out = {
-        "accuracy": w @ correct / n,
-        "macro_f1": f1.sum(axis=1) / np.maximum(present.sum(axis=1), 1),
-        "log_loss": w @ nll / n,
-    }
-    if n_classes == 2:
+    out = _metrics_from_sums(w @ _row_statistics(y, p), w.sum(axis=1), p.shape[1])
+    if p.shape[1] == 2:
         out["roc_auc"] = _weighted_auc(w, y == 1, p[:, 1])
     return out
 
@@ -174,12 +177,21 @@ def paired_bootstrap(
     y: np.ndarray, models: dict[str, np.ndarray], *, samples: int, seed: int
 ) -> dict[str, dict[str, np.ndarray]]:
     """Each metric of each model on the SAME ``samples`` resamples of the rows: draws[model][metric]."""
-    draws: dict[str, dict[str, list[np.ndarray]]] = {name: {} for name in models}
     if len(y) == 0 or samples <= 0:
         return {name: {} for name in models}
+    names = list(models)
+    n_classes = next(iter(models.values())).shape[1]
+    stats = [_row_statistics(y, models[name]) for name in names]
+    width = stats[0].shape[1]
+    stacked = np.hstack(stats)  # every model's row statistics: one matrix product per chunk
+    draws: dict[str, dict[str, list[np.ndarray]]] = {name: {} for name in names}
     for w in _resample_weights(len(y), samples, seed):
-        for name, p in models.items():
-            for metric, values in _weighted_metrics(w, y, p).items():
+        sums, total = w @ stacked, w.sum(axis=1)
+        for i, name in enumerate(names):
+            found = _metrics_from_sums(sums[:, i * width : (i + 1) * width], total, n_classes)
+            if n_classes == 2:
+                found["roc_auc"] = _weighted_auc(w, y == 1, models[name][:, 1])
+            for metric, values in found.items():
                 draws[name].setdefault(metric, []).append(values)
     return {name: {m: np.concatenate(v) for m, v in per.items()} for name, per in draws.items()}
 
