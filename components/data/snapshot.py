@@ -264,7 +264,8 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
         raise DataValidationError(
             f"{moved} of the {len(train)} train rows of snapshot '{snapshot.root}' are not train rows under the "
             f"split settings {settings.to_dict()}: the config's data.key/split_salt/val_fraction/test_fraction are "
-            "not the ones this snapshot was split with. Use the config the data was validated with."
+            "not the ones this snapshot was split with (or its rows changed since). Use the config the data was "
+            "validated with, or validate the data again."
         )
     return {
         **settings.to_dict(),
