@@ -37,7 +37,7 @@ class FirstBatch:
 
 @dataclass
 class SanityData:
-    """Encoded tensors of a train sample and a held-out (val) sample, plus what decodes them."""
+    """Encoded tensors of a train sample and a held-out sample (other train rows and val), plus what decodes them."""
 
     x_num: Any
     x_cat: Any
