@@ -106,9 +106,16 @@ class SanityConfig:
     overfit_max_loss: float = 0.05
     # Steps of the short training used by the baseline and loss-decrease checks.
     short_train_steps: int = 60
+    # Rows of the train sample and of the val sample (both stratified by label).
     sample_rows: int = 2048
-    # After the short training, the held-out loss on real inputs must beat the zeroed-input baseline by this fraction.
-    baseline_min_improvement: float = 0.02
+    # Level of the one-sided lower confidence bounds on the per-row loss differences that the
+    # loss-decrease and baseline checks are judged by (so noise neither passes nor fails them).
+    confidence: float = 0.99
+    # The lower bound of the train-sample loss drop, relative to the loss at init, must exceed this.
+    loss_decrease_min: float = 0.0
+    # The lower bound of the held-out loss gain over each baseline (zeroed inputs, shuffled labels),
+    # relative to the baseline's loss, must exceed this; 0 asks for a gain beyond noise, however small.
+    baseline_min_improvement: float = 0.0
 
     def __post_init__(self) -> None:
         _check(0 < self.init_loss_tolerance < 10, "sanity.init_loss_tolerance", "must be in (0, 10)")
@@ -117,7 +124,10 @@ class SanityConfig:
         _check(self.overfit_max_loss > 0, "sanity.overfit_max_loss", "must be > 0")
         _check(self.short_train_steps >= 1, "sanity.short_train_steps", "must be >= 1")
         _check(self.sample_rows >= 16, "sanity.sample_rows", "must be >= 16")
-        _check(0 <= self.baseline_min_improvement < 1, "sanity.baseline_min_improvement", "must be in [0, 1)")
+        _check(0.5 < self.confidence < 1, "sanity.confidence", f"{self.confidence} must be in (0.5, 1)")
+        _check(-1 < self.loss_decrease_min < 1, "sanity.loss_decrease_min", f"{self.loss_decrease_min} must be in (-1, 1)")
+        _check(-1 < self.baseline_min_improvement < 1, "sanity.baseline_min_improvement",
+               f"{self.baseline_min_improvement} must be in (-1, 1)")
 
 
 @dataclass(kw_only=True)
@@ -418,8 +428,13 @@ class WatchConfig:
     psi_threshold: float = 0.2
     ks_threshold: float = 0.1
     cramers_v_threshold: float = 0.1
-    # A test that has a p-value (KS, chi-square) counts as drift only when it is also significant at
-    # this level, so a small window's noise does not pass an effect-size threshold; 1 disables this.
+    # Share of a categorical column's non-null rows whose category the reference never saw.
+    unseen_share_threshold: float = 0.02
+    # Change of a column's null fraction (absolute, e.g. 0.02 -> 0.15 is 0.13).
+    null_fraction_threshold: float = 0.1
+    # Every test counts as drift only when it is also significant at this level (PSI against its
+    # sampling-noise bound, KS, chi-square, the unseen share and the null fraction against "same
+    # distribution"), so a small window's noise does not pass an effect-size threshold; 1 disables this.
     max_p_value: float = 0.001
     # Per-column overrides, e.g. {"monthly_spend": {"psi": 0.3, "ks": 0.15}}; 0 disables that test.
     column_thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -436,14 +451,17 @@ class WatchConfig:
         _check(self.window_partitions >= 1, "watch.window_partitions", f"{self.window_partitions} must be >= 1")
         _check(self.window_days is None or self.window_days >= 1, "watch.window_days", "must be >= 1 or null")
         _check(self.min_rows >= 1, "watch.min_rows", f"{self.min_rows} must be >= 1")
-        for name in ("psi_threshold", "ks_threshold", "cramers_v_threshold"):
+        for name in ("psi_threshold", "ks_threshold", "cramers_v_threshold", "unseen_share_threshold",
+                     "null_fraction_threshold"):
             value = getattr(self, name)
             _check(value >= 0, f"watch.{name}", f"{value} must be >= 0 (0 disables the test)")
+        for name in ("unseen_share_threshold", "null_fraction_threshold"):
+            _check(getattr(self, name) <= 1, f"watch.{name}", f"{getattr(self, name)} must be a fraction in [0, 1]")
         _check(0 < self.max_p_value <= 1, "watch.max_p_value", f"{self.max_p_value} must be in (0, 1]")
-        allowed = {"psi", "ks", "cramers_v"}
+        allowed = ("psi", "ks", "cramers_v", "unseen_share", "null_fraction")
         for column, tests in self.column_thresholds.items():
-            unknown = sorted(set(tests) - allowed)
-            _check(not unknown, f"watch.column_thresholds.{column}", f"unknown test {unknown}; allowed: psi, ks, cramers_v")
+            unknown = sorted(set(tests) - set(allowed))
+            _check(not unknown, f"watch.column_thresholds.{column}", f"unknown test {unknown}; allowed: {', '.join(allowed)}")
             for test, value in tests.items():
                 _check(value >= 0, f"watch.column_thresholds.{column}.{test}", f"{value} must be >= 0")
         _check(self.min_drifted_columns >= 1, "watch.min_drifted_columns", "must be >= 1")

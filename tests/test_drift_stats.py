@@ -11,8 +11,9 @@ import pytest
 from components.config import ConfigError, WatchConfig, load_config
 from components.data.demo import generate_day
 from components.data.reference_stats import compute_reference_stats
-from components.data.snapshot import infer_schema
-from pipelines.triggers.drift import compute_drift, psi, threshold_for
+from components.data.simulate import drift_window
+from components.data.snapshot import Schema, infer_schema
+from pipelines.triggers.drift import compute_drift, merge_rare_categories, psi, psi_p_value, threshold_for
 from pipelines.triggers.report import render_html, write_drift_report
 
 
@@ -42,10 +43,10 @@ def test_same_distribution_is_not_drift_and_shifted_is(reference):
         "tenure_months", "monthly_spend", "sessions_last_30d", "support_tickets", "satisfaction", "region", "device",
     }
     tenure = shifted.columns["tenure_months"]
-    assert tenure.kind == "numeric" and set(tenure.tests) == {"psi", "ks"}
+    assert tenure.kind == "numeric" and set(tenure.tests) == {"psi", "ks", "null_fraction"}
     assert tenure.tests["ks"]["p_value"] < 1e-6 and tenure.value > tenure.threshold
     region = shifted.columns["region"]
-    assert region.kind == "categorical" and set(region.tests) == {"psi", "cramers_v"}
+    assert region.kind == "categorical" and set(region.tests) == {"psi", "cramers_v", "unseen_share", "null_fraction"}
     assert region.tests["cramers_v"]["p_value"] < 1e-6
 
 
@@ -130,3 +131,75 @@ def test_significance_guard_keeps_small_window_noise_from_passing_effect_size_th
     # 20 windows x 8 columns: with the default p < 0.001 guard about one false alarm, without it many.
     assert false_alarms(WatchConfig()) <= 1 < 5 <= false_alarms(WatchConfig(max_p_value=1.0))
     assert "tenure_months" in compute_drift(generate_day(100, 200, 0, True, 0), reference, WatchConfig()).drifted_columns
+
+
+# --- drift that fires on drift, not on sample size ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def many_categories_reference() -> dict:
+    """Reference stats of 20,000 rows with a 200-category Zipf-like column (most categories rare)."""
+    schema = Schema(label="label", key=None, numeric=["amount", "visits"], categorical=["plan", "city"], classes=[])
+    return compute_reference_stats(drift_window(20_000, 999), schema)
+
+
+@pytest.mark.parametrize("rows", [200, 500, 1000, 5000, 20_000])
+def test_same_distribution_windows_of_several_sizes_never_drift(many_categories_reference, rows):
+    # Before: a 200-row window of the 200-category column had PSI ~1.1 and a 1,000-row one ~0.3 (drift).
+    for seed in range(10):
+        report = compute_drift(drift_window(rows, seed), many_categories_reference, WatchConfig())
+        assert report.drifted_columns == [], (seed, {c: report.columns[c].tests for c in report.drifted_columns})
+
+
+@pytest.mark.parametrize("rows", [200, 1000, 20_000])
+@pytest.mark.parametrize("shift,column,statistic", [
+    ("numeric", "amount", "ks"), ("categories", "city", "psi"), ("unseen", "city", "unseen_share"),
+    ("nulls", "amount", "null_fraction"),
+])
+def test_shifted_windows_drift_at_every_size(many_categories_reference, rows, shift, column, statistic):
+    for seed in range(3):
+        report = compute_drift(drift_window(rows, seed, shift), many_categories_reference, WatchConfig())
+        assert report.drifted_columns == [column], (seed, report.brief())
+        assert report.columns[column].tests[statistic]["drifted"]
+
+
+def test_a_column_going_mostly_null_drifts_on_its_null_fraction(many_categories_reference):
+    # Before: the 10% of values left had the reference's distribution, so no test saw anything.
+    report = compute_drift(drift_window(5000, 0, "nulls"), many_categories_reference, WatchConfig())
+    amount = report.columns["amount"]
+    assert amount.drifted and amount.statistic == "null_fraction"
+    assert amount.null_fraction == pytest.approx(0.9, abs=0.02) and amount.tests["null_fraction"]["p_value"] < 1e-6
+
+
+def test_one_unseen_category_row_is_not_drift_but_an_unseen_share_is(many_categories_reference):
+    window = drift_window(1000, 0)
+    window.loc[0, "plan"] = "enterprise"  # one row in 1,000: before, Cramer's V 0.11 (p 4e-9) called this drift
+    plan = compute_drift(window, many_categories_reference, WatchConfig()).columns["plan"]
+    assert not plan.drifted and plan.tests["unseen_share"]["value"] == pytest.approx(0.001)
+    assert plan.bins[-1] == "<unseen>" and plan.current_fractions[-1] == pytest.approx(0.001)
+    window.loc[window.index[:100], "plan"] = "enterprise"  # 10%: a new kind of customer
+    plan = compute_drift(window, many_categories_reference, WatchConfig()).columns["plan"]
+    assert plan.drifted and plan.statistic == "unseen_share"
+
+
+def test_rare_categories_are_merged_until_each_bucket_is_expected_five_times():
+    shares = {"a": 0.5, "b": 0.3, "c": 0.1, "d": 0.05, "e": 0.03, "f": 0.02}
+    assert merge_rare_categories(shares, 1000) == [["a"], ["b"], ["c"], ["d"], ["e"], ["f"]]
+    assert merge_rare_categories(shares, 100) == [["a"], ["b"], ["c"], ["d"], ["e", "f"]]
+    # d, e, f together are expected 5 times in 50 rows; c alone too.
+    assert merge_rare_categories(shares, 50) == [["a"], ["b"], ["c"], ["d", "e", "f"]]
+    assert merge_rare_categories(shares, 20) == [["a"], ["b", "c", "d", "e", "f"]]
+
+
+def test_psi_noise_bound_holds_its_level_under_the_same_distribution():
+    """PSI * nm/(n+m) is ~chi-square(k-1): p < 0.01 in about 1% of same-distribution draws, at any size."""
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(20))
+    for n, m in ((300, 5000), (2000, 2000), (20_000, 5000)):
+        p_values = []
+        for _ in range(400):
+            a, e = rng.multinomial(n, p) / n, rng.multinomial(m, p) / m
+            keep = e * n >= 5
+            p_values.append(psi_p_value(psi(e[keep], a[keep]), n, m, int(keep.sum())))
+        assert 0.0 <= np.mean(np.array(p_values) < 0.01) <= 0.03, (n, m)
+        assert 0.35 <= np.mean(np.array(p_values) < 0.5) <= 0.65, (n, m)

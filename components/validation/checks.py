@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 
 from components.data.snapshot import PARTITION_COLUMN, SPLIT_COLUMN, Schema
-from components.validation.findings import ERROR, WARNING, Finding
+from components.validation.findings import ERROR, SCHEMA_ANOMALY, WARNING, Finding
+from components.validation.suite import column_type
 
 # An object column whose non-null values parse as numbers at least this often is numeric with stray text.
 MOSTLY_NUMERIC = 0.9
@@ -16,6 +17,10 @@ LEAKAGE_BINS = 50
 LEAKAGE_SAMPLE = 200_000
 SKEW_PSI_WARNING = 0.25
 EXAMPLES = 5
+# A column is judged on the rows where it is present; fewer present rows than this are too few to judge.
+MIN_PRESENT_ROWS = 30
+ID_LIKE_SHARE = 0.95
+ID_LIKE_MIN_ROWS = 50
 
 
 def _examples(frame: pd.DataFrame, mask: pd.Series | np.ndarray, columns: list[str]) -> list[dict[str, Any]]:
@@ -41,13 +46,75 @@ def check_required_columns(data: pd.DataFrame, reference: dict[str, Any] | None,
     present = ", ".join(str(c) for c in data.columns if c != PARTITION_COLUMN)
     for col in dict.fromkeys(required):
         if col not in columns:
-            role = "label" if col == label else "reference-suite"
-            fix = ("Name the label with --set data.label=COLUMN." if col == label else
-                   "Restore the column in the data, or review the suite (validation.suite_path) if it was dropped on purpose.")
+            if col == label:
+                findings.append(Finding(
+                    check="column_exists", passed=False, severity=ERROR, column=col, source="structure",
+                    message=f"label column '{col}' is missing from the data (columns: {present}). "
+                            "Name the label with --set data.label=COLUMN.",
+                    observed="absent", expected="present"))
+                continue
             findings.append(Finding(
-                check="column_exists", passed=False, severity=ERROR, column=col, source="structure",
-                message=f"{role} column '{col}' is missing from the data (columns: {present}). {fix}",
-                observed="absent", expected="present"))
+                check=SCHEMA_ANOMALY, passed=False, severity=ERROR, column=col, source="structure",
+                message=(f"schema anomaly (column dropped): reference-suite column '{col}' is missing from the data "
+                         f"(columns: {present}). Restore the column in the data, or review the suite "
+                         "(validation.suite_path) if it was dropped on purpose."),
+                observed="absent", expected=f"present ({_kind_in(reference, col)})"))
+    return findings
+
+
+def _kind_in(reference: dict[str, Any], col: str) -> str:
+    if col == reference.get("key"):
+        return "key"
+    if col == reference.get("label"):
+        return "label"
+    return "numeric" if col in reference.get("numeric", []) else "categorical"
+
+
+def check_schema_changes(data: pd.DataFrame, reference: dict[str, Any] | None, schema: Schema) -> list[Finding]:
+    """Columns the reference schema does not have, and columns whose kind changed (TFX-style schema anomalies).
+
+    A new column is a warning (it becomes a feature unless data.features leaves it out); a column that
+    was numeric and is now categorical, or the reverse, is an error: the model would read it another way.
+    Dropped columns are reported by ``check_required_columns``, before the schema is inferred.
+    """
+    if not reference:
+        return []
+    known = {reference.get("label"), reference.get("key"), *reference.get("numeric", []),
+             *reference.get("categorical", [])}
+    findings = []
+    for col in data.columns:
+        if col in known or col in (PARTITION_COLUMN, SPLIT_COLUMN, schema.key, "date"):
+            continue
+        present = data[col].notna()
+        parts = sorted(data.loc[present, PARTITION_COLUMN].unique()) if PARTITION_COLUMN in data else []
+        use = ("it is used as a feature of this run's model" if col in schema.features else
+               "it is not a feature (data.features leaves it out)")
+        findings.append(Finding(
+            check=SCHEMA_ANOMALY, passed=False, severity=WARNING, column=col, source="structure",
+            message=(f"schema anomaly (new column): column '{col}' is not in the reference schema; it is present in "
+                     f"{int(present.sum())} of {len(data)} rows ({len(parts)} partition(s), from {parts[0] if parts else '-'}) "
+                     f"and {use}. A new feature is fine; a column computed after the outcome, or one only some "
+                     "partitions have, should be left out with data.features"),
+            observed=f"new column, dtype {data[col].dtype}", expected="absent"))
+    types = reference.get("column_types") or {}
+    for col in schema.features:
+        if data[col].notna().sum() == 0:
+            continue  # all missing: the null expectations report it
+        was_kind = "numeric" if col in reference.get("numeric", []) else "categorical"
+        now_kind = "numeric" if col in schema.numeric else "categorical"
+        was_type, now_type = types.get(col), column_type(data[col])
+        if col in known and was_kind != now_kind:
+            was, now = was_kind, f"{now_kind} (data.categorical)" if now_kind == "categorical" else now_kind
+        elif was_type and was_type != now_type:
+            was, now = f"{was_kind}, {was_type} values", f"{now_type} values (dtype {data[col].dtype})"
+        else:
+            continue
+        findings.append(Finding(
+            check=SCHEMA_ANOMALY, passed=False, severity=ERROR, column=col, source="structure",
+            message=(f"schema anomaly (type changed): column '{col}' was {was} in the reference schema and is {now} "
+                     "now, so its values no longer mean what the model learned. Fix the export; if the change is "
+                     "intended, review the suite"),
+            observed=now, expected=was))
     return findings
 
 
@@ -74,9 +141,11 @@ def check_numeric_types(data: pd.DataFrame, reference: dict[str, Any] | None, ca
             why = ("the reference suite says it is numeric" if col in expected_numeric
                    else f"{share_numeric:.1%} of its values are numbers")
             values = sorted({str(v) for v in non_null[bad].head(50)})[:EXAMPLES]
+            anomaly = "schema anomaly (type changed): " if col in expected_numeric else ""
             findings.append(Finding(
-                check="numeric_type", passed=False, severity=ERROR, column=col, source="structure",
-                message=(f"column '{col}' should be numeric ({why}) but holds {int(bad.sum())} non-numeric value(s), "
+                check=SCHEMA_ANOMALY if anomaly else "numeric_type", passed=False, severity=ERROR, column=col,
+                source="structure",
+                message=(f"{anomaly}column '{col}' should be numeric ({why}) but holds {int(bad.sum())} non-numeric value(s), "
                          f"e.g. {values}. Fix those values at the source, or list the column in data.categorical "
                          "if it really is categorical"),
                 observed=f"dtype {series.dtype}", expected="a numeric dtype",
@@ -174,26 +243,40 @@ def check_label_leakage(data: pd.DataFrame, schema: Schema, threshold: float) ->
         return []  # one class dominates: the label-distribution checks report it, leakage is meaningless
     findings = []
     for col in schema.features:
-        acc = single_feature_accuracy(train[col], y_train, held[col], y_held, col in schema.numeric)
+        # Judged where the column is present, so one that only some partitions have cannot hide behind nulls.
+        in_train, in_held = train[col].notna().to_numpy(), held[col].notna().to_numpy()
+        if in_train.sum() < MIN_PRESENT_ROWS or in_held.sum() < MIN_PRESENT_ROWS:
+            continue
+        yt, yh = y_train[in_train], y_held[in_held]
+        majority = float((yh == np.bincount(yt).argmax()).mean())
+        if majority >= threshold:
+            continue  # one class dominates where the column is present: accuracy says nothing there
+        acc = single_feature_accuracy(train[col][in_train], yt, held[col][in_held], yh, col in schema.numeric)
         leaked = acc >= threshold
+        where = ("" if in_held.all() else
+                 f" on the {int(in_held.sum())} held-out rows where it is present ({in_held.mean():.0%} of them)")
         findings.append(Finding(
             check="label_leakage", passed=not leaked, severity=ERROR, column=col,
-            message=(f"label leakage: feature '{col}' alone predicts '{schema.label}' with held-out accuracy {acc:.3f} "
-                     f"(majority baseline {baseline:.3f}). A feature this predictive is usually the label in disguise "
-                     "(computed after the outcome); drop it from data.features" if leaked else
-                     f"feature '{col}' alone predicts the label with held-out accuracy {acc:.3f}"),
+            message=(f"label leakage: feature '{col}' alone predicts '{schema.label}' with held-out accuracy {acc:.3f}"
+                     f"{where} (majority baseline {majority:.3f}). A feature this predictive is usually the label in "
+                     "disguise (computed after the outcome); drop it from data.features" if leaked else
+                     f"feature '{col}' alone predicts the label with held-out accuracy {acc:.3f}{where}"),
             observed=f"{acc:.4f}", expected=f"< {threshold}"))
     return findings
 
 
 def check_constant_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
+    """Features with at most one distinct value on the train rows where they are present."""
     findings = []
     for col in schema.features:
+        present = int(train[col].notna().sum())
         distinct = int(train[col].nunique(dropna=True))
         if distinct <= 1:
+            where = "" if present == len(train) else f" ({present} of {len(train)} train rows have a value)"
             findings.append(Finding(
                 check="constant_column", passed=False, severity=WARNING, column=col,
-                message=f"feature '{col}' is constant in the train split ({distinct} distinct value); it carries no signal",
+                message=(f"feature '{col}' is constant in the train split ({distinct} distinct value where present"
+                         f"{where}); it carries no signal beyond whether it is missing"),
                 observed=f"{distinct} distinct", expected=">= 2 distinct"))
     if not findings:
         findings.append(Finding(check="constant_column", passed=True, severity=WARNING,
@@ -201,21 +284,37 @@ def check_constant_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]
     return findings
 
 
+def _identifier_values(series: pd.Series) -> pd.Series | None:
+    """The present values if the column could hold identifiers (text, integers, integral floats), else None."""
+    values = series.dropna()
+    if pd.api.types.is_bool_dtype(series):
+        return None
+    if pd.api.types.is_float_dtype(series):
+        # An integer id column with one null is float64: integral floats can still be identifiers.
+        as_float = values.astype("float64")
+        return values if bool(np.all(np.isfinite(as_float)) and np.all(as_float == np.round(as_float))) else None
+    return values
+
+
 def check_id_like_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
-    """Integer or text features unique on (almost) every row look like identifiers, not signal."""
+    """Features unique on (almost) every train row where they are present look like identifiers, not signal."""
     findings = []
-    n = len(train)
     for col in schema.features:
-        series = train[col]
-        if n < 50 or pd.api.types.is_float_dtype(series):
+        values = _identifier_values(train[col])
+        if values is None or len(values) < ID_LIKE_MIN_ROWS:
             continue
-        unique_share = series.nunique(dropna=True) / n
-        if unique_share >= 0.95:
+        unique_share = values.nunique() / len(values)
+        if unique_share >= ID_LIKE_SHARE:
+            where = "" if len(values) == len(train) else f" ({len(values)} of {len(train)} have a value)"
+            others = [c for c in schema.features if c != col]
+            kind = "numeric" if col in schema.numeric else "categorical"
             findings.append(Finding(
                 check="id_like_column", passed=False, severity=WARNING, column=col,
-                message=(f"feature '{col}' has a distinct value on {unique_share:.0%} of train rows, like an identifier; "
-                         "if it is the key, set data.key to it so it is not used as a feature"),
-                observed=f"{unique_share:.2%} distinct", expected="< 95% distinct"))
+                message=(f"{kind} feature '{col}' has a distinct value on {unique_share:.0%} of the train rows where it "
+                         f"is present{where}, like an identifier: a model can memorise it or learn from the order ids "
+                         f"were issued in. If it identifies rows set data.key={col}; otherwise leave it out of the "
+                         f"features (data.features={','.join(others[:6])}{',…' if len(others) > 6 else ''})"),
+                observed=f"{unique_share:.2%} distinct", expected=f"< {ID_LIKE_SHARE:.0%} distinct"))
     return findings
 
 

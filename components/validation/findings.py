@@ -7,6 +7,8 @@ from typing import Any
 
 ERROR = "error"
 WARNING = "warning"
+# A column new, dropped, or of another kind than the reference (champion's) schema says (as TFX's anomalies).
+SCHEMA_ANOMALY = "schema_anomaly"
 
 
 @dataclass

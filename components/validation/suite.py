@@ -55,6 +55,18 @@ def _range_with_margin(values: pd.Series, margin: float) -> tuple[float, float]:
     return low, hi + pad
 
 
+def column_type(series: pd.Series) -> str:
+    """A column's type family: number, boolean, datetime or text (int and float are one family: a null
+    turns an integer column into float64)."""
+    if pd.api.types.is_bool_dtype(series):
+        return "boolean"
+    if pd.api.types.is_numeric_dtype(series):
+        return "number"
+    if pd.api.types.is_datetime64_any_dtype(series):
+        return "datetime"
+    return "text"
+
+
 def _value_set(series: pd.Series) -> list[Any]:
     """Distinct non-null values as plain JSON values of the column's own type (GX compares natively)."""
     values = [v.item() if hasattr(v, "item") else v for v in series.dropna().unique().tolist()]
@@ -118,7 +130,8 @@ def profile_suite(
         "name": name,
         "expectations": exps,
         "meta": {"ctpipe": {"schema": {"label": schema.label, "key": schema.key, "numeric": schema.numeric,
-                                       "categorical": schema.categorical, "classes": schema.classes},
+                                       "categorical": schema.categorical, "classes": schema.classes,
+                                       "column_types": {c: column_type(train[c]) for c in columns}},
                             "profiled_rows": int(len(train)), "range_margin": range_margin}},
         "notes": "Profiled by ctpipe from the train split. Review it, then commit it and set validation.suite_path.",
     }

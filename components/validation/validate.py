@@ -145,6 +145,9 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     if errors(summary.findings):
         return _Outcome(None, None)
     schema = _schema_for(data, config, reference_schema)
+    summary.findings += checks.check_schema_changes(data, reference_schema, schema)
+    if errors(summary.findings):
+        return _Outcome(None, None)
     summary.schema = {"label": schema.label, "key": schema.key, "numeric": schema.numeric,
                       "categorical": schema.categorical, "classes": schema.classes}
     data[SPLIT_COLUMN] = assign_splits(split_keys(data, schema), val_fraction=config.data.val_fraction,

@@ -1,12 +1,20 @@
 """Drift of the newest data against the champion's reference statistics, with scipy and numpy only.
 
-Numeric columns: PSI over the reference deciles and the two-sample Kolmogorov-Smirnov statistic D
-against the reference sample. Categorical columns: PSI over the categories and the chi-square test,
-judged by Cramer's V (the chi-square statistic scaled by the row count), because with thousands of
-rows any p-value is tiny; the p-values are reported beside the effect sizes. A statistic above its
-threshold (config ``watch``, per column overrides in ``watch.column_thresholds``) marks the column as
-drifted, if the test is also significant (p < ``watch.max_p_value``) where it has a p-value, so that the
-noise of a small window does not pass an effect-size threshold. The reference format is the one
+Every test has an effect size, judged against its threshold (config ``watch``, per column overrides in
+``watch.column_thresholds``), and a p-value under "same distribution as the reference"; a column drifts
+only when both say so (effect above the threshold, p < ``watch.max_p_value``), so that a small window's
+sampling noise does not pass an effect-size threshold:
+
+* numeric columns: PSI over the reference deciles and the two-sample Kolmogorov-Smirnov statistic D;
+* categorical columns: PSI and the chi-square test (as Cramer's V) over the reference's categories,
+  where categories expected fewer than 5 times in the window are merged into one bucket (the
+  chi-square rule), and the share of rows whose category the reference never saw, on its own;
+* every column: the fraction of nulls, on its own (values are compared without their nulls).
+
+PSI's p-value: for two samples of n and m rows from one distribution over k bins, PSI * n*m/(n+m) is
+approximately chi-square with k - 1 degrees of freedom (a first-order expansion of the log; Yurdakul
+2018), so its sampling-noise bound at level alpha is (1/n + 1/m) * chi2_{k-1}(1 - alpha). The chi-square
+statistic is scaled the same way, since the reference is a sample too. The reference format is the one
 validation writes (``reference_stats.json``).
 """
 
@@ -24,10 +32,13 @@ from components.config import WatchConfig
 
 # Bins with no rows would make PSI infinite; a small floor keeps it finite and comparable.
 _EPSILON = 1e-4
-NUMERIC_TESTS = ("psi", "ks")
-CATEGORICAL_TESTS = ("psi", "cramers_v")
+NUMERIC_TESTS = ("psi", "ks", "null_fraction")
+CATEGORICAL_TESTS = ("psi", "cramers_v", "unseen_share", "null_fraction")
 NULL_CATEGORY = "<null>"
 OTHER_CATEGORY = "<unseen>"
+RARE_CATEGORY = "<rare>"
+# The chi-square rule: a bucket expected fewer times than this in the window is merged with others.
+MIN_EXPECTED_COUNT = 5
 
 
 @dataclass
@@ -116,7 +127,49 @@ def threshold_for(watch: WatchConfig, column: str, test: str) -> float:
     override = watch.column_thresholds.get(column, {})
     if test in override:
         return float(override[test])
-    return {"psi": watch.psi_threshold, "ks": watch.ks_threshold, "cramers_v": watch.cramers_v_threshold}[test]
+    return {
+        "psi": watch.psi_threshold,
+        "ks": watch.ks_threshold,
+        "cramers_v": watch.cramers_v_threshold,
+        "unseen_share": watch.unseen_share_threshold,
+        "null_fraction": watch.null_fraction_threshold,
+    }[test]
+
+
+def two_sample_scale(n: int, m: int) -> float:
+    """n*m/(n+m): turns a divergence between two samples' fractions into a chi-square statistic."""
+    return n * m / (n + m) if n > 0 and m > 0 else 0.0
+
+
+def psi_p_value(value: float, n: int, m: int, bins: int) -> float:
+    """P(PSI >= value) when a window of n rows and a reference of m rows share one distribution over ``bins``."""
+    if bins < 2 or n == 0 or m == 0:
+        return 1.0
+    return float(stats.chi2.sf(value * two_sample_scale(n, m), bins - 1))
+
+
+def null_fraction_test(nulls: int, rows: int, reference_fraction: float, reference_rows: int) -> dict[str, Any]:
+    """Change of the null fraction, with the two-proportion z-test's p-value (two-sided)."""
+    current = nulls / rows if rows else 0.0
+    change = abs(current - reference_fraction)
+    pooled = (nulls + reference_fraction * reference_rows) / (rows + reference_rows) if rows + reference_rows else 0.0
+    spread = math.sqrt(pooled * (1 - pooled) * (1 / max(rows, 1) + 1 / max(reference_rows, 1)))
+    p_value = float(2 * stats.norm.sf(change / spread)) if spread > 0 else (1.0 if change == 0 else 0.0)
+    return {"value": change, "p_value": p_value}
+
+
+def merge_rare_categories(reference_shares: dict[str, float], n: int) -> list[list[str]]:
+    """Buckets of reference categories, each expected at least MIN_EXPECTED_COUNT times in n rows.
+
+    Frequent categories keep a bucket of their own; the rest share one bucket, which takes the next
+    least frequent category until it too is expected often enough.
+    """
+    ordered = sorted(reference_shares, key=lambda c: (-reference_shares[c], c))
+    keep = [c for c in ordered if reference_shares[c] * n >= MIN_EXPECTED_COUNT]
+    rare = [c for c in ordered if c not in keep]
+    while rare and keep and sum(reference_shares[c] for c in rare) * n < MIN_EXPECTED_COUNT:
+        rare.insert(0, keep.pop())
+    return [[c] for c in keep] + ([rare] if rare else [])
 
 
 def _numeric_values(series: pd.Series) -> tuple[np.ndarray, int]:
@@ -149,24 +202,32 @@ def ks_two_sample(sorted_reference: np.ndarray, sorted_current: np.ndarray) -> t
     return d, float(np.clip(stats.kstwo.sf(d, max(1, effective_n)), 0.0, 1.0))
 
 
-def numeric_drift(column: str, series: pd.Series, reference: dict[str, Any], watch: WatchConfig) -> ColumnDrift:
-    """PSI over the reference deciles and KS against the reference sample for one numeric column."""
+def numeric_drift(
+    column: str, series: pd.Series, reference: dict[str, Any], watch: WatchConfig, *, reference_rows: int = 0
+) -> ColumnDrift:
+    """PSI over the reference deciles, KS against the reference sample and the null fraction of one numeric column."""
     values, nulls = _numeric_values(series)
     values.sort()  # one sort serves the bins, KS and the quantile fallback
     quantiles = np.asarray(reference.get("quantiles") or [], dtype="float64")
     sample = np.asarray(reference.get("sample") or [], dtype="float64")
     sample = np.sort(sample[np.isfinite(sample)])
-    deciles = quantiles[:: max(1, (len(quantiles) - 1) // 10)] if len(quantiles) else np.array([])
-    inner = np.unique(deciles[1:-1]) if len(deciles) > 2 else np.array([])
+    # Deciles, or fewer bins when the window is too small to expect MIN_EXPECTED_COUNT rows in each.
+    k = min(10, max(2, len(values) // MIN_EXPECTED_COUNT))
+    cuts = quantiles[np.round(np.linspace(0, len(quantiles) - 1, k + 1)).astype(int)] if len(quantiles) else np.array([])
+    inner = np.unique(cuts[1:-1]) if len(cuts) > 2 else np.array([])
+    reference_non_null = round(reference_rows * (1 - float(reference.get("null_fraction", 0.0))))
     if len(sample):
         expected = _bin_fractions(sample, inner)
+        expected_rows = len(sample)
     else:
         # Without a sample the deciles themselves say ~10% of the reference falls in each bin.
         expected = np.full(len(inner) + 1, 1.0 / (len(inner) + 1))
+        expected_rows = reference_non_null
     actual = _bin_fractions(values, inner)
     tests: dict[str, dict[str, float | bool | None]] = {}
     if len(values):
-        tests["psi"] = {"value": psi(expected, actual), "p_value": None}
+        value = psi(expected, actual)
+        tests["psi"] = {"value": value, "p_value": psi_p_value(value, len(values), expected_rows, len(inner) + 1)}
         if len(sample):
             d, p_value = ks_two_sample(sample, values)
             tests["ks"] = {"value": d, "p_value": p_value}
@@ -174,39 +235,53 @@ def numeric_drift(column: str, series: pd.Series, reference: dict[str, Any], wat
             # Largest gap between the reference CDF at its percentiles and the current CDF there.
             current_cdf = np.searchsorted(values, quantiles, side="right") / len(values)
             tests["ks"] = {"value": float(np.max(np.abs(current_cdf - np.linspace(0, 1, len(quantiles))))), "p_value": None}
+    tests["null_fraction"] = null_fraction_test(nulls, len(series), float(reference.get("null_fraction", 0.0)), reference_rows)
     labels = _edge_labels(inner)
     return _verdict(
         column, "numeric", len(series), nulls, reference, tests, watch, labels, expected.tolist(), actual.tolist()
     )
 
 
-def categorical_drift(column: str, series: pd.Series, reference: dict[str, Any], watch: WatchConfig) -> ColumnDrift:
-    """PSI and the chi-square test (as Cramer's V) over the categories of one categorical column."""
+def categorical_drift(
+    column: str, series: pd.Series, reference: dict[str, Any], watch: WatchConfig, *, reference_rows: int = 0
+) -> ColumnDrift:
+    """PSI and chi-square over merged reference categories, the unseen-category share and the null fraction."""
     ref_counts = {str(k): float(v) for k, v in (reference.get("frequencies") or {}).items()}
     non_null = series.dropna()
     nulls = len(series) - len(non_null)
     current = non_null.astype(str).value_counts()
-    categories = sorted(ref_counts)
-    unseen = float(current[~current.index.isin(categories)].sum())
-    observed = np.array([float(current.get(c, 0.0)) for c in categories] + [unseen])
-    reference_counts = np.array([ref_counts[c] for c in categories] + [0.0])
+    seen = current.index.isin(list(ref_counts))
+    unseen = int(current[~seen].sum())
+    n_seen, n = int(current[seen].sum()), len(non_null)
+    m = int(sum(ref_counts.values()))
     tests: dict[str, dict[str, float | bool | None]] = {}
-    n = observed.sum()
-    if n > 0 and reference_counts.sum() > 0:
-        expected_fraction = reference_counts / reference_counts.sum()
-        tests["psi"] = {"value": psi(expected_fraction, observed / n), "p_value": None}
-        # Add-half smoothing so a category the reference never saw does not divide by zero.
-        smoothed = (reference_counts + 0.5) / (reference_counts.sum() + 0.5 * len(reference_counts))
-        chi2, p_value = stats.chisquare(observed, smoothed * n)
-        k = max(2, len(reference_counts))
-        tests["cramers_v"] = {"value": float(math.sqrt(chi2 / (n * (k - 1)))), "p_value": float(p_value)}
-        ref_fracs = expected_fraction.tolist()
-        cur_fracs = (observed / n).tolist()
-    else:
-        ref_fracs, cur_fracs = [], []
-    return _verdict(
-        column, "categorical", len(series), nulls, reference, tests, watch, categories + [OTHER_CATEGORY], ref_fracs, cur_fracs
-    )
+    bins: list[str] = []
+    ref_fracs: list[float] = []
+    cur_fracs: list[float] = []
+    if m > 0:
+        shares = {c: v / m for c, v in ref_counts.items()}
+        buckets = merge_rare_categories(shares, max(n_seen, 1))
+        expected = np.array([sum(shares[c] for c in b) for b in buckets])
+        observed = np.array([float(sum(current.get(c, 0) for c in b)) for b in buckets])
+        if n_seen > 0 and len(buckets) >= 2:
+            value = psi(expected, observed / n_seen)
+            tests["psi"] = {"value": value, "p_value": psi_p_value(value, n_seen, m, len(buckets))}
+            chi2 = float(np.sum((observed - expected * n_seen) ** 2 / (expected * n_seen)))
+            p_value = float(stats.chi2.sf(chi2 * m / (n_seen + m), len(buckets) - 1))
+            tests["cramers_v"] = {"value": math.sqrt(chi2 / (n_seen * (len(buckets) - 1))), "p_value": p_value}
+        if n > 0:
+            # Under "same distribution", a new row's category is unseen with about the reference's share of
+            # categories seen once (Good-Turing), at least one in m.
+            singletons = sum(1 for v in ref_counts.values() if v == 1)
+            p_new = max(singletons, 1) / m
+            tests["unseen_share"] = {"value": unseen / n, "p_value": float(stats.binom.sf(unseen - 1, n, p_new))}
+        bins = [b[0] if len(b) == 1 else f"{RARE_CATEGORY} ({len(b)})" for b in buckets] + [OTHER_CATEGORY]
+        ref_fracs = expected.tolist() + [0.0]
+        cur_fracs = (observed / n).tolist() + [unseen / n] if n else []
+        if not n:
+            bins, ref_fracs = [], []
+    tests["null_fraction"] = null_fraction_test(nulls, len(series), float(reference.get("null_fraction", 0.0)), reference_rows)
+    return _verdict(column, "categorical", len(series), nulls, reference, tests, watch, bins, ref_fracs, cur_fracs)
 
 
 def _verdict(
@@ -277,7 +352,7 @@ def compute_drift(
                     column, "missing", 0, 1.0, float(ref.get("null_fraction", 0.0)), {}, "missing", 1.0, 0.0, True
                 )
                 continue
-            columns[column] = compare(column, current[column], ref, watch)
+            columns[column] = compare(column, current[column], ref, watch, reference_rows=int(reference.get("rows", 0)))
     return DriftReport(
         rows=len(current),
         reference_rows=int(reference.get("rows", 0)),

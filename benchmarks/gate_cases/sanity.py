@@ -1,0 +1,193 @@
+"""Sanity gate cases: healthy data and models of several kinds, and the model and trainer bugs of issue 10.
+
+Each case builds a snapshot with the pipeline's own ``validate_data`` and runs ``run_sanity_checks`` with the
+default config (the configured MLP unless a case brings its own model); ``blocked`` is "SanityCheckError".
+Healthy: the demo data (MLP and transformer), a weak signal (best possible gain ~1%), rare positives (0.6%),
+each of the last two with two data seeds. Broken: a row leaking into the others (x + x[:1]), rows mixing
+only in train mode, a detached body, a model whose only trainable parameter is the head bias on
+rare-positive data (memorises a one-class batch), the trainer's schedule stuck at learning rate 0 and
+its clipping zeroing every gradient (bugs in the step that sanity now shares), plus the older corpus
+(batch mean, softmax twice, NaN loss, clamped loss, input ignored).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from components.config import Config
+from components.data.demo import write_demo_data
+from components.data.simulate import rare_positive_day, weak_signal_day, write_partitions
+from components.data.snapshot import load_snapshot
+from components.errors import SanityCheckError
+from components.models.tabular import InputSpec, build_model
+from components.sanity.checks import run_sanity_checks
+from components.validation.validate import validate_data
+
+KEY = "customer_id"
+
+
+# --- the bugs --------------------------------------------------------------------------------------
+
+
+class _Wrapper(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner, self.head = inner, inner.head
+
+
+class AddsFirstRow(_Wrapper):
+    def forward(self, x_num, x_cat):  # x[0] where x[:, 0] was meant
+        return self.inner(x_num + x_num[:1], x_cat)
+
+
+class MixesRowsInTrainMode(_Wrapper):
+    def forward(self, x_num, x_cat):
+        return self.inner(x_num - x_num.mean(dim=0, keepdim=True) if self.training else x_num, x_cat)
+
+
+class BatchMean(_Wrapper):
+    def forward(self, x_num, x_cat):
+        return self.inner(x_num - x_num.mean(dim=0, keepdim=True), x_cat)
+
+
+class DetachedBody(_Wrapper):
+    def forward(self, x_num, x_cat):
+        m = self.inner
+        h = m.stem(torch.cat([x_num] + [emb(x_cat[:, i]) for i, emb in enumerate(m.embeddings)], dim=1))
+        for block in m.blocks:
+            h = block(h)
+        return self.head(m.norm(h).detach())
+
+
+class ReturnsProbabilities(_Wrapper):
+    def forward(self, x_num, x_cat):
+        return self.inner(x_num, x_cat).softmax(dim=-1)
+
+
+class IgnoresInput(nn.Module):
+    def __init__(self, n_classes: int) -> None:
+        super().__init__()
+        self.head = nn.Linear(1, n_classes)
+
+    def forward(self, x_num, x_cat):
+        return self.head(torch.ones(x_num.shape[0], 1))
+
+
+def only_the_bias_trains(model: nn.Module) -> nn.Module:
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.head.bias.requires_grad_(True)
+    return model
+
+
+@contextmanager
+def patched(module: Any, name: str, value: Any):
+    """A bug in the trainer's code for the length of one case."""
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+def _zeroing_clip(parameters, max_norm):
+    """The bug: 'clipping' that scales every gradient to zero (returns the true norm, so nothing looks odd)."""
+    from components.training.parallelize import clip_grad_norm_
+
+    params = list(parameters)
+    norm = clip_grad_norm_(params, max_norm)
+    for p in params:
+        if p.grad is not None:
+            p.grad.zero_()
+    return norm
+
+
+# --- running a case --------------------------------------------------------------------------------
+
+
+def _snapshot(root: Path, kind: str, seed: int) -> Path:
+    data, snap = root / f"{kind}-{seed}" / "data", root / f"{kind}-{seed}" / "snapshot"
+    if snap.is_dir():
+        return snap
+    if kind == "demo":
+        write_demo_data(data, days=7, rows_per_day=1000, seed=seed)
+    else:
+        day = weak_signal_day if kind == "weak_signal" else rare_positive_day
+        write_partitions(data, day, days=7, rows_per_day=3000, seed=seed)
+    validate_data(str(data), Config.from_dict({"data": {"key": KEY}}), snapshot_dir=str(snap), data_docs_path="",
+                  report_path="", tracking_uri="", mlflow_run_id="")
+    return snap
+
+
+def _spec(snap: Path) -> InputSpec:
+    prep = load_snapshot(snap).preprocessing
+    return InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
+
+
+def _case(root: Path, name: str, kind: str, seed: int, *, broken: bool, model: Callable | None = None,
+          loss_fn: Callable | None = None, bug=nullcontext, overrides: dict | None = None) -> dict:
+    snap = _snapshot(root, kind, seed)
+    cfg = Config.from_dict({"data": {"key": KEY}, "train": {"seed": 1000 + seed}, **(overrides or {})})
+    spec = _spec(snap)
+    factory = (lambda: model(spec, cfg)) if model else None
+    out = root / "out" / name.replace(" ", "_")
+    try:
+        with bug():
+            result = run_sanity_checks(str(snap), cfg, report_path=str(out / "sanity.md"),
+                                       first_batch_path=str(out / "first_batch.json"), tracking_uri="",
+                                       mlflow_run_id="", model_factory=factory, loss_fn=loss_fn)
+        warned = [c.name for c in result.checks if not c.passed]
+        blocked, detail = False, f"passed in {result.seconds:.1f} s" + (f"; warnings: {', '.join(warned)}" if warned else "")
+    except SanityCheckError as err:
+        text = str(err).split(" failed before training", 1)
+        blocked, detail = True, text[0].removeprefix("sanity check ") + ": " + text[1].split(": ", 2)[-1][:160]
+    return {"name": name, "gate": "sanity", "expected_block": broken, "blocked": blocked, "detail": detail}
+
+
+def cases(seed: int) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="ctpipe-gates-sanity-") as tmp:
+        root = Path(tmp)
+        mlp = {"model": {"kind": "mlp"}}
+        from components.training import schedule, step
+
+        found = [
+            _case(root, "demo data, MLP", "demo", seed, broken=False),
+            _case(root, "demo data, transformer", "demo", seed, broken=False,
+                  overrides={"model": {"kind": "transformer", "hidden": 64, "depth": 2}}),
+        ]
+        for s in (seed, seed + 1):
+            found.append(_case(root, f"weak signal (best gain ~1%), data seed {s}", "weak_signal", s, broken=False))
+            found.append(_case(root, f"rare positives (0.6%), data seed {s}", "rare_positive", s, broken=False))
+        found += [
+            _case(root, "x + x[:1] (a row leaks into every other)", "demo", seed, broken=True,
+                  model=lambda spec, cfg: AddsFirstRow(build_model(cfg.model, spec))),
+            _case(root, "rows mix in train mode only", "demo", seed, broken=True,
+                  model=lambda spec, cfg: MixesRowsInTrainMode(build_model(cfg.model, spec))),
+            _case(root, "batch mean in eval mode", "demo", seed, broken=True,
+                  model=lambda spec, cfg: BatchMean(build_model(cfg.model, spec))),
+            _case(root, "detached body (only the head trains)", "demo", seed, broken=True, overrides=mlp,
+                  model=lambda spec, cfg: DetachedBody(build_model(cfg.model, spec))),
+            _case(root, "only the head bias trains, rare positives", "rare_positive", seed, broken=True,
+                  model=lambda spec, cfg: only_the_bias_trains(build_model(cfg.model, spec))),
+            _case(root, "trainer schedule stuck at learning rate 0", "demo", seed, broken=True,
+                  bug=lambda: patched(schedule, "lr_multiplier", lambda step, **_: 0.0)),
+            _case(root, "trainer clipping zeroes the gradients", "demo", seed, broken=True,
+                  bug=lambda: patched(step, "clip_grad_norm_", _zeroing_clip)),
+            _case(root, "softmax applied twice", "demo", seed, broken=True,
+                  model=lambda spec, cfg: ReturnsProbabilities(build_model(cfg.model, spec))),
+            _case(root, "output ignores the input", "demo", seed, broken=True,
+                  model=lambda spec, cfg: IgnoresInput(spec.n_classes)),
+            _case(root, "loss clamped instead of gradients clipped", "demo", seed, broken=True,
+                  loss_fn=lambda logits, y: nn.functional.cross_entropy(logits, y).clamp(max=0.5)),
+            _case(root, "NaN loss", "demo", seed, broken=True,
+                  loss_fn=lambda logits, y: nn.functional.cross_entropy(logits, y) * float("nan")),
+        ]
+        return found

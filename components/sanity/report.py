@@ -1,0 +1,133 @@
+"""The sanity verdict: one result per check, the Markdown report, the MLflow record and the failure message."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.config import Config
+
+
+@dataclass
+class CheckResult:
+    """One check's verdict with the figure it measured and the threshold it was held to."""
+
+    name: str
+    passed: bool
+    value: float | None
+    threshold: str
+    message: str
+    # error: fails the run; warning: reported only.
+    severity: str = "error"
+    seconds: float = 0.0
+
+
+@dataclass
+class SanityResult:
+    """All checks of one run; ``passed`` is False when any error-severity check failed."""
+
+    checks: list[CheckResult] = field(default_factory=list)
+    skipped: bool = False
+    seconds: float = 0.0
+    # How the rows were sampled (rows per class of the train and val samples).
+    sample: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed or c.severity != "error" for c in self.checks)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if not c.passed and c.severity == "error"]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "skipped": self.skipped,
+            "seconds": round(self.seconds, 3),
+            "sample": self.sample,
+            "checks": {
+                c.name: {"passed": c.passed, "value": _json_number(c.value), "threshold": c.threshold,
+                         "message": c.message, "severity": c.severity}
+                for c in self.checks
+            },
+        }
+
+
+def _json_number(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+
+def render_report(result: SanityResult, cfg: Config, first_batch: dict[str, Any] | None) -> str:
+    verdict = "SKIPPED" if result.skipped else ("PASSED" if result.passed else "FAILED")
+    lines = [f"# Sanity checks: {verdict}", ""]
+    if result.skipped:
+        return "\n".join(lines + ["sanity.enabled is false: no check ran."]) + "\n"
+    lines += [f"Model `{cfg.model.kind}` (hidden {cfg.model.hidden}, depth {cfg.model.depth}); {result.sample}; "
+              f"{result.seconds:.2f} s in all.", "",
+              "| check | result | value | threshold | seconds | detail |", "|---|---|---|---|---|---|"]
+    for c in result.checks:
+        status = "pass" if c.passed else ("**FAIL**" if c.severity == "error" else "warn")
+        value = "n/a" if c.value is None else f"{c.value:.4g}"
+        lines.append(f"| {c.name} | {status} | {value} | {c.threshold} | {c.seconds:.2f} | {c.message.replace('|', '/')} |")
+    if first_batch:
+        lines += ["", "## First batch as the model sees it (first 3 rows, decoded)", "",
+                  f"Drawn as the trainer draws it: {first_batch['drawn']}. All rows are in the first-batch artifact.",
+                  "", "```json"]
+        lines += [json.dumps(r) for r in first_batch["rows"][:3]]
+        lines += ["```"]
+    return "\n".join(lines) + "\n"
+
+
+def log_to_mlflow(tracking_uri: str, run_id: str, result: SanityResult, paths: list[str]) -> None:
+    if not tracking_uri or not run_id:
+        return
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    now = int(time.time() * 1000)
+    metrics = [Metric(f"sanity.{c.name}", float(c.value), now, 0) for c in result.checks
+               if c.value is not None and math.isfinite(c.value)]
+    # One batched write: each separate log_metric is its own database transaction.
+    client.log_batch(run_id, metrics=[*metrics, Metric("sanity.seconds", float(result.seconds), now, 0)])
+    client.set_tag(run_id, "ctpipe.sanity", "skipped" if result.skipped else ("passed" if result.passed else "failed"))
+    for path in paths:
+        if path and Path(path).is_file():
+            client.log_artifact(run_id, path, artifact_path="sanity")
+    client.log_dict(run_id, result.summary(), "sanity/summary.json")
+
+
+def write_text(path: str, text: str) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+
+
+# The most specific diagnosis first: a NaN or a missing gradient also breaks every training-based check.
+DIAGNOSIS_ORDER = ("finite", "gradients_flow", "input_dependence", "batch_independence",
+                   "batch_independence_train_mode", "first_batch_roundtrip", "init_loss_uniform", "init_loss_prior",
+                   "overfit_one_batch", "loss_decreases", "beats_zero_input_baseline")
+
+
+def failure_message(result: SanityResult, report_path: str) -> str:
+    """One paragraph: the most specific failed check in full, then the others by name and figure."""
+    rank = {name: i for i, name in enumerate(DIAGNOSIS_ORDER)}
+    failed = sorted(result.failures, key=lambda c: rank.get(c.name, len(rank)))
+    first = failed[0]
+    value = "n/a" if first.value is None else f"{first.value:.4g}"
+    text = (f"sanity check '{first.name}' failed before training, so the run stops here: {first.name}: "
+            f"{first.message} (value {value}, threshold {first.threshold})")
+    if len(failed) > 1:
+        others = ", ".join(f"{c.name} ({'n/a' if c.value is None else f'{c.value:.4g}'} vs {c.threshold})"
+                           for c in failed[1:])
+        text += f". Also failed: {others}"
+    return text + f". Full report: {report_path or '(not written)'}."
+
