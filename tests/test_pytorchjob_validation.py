@@ -7,8 +7,7 @@ import copy
 import pytest
 
 from components.config import load_config
-from components.errors import ConfigError, UserError
-from components.kube import crds
+from components.errors import ConfigError
 from components.kube.names import is_dns1035_label, job_name_for, training_job_name
 from components.kube.pytorchjob import JobValidationError, build_pytorchjob, validate_pytorchjob
 from components.training.launchers.base import WorkerLaunch
@@ -123,14 +122,3 @@ def test_job_names_are_deterministic_dns1035_labels():
     assert job_name_for(run_id) != job_name_for(run_id.lower() + "x")
     assert training_job_name(run_id) == first and training_job_name(first) == first
     assert is_dns1035_label(training_job_name("123_weird name!" * 10))
-
-
-def test_missing_crds_fail_clearly(monkeypatch, tmp_path):
-    monkeypatch.setenv(crds.CRDS_DIR_ENV, str(tmp_path))
-    with pytest.raises(UserError, match="CTPIPE_CRDS_DIR"):
-        crds.crds_dir()
-
-
-def test_crds_are_found_beside_the_repository_by_default(monkeypatch):
-    monkeypatch.delenv(crds.CRDS_DIR_ENV, raising=False)
-    assert (crds.crds_dir() / crds.PYTORCHJOB_CRD).is_file()
