@@ -242,3 +242,65 @@ def test_trainjob_component_adds_only_trainjob_rights(tmp_path):
     role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "ctpipe-launcher")
     assert role["rules"] == [*LAUNCHER_RULES, {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
                                                "verbs": ["create", "get", "list", "watch", "delete"]}]
+
+
+ISTIO_INJECT = "sidecar.istio.io/inject"
+
+
+def _pod_templates(objects: list[dict]) -> list[tuple[str, dict]]:
+    """(object name, pod template with metadata) of every workload."""
+    out = []
+    for obj in objects:
+        spec = obj.get("spec") or {}
+        if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
+            out.append((obj["metadata"]["name"], spec["template"]))
+        elif obj["kind"] == "CronJob":
+            out.append((obj["metadata"]["name"], spec["jobTemplate"]["spec"]["template"]))
+    return out
+
+
+def _covered_by_policy(template: dict, policies: list[dict]) -> bool:
+    """An ALLOW AuthorizationPolicy selecting this pod admits any source (no `from`) on every container port."""
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    ports = {str(p["containerPort"]) for c in template["spec"]["containers"] for p in c.get("ports", [])}
+    for policy in policies:
+        spec = policy.get("spec") or {}
+        selector = (spec.get("selector") or {}).get("matchLabels") or {}
+        if spec.get("action", "ALLOW") != "ALLOW" or not selector.items() <= labels.items():
+            continue
+        for rule in spec.get("rules") or []:
+            allowed = {p for to in rule.get("to") or [] for p in (to.get("operation") or {}).get("ports") or []}
+            if not rule.get("from") and ports <= allowed:
+                return True
+    return False
+
+
+def test_every_pod_is_reachable_without_a_sidecar_under_istio(overlay):
+    """KFP's step pods, the trainer pods and the watcher run without an Istio sidecar (KFP annotates its workflow
+    pods `sidecar.istio.io/inject: "false"`). In a Kubeflow profile namespace a pod WITH a sidecar falls under the
+    profile's `ns-owner-access-istio` policy, which admits only mTLS peers of the namespace: plain requests from
+    sidecar-less clients get 403. So every pod either opts out of the sidecar or an AuthorizationPolicy admits
+    any source on its ports."""
+    from components.config import load_config
+    from components.kube.render import render_pytorchjob
+
+    name, objects = overlay
+    policies = [o for o in objects if o["kind"] == "AuthorizationPolicy"]
+    exposed = []
+    for workload, template in _pod_templates(objects):
+        meta = template.get("metadata") or {}
+        opted_out = "false" in ((meta.get("annotations") or {}).get(ISTIO_INJECT), (meta.get("labels") or {}).get(ISTIO_INJECT))
+        if not (opted_out or _covered_by_policy(template, policies)):
+            exposed.append(workload)
+    assert not exposed, f"pods that would get a sidecar and refuse sidecar-less clients: {exposed}"
+    config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml")
+    for backend in ("pytorchjob", "trainjob"):
+        config.train.backend = backend
+        job = render_pytorchjob(config)
+        if backend == "pytorchjob":
+            templates = [r["template"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
+        else:
+            patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+            templates = [patch["template"]["spec"]["template"]]
+        for template in templates:
+            assert template["metadata"]["annotations"][ISTIO_INJECT] == "false", backend
