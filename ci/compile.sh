@@ -11,10 +11,14 @@ if [ -n "${IMAGE:-}" ]; then
     image_args=(--image "$IMAGE")
 fi
 log "compile continuous_training -> $out/continuous_training.yaml"
-config_args=()
-if [ -n "${CTPIPE_CONFIG:-}" ]; then
-    config_args=(--config "$CTPIPE_CONFIG")
+# The config compiled in as the pipeline's default names the cluster (namespace, images, secrets, PVC):
+# there is no sensible built-in one, so CI stops here rather than deploy a pipeline for nobody's cluster.
+if [ -z "${CTPIPE_CONFIG:-}" ]; then
+    echo "ci/compile.sh: set CTPIPE_CONFIG to the ctpipe config of your cluster (in GitHub: the repository" \
+        "variable CTPIPE_CONFIG), e.g. CTPIPE_CONFIG=manifests/overlays/prod/ctpipe.yaml" >&2
+    exit 2
 fi
+config_args=(--config "$CTPIPE_CONFIG")
 if [ -n "${TRAINER_IMAGE:-}" ]; then
     config_args+=(--set "kubernetes.trainer_image=$TRAINER_IMAGE")
 fi

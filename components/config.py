@@ -546,9 +546,15 @@ def merge_values(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults, then the YAML/JSON file at ``path``, then ``--set`` overrides; validated."""
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: dict[str, Any] | None = None
+) -> Config:
+    """Defaults (``defaults`` over the dataclass ones), then the YAML/JSON file at ``path``, then ``--set``
+    overrides; validated."""
     values = Config().to_dict()
+    if defaults:
+        _reject_unknown(defaults)
+        values = _replace_whole_maps(merge_values(values, defaults), defaults)
     if path is not None:
         p = Path(path)
         if not p.is_file():

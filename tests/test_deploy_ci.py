@@ -62,7 +62,8 @@ def test_scripts_are_executable_and_parse(name):
 
 def test_compile_then_deploy_then_smoke_run_against_a_kfp_api(tmp_path, monkeypatch):
     build = str(tmp_path / "build")
-    compiled = run_script("compile.sh", {"BUILD_DIR": build, "IMAGE": "registry.example.com/ctpipe:abc"})
+    compiled = run_script("compile.sh", {"BUILD_DIR": build, "IMAGE": "registry.example.com/ctpipe:abc",
+                                         "CTPIPE_CONFIG": "manifests/overlays/prod/ctpipe.yaml"})
     assert compiled.returncode == 0, compiled.stderr
     spec = (tmp_path / "build" / "pipelines" / "continuous_training.yaml").read_text()
     assert "registry.example.com/ctpipe:abc" in spec
@@ -83,6 +84,14 @@ def test_compile_then_deploy_then_smoke_run_against_a_kfp_api(tmp_path, monkeypa
         assert run["runtime_config"]["parameters"]["trigger"] == "ci"
         assert run["display_name"].startswith("ctpipe-ci-")
         assert json.loads(smoke.stdout.strip().splitlines()[-1])["state"] == "SUCCEEDED"
+
+
+def test_compile_without_a_config_fails_and_says_what_to_set(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CTPIPE_CONFIG"}
+    out = subprocess.run([str(ROOT / "ci" / "compile.sh")], cwd=ROOT, capture_output=True, text=True,
+                         env={**env, "PYTHON": sys.executable, "BUILD_DIR": str(tmp_path)})
+    assert out.returncode == 2 and "CTPIPE_CONFIG" in out.stderr
+    assert not (tmp_path / "pipelines" / "continuous_training.yaml").exists()
 
 
 def test_deploy_without_a_host_says_what_to_set():
