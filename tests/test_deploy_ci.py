@@ -166,3 +166,19 @@ def test_manifest_validation_catches_missing_fields_duplicates_and_crd_violation
 def test_repository_manifests_validate():
     out = run_script("validate_manifests.sh", {})
     assert out.returncode == 0, out.stderr
+
+
+def test_lint_passes_on_the_repository():
+    """ruff, bash -n, and shellcheck where it is installed (sourced common.sh followed, not SC1091)."""
+    out = run_script("lint.sh", {})
+    assert out.returncode == 0, out.stdout + out.stderr
+    if shutil.which("shellcheck"):
+        assert "shellcheck not installed" not in out.stderr
+
+
+def test_the_ci_entrypoint_lints_as_well_as_tests():
+    script = (ROOT / ".ci" / "run").read_text()
+    install = script.index("pip install --quiet -e '.[test]'")
+    assert install < script.index("ci/lint.sh") and install < script.index("python -m pytest -q")
+    lint = (ROOT / "ci" / "lint.sh").read_text()
+    assert "--source-path=SCRIPTDIR" in lint and ".ci/run" in lint
