@@ -37,6 +37,7 @@ from torch import nn
 from components.config import Config
 from components.errors import ConfigError, TrainingError
 from components.training import checkpointing as ckpt
+from components.training.device import choose_device, gpus_per_rank
 from components.training.parallelize import clip_grad_norm_, parallelize, resolve_precision, uses_autocast
 from components.training.schedule import build_scheduler
 from components.training.tracker import NullTracker, flatten, make_tracker
@@ -62,19 +63,14 @@ class Dist:
     device: torch.device
 
 
-def init_distributed(timeout_minutes: float) -> Dist:
-    """Join the process group from the env contract; NCCL on CUDA (GPU from LOCAL_RANK), else gloo on CPU."""
+def init_distributed(timeout_minutes: float, gpus: int | None = None) -> Dist:
+    """Join the process group from the env contract; the device and backend follow ``gpus`` (device.py)."""
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    device, backend = choose_device(local_rank, gpus)
     dist.init_process_group(
         backend,
         rank=rank,
@@ -616,7 +612,7 @@ def train(
 ) -> dict[str, Any]:
     """The whole life of one rank: join, build, resume, train, hash, write the result; always clean up."""
     torch.set_num_threads(cfg.train.threads_per_worker)
-    d = init_distributed(cfg.train.timeout_minutes)
+    d = init_distributed(cfg.train.timeout_minutes, gpus_per_rank(cfg))
     tracker: NullTracker = NullTracker()
     try:
         tracker = make_tracker(d.rank, tracking_uri, mlflow_run_id)
