@@ -215,3 +215,24 @@ def test_parser_rejects_garbage():
         parse_dockerfile("FROM python:3.11.11-slim\nRUNN echo hi\n")
     with pytest.raises(ValueError):
         parse_dockerfile("FROM python:3.11.11-slim\nRUN echo \\\n")
+
+
+def test_component_image_owns_the_kfp_launcher_scratch_directories():
+    """KFP's launcher writes input artifacts under /gcs, /minio and /s3 at the filesystem root. KFP >= 2.3 mounts
+    emptyDirs there (kubeflow/pipelines#10857); on older backends the non-root image user must own them."""
+    instructions = parse_dockerfile((ROOT / "containers" / "component.Dockerfile").read_text())
+    final = stages(instructions)[-1]
+    user_at = max(i for i, (w, _) in enumerate(final) if w == "USER")
+    uid, _, gid = final[user_at][1].partition(":")
+    prepared: dict[str, tuple[bool, bool]] = {}
+    for word, args in final[:user_at]:
+        if word != "RUN":
+            continue
+        for command in re.split(r"&&|;", args):
+            argv = shlex.split(command)
+            if argv[:1] == ["mkdir"]:
+                prepared.update({p: (True, prepared.get(p, (False, False))[1]) for p in argv if p.startswith("/")})
+            if argv[:1] == ["chown"] and f"{uid}:{gid}" in argv:
+                prepared.update({p: (prepared.get(p, (False, False))[0], True) for p in argv if p.startswith("/")})
+    for path in ("/gcs", "/minio", "/s3"):
+        assert prepared.get(path) == (True, True), f"{path} is not created and chowned to {uid}:{gid} before USER"
