@@ -24,6 +24,7 @@ from components.errors import ConfigError
 TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
 # A Kubernetes resource quantity (the CRD's pattern for cpu/memory values).
 _QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_DNS1123_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _check(condition: bool, name: str, message: str) -> None:
@@ -290,7 +291,9 @@ class RegistryConfig:
 class KubernetesConfig:
     """Settings for running on a Kubeflow cluster (PyTorchJob and the compiled pipeline)."""
 
-    namespace: str = "ctpipe"
+    # Namespace of the training jobs. None: the namespace the train step's pod runs in (a KFP profile's),
+    # where its RBAC and the shared volume are; a value must equal it (components/kube/namespace.py).
+    namespace: str | None = None
     image: str = "ghcr.io/ctpipe/ctpipe:0.1.0"
     trainer_image: str = "ghcr.io/ctpipe/ctpipe-trainer:0.1.0-cuda"
     service_account: str = "ctpipe-pipeline"
@@ -319,6 +322,12 @@ class KubernetesConfig:
     step_tolerations: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        _check(
+            self.namespace is None or bool(_DNS1123_LABEL.match(self.namespace)),
+            "kubernetes.namespace",
+            f"{self.namespace!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63); "
+            "or leave it unset for the train step's own namespace",
+        )
         _check(bool(self.image), "kubernetes.image", "must name an image")
         _check(bool(self.trainer_image), "kubernetes.trainer_image", "must name an image")
         _check(self.worker_gpus >= 0, "kubernetes.worker_gpus", "must be >= 0")

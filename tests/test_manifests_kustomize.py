@@ -179,13 +179,17 @@ def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overla
     name, objects = overlay
     config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml")
     kube = config.kubernetes
-    assert kube.namespace == OVERLAYS[name]
+    # No fixed namespace: the jobs go where the run's pods are (the profile the overlay was applied to).
+    assert kube.namespace is None
     assert any(o["kind"] == "PersistentVolumeClaim" and o["metadata"]["name"] == kube.shared_pvc for o in objects)
     assert any(o["kind"] == "ServiceAccount" and o["metadata"]["name"] == kube.service_account for o in objects)
     generated = _generated_secrets()
     for secret, keys in kube.env_from_secrets.items():
         assert set(keys) <= generated[secret], secret
-    assert config.registry.tracking_uri == f"http://mlflow.{kube.namespace}.svc.cluster.local:5000"
+    # The MLflow Service of the namespace the run is in (a relative name: the pods' DNS search path).
+    host, port = config.registry.tracking_uri.removeprefix("http://").split(":")
+    assert any(o["kind"] == "Service" and o["metadata"]["name"] == host and o["spec"]["ports"][0]["port"] == int(port)
+               for o in objects)
     job = render_pytorchjob(config)  # validated strictly against the CRD on the way
     # The pod template also validates against the core Kubernetes schema of this version.
     for rtype, rspec in job["spec"]["pytorchReplicaSpecs"].items():
@@ -196,10 +200,12 @@ def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overla
         assert claim[0]["persistentVolumeClaim"]["claimName"] == kube.shared_pvc
 
 
-def test_prod_namespace_matches_the_pipelines_default_tracking_uri():
+def test_the_pipelines_default_tracking_uri_is_the_mlflow_of_the_runs_own_namespace():
     from pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI
 
-    assert DEFAULT_CLUSTER_TRACKING_URI == f"http://mlflow.{OVERLAYS['prod']}.svc.cluster.local:5000"
+    for name in OVERLAYS:
+        config = yaml.safe_load((MANIFESTS / "overlays" / name / "ctpipe.yaml").read_text())
+        assert config["registry"]["tracking_uri"] == DEFAULT_CLUSTER_TRACKING_URI == "http://mlflow:5000"
 
 
 def test_secrets_kustomization_builds_from_filled_in_files(tmp_path):

@@ -17,7 +17,8 @@ LAUNCH = WorkerLaunch(job_name="ctpipe-train-abc", world_size=4, command=["pytho
 
 
 def _job(*overrides: str, launch: WorkerLaunch = LAUNCH) -> dict:
-    return build_pytorchjob(load_config(overrides=list(overrides)).kubernetes, launch)
+    # The launcher passes the namespace it resolved (the step pod's own); these unit tests name one.
+    return build_pytorchjob(load_config(overrides=["kubernetes.namespace=ctpipe", *overrides]).kubernetes, launch)
 
 
 def _problems(job: dict) -> str:

@@ -26,6 +26,7 @@ from components.errors import TrainingError
 from components.kube import pytorchjob as pj
 from components.kube.logs import LogFollower, failing_pod_tail, job_selector, master_selector
 from components.kube.names import training_job_name
+from components.kube.namespace import resolve_namespace
 from components.kube.retry import is_transient, retry_call
 from components.kube.staging import Staging, plan_staging, stage_in, stage_out
 from components.training.launchers.base import WorkerLaunch
@@ -141,6 +142,7 @@ class KubeflowJobLauncher:
         config: Config,
         *,
         api_client: client.ApiClient | None = None,
+        namespace: str | None = None,
         emit: Callable[[str], None] | None = None,
         poll_seconds: float = 5.0,
         watch_seconds: int = 60,
@@ -150,7 +152,7 @@ class KubeflowJobLauncher:
         log_tail_lines: int = 30,
     ) -> None:
         self.kube = config.kubernetes
-        self.namespace = config.kubernetes.namespace
+        self._namespace = namespace  # None: resolved on first use (the step pod's own, see kube/namespace.py)
         self._api_client = api_client
         self.emit = emit or (lambda line: print(line, flush=True))
         self.poll_seconds = poll_seconds
@@ -162,12 +164,20 @@ class KubeflowJobLauncher:
 
     # --- building ------------------------------------------------------------------------------
 
+    @property
+    def namespace(self) -> str:
+        """Where the job goes: the train step pod's own namespace (a configured one must equal it)."""
+        if self._namespace is None:
+            self._namespace = resolve_namespace(self.kube.namespace)
+        return self._namespace
+
     def plan(self, launch: WorkerLaunch) -> tuple[dict[str, Any], Staging]:
         """The validated job for ``launch`` and the staging of its paths onto the shared volume."""
         name = training_job_name(launch.job_name)
         root = self.kube.shared_mount_path if self.kube.shared_pvc else None
         staging = plan_staging(launch.command, root, name)
-        job = self.api.build(self.kube, replace(launch, command=staging.command))
+        kube = replace(self.kube, namespace=self.namespace)
+        job = self.api.build(kube, replace(launch, command=staging.command))
         self.api.validate(job)
         return job, staging
 
