@@ -307,9 +307,13 @@ class KubernetesConfig:
     # A PVC shared by the train step and the worker pods for data snapshots and checkpoints.
     shared_pvc: str | None = "ctpipe-shared"
     shared_mount_path: str = "/mnt/ctpipe"
+    # How many times the launcher restarts the whole job (every rank together, resuming from the latest
+    # complete checkpoint) after a rank fails; a failure a restart would repeat (exit 2) is not restarted.
     backoff_limit: int = 3
     ttl_seconds_after_finished: int = 3600
-    clean_pod_policy: Literal["None", "Running", "All"] = "None"
+    # Pods the operator deletes when the job ends: Running stops the surviving ranks of a failed job at
+    # once (they would wait in a collective for the dead one) and keeps the failed pods' logs.
+    clean_pod_policy: Literal["None", "Running", "All"] = "Running"
     # ClusterTrainingRuntime a TrainJob (train.backend=trainjob) runs on.
     trainjob_runtime: str = "torch-distributed"
     # Secrets (type kubernetes.io/dockerconfigjson) for pulling the images from a private registry.

@@ -36,8 +36,10 @@ def test_generated_job_is_valid_and_shaped_as_the_operator_expects():
     validate_pytorchjob(job)
     spec = job["spec"]
     assert set(spec) == {"pytorchReplicaSpecs", "runPolicy"}
-    assert spec["runPolicy"] == {"backoffLimit": 3, "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 3600,
-                                 "cleanPodPolicy": "None"}
+    # The operator restarts nothing and stops the survivors of a failed job; the launcher restarts all ranks.
+    assert spec["runPolicy"] == {"backoffLimit": 0, "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 3600,
+                                 "cleanPodPolicy": "Running"}
+    assert {r["restartPolicy"] for r in spec["pytorchReplicaSpecs"].values()} == {"Never"}
     master, worker = spec["pytorchReplicaSpecs"]["Master"], spec["pytorchReplicaSpecs"]["Worker"]
     assert master["replicas"] == 1 and worker["replicas"] == 3
     pod = worker["template"]["spec"]

@@ -5,7 +5,9 @@
 
 It uses only the torch.distributed environment contract: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK
 (LOCAL_RANK picks the GPU and defaults to 0, as in PyTorchJob pods). It resumes from the latest complete
-checkpoint under --checkpoints, and rank 0 writes ``train_result.json`` there when it finishes.
+checkpoint under --checkpoints, and rank 0 writes ``train_result.json`` there when it finishes. Exit code 0
+on success, 2 when a restart would fail the same way (a UserError or TrainingError: bad input, a non-finite
+loss), 1 for any other failure (launchers may restart the job from its checkpoint).
 
 ``CTPIPE_TEST_FAULT`` is a TEST-ONLY fault hook (tests/test_training_*.py), never part of a user config:
 ``nan@STEP`` makes the loss NaN at optimizer step STEP, ``raise@STEP:RANK`` raises on RANK at STEP,
@@ -35,9 +37,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from components.config import Config
-from components.errors import ConfigError, TrainingError
+from components.errors import ConfigError, TrainingError, UserError
 from components.training import checkpointing as ckpt
 from components.training.device import choose_device, gpus_per_rank
+from components.training.launchers.base import PERMANENT_FAILURE_EXIT_CODE
 from components.training.parallelize import clip_grad_norm_, parallelize, resolve_precision, uses_autocast
 from components.training.schedule import build_scheduler
 from components.training.tracker import NullTracker, flatten, make_tracker
@@ -698,7 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as err:
         traceback.print_exc()
         _write_error(err)
-        return 1
+        # Launchers restart a job from its checkpoint unless a restart would fail the same way.
+        return PERMANENT_FAILURE_EXIT_CODE if isinstance(err, UserError | TrainingError) else 1
     return 0
 
 
