@@ -310,3 +310,67 @@ def test_every_pod_is_reachable_without_a_sidecar_under_istio(overlay):
             templates = [patch["template"]["spec"]["template"]]
         for template in templates:
             assert template["metadata"]["annotations"][ISTIO_INJECT] == "false", backend
+
+
+def _mounts_shared_volume(pod: dict) -> bool:
+    return any((v.get("persistentVolumeClaim") or {}).get("claimName") == "ctpipe-shared" for v in pod.get("volumes", []))
+
+
+def test_every_pod_on_the_shared_volume_skips_the_recursive_chown(overlay):
+    """With fsGroup the kubelet chowns the whole volume at every mount unless fsGroupChangePolicy is
+    OnRootMismatch: on a shared volume full of snapshots and checkpoints that delays every pod start."""
+    from components.config import load_config
+    from components.kube.render import render_pytorchjob
+
+    name, objects = overlay
+    pods = [(workload, pod) for workload, pod in _pod_specs(objects) if _mounts_shared_volume(pod)]
+    assert {w for w, _ in pods} >= {"ctpipe-watcher", "ctpipe-shared-janitor", "ctpipe-shared-init"}
+    config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml")
+    job = render_pytorchjob(config)
+    pods += [(f"PyTorchJob {r}", spec["template"]["spec"]) for r, spec in job["spec"]["pytorchReplicaSpecs"].items()]
+    config.train.backend = "trainjob"
+    patch = render_pytorchjob(config)["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    pods.append(("TrainJob node", patch["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]))
+    for workload, pod in pods:
+        assert _mounts_shared_volume(pod), workload
+        assert pod["securityContext"].get("fsGroupChangePolicy") == "OnRootMismatch", workload
+
+
+def test_every_workload_can_be_applied_again_after_an_image_change(overlay, tmp_path):
+    """A Job's pod template is immutable: `kubectl apply` of a changed Job fails while the Job exists. So the
+    overlays hold no Job (what must run once is a CronJob, whose template may change), and everything else
+    that runs ctpipe's image picks the new tag up on apply."""
+    name, objects = overlay
+    assert not [o["metadata"]["name"] for o in objects if o["kind"] == "Job"]
+    tree = tmp_path / "manifests"
+    shutil.copytree(MANIFESTS, tree, ignore=shutil.ignore_patterns("*.env"))
+    kfile = tree / "overlays" / name / "kustomization.yaml"
+    kustomization = yaml.safe_load(kfile.read_text())
+    for image in kustomization["images"]:
+        image["newTag"] = "9.9.9"
+    kfile.write_text(yaml.safe_dump(kustomization))
+    images = [c["image"] for _, template in _pod_templates(build(tree / "overlays" / name))
+              for c in template["spec"]["containers"]]
+    ours = [i for i in images if "/ctpipe" in i]
+    assert ours and all(i.endswith(":9.9.9") for i in ours), ours
+
+
+WATCHER_RULES = [
+    {"apiGroups": ["pipelines.kubeflow.org"], "resources": ["pipelines", "pipelineversions"], "verbs": ["get", "list"]},
+    {"apiGroups": ["pipelines.kubeflow.org"], "resources": ["experiments", "runs"], "verbs": ["create", "get", "list"]},
+]
+
+
+def test_the_watcher_may_start_and_read_runs_but_delete_nothing(overlay):
+    """Multi-user KFP authorises each API call with a SubjectAccessReview in the run's namespace
+    (pipelines.kubeflow.org: pipelines/pipelineversions get/list to find the version, experiments create/get/list,
+    runs create/get/list); kubeflow-pipelines-edit would also grant delete, archive, terminate."""
+    _, objects = overlay
+    bindings = [o for o in objects if o["kind"] == "RoleBinding" and any(s["name"] == "ctpipe-watcher" for s in o["subjects"])]
+    assert len(bindings) == 1
+    binding = bindings[0]
+    assert binding["roleRef"]["kind"] == "Role", "a namespaced Role of its own, not a broad ClusterRole"
+    role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == binding["roleRef"]["name"])
+    assert role["rules"] == WATCHER_RULES
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert not verbs & {"delete", "update", "patch", "archive", "terminate", "*"}

@@ -63,6 +63,8 @@ POD_SECURITY_CONTEXT = {
     "runAsUser": IMAGE_UID,
     "runAsGroup": IMAGE_UID,
     "fsGroup": IMAGE_UID,
+    # Chown the shared volume only when its root does not match, not every file at every pod start.
+    "fsGroupChangePolicy": "OnRootMismatch",
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 CONTAINER_SECURITY_CONTEXT = {
