@@ -11,6 +11,7 @@ Subcommands beyond these live in ``pipelines/commands/`` (one module each).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import pkgutil
@@ -65,6 +66,8 @@ def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[s
     from pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI, build_pipeline
 
     config = load_cluster_config(config_path, overrides)
+    if image:  # --image: the steps' image, also recorded in the compiled config
+        config.kubernetes = dataclasses.replace(config.kubernetes, image=image)
     uri = config.registry.tracking_uri or ""
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +77,7 @@ def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[s
         default_tracking_uri=uri or DEFAULT_CLUSTER_TRACKING_URI,
     )
     compiler.Compiler().compile(pipeline, str(out_path))
-    target_image = image or config.kubernetes.image
+    target_image = config.kubernetes.image
     if target_image != COMPONENT_IMAGE:
         docs = list(yaml.safe_load_all(out_path.read_text()))
         for executor in docs[0]["deploymentSpec"]["executors"].values():

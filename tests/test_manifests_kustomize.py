@@ -374,3 +374,60 @@ def test_the_watcher_may_start_and_read_runs_but_delete_nothing(overlay):
     assert role["rules"] == WATCHER_RULES
     verbs = {v for rule in role["rules"] for v in rule["verbs"]}
     assert not verbs & {"delete", "update", "patch", "archive", "terminate", "*"}
+
+
+def _ctpipe_images(objects: list[dict]) -> list[tuple[str, dict]]:
+    return [(w, c) for w, t in _pod_templates(objects) for c in t["spec"]["containers"] if "/ctpipe" in c["image"]]
+
+
+def test_overlays_and_their_configs_use_one_image_scheme_and_tag(overlay):
+    """<registry>/ctpipe, ctpipe-trainer (-cuda/-cpu), ctpipe-mlflow, all at one tag: what ci/build_images.sh
+    builds. The trainer variant follows the config (GPU workers -> -cuda)."""
+    import re
+
+    from components.config import load_config
+
+    name, objects = overlay
+    refs = {c["image"] for _, c in _ctpipe_images(objects)}
+    config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml").kubernetes
+    refs |= {config.image, config.trainer_image}
+    parsed = [re.fullmatch(r"(?P<registry>.+)/(?P<name>ctpipe(-trainer|-mlflow)?):(?P<tag>[\w.]+?)(-(?P<variant>cuda|cpu))?", r)
+              for r in refs]
+    assert all(parsed), refs
+    assert len({(m["registry"], m["tag"]) for m in parsed}) == 1, refs
+    assert {m["name"] for m in parsed} == {"ctpipe", "ctpipe-trainer", "ctpipe-mlflow"}
+    assert config.trainer_image.endswith("-cuda" if config.worker_gpus > 0 else "-cpu")
+    assert all(m["variant"] is None for m in parsed if m["name"] != "ctpipe-trainer")
+
+
+def test_the_config_defaults_follow_the_scheme_at_the_package_version():
+    import tomllib
+
+    from components.config import Config
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    kube = Config().kubernetes
+    assert kube.image == f"ghcr.io/ctpipe/ctpipe:{version}"
+    assert kube.trainer_image == f"ghcr.io/ctpipe/ctpipe-trainer:{version}-{'cuda' if kube.worker_gpus else 'cpu'}"
+
+
+def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):
+    """A tag can be pushed again: IfNotPresent would keep running a node's stale copy. Pods pull ctpipe images
+    (Always) unless they are pinned by digest, in the manifests, the training jobs and the pipeline's steps."""
+    from components.config import load_config
+    from components.kube.render import render_pytorchjob
+    from pipelines.cli import compile_pipeline
+
+    name, objects = overlay
+    for workload, container in _ctpipe_images(objects):
+        assert "@sha256:" in container["image"] or container.get("imagePullPolicy") == "Always", workload
+    config_path = MANIFESTS / "overlays" / name / "ctpipe.yaml"
+    job = render_pytorchjob(load_config(config_path))
+    for rtype, spec in job["spec"]["pytorchReplicaSpecs"].items():
+        assert spec["template"]["spec"]["containers"][0]["imagePullPolicy"] == "Always", rtype
+    digest = "ghcr.io/ctpipe/ctpipe-trainer@sha256:" + "a" * 64
+    pinned = render_pytorchjob(load_config(config_path, [f"kubernetes.trainer_image={digest}"]))
+    assert pinned["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+    _, platform = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", str(config_path), [], None).read_text())
+    for executor, spec in platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].items():
+        assert spec["imagePullPolicy"] == "Always", executor

@@ -10,6 +10,7 @@ from typing import Any
 from components.config import KubernetesConfig
 from components.errors import ConfigError
 from components.kube.crds import PYTORCHJOB_CRD, crd_schema
+from components.kube.images import pull_policy
 from components.kube.names import is_dns1035_label, training_job_name
 from components.kube.schema import validate_strict
 from components.training.launchers.base import WorkerLaunch
@@ -115,7 +116,7 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
     container = {
         "name": CONTAINER,
         "image": kube.trainer_image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(kube.trainer_image),
         "command": _container_command(launch.command),
         "env": _env(kube, launch),
         "resources": _resources(kube),
