@@ -101,7 +101,8 @@ def test_render_job_from_the_wheel_validates_strictly(installed):
 
     job = yaml.safe_load(_run(installed, "render-job", "--config", "prod.yaml").stdout)
     assert job["kind"] == "PyTorchJob"
-    job["metadata"]["name"] = "ctpipe-train-0123"  # the run-time placeholder, filled in
+    assert job["metadata"]["namespace"] == "${NAMESPACE}"  # the prod config pins none: the step pod's own
+    job["metadata"].update(name="ctpipe-train-0123", namespace="team-a")  # the run-time placeholders, filled in
     validate_pytorchjob(job)
     for rtype, spec in job["spec"]["pytorchReplicaSpecs"].items():
         template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"t-{rtype.lower()}"},
@@ -109,7 +110,7 @@ def test_render_job_from_the_wheel_validates_strictly(installed):
         kubernetes_validate.validate(template, "1.32.0", strict=True)
     trainjob = yaml.safe_load(_run(installed, "render-job", "--config", "prod.yaml",
                                    "--set", "train.backend=trainjob").stdout)
-    trainjob["metadata"]["name"] = "ctpipe-train-0123"
+    trainjob["metadata"].update(name="ctpipe-train-0123", namespace="team-a")
     validate_trainjob(trainjob)
 
 
