@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build the images from containers/ (the component image, the trainer image as -cuda and -cpu variants,
-# the MLflow server image), tagged with the git commit; PUSH=1 pushes them. DRY_RUN=1 prints the
-# commands (no Docker daemon needed). The list of images built is written to build/images.txt.
-#   IMAGE_REGISTRY=ghcr.io/org PUSH=1 ci/build_images.sh
+# the MLflow server image), named by the scheme in common.sh and tagged with IMAGE_TAG (default: the git
+# commit); PUSH=1 pushes them. ONLY=<image> builds one of ctpipe, ctpipe-trainer-cuda, ctpipe-trainer-cpu,
+# ctpipe-mlflow (CI builds each in its own job: a hosted runner's disk holds one CUDA build, not four).
+# DRY_RUN=1 prints the commands (no Docker daemon needed). The images built are listed in build/images.txt.
+#   IMAGE_REGISTRY=ghcr.io/org IMAGE_TAG=abc123 ONLY=ctpipe PUSH=1 ci/build_images.sh
 . "$(dirname "$0")/common.sh"
-registry="${IMAGE_REGISTRY:-ghcr.io/ctpipe}"
 tag="${IMAGE_TAG:-$GIT_SHA}"
 run() {
     echo "+ $*" >&2
@@ -31,8 +32,8 @@ for dockerfile in "${dockerfiles[@]}"; do
         *.Dockerfile) name="${base%.Dockerfile}" ;;
     esac
     case "$name" in
-        "$(basename "$containers")"|component|ctpipe) image="$registry/ctpipe" ;;
-        *) image="$registry/ctpipe-$name" ;;
+        "$(basename "$containers")"|component|ctpipe) image="ctpipe" ;;
+        *) image="ctpipe-$name" ;;
     esac
     # A Dockerfile that takes the torch wheel index (the trainer) is built twice: CUDA and CPU.
     variants=("")
@@ -40,7 +41,10 @@ for dockerfile in "${dockerfiles[@]}"; do
         variants=("cuda" "cpu")
     fi
     for variant in "${variants[@]}"; do
-        full="$image:$tag${variant:+-$variant}"
+        if [ -n "${ONLY:-}" ] && [ "$ONLY" != "$image${variant:+-$variant}" ]; then
+            continue
+        fi
+        full="$(image_ref "$image" "$tag" "$variant")"
         # The commit and image reference are baked in so every registered model names its code.
         build_args=(--build-arg "GIT_COMMIT=$GIT_SHA" --build-arg "IMAGE_REF=$full")
         if [ "$variant" = "cpu" ]; then
@@ -54,3 +58,7 @@ for dockerfile in "${dockerfiles[@]}"; do
         echo "$full" >> "$BUILD_DIR/images.txt"
     done
 done
+if [ ! -s "$BUILD_DIR/images.txt" ]; then
+    echo "ci/build_images.sh: ONLY=${ONLY:-} names no image; use one of ctpipe, ctpipe-trainer-cuda, ctpipe-trainer-cpu, ctpipe-mlflow" >&2
+    exit 2
+fi

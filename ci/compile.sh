@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
 # Compile every pipeline to KFP IR YAML under build/pipelines/, load each back, and check that no
-# compiled spec carries a credential.
-#   IMAGE=ghcr.io/org/ctpipe:abc123 TRAINER_IMAGE=ghcr.io/org/ctpipe-trainer:abc123-cuda \
-#   CTPIPE_CONFIG=manifests/overlays/prod/ctpipe.yaml ci/compile.sh
+# compiled spec carries a credential. With IMAGE_TAG set, the pipeline uses the images ci/build_images.sh
+# builds with that tag (the scheme in common.sh): the component image for every step, and the trainer
+# image whose variant the config asks for (-cuda when kubernetes.worker_gpus > 0, else -cpu).
+#   CTPIPE_CONFIG=manifests/overlays/prod/ctpipe.yaml IMAGE_REGISTRY=ghcr.io/org IMAGE_TAG=abc123 ci/compile.sh
 . "$(dirname "$0")/common.sh"
 out="$BUILD_DIR/pipelines"
 mkdir -p "$out"
-image_args=()
-if [ -n "${IMAGE:-}" ]; then
-    image_args=(--image "$IMAGE")
+# The config compiled in as the pipeline's default names the cluster (namespace, images, secrets, PVC):
+# there is no sensible built-in one, so CI stops here rather than deploy a pipeline for nobody's cluster.
+if [ -z "${CTPIPE_CONFIG:-}" ]; then
+    echo "ci/compile.sh: set CTPIPE_CONFIG to the ctpipe config of your cluster (in GitHub: the repository" \
+        "variable CTPIPE_CONFIG), e.g. CTPIPE_CONFIG=manifests/overlays/prod/ctpipe.yaml" >&2
+    exit 2
+fi
+config_args=(--config "$CTPIPE_CONFIG")
+if [ -n "${IMAGE_TAG:-}" ]; then
+    variant="$("$PYTHON" - "$CTPIPE_CONFIG" <<'PY'
+import sys
+
+from components.config import load_config
+
+print("cuda" if load_config(sys.argv[1]).kubernetes.worker_gpus > 0 else "cpu")
+PY
+)"
+    config_args+=(--set "kubernetes.image=$(image_ref ctpipe "$IMAGE_TAG")"
+                  --set "kubernetes.trainer_image=$(image_ref ctpipe-trainer "$IMAGE_TAG" "$variant")")
 fi
 log "compile continuous_training -> $out/continuous_training.yaml"
-config_args=()
-if [ -n "${CTPIPE_CONFIG:-}" ]; then
-    config_args=(--config "$CTPIPE_CONFIG")
-fi
-if [ -n "${TRAINER_IMAGE:-}" ]; then
-    config_args+=(--set "kubernetes.trainer_image=$TRAINER_IMAGE")
-fi
-"$PYTHON" -m pipelines.cli compile --out "$out/continuous_training.yaml" "${image_args[@]}" "${config_args[@]}"
+"$PYTHON" -m pipelines.cli compile --out "$out/continuous_training.yaml" "${config_args[@]}"
 log "load back and scan for secrets"
 "$PYTHON" - "$out"/*.yaml <<'PY'
 import re

@@ -1,6 +1,6 @@
 """Validate Kubernetes manifests offline: required fields, unique names, custom resources against CRDs.
 
-    python ci/validate_manifests.py --crds crds --scan manifests build/manifests/*.yaml
+    python ci/validate_manifests.py --crds components/kube/crd_schemas --scan manifests build/manifests/*.yaml
 
 The positional files are rendered kustomize output; ``--scan`` folders are searched for plain manifests
 (YAML files that are not kustomization files, patches or config inputs of a kustomization).
@@ -9,6 +9,7 @@ The positional files are rendered kustomize output; ``--scan`` folders are searc
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -18,10 +19,12 @@ REQUIRED = ("apiVersion", "kind")
 
 
 def load_crd_schemas(crd_dir: Path) -> dict[tuple[str, str], dict]:
-    """(apiVersion, kind) -> openAPIV3Schema of every CRD under ``crd_dir``."""
+    """(apiVersion, kind) -> openAPIV3Schema of every CRD (YAML, or JSON as vendored) under ``crd_dir``."""
     schemas = {}
-    for path in sorted(crd_dir.rglob("*.y*ml")) if crd_dir.is_dir() else []:
-        for doc in yaml.safe_load_all(path.read_text()):
+    paths = sorted(p for p in crd_dir.rglob("*") if p.suffix in (".yaml", ".yml", ".json")) if crd_dir.is_dir() else []
+    for path in paths:
+        docs = [json.loads(path.read_text())] if path.suffix == ".json" else yaml.safe_load_all(path.read_text())
+        for doc in docs:
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
                 continue
             spec = doc["spec"]
@@ -110,7 +113,7 @@ def check_ctpipe_config(path: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--crds", type=Path, default=Path("crds"))
+    parser.add_argument("--crds", type=Path, default=Path("components/kube/crd_schemas"))
     parser.add_argument("--scan", type=Path, action="append", default=[], help="folder of plain manifests")
     parser.add_argument("rendered", nargs="*", type=Path, help="rendered kustomize output")
     args = parser.parse_args(argv)

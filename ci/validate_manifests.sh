@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Render every kustomization under manifests/ (kubectl kustomize, offline) and validate the objects:
-# required fields, unique names, and custom resources against the CRD schemas in crds/.
+# required fields, unique names, and custom resources against the CRD schemas the package vendors.
 #   ci/validate_manifests.sh
 . "$(dirname "$0")/common.sh"
 if [ ! -d manifests ] || [ -z "$(find manifests -name '*.yaml' -o -name '*.yml' | head -1)" ]; then
@@ -37,13 +37,6 @@ while IFS= read -r kfile; do
     rendered+=("$out/$name.yaml")
 done < <(find manifests -name kustomization.yaml -o -name kustomization.yml | sort)
 log "validate ${#rendered[@]} rendered kustomization(s) and the plain manifests"
-# CustomResourceDefinitions to validate custom resources against: $CRDS_DIR, else the upstream CRDs
-# kept beside the checkout (../shared/crds), else ./crds (none known when the folder is absent).
-if [ -n "${CRDS_DIR:-}" ]; then
-    crds="$CRDS_DIR"
-elif [ -d "$ROOT/../shared/crds" ]; then
-    crds="$ROOT/../shared/crds"
-else
-    crds="crds"
-fi
+# The CustomResourceDefinitions the package vendors (components/kube/crd_schemas), unless CRDS_DIR names others.
+crds="${CRDS_DIR:-$ROOT/components/kube/crd_schemas}"
 "$PYTHON" "$ROOT/ci/validate_manifests.py" --crds "$crds" --scan manifests "${rendered[@]}"

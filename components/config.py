@@ -25,6 +25,7 @@ from components.errors import ConfigError
 TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
 # A Kubernetes resource quantity (the CRD's pattern for cpu/memory values).
 _QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_DNS1123_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _check(condition: bool, name: str, message: str) -> None:
@@ -363,7 +364,9 @@ class RegistryConfig:
 class KubernetesConfig:
     """Settings for running on a Kubeflow cluster (PyTorchJob and the compiled pipeline)."""
 
-    namespace: str = "ctpipe"
+    # Namespace of the training jobs. None: the namespace the train step's pod runs in (a KFP profile's),
+    # where its RBAC and the shared volume are; a value must equal it (components/kube/namespace.py).
+    namespace: str | None = None
     image: str = "ghcr.io/ctpipe/ctpipe:0.1.0"
     trainer_image: str = "ghcr.io/ctpipe/ctpipe-trainer:0.1.0-cuda"
     service_account: str = "ctpipe-pipeline"
@@ -377,9 +380,13 @@ class KubernetesConfig:
     # A PVC shared by the train step and the worker pods for data snapshots and checkpoints.
     shared_pvc: str | None = "ctpipe-shared"
     shared_mount_path: str = "/mnt/ctpipe"
+    # How many times the launcher restarts the whole job (every rank together, resuming from the latest
+    # complete checkpoint) after a rank fails; a failure a restart would repeat (exit 2) is not restarted.
     backoff_limit: int = 3
     ttl_seconds_after_finished: int = 3600
-    clean_pod_policy: Literal["None", "Running", "All"] = "None"
+    # Pods the operator deletes when the job ends: Running stops the surviving ranks of a failed job at
+    # once (they would wait in a collective for the dead one) and keeps the failed pods' logs.
+    clean_pod_policy: Literal["None", "Running", "All"] = "Running"
     # ClusterTrainingRuntime a TrainJob (train.backend=trainjob) runs on.
     trainjob_runtime: str = "torch-distributed"
     # Secrets (type kubernetes.io/dockerconfigjson) for pulling the images from a private registry.
@@ -392,6 +399,12 @@ class KubernetesConfig:
     step_tolerations: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        _check(
+            self.namespace is None or bool(_DNS1123_LABEL.match(self.namespace)),
+            "kubernetes.namespace",
+            f"{self.namespace!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63); "
+            "or leave it unset for the train step's own namespace",
+        )
         _check(bool(self.image), "kubernetes.image", "must name an image")
         _check(bool(self.trainer_image), "kubernetes.trainer_image", "must name an image")
         _check(self.worker_gpus >= 0, "kubernetes.worker_gpus", "must be >= 0")
@@ -627,9 +640,15 @@ def merge_values(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults, then the YAML/JSON file at ``path``, then ``--set`` overrides; validated."""
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: dict[str, Any] | None = None
+) -> Config:
+    """Defaults (``defaults`` over the dataclass ones), then the YAML/JSON file at ``path``, then ``--set``
+    overrides; validated."""
     values = Config().to_dict()
+    if defaults:
+        _reject_unknown(defaults)
+        values = _replace_whole_maps(merge_values(values, defaults), defaults)
     if path is not None:
         p = Path(path)
         if not p.is_file():

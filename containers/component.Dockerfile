@@ -30,9 +30,14 @@ ARG GIT_COMMIT=""
 ARG IMAGE_REF=""
 LABEL org.opencontainers.image.title="ctpipe component image" \
       org.opencontainers.image.revision="${GIT_COMMIT}"
+# KFP's launcher downloads input artifacts to /gcs, /minio and /s3 at the filesystem root. KFP >= 2.3 mounts
+# emptyDirs there (kubeflow/pipelines#10857); for older backends the non-root user owns them in the image.
 RUN groupadd --gid 10001 ctpipe \
-    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin ctpipe
-COPY --from=build /opt/venv /opt/venv
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin ctpipe \
+    && mkdir -p /gcs /minio /s3 \
+    && chown 10001:10001 /gcs /minio /s3
+# --link: the venv becomes its own layer, independent of the base image's (less disk while building).
+COPY --link --from=build /opt/venv /opt/venv
 # KFP runs `python3 -m kfp.dsl.executor_main`: the venv's python3 must come first on PATH.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The MLflow tracking server of manifests/ (PostgreSQL backend, object-store artifacts, basic auth).
-#   docker build -f containers/mlflow.Dockerfile -t ghcr.io/ctpipe/ctpipe-mlflow:3.17.2 .
+#   docker build -f containers/mlflow.Dockerfile -t ghcr.io/ctpipe/ctpipe-mlflow:0.1.0 .   (or: ONLY=ctpipe-mlflow ci/build_images.sh)
 # Base images are pinned to an exact tag; CI records the digest before pushing.
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
@@ -16,7 +16,8 @@ RUN pip install --no-cache-dir -r /tmp/requirements.txt \
 FROM ${PYTHON_IMAGE} AS runtime
 RUN groupadd --gid 10001 mlflow \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin mlflow
-COPY --from=build /opt/venv /opt/venv
+# --link: the venv becomes its own layer, independent of the base image's (less disk while building).
+COPY --link --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

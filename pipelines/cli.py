@@ -11,6 +11,7 @@ Subcommands beyond these live in ``pipelines/commands/`` (one module each).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import pkgutil
@@ -55,22 +56,19 @@ def cmd_demo_data(args: argparse.Namespace) -> int:
 
 
 def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[str], image: str | None) -> Path:
-    """Compile the pipeline for a cluster with the config as its default; return the YAML path."""
+    """Compile the pipeline for a cluster with the config (over the cluster defaults) as its default; return the
+    YAML path. A config that would train in the step pod or give MLflow no credentials is refused."""
     import yaml
     from kfp import compiler
 
-    from components.config import load_config
     from components.kfp_support import COMPONENT_IMAGE
+    from pipelines.cluster_config import load_cluster_config
     from pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI, build_pipeline
 
-    config = load_config(config_path, overrides)
+    config = load_cluster_config(config_path, overrides)
+    if image:  # --image: the steps' image, also recorded in the compiled config
+        config.kubernetes = dataclasses.replace(config.kubernetes, image=image)
     uri = config.registry.tracking_uri or ""
-    if "@" in uri.split("://", 1)[-1].split("/", 1)[0]:
-        raise UserError(
-            "registry.tracking_uri holds credentials (user:password@host); a compiled pipeline must not carry "
-            "secrets. Give the plain URI and put MLFLOW_TRACKING_USERNAME/PASSWORD in a Kubernetes secret "
-            "listed in kubernetes.env_from_secrets."
-        )
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     pipeline = build_pipeline(
@@ -79,7 +77,7 @@ def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[s
         default_tracking_uri=uri or DEFAULT_CLUSTER_TRACKING_URI,
     )
     compiler.Compiler().compile(pipeline, str(out_path))
-    target_image = image or config.kubernetes.image
+    target_image = config.kubernetes.image
     if target_image != COMPONENT_IMAGE:
         docs = list(yaml.safe_load_all(out_path.read_text()))
         for executor in docs[0]["deploymentSpec"]["executors"].values():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kfp import kubernetes
 
 from components.config import KubernetesConfig
+from components.kube.images import pull_policy
 
 # Steps that read or write the shared volume: the data root lives there by default
 # (/mnt/ctpipe/data), and the train step stages snapshots and checkpoints there for the worker pods.
@@ -22,7 +23,7 @@ LAUNCHER_LIMITS = {"cpu": "1", "memory": "2Gi"}
 
 
 def apply_cluster_settings(task, step: str, kube: KubernetesConfig) -> None:
-    """Secrets as env, image pull secrets, placement, limits and the shared volume for one task."""
+    """Secrets as env, image pull secrets and policy, placement, limits and the shared volume for one task."""
     for secret, keys in sorted(kube.env_from_secrets.items()):
         kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env={k: k for k in keys})
     for key, value in sorted(kube.step_node_selector.items()):
@@ -38,6 +39,7 @@ def apply_cluster_settings(task, step: str, kube: KubernetesConfig) -> None:
         )
     if kube.image_pull_secrets:
         kubernetes.set_image_pull_secrets(task, list(kube.image_pull_secrets))
+    kubernetes.set_image_pull_policy(task, pull_policy(kube.image))
     if kube.shared_pvc and step in STEPS_ON_SHARED_VOLUME:
         kubernetes.mount_pvc(task, pvc_name=kube.shared_pvc, mount_path=kube.shared_mount_path)
     kubernetes.add_pod_label(task, label_key="app.kubernetes.io/part-of", label_value="ctpipe")

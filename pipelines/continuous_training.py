@@ -21,7 +21,8 @@ from components.validation.component import validate_data
 
 PIPELINE_NAME = "ctpipe-continuous-training"
 DEFAULT_CLUSTER_DATA_URI = "/mnt/ctpipe/data"
-DEFAULT_CLUSTER_TRACKING_URI = "http://mlflow.ctpipe.svc.cluster.local:5000"
+# The MLflow Service of manifests/ in the namespace the run is in (a relative name: the pods' DNS search path).
+DEFAULT_CLUSTER_TRACKING_URI = "http://mlflow:5000"
 STEP_NAMES = ("prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register")
 
 

@@ -136,8 +136,10 @@ def test_final_stage_is_non_root_and_has_no_build_tools(dockerfile):
     runs = " ".join(a for w, a in final if w == "RUN")
     for tool in ("apt-get install", "build-essential", "gcc", "pip install", "git "):
         assert tool not in runs, f"{path.name}: '{tool}' in the final stage"
-    copies = [a for w, a in final if w == "COPY"]
-    assert copies and all(c.startswith("--from=") for c in copies), "the final stage copies only from the build stage"
+    copies = [a.split() for w, a in final if w == "COPY"]
+    assert copies and all(any(f.startswith("--from=") for f in c) for c in copies), "the final stage copies only from the build stage"
+    # --link: the copied venv is its own layer, not rebased onto the base image (less disk on CI runners).
+    assert all("--link" in c for c in copies), f"{path.name}: COPY without --link in the final stage"
     # pip caches are never written: every install in any stage disables the cache.
     for word, args in instructions:
         if word == "RUN" and "pip install" in args:
@@ -148,7 +150,7 @@ def test_copy_sources_exist_and_are_in_the_build_context(dockerfile):
     path, instructions = dockerfile
     patterns = _ignore_patterns()
     for word, args in instructions:
-        if word in ("COPY", "ADD") and not args.startswith("--from="):
+        if word in ("COPY", "ADD") and not any(flag.startswith("--from=") for flag in args.split()):
             tokens = [t for t in shlex.split(args) if not t.startswith("--")]
             for source in tokens[:-1]:
                 assert (ROOT / source).exists(), f"{path.name}: COPY source {source} does not exist"
@@ -215,3 +217,24 @@ def test_parser_rejects_garbage():
         parse_dockerfile("FROM python:3.11.11-slim\nRUNN echo hi\n")
     with pytest.raises(ValueError):
         parse_dockerfile("FROM python:3.11.11-slim\nRUN echo \\\n")
+
+
+def test_component_image_owns_the_kfp_launcher_scratch_directories():
+    """KFP's launcher writes input artifacts under /gcs, /minio and /s3 at the filesystem root. KFP >= 2.3 mounts
+    emptyDirs there (kubeflow/pipelines#10857); on older backends the non-root image user must own them."""
+    instructions = parse_dockerfile((ROOT / "containers" / "component.Dockerfile").read_text())
+    final = stages(instructions)[-1]
+    user_at = max(i for i, (w, _) in enumerate(final) if w == "USER")
+    uid, _, gid = final[user_at][1].partition(":")
+    prepared: dict[str, tuple[bool, bool]] = {}
+    for word, args in final[:user_at]:
+        if word != "RUN":
+            continue
+        for command in re.split(r"&&|;", args):
+            argv = shlex.split(command)
+            if argv[:1] == ["mkdir"]:
+                prepared.update({p: (True, prepared.get(p, (False, False))[1]) for p in argv if p.startswith("/")})
+            if argv[:1] == ["chown"] and f"{uid}:{gid}" in argv:
+                prepared.update({p: (prepared.get(p, (False, False))[0], True) for p in argv if p.startswith("/")})
+    for path in ("/gcs", "/minio", "/s3"):
+        assert prepared.get(path) == (True, True), f"{path} is not created and chowned to {uid}:{gid} before USER"

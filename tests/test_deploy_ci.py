@@ -62,10 +62,11 @@ def test_scripts_are_executable_and_parse(name):
 
 def test_compile_then_deploy_then_smoke_run_against_a_kfp_api(tmp_path, monkeypatch):
     build = str(tmp_path / "build")
-    compiled = run_script("compile.sh", {"BUILD_DIR": build, "IMAGE": "registry.example.com/ctpipe:abc"})
+    compiled = run_script("compile.sh", {"BUILD_DIR": build, "IMAGE_REGISTRY": "registry.example.com/team",
+                                         "IMAGE_TAG": "abc", "CTPIPE_CONFIG": "manifests/overlays/prod/ctpipe.yaml"})
     assert compiled.returncode == 0, compiled.stderr
     spec = (tmp_path / "build" / "pipelines" / "continuous_training.yaml").read_text()
-    assert "registry.example.com/ctpipe:abc" in spec
+    assert "registry.example.com/team/ctpipe:abc" in spec
 
     with FakeKfpServer(token="ci-token", finish_runs_as="SUCCEEDED") as server:
         env = {"BUILD_DIR": build, "KFP_HOST": server.url, "KFP_TOKEN": "ci-token", "KFP_SCHEDULE": "0 0 3 * * *"}
@@ -83,6 +84,14 @@ def test_compile_then_deploy_then_smoke_run_against_a_kfp_api(tmp_path, monkeypa
         assert run["runtime_config"]["parameters"]["trigger"] == "ci"
         assert run["display_name"].startswith("ctpipe-ci-")
         assert json.loads(smoke.stdout.strip().splitlines()[-1])["state"] == "SUCCEEDED"
+
+
+def test_compile_without_a_config_fails_and_says_what_to_set(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CTPIPE_CONFIG"}
+    out = subprocess.run([str(ROOT / "ci" / "compile.sh")], cwd=ROOT, capture_output=True, text=True,
+                         env={**env, "PYTHON": sys.executable, "BUILD_DIR": str(tmp_path)})
+    assert out.returncode == 2 and "CTPIPE_CONFIG" in out.stderr
+    assert not (tmp_path / "pipelines" / "continuous_training.yaml").exists()
 
 
 def test_deploy_without_a_host_says_what_to_set():
@@ -157,3 +166,64 @@ def test_manifest_validation_catches_missing_fields_duplicates_and_crd_violation
 def test_repository_manifests_validate():
     out = run_script("validate_manifests.sh", {})
     assert out.returncode == 0, out.stderr
+
+
+def test_lint_passes_on_the_repository():
+    """ruff, bash -n, and shellcheck where it is installed (sourced common.sh followed, not SC1091)."""
+    out = run_script("lint.sh", {})
+    assert out.returncode == 0, out.stdout + out.stderr
+    if shutil.which("shellcheck"):
+        assert "shellcheck not installed" not in out.stderr
+
+
+def test_the_ci_entrypoint_lints_as_well_as_tests():
+    script = (ROOT / ".ci" / "run").read_text()
+    install = script.index("pip install --quiet -e '.[test]'")
+    assert install < script.index("ci/lint.sh") and install < script.index("python -m pytest -q")
+    lint = (ROOT / "ci" / "lint.sh").read_text()
+    assert "--source-path=SCRIPTDIR" in lint and ".ci/run" in lint
+
+
+REGISTRY, TAG = "ghcr.io/acme", "abc123"
+SCHEME = {f"{REGISTRY}/ctpipe:{TAG}", f"{REGISTRY}/ctpipe-trainer:{TAG}-cuda", f"{REGISTRY}/ctpipe-trainer:{TAG}-cpu",
+          f"{REGISTRY}/ctpipe-mlflow:{TAG}"}
+
+
+@pytest.mark.slow  # compiles the pipeline twice (~10 s each)
+def test_ci_compiles_for_exactly_the_images_it_builds(tmp_path):
+    """One naming scheme: <registry>/ctpipe[-trainer|-mlflow]:<tag>[-cuda|-cpu]; the compiled pipeline uses the
+    images the build job pushes, the trainer variant following the config (CPU config -> -cpu image)."""
+    from components.config import Config
+
+    env = {"IMAGE_REGISTRY": REGISTRY, "IMAGE_TAG": TAG, "BUILD_DIR": str(tmp_path)}
+    built = run_script("build_images.sh", {**env, "DRY_RUN": "1"})
+    assert built.returncode == 0, built.stderr
+    assert set((tmp_path / "images.txt").read_text().split()) == SCHEME
+    for overlay, variant in (("dev", "cpu"), ("prod", "cuda")):
+        out = run_script("compile.sh", {**env, "CTPIPE_CONFIG": f"manifests/overlays/{overlay}/ctpipe.yaml"})
+        assert out.returncode == 0, out.stderr
+        spec = next(yaml.safe_load_all((tmp_path / "pipelines" / "continuous_training.yaml").read_text()))
+        assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {f"{REGISTRY}/ctpipe:{TAG}"}
+        kube = Config.from_json(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]).kubernetes
+        assert kube.image == f"{REGISTRY}/ctpipe:{TAG}"
+        assert kube.trainer_image == f"{REGISTRY}/ctpipe-trainer:{TAG}-{variant}" and kube.trainer_image in SCHEME
+
+
+def test_build_images_can_build_one_image_per_job(tmp_path):
+    """The workflow builds each image in its own job (a hosted runner's disk holds one CUDA build, not four)."""
+    env = {"IMAGE_REGISTRY": REGISTRY, "IMAGE_TAG": TAG, "BUILD_DIR": str(tmp_path), "DRY_RUN": "1"}
+    expected = {"ctpipe": f"{REGISTRY}/ctpipe:{TAG}", "ctpipe-trainer-cuda": f"{REGISTRY}/ctpipe-trainer:{TAG}-cuda",
+                "ctpipe-trainer-cpu": f"{REGISTRY}/ctpipe-trainer:{TAG}-cpu", "ctpipe-mlflow": f"{REGISTRY}/ctpipe-mlflow:{TAG}"}
+    for only, image in expected.items():
+        out = run_script("build_images.sh", {**env, "ONLY": only})
+        assert out.returncode == 0, out.stderr
+        assert (tmp_path / "images.txt").read_text().split() == [image]
+    assert set(expected.values()) == SCHEME
+    assert run_script("build_images.sh", {**env, "ONLY": "nope"}).returncode != 0
+    workflow = yaml.safe_load((ROOT / "ci" / "github-actions-ci.yaml").read_text())
+    job = workflow["jobs"]["build-images"]
+    assert sorted(job["strategy"]["matrix"]["image"]) == sorted(["ctpipe", "ctpipe-trainer-cuda", "ctpipe-trainer-cpu", "ctpipe-mlflow"])
+    runs = " ".join(step.get("run", "") for step in job["steps"])
+    assert "ONLY=" in runs and "IMAGE_TAG=" in runs
+    compile_runs = " ".join(step.get("run", "") for step in workflow["jobs"]["compile"]["steps"])
+    assert "IMAGE_TAG=" in compile_runs and "IMAGE_REGISTRY=" in compile_runs and "-cuda" not in compile_runs

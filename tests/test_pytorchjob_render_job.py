@@ -39,7 +39,7 @@ def test_render_job_without_shared_pvc_shows_step_path_placeholders(capsys):
 def test_bad_config_exits_2_with_the_reason(capsys):
     assert main(["render-job", "--set", "kubernetes.namespace=Team_A"]) == 2
     err = capsys.readouterr().err
-    assert "metadata.namespace: 'Team_A' is not a DNS-1123 label" in err
+    assert "'kubernetes.namespace': 'Team_A' is not a DNS-1123 label" in err
     assert main(["render-job", "--set", "kubernetes.worker_gpus=4"]) == 2
     assert "kubernetes.worker_gpus" in capsys.readouterr().err
     assert main(["render-job", "--set", "kubernetes.worker_memory=lots"]) == 2

@@ -3,6 +3,7 @@ stand-in API server whose "operator" runs the job's replicas as real gloo proces
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def test_train_step_runs_the_job_and_reads_back_its_checkpoints(snapshot_dir, tm
 
 
 def test_a_crashing_worker_fails_the_step_with_its_log(snapshot_dir, tmp_path):
-    config = load_config(None, [*TINY, f"kubernetes.shared_mount_path={tmp_path / 'pvc'}"])
+    # One whole-job restart, then the step fails with the last attempt's reason and log.
+    config = load_config(None, [*TINY, f"kubernetes.shared_mount_path={tmp_path / 'pvc'}", "kubernetes.backoff_limit=1"])
     with FakeKubeAPI() as fake:
         fake.on_create = run_job_locally
         launcher = _launcher(config, fake, [])
@@ -73,6 +75,49 @@ def test_a_crashing_worker_fails_the_step_with_its_log(snapshot_dir, tmp_path):
             train_model(str(bad), str(tmp_path / "ckpt"), config, tracking_uri=None, mlflow_run_id=None,
                         job_name="run-2", launcher=launcher)
     text = str(err.value)
-    assert "PyTorchJobFailed" in text and "master-0" in text
+    # The pod that failed first (either rank: both read the bad snapshot) with its log.
+    assert "PyTorchJobFailed" in text and ("-master-0" in text or "-worker-0" in text)
     assert "Traceback" in text or "Error" in text
+    assert "restarted 1 times" in text and fake.count("POST", "/pytorchjobs") == 2
     assert not Path(tmp_path / "ckpt" / "train_result.json").exists()
+
+
+def test_a_crashed_rank_restarts_every_rank_together_and_training_resumes(snapshot_dir, tmp_path):
+    """Fault injection: rank 1 dies abruptly (exit 17, no cleanup) at step 4, after the checkpoint of step 3.
+
+    The stand-in operator applies the job's restart policy as Training Operator v1.9 and the kubelet do. A rank
+    must never be restarted alone in place while its peers wait in a collective of the old group (static
+    rendezvous: they would block until the process-group timeout); the whole job starts again, every rank
+    together, and training resumes from the latest complete checkpoint."""
+    config = load_config(None, [*TINY, f"kubernetes.shared_mount_path={tmp_path / 'pvc'}"])
+    lines: list[str] = []
+    attempts: list[str] = []
+
+    def operator(fake, ns, name):
+        attempts.append(name)
+        run_job_locally(fake, ns, name, fault="exit@4:1" if len(attempts) == 1 else None)
+
+    with FakeKubeAPI() as fake:
+        fake.on_create = operator
+        result = train_model(snapshot_dir, str(tmp_path / "step-checkpoints"), config, tracking_uri=None,
+                             mlflow_run_id=None, job_name="run-fault", launcher=_launcher(config, fake, lines))
+        starts = list(fake.starts)
+    assert not [s for s in starts if s[2] > 0], f"a rank was restarted alone, in place: {starts}"
+    ranks_per_attempt: dict[str, set[int]] = {}
+    for uid, rank, _ in starts:
+        ranks_per_attempt.setdefault(uid, set()).add(rank)
+    assert list(ranks_per_attempt.values()) == [{0, 1}, {0, 1}], "every attempt starts all ranks"
+    assert result.steps == 6 and result.resumed_from_step == 3
+    assert any("restarting all 2 ranks" in ln for ln in lines), lines
+
+
+def test_a_user_error_is_not_restarted(snapshot_dir, tmp_path):
+    """A rank that fails in a way a restart would repeat (a non-finite loss: exit 2) fails the step at once."""
+    config = load_config(None, [*TINY, f"kubernetes.shared_mount_path={tmp_path / 'pvc'}"])
+    with FakeKubeAPI() as fake:
+        fake.on_create = functools.partial(run_job_locally, fault="nan@2")
+        with pytest.raises(TrainingError, match="not restarted") as err:
+            train_model(snapshot_dir, str(tmp_path / "ckpt"), config, tracking_uri=None, mlflow_run_id=None,
+                        job_name="run-nan", launcher=_launcher(config, fake, []))
+        assert fake.count("POST", "/pytorchjobs") == 1
+    assert "non-finite" in str(err.value)

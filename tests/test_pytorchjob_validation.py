@@ -7,8 +7,7 @@ import copy
 import pytest
 
 from components.config import load_config
-from components.errors import ConfigError, UserError
-from components.kube import crds
+from components.errors import ConfigError
 from components.kube.names import is_dns1035_label, job_name_for, training_job_name
 from components.kube.pytorchjob import JobValidationError, build_pytorchjob, validate_pytorchjob
 from components.training.launchers.base import WorkerLaunch
@@ -18,7 +17,8 @@ LAUNCH = WorkerLaunch(job_name="ctpipe-train-abc", world_size=4, command=["pytho
 
 
 def _job(*overrides: str, launch: WorkerLaunch = LAUNCH) -> dict:
-    return build_pytorchjob(load_config(overrides=list(overrides)).kubernetes, launch)
+    # The launcher passes the namespace it resolved (the step pod's own); these unit tests name one.
+    return build_pytorchjob(load_config(overrides=["kubernetes.namespace=ctpipe", *overrides]).kubernetes, launch)
 
 
 def _problems(job: dict) -> str:
@@ -36,8 +36,10 @@ def test_generated_job_is_valid_and_shaped_as_the_operator_expects():
     validate_pytorchjob(job)
     spec = job["spec"]
     assert set(spec) == {"pytorchReplicaSpecs", "runPolicy"}
-    assert spec["runPolicy"] == {"backoffLimit": 3, "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 3600,
-                                 "cleanPodPolicy": "None"}
+    # The operator restarts nothing and stops the survivors of a failed job; the launcher restarts all ranks.
+    assert spec["runPolicy"] == {"backoffLimit": 0, "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 3600,
+                                 "cleanPodPolicy": "Running"}
+    assert {r["restartPolicy"] for r in spec["pytorchReplicaSpecs"].values()} == {"Never"}
     master, worker = spec["pytorchReplicaSpecs"]["Master"], spec["pytorchReplicaSpecs"]["Worker"]
     assert master["replicas"] == 1 and worker["replicas"] == 3
     pod = worker["template"]["spec"]
@@ -123,14 +125,3 @@ def test_job_names_are_deterministic_dns1035_labels():
     assert job_name_for(run_id) != job_name_for(run_id.lower() + "x")
     assert training_job_name(run_id) == first and training_job_name(first) == first
     assert is_dns1035_label(training_job_name("123_weird name!" * 10))
-
-
-def test_missing_crds_fail_clearly(monkeypatch, tmp_path):
-    monkeypatch.setenv(crds.CRDS_DIR_ENV, str(tmp_path))
-    with pytest.raises(UserError, match="CTPIPE_CRDS_DIR"):
-        crds.crds_dir()
-
-
-def test_crds_are_found_beside_the_repository_by_default(monkeypatch):
-    monkeypatch.delenv(crds.CRDS_DIR_ENV, raising=False)
-    assert (crds.crds_dir() / crds.PYTORCHJOB_CRD).is_file()

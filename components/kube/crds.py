@@ -1,48 +1,45 @@
-"""Where the upstream CRDs live and how to read their OpenAPI schemas."""
+"""The Kubeflow CRD schemas generated jobs are validated against, read from the installed package.
+
+The files in ``crd_schemas/`` are upstream CRDs, trimmed (``ci/vendor_crds.py``; tag, commit and sha256 in
+``crd_schemas/PROVENANCE.md``). They travel inside the wheel and the images, so validation works wherever
+ctpipe is installed.
+"""
 
 from __future__ import annotations
 
 import functools
-import os
-from pathlib import Path
+import json
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
-
-import yaml
 
 from components.errors import UserError
 
-CRDS_DIR_ENV = "CTPIPE_CRDS_DIR"
-PYTORCHJOB_CRD = "kubeflow.org_pytorchjobs.yaml"
-TRAINJOB_CRD = "trainer.kubeflow.org_trainjobs.yaml"
+PACKAGE_DIR = "crd_schemas"
+PYTORCHJOB_CRD = "kubeflow.org_pytorchjobs.json"
+TRAINJOB_CRD = "trainer.kubeflow.org_trainjobs.json"
 
 
-def crds_dir() -> Path:
-    """The CRD folder: ``$CTPIPE_CRDS_DIR``, else ``../shared/crds`` beside the repository root."""
-    override = os.environ.get(CRDS_DIR_ENV)
-    if override:
-        path = Path(override)
-    else:
-        # components/kube/crds.py -> repository root is two levels above the package folder.
-        repo_root = Path(__file__).resolve().parents[2]
-        path = repo_root.parent / "shared" / "crds"
-    if not (path / PYTORCHJOB_CRD).is_file():
-        raise UserError(
-            f"the Kubeflow CRDs were not found in '{path}' (looked for {PYTORCHJOB_CRD}); strict validation "
-            f"of generated jobs needs them. Put the upstream CRD files (see PROVENANCE.md) in ../shared/crds "
-            f"beside the repository, or point {CRDS_DIR_ENV} at the folder that holds them."
-        )
-    return path
+def crd_file(filename: str) -> Traversable:
+    """Where the installed package keeps the vendored CRD ``filename``."""
+    return resources.files("components.kube").joinpath(PACKAGE_DIR, filename)
 
 
 @functools.lru_cache(maxsize=8)
-def _load_crd(path: str) -> dict[str, Any]:
-    with open(path) as handle:
-        return yaml.safe_load(handle)
+def load_crd(filename: str) -> dict[str, Any]:
+    path = crd_file(filename)
+    if not path.is_file():
+        raise UserError(
+            f"the vendored CRD '{filename}' is missing from the installed ctpipe package (looked in '{path}'); "
+            "strict validation of generated jobs needs it. Reinstall ctpipe from a complete wheel or checkout "
+            "(the files live in components/kube/crd_schemas/)."
+        )
+    return json.loads(path.read_text())
 
 
 def crd_schema(filename: str, version: str) -> dict[str, Any]:
     """The ``openAPIV3Schema`` of one served version of the CRD in ``filename``."""
-    crd = _load_crd(str(crds_dir() / filename))
+    crd = load_crd(filename)
     for served in crd["spec"]["versions"]:
         if served["name"] == version:
             return served["schema"]["openAPIV3Schema"]

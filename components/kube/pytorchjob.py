@@ -10,6 +10,7 @@ from typing import Any
 from components.config import KubernetesConfig
 from components.errors import ConfigError
 from components.kube.crds import PYTORCHJOB_CRD, crd_schema
+from components.kube.images import pull_policy
 from components.kube.names import is_dns1035_label, training_job_name
 from components.kube.schema import validate_strict
 from components.training.launchers.base import WorkerLaunch
@@ -63,6 +64,8 @@ POD_SECURITY_CONTEXT = {
     "runAsUser": IMAGE_UID,
     "runAsGroup": IMAGE_UID,
     "fsGroup": IMAGE_UID,
+    # Chown the shared volume only when its root does not match, not every file at every pod start.
+    "fsGroupChangePolicy": "OnRootMismatch",
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 CONTAINER_SECURITY_CONTEXT = {
@@ -113,7 +116,7 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
     container = {
         "name": CONTAINER,
         "image": kube.trainer_image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(kube.trainer_image),
         "command": _container_command(launch.command),
         "env": _env(kube, launch),
         "resources": _resources(kube),
@@ -139,16 +142,19 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
 
 
 def build_pytorchjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
-    """The PyTorchJob for ``launch``: Master 1 + Workers world_size-1, runPolicy from config and launch."""
+    """The PyTorchJob for ``launch``: Master 1 + Workers world_size-1, runPolicy from config and launch; a failed
+    rank fails the job (no restart in place)."""
     check_one_gpu_per_process(kube, "pod")
     name = training_job_name(launch.job_name)
     template = _pod_template(kube, launch)
-    # OnFailure: a crashed rank restarts in place and resumes from the latest complete checkpoint.
-    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
+    # Never, and no operator retries: with a static rendezvous a rank restarted alone (OnFailure) finds its
+    # peers blocked in a collective of the old group until the process-group timeout. One failed rank fails
+    # the job; the launcher then restarts the whole job, every rank together, from the latest checkpoint.
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
     if launch.world_size > 1:
         replicas["Worker"] = {
             "replicas": launch.world_size - 1,
-            "restartPolicy": "OnFailure",
+            "restartPolicy": "Never",
             "template": copy.deepcopy(template),
         }
     return {
@@ -163,7 +169,7 @@ def build_pytorchjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, 
         "spec": {
             "pytorchReplicaSpecs": replicas,
             "runPolicy": {
-                "backoffLimit": kube.backoff_limit,
+                "backoffLimit": 0,  # restarts are the launcher's (kubernetes.backoff_limit), of all ranks at once
                 "activeDeadlineSeconds": launch.deadline_seconds,
                 "ttlSecondsAfterFinished": kube.ttl_seconds_after_finished,
                 "cleanPodPolicy": kube.clean_pod_policy,

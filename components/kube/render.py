@@ -14,10 +14,13 @@ from components.training.launchers.base import WorkerLaunch
 RUN_ID = "${PIPELINE_RUN_ID}"
 MLFLOW_RUN_ID = "${MLFLOW_RUN_ID}"
 TRACKING_URI = "${MLFLOW_TRACKING_URI}"
+NAMESPACE = "${NAMESPACE}"
 SNAPSHOT = "${SNAPSHOT_DIR}"
 CHECKPOINTS = "${CHECKPOINT_DIR}"
 # A stand-in run id that makes a valid name for validation; replaced by RUN_ID in the output.
 _SAMPLE_RUN_ID = "00000000-0000-4000-8000-000000000000"
+# Likewise for an unset kubernetes.namespace (the train step's own, known only at run time).
+_SAMPLE_NAMESPACE = "ctpipe-render"
 
 
 class _Captured(Exception):
@@ -66,10 +69,14 @@ def render_pytorchjob(config: Config) -> dict[str, Any]:
         launch = train_step_launch(config, snapshot, checkpoints)
         # The job kind follows train.backend; local training renders the PyTorchJob a cluster would run.
         launcher = TrainJobLauncher if config.train.backend == "trainjob" else PyTorchJobLauncher
-        job, _ = launcher(config, api_client=None).plan(launch)
+        namespace = config.kubernetes.namespace or _SAMPLE_NAMESPACE
+        job, _ = launcher(config, api_client=None, namespace=namespace).plan(launch)
     name = training_job_name(_SAMPLE_RUN_ID)
-    return _substitute(job, {name: f"ctpipe-train-{RUN_ID}", _SAMPLE_RUN_ID: RUN_ID, snapshot: SNAPSHOT,
-                             checkpoints: CHECKPOINTS})
+    job = _substitute(job, {name: f"ctpipe-train-{RUN_ID}", _SAMPLE_RUN_ID: RUN_ID, snapshot: SNAPSHOT,
+                            checkpoints: CHECKPOINTS})
+    if not config.kubernetes.namespace:
+        job["metadata"]["namespace"] = NAMESPACE
+    return job
 
 
 def render_pytorchjob_yaml(config: Config) -> str:
@@ -77,7 +84,8 @@ def render_pytorchjob_yaml(config: Config) -> str:
     header = (
         "# The job the train step submits (validated strictly against the CRD and the admission rules).\n"
         f"# Set at run time: {RUN_ID} (KFP run id; the real name is a DNS-1035 label derived from it),\n"
-        f"# {MLFLOW_RUN_ID}, {TRACKING_URI}; {SNAPSHOT}/{CHECKPOINTS} are the step's artifact paths\n"
+        f"# {MLFLOW_RUN_ID}, {TRACKING_URI}; {NAMESPACE} is the namespace the train step runs in (when\n"
+        f"# kubernetes.namespace is unset); {SNAPSHOT}/{CHECKPOINTS} are the step's artifact paths\n"
         "# (shown only when no shared PVC is configured: with one, they are staged under its mount).\n"
     )
     return header + yaml.safe_dump(render_pytorchjob(config), sort_keys=False, width=120)

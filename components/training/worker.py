@@ -5,7 +5,9 @@
 
 It uses only the torch.distributed environment contract: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK
 (LOCAL_RANK picks the GPU and defaults to 0, as in PyTorchJob pods). It resumes from the latest complete
-checkpoint under --checkpoints, and rank 0 writes ``train_result.json`` there when it finishes.
+checkpoint under --checkpoints, and rank 0 writes ``train_result.json`` there when it finishes. Exit code 0
+on success, 2 when a restart would fail the same way (a UserError or TrainingError: bad input, a non-finite
+loss), 1 for any other failure (launchers may restart the job from its checkpoint).
 
 ``CTPIPE_TEST_FAULT`` is a TEST-ONLY fault hook (tests/test_training_*.py), never part of a user config:
 ``nan@STEP`` makes the loss NaN at optimizer step STEP, ``raise@STEP:RANK`` raises on RANK at STEP,
@@ -35,8 +37,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from components.config import Config
-from components.errors import ConfigError, TrainingError
+from components.errors import ConfigError, TrainingError, UserError
 from components.training import checkpointing as ckpt
+from components.training.device import choose_device, gpus_per_rank
+from components.training.launchers.base import PERMANENT_FAILURE_EXIT_CODE
 from components.training.parallelize import parallelize, resolve_precision, uses_autocast
 from components.training.step import build_optimizer, optimizer_step
 from components.training.tracker import NullTracker, flatten, make_tracker
@@ -62,19 +66,14 @@ class Dist:
     device: torch.device
 
 
-def init_distributed(timeout_minutes: float) -> Dist:
-    """Join the process group from the env contract; NCCL on CUDA (GPU from LOCAL_RANK), else gloo on CPU."""
+def init_distributed(timeout_minutes: float, gpus: int | None = None) -> Dist:
+    """Join the process group from the env contract; the device and backend follow ``gpus`` (device.py)."""
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    device, backend = choose_device(local_rank, gpus)
     dist.init_process_group(
         backend,
         rank=rank,
@@ -604,7 +603,7 @@ def train(
 ) -> dict[str, Any]:
     """The whole life of one rank: join, build, resume, train, hash, write the result; always clean up."""
     torch.set_num_threads(cfg.train.threads_per_worker)
-    d = init_distributed(cfg.train.timeout_minutes)
+    d = init_distributed(cfg.train.timeout_minutes, gpus_per_rank(cfg))
     tracker: NullTracker = NullTracker()
     try:
         tracker = make_tracker(d.rank, tracking_uri, mlflow_run_id)
@@ -690,7 +689,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as err:
         traceback.print_exc()
         _write_error(err)
-        return 1
+        # Launchers restart a job from its checkpoint unless a restart would fail the same way.
+        return PERMANENT_FAILURE_EXIT_CODE if isinstance(err, UserError | TrainingError) else 1
     return 0
 
 

@@ -57,13 +57,13 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from components.config import load_config
     from pipelines import deploy
+    from pipelines.cluster_config import load_cluster_config
     from pipelines.continuous_training import PIPELINE_NAME
 
     if args.schedule:
         deploy.validate_cron(args.schedule)  # fail before compiling or contacting anything
-    config = load_config(args.config, args.overrides)
+    config = load_cluster_config(args.config, args.overrides)
     with tempfile.TemporaryDirectory() as tmp:
         if args.package:
             package = Path(args.package)

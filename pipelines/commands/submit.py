@@ -53,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
-    from components.config import load_config
     from pipelines import deploy
+    from pipelines.cluster_config import load_cluster_config
 
-    # Validates --config and --set before contacting the server; the file travels as config_json.
-    config = load_config(args.config, args.overrides)
+    # Validates --config and --set before contacting the server; the file travels as config_json, over the
+    # same cluster defaults the pipeline was compiled with (else it would bring back train.backend=local).
+    config = load_cluster_config(args.config, args.overrides)
     config_json = config.to_json() if args.config else None
     parameters = deploy.run_parameters(
         trigger=args.trigger, data_uri=args.data, overrides=args.overrides, config_json=config_json, extra=params

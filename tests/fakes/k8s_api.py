@@ -56,6 +56,7 @@ class FakeKubeAPI:
         self.drop_watches = 0  # break the next N watch connections mid-chunk after their first events
         self.expire_watches = 0  # answer the next N watches that resume from a resourceVersion with 410 Gone
         self.on_create: Any = None  # callable(fake, namespace, name) run in a thread after a create
+        self.starts: list[tuple[str, int, int]] = []  # run_job_locally: (job uid, rank, incarnation) per process start
         self.stopping = False
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -134,7 +135,7 @@ class FakeKubeAPI:
         }
         with self.lock:
             self.pods[(ns, name)] = pod
-            self.logs.setdefault((ns, name), [])
+            self.logs[(ns, name)] = []  # a new pod of the same name starts with an empty log
             self.lock.notify_all()
         return name
 
@@ -344,11 +345,15 @@ class FakeKubeAPI:
                     if fake.drop_log_streams > 0:
                         fake.drop_log_streams -= 1
                         drop = True
+                uid = fake.pods[(ns, pod)]["metadata"]["uid"]
                 while True:
                     with fake.lock:
                         while True:
+                            current = fake.pods.get((ns, pod))
+                            if current is None or current["metadata"]["uid"] != uid:
+                                return self._end_stream()  # the pod was deleted: its log stream ends
                             lines = fake.logs[(ns, pod)]
-                            done = fake.pods[(ns, pod)]["status"]["phase"] in ("Succeeded", "Failed")
+                            done = current["status"]["phase"] in ("Succeeded", "Failed")
                             if len(lines) > sent or done or fake.stopping:
                                 break
                             fake.lock.wait(0.2)
@@ -392,23 +397,37 @@ def run_job(fake: FakeKubeAPI, ns: str, name: str, *, outcome: str = "Succeeded"
     fake.set_condition(ns, name, outcome, reason, message)
 
 
-def run_job_locally(fake: FakeKubeAPI, ns: str, name: str, *, timeout: float = 300.0) -> None:
-    """Play the operator for real: run every replica's command as a local process with the env the
-    training operator injects (MASTER_ADDR/PORT, WORLD_SIZE, RANK), the Master's output as its pod log."""
+def run_job_locally(fake: FakeKubeAPI, ns: str, name: str, *, timeout: float = 300.0, fault: str | None = None) -> None:
+    """Play the Training Operator v1.9 for real: every replica's command runs as a local process with the env the
+    operator injects (MASTER_ADDR/PORT, WORLD_SIZE, RANK), the Master's output as its pod log.
+
+    Restarts follow the replica's ``restartPolicy`` as the operator and the kubelet apply it: ``OnFailure``
+    restarts the failed container alone, in place (its peers keep running), until the restarts exceed
+    ``runPolicy.backoffLimit``; ``Never`` marks the job Failed as soon as one replica fails, and with
+    ``cleanPodPolicy`` Running/All deletes the pods still running. ``fault`` (``CTPIPE_TEST_FAULT``) is given to
+    the first incarnation of every process only: a crash that a restart does not repeat. Every process start
+    is recorded in ``fake.starts`` as (job uid, rank, incarnation).
+    """
     import os
     import socket
     import subprocess
     import sys
 
     job = fake.jobs[(ns, name)]
+    uid = job["metadata"]["uid"]
+    run_policy = job["spec"].get("runPolicy") or {}
+    clean = run_policy.get("cleanPodPolicy", "None")
     fake.set_condition(ns, name, "Created")
     specs = job["spec"]["pytorchReplicaSpecs"]
     world = sum(spec["replicas"] for spec in specs.values())
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    procs: list[tuple[str, subprocess.Popen]] = []
-    pumps: list[threading.Thread] = []
+
+    def current() -> bool:  # this job object still exists (not deleted, not replaced by a new one of that name)
+        return (fake.jobs.get((ns, name)) or {}).get("metadata", {}).get("uid") == uid
+
+    ranks: list[dict[str, Any]] = []
     rank = 0
     for rtype in ("Master", "Worker"):
         spec = specs.get(rtype)
@@ -419,34 +438,80 @@ def run_job_locally(fake: FakeKubeAPI, ns: str, name: str, *, timeout: float = 3
         command = container["command"]
         argv = [sys.executable if command[0] == "python" else command[0], *command[1:]]
         for index in range(spec["replicas"]):
-            pod = fake.add_pod(ns, name, rtype.lower(), index)
             env = {**os.environ, **values, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                    "WORLD_SIZE": str(world), "RANK": str(rank)}
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            env.pop("CTPIPE_TEST_FAULT", None)
+            ranks.append({"rank": rank, "rtype": rtype.lower(), "index": index, "argv": argv, "env": env,
+                          "policy": spec.get("restartPolicy", "OnFailure"), "restarts": 0, "proc": None})
+            rank += 1
 
-            def pump(proc=proc, pod=pod):
-                for line in proc.stdout:
+    def start(entry: dict[str, Any]) -> None:
+        env = dict(entry["env"])
+        if fault and entry["restarts"] == 0:
+            env["CTPIPE_TEST_FAULT"] = fault
+        proc = subprocess.Popen(entry["argv"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        entry["proc"] = proc
+        with fake.lock:
+            fake.starts.append((uid, entry["rank"], entry["restarts"]))
+
+        def pump(proc=proc, pod=entry["pod"]):
+            for line in proc.stdout:
+                if current():
                     fake.log(ns, pod, line.rstrip("\n"))
 
-            pumps.append(threading.Thread(target=pump, daemon=True))
-            pumps[-1].start()
-            procs.append((pod, proc))
-            rank += 1
+        threading.Thread(target=pump, daemon=True).start()
+
+    def kill_all() -> None:
+        for entry in ranks:
+            if entry["proc"] is not None and entry["proc"].poll() is None:
+                entry["proc"].kill()
+                entry["proc"].wait()
+
+    for entry in ranks:
+        entry["pod"] = fake.add_pod(ns, name, entry["rtype"], entry["index"])
+        start(entry)
     fake.set_condition(ns, name, "Running")
     end = time.monotonic() + timeout
-    while any(p.poll() is None for _, p in procs):
-        if (ns, name) not in fake.jobs or time.monotonic() > end:  # deleted: the operator kills the pods
-            for _, p in procs:
-                p.kill()
+    backoff_limit = run_policy.get("backoffLimit")
+    while True:
+        time.sleep(0.05)
+        if not current() or time.monotonic() > end:  # deleted: the operator's garbage collection kills the pods
+            kill_all()
             return
-        time.sleep(0.1)
-    for thread in pumps:
-        thread.join(5)
-    codes = [p.returncode for _, p in procs]
-    for (pod, _), code in zip(procs, codes, strict=True):
-        fake.end_pod(ns, pod, code)
-    if all(code == 0 for code in codes):
-        fake.set_condition(ns, name, "Succeeded")
-    else:
-        failed = sum(1 for code in codes if code)
-        fake.set_condition(ns, name, "Failed", "PyTorchJobFailed", f"PyTorchJob {name} is failed because {failed} replica(s) failed.")
+        for entry in ranks:
+            code = entry["proc"].poll()
+            if code in (None, 0) or entry.get("done"):
+                continue
+            if entry["policy"] in ("OnFailure", "Always"):
+                # The kubelet restarts the container in place; the operator fails the job past backoffLimit.
+                entry["restarts"] += 1
+                if backoff_limit is not None and sum(e["restarts"] for e in ranks) > backoff_limit:
+                    kill_all()
+                    fake.end_pod(ns, entry["pod"], code)
+                    fake.set_condition(ns, name, "Failed", "PyTorchJobFailed",
+                                       f"Job {name} has failed because it has reached the specified backoff limit")
+                    return
+                start(entry)
+                continue
+            # Never (or ExitCode, for any code here): one failed replica fails the job.
+            entry["done"] = True
+            fake.end_pod(ns, entry["pod"], code)
+            fake.set_condition(ns, name, "Failed", "PyTorchJobFailed",
+                               f"PyTorchJob {name} is failed because 1 {entry['rtype'].capitalize()} replica(s) failed.")
+            if clean in ("Running", "All"):
+                for other in ranks:
+                    if other["proc"].poll() is None:
+                        other["proc"].kill()
+                        other["proc"].wait()
+                        with fake.lock:
+                            fake.pods.pop((ns, other["pod"]), None)
+            while current():  # the survivors (cleanPodPolicy None) run until the job is deleted
+                time.sleep(0.05)
+            kill_all()
+            return
+        if all(entry["proc"].poll() == 0 for entry in ranks):
+            time.sleep(0.2)  # let the pumps deliver the last lines
+            for entry in ranks:
+                fake.end_pod(ns, entry["pod"], 0)
+            fake.set_condition(ns, name, "Succeeded")
+            return

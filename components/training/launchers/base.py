@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+# A worker exits with this code when a restart would fail the same way (bad input or config, a non-finite
+# loss); any other failure (a crash, a lost peer, a killed pod) may be restarted from the latest checkpoint.
+PERMANENT_FAILURE_EXIT_CODE = 2
+
 
 @dataclass
 class WorkerLaunch:

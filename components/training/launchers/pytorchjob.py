@@ -4,7 +4,10 @@ Unlike the old KFP pytorch-launcher: the job name is deterministic (a retried st
 runPolicy fields sit under ``spec.runPolicy`` and the job is validated strictly before submission,
 ``Failed`` fails the step with the job's reason and the failing pod's last log lines, the wait follows
 the configured deadline, the job is deleted on timeout and on SIGTERM, the Master pod's log is
-streamed into the step's log, and transient API errors are retried with backoff.
+streamed into the step's log, and transient API errors are retried with backoff. A failed rank fails the
+job (no rank restarts alone while its peers wait in a collective): the launcher restarts the whole job,
+every rank together from the latest checkpoint, up to ``kubernetes.backoff_limit`` times, unless a rank
+exited with the worker's "a restart would repeat this" code.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from components.errors import TrainingError
 from components.kube import pytorchjob as pj
 from components.kube.logs import LogFollower, failing_pod_tail, job_selector, master_selector
 from components.kube.names import training_job_name
+from components.kube.namespace import resolve_namespace
 from components.kube.retry import is_transient, retry_call
 from components.kube.staging import Staging, plan_staging, stage_in, stage_out
-from components.training.launchers.base import WorkerLaunch
+from components.training.launchers.base import PERMANENT_FAILURE_EXIT_CODE, WorkerLaunch
 
 
 class _Cancelled(BaseException):
@@ -141,6 +145,7 @@ class KubeflowJobLauncher:
         config: Config,
         *,
         api_client: client.ApiClient | None = None,
+        namespace: str | None = None,
         emit: Callable[[str], None] | None = None,
         poll_seconds: float = 5.0,
         watch_seconds: int = 60,
@@ -150,7 +155,7 @@ class KubeflowJobLauncher:
         log_tail_lines: int = 30,
     ) -> None:
         self.kube = config.kubernetes
-        self.namespace = config.kubernetes.namespace
+        self._namespace = namespace  # None: resolved on first use (the step pod's own, see kube/namespace.py)
         self._api_client = api_client
         self.emit = emit or (lambda line: print(line, flush=True))
         self.poll_seconds = poll_seconds
@@ -162,12 +167,20 @@ class KubeflowJobLauncher:
 
     # --- building ------------------------------------------------------------------------------
 
+    @property
+    def namespace(self) -> str:
+        """Where the job goes: the train step pod's own namespace (a configured one must equal it)."""
+        if self._namespace is None:
+            self._namespace = resolve_namespace(self.kube.namespace)
+        return self._namespace
+
     def plan(self, launch: WorkerLaunch) -> tuple[dict[str, Any], Staging]:
         """The validated job for ``launch`` and the staging of its paths onto the shared volume."""
         name = training_job_name(launch.job_name)
         root = self.kube.shared_mount_path if self.kube.shared_pvc else None
         staging = plan_staging(launch.command, root, name)
-        job = self.api.build(self.kube, replace(launch, command=staging.command))
+        kube = replace(self.kube, namespace=self.namespace)
+        job = self.api.build(kube, replace(launch, command=staging.command))
         self.api.validate(job)
         return job, staging
 
@@ -239,52 +252,101 @@ class KubeflowJobLauncher:
     # --- running -------------------------------------------------------------------------------
 
     def run(self, launch: WorkerLaunch) -> None:
-        """Create (or re-attach to) the job, follow it, succeed on Succeeded, raise TrainingError otherwise."""
+        """Create (or re-attach to) the job and follow it; when a rank fails, restart the whole job (every rank
+        together, resuming from the latest checkpoint) up to ``kubernetes.backoff_limit`` times; succeed on
+        Succeeded, raise TrainingError otherwise."""
         job, staging = self.plan(launch)
         name = job["metadata"]["name"]
-        follower: LogFollower | None = None
-        drain_seconds = 10.0  # how long the log stream may finish after the job ended
+        first_created: float | None = None  # one deadline for the step, across restarts
+        restarts = 0
         with _sigterm_cancels():
-            try:
-                started = self._submit_or_attach(job, staging)
-                deadline_at = (
-                    time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - started)
-                )
-                follower = LogFollower(
-                    client.CoreV1Api(self.api_client),
-                    self.namespace,
-                    name,
-                    emit=self.emit,
-                    container=self.api.container,
-                    selector=self.api.rank0_selector(name),
-                    poll_seconds=min(self.poll_seconds, 2.0),
-                )
-                follower.start()
-                final = self._follow(name, deadline_at)
-            except _Cancelled:
-                drain_seconds = 1.0  # KFP's grace period is short: delete first, skip the rest of the log
-                self.emit(f"step cancelled (SIGTERM): deleting {self.api.kind} {self.namespace}/{name}")
-                self._delete(name)
-                raise TrainingError(
-                    f"{self.api.kind} {self.namespace}/{name} was cancelled and deleted"
-                ) from None
-            except _DeadlineExceeded:
-                drain_seconds = 1.0
-                self._delete(name)
-                raise TrainingError(
-                    f"{self.api.kind} {self.namespace}/{name} did not finish within its deadline of "
-                    f"{launch.deadline_seconds}s (+{self.grace_seconds:.0f}s grace); the job was deleted. "
-                    "Raise train.deadline_seconds or lower train.max_steps."
-                ) from None
-            finally:
-                if follower is not None:
-                    follower.finish(timeout=drain_seconds)
-        if job_phase(final) == "Failed":
-            raise TrainingError(self._failure_message(name, final))
+            while True:
+                follower: LogFollower | None = None
+                drain_seconds = 10.0  # how long the log stream may finish after the job ended
+                try:
+                    created = self._submit_or_attach(job, staging)
+                    first_created = first_created or created
+                    deadline_at = (
+                        time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - first_created)
+                    )
+                    follower = LogFollower(
+                        client.CoreV1Api(self.api_client),
+                        self.namespace,
+                        name,
+                        emit=self.emit,
+                        container=self.api.container,
+                        selector=self.api.rank0_selector(name),
+                        poll_seconds=min(self.poll_seconds, 2.0),
+                    )
+                    follower.start()
+                    final = self._follow(name, deadline_at)
+                    if job_phase(final) == "Failed":
+                        follower.finish(timeout=drain_seconds)
+                        follower = None
+                        self._restart_or_raise(name, final, launch, restarts)
+                        restarts += 1
+                        continue
+                except _Cancelled:
+                    drain_seconds = 1.0  # KFP's grace period is short: delete first, skip the rest of the log
+                    self.emit(f"step cancelled (SIGTERM): deleting {self.api.kind} {self.namespace}/{name}")
+                    self._delete(name)
+                    raise TrainingError(
+                        f"{self.api.kind} {self.namespace}/{name} was cancelled and deleted"
+                    ) from None
+                except _DeadlineExceeded:
+                    drain_seconds = 1.0
+                    self._delete(name)
+                    raise TrainingError(
+                        f"{self.api.kind} {self.namespace}/{name} did not finish within its deadline of "
+                        f"{launch.deadline_seconds}s (+{self.grace_seconds:.0f}s grace); the job was deleted. "
+                        "Raise train.deadline_seconds or lower train.max_steps."
+                    ) from None
+                finally:
+                    if follower is not None:
+                        follower.finish(timeout=drain_seconds)
+                break
         copied = stage_out(staging)
         self.emit(
             f"{self.api.kind} {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
         )
+
+    def _restart_or_raise(self, name: str, job: dict[str, Any], launch: WorkerLaunch, restarts: int) -> None:
+        """After a failed attempt: delete the job (stopping every surviving rank) so the caller creates it anew,
+        or raise TrainingError when the failure would repeat or no restarts are left."""
+        message = self._failure_message(name, job)
+        limit = self.kube.backoff_limit
+        if PERMANENT_FAILURE_EXIT_CODE in self._exit_codes(name):
+            raise TrainingError(
+                f"{message}\n(not restarted: a rank exited with code {PERMANENT_FAILURE_EXIT_CODE}, a failure a "
+                "restart would repeat: fix the input or config named above)"
+            )
+        if restarts >= limit:
+            raise TrainingError(f"{message}\n(restarted {restarts} times, kubernetes.backoff_limit={limit}; giving up)")
+        self.emit(message)
+        self.emit(
+            f"{self.api.kind} {self.namespace}/{name} failed: restarting all {launch.world_size} ranks together "
+            f"from the latest checkpoint (restart {restarts + 1} of {limit})"
+        )
+        self._delete(name)
+        self._wait_gone(name)
+
+    def _exit_codes(self, name: str) -> set[int]:
+        """Exit codes of the job's trainer containers that terminated (best effort: empty when unreadable)."""
+        try:
+            pods = client.CoreV1Api(self.api_client).list_namespaced_pod(
+                self.namespace, label_selector=self.api.pods_selector(name)
+            ).items
+        except Exception:  # noqa: BLE001 - without pod statuses the failure is treated as one a restart may fix
+            return set()
+        codes = set()
+        for pod in pods:
+            for status in (pod.status.container_statuses or []) if pod.status else []:
+                if status.name != self.api.container:
+                    continue
+                for state in (status.state, status.last_state):
+                    if state is not None and state.terminated is not None:
+                        codes.add(int(state.terminated.exit_code))
+        return codes
 
     def _submit_or_attach(self, job: dict[str, Any], staging: Staging) -> float:
         """Create the job unless it exists; returns its creation time (epoch seconds) for the deadline."""
