@@ -447,3 +447,42 @@ def test_a_lost_kfp_run_is_retried_and_a_cancelled_one_is_not(site, kfp):
     third = check(site, starter, "watch.retry_backoff_seconds=0")
     assert third.action == "none" and "cancelled" in third.reason and "not retried" in third.reason
     assert len(server.state.runs) == 1  # the deleted one is gone; the cancelled one is not started again
+
+
+def test_a_reused_pid_does_not_keep_a_killed_run_running(site):
+    """The run's pid now belongs to another process (pids are reused): its missing marker gives it away."""
+    data, home = site
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"status": "running", "backend": "local", "pid": other.pid, "marker": "0123456789abcdef:1"}
+        assert pid_alive(other.pid) and not LocalStarter(home).is_active(record)
+        assert LocalStarter(home).is_active({**record, "marker": None})  # without a marker: the pid is all we have
+    finally:
+        other.kill()
+        other.wait()
+
+
+def _first_check(data: str, home: str, barrier, out: str) -> None:
+    from pipelines.triggers.start import FunctionStarter
+
+    barrier.wait()
+    decision = check((Path(data), Path(home)), FunctionStarter(lambda **kw: "started"))
+    with open(out, "a") as f:
+        f.write(decision.action + "\n")
+
+
+def test_watchers_racing_on_a_fresh_home_create_its_tracking_store_once(site, tmp_path):
+    """Each would run MLflow's schema migrations on the same new SQLite file; all but one used to crash."""
+    import multiprocessing
+
+    data, home = site
+    assert not (home / "mlflow.db").exists()
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(3), tmp_path / "actions.txt"
+    procs = [ctx.Process(target=_first_check, args=(str(data), str(home), barrier, str(out))) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert sorted(out.read_text().split()) == ["none", "none", "run"]

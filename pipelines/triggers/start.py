@@ -119,7 +119,7 @@ class LocalStarter:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        return pid_alive(int(pid))
+        return pid_alive(int(pid)) and carries_marker(int(pid), record.get("marker"))
 
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
         if record.get("status") not in ACTIVE:
@@ -134,6 +134,17 @@ class LocalStarter:
 def run_marker(record_path: Path, attempt: int) -> str:
     """The environment marker of one attempt of one ledger record (unique per home, data version, attempt)."""
     return f"{hashlib.sha256(str(Path(record_path).resolve()).encode()).hexdigest()[:16]}:{attempt}"
+
+
+def carries_marker(pid: int, marker: str | None) -> bool:
+    """Whether process ``pid`` is the attempt's (not a later process that got its pid); True when unknown."""
+    if not marker:
+        return True
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return True  # no /proc, or another user's process: the pid check is all we have
+    return f"{RUN_MARKER_ENV}={marker}".encode() in environ.split(b"\0")
 
 
 def marked_processes(marker: str) -> list[int]:

@@ -84,6 +84,27 @@ def _store_key(tracking_uri: str) -> list[Any] | None:
     return key if key[0] is not None else None
 
 
+def ensure_local_store(tracking_uri: str, watch_dir: Path) -> None:
+    """Create a new SQLite tracking store once, under the home's lock, before any watcher reads it.
+
+    Watchers racing on a fresh home would each run MLflow's schema migrations on the same new file, and
+    all but one fail ("duplicate column name"). A marker file makes the later checks skip this for free.
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    marker = watch_dir / f"store-ready-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]}"
+    if marker.exists():
+        return
+    ledger = Ledger(watch_dir.parent)
+    with ledger.locked():
+        if marker.exists():
+            return
+        import mlflow
+
+        mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).search_registered_models(max_results=1)
+        marker.write_text(tracking_uri + "\n")
+
+
 def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Path | None = None) -> Champion | None:
     """The version behind ``alias`` with its data fingerprint tag; None when there is no champion yet."""
     key = _store_key(tracking_uri)
@@ -185,6 +206,7 @@ def check_once(
     watch_dir = home / "watch"
     now = time.time() if now is None else now
     state = data_state(data_uri, cache_path=cache_path_for(home, data_uri))
+    ensure_local_store(tracking_uri, watch_dir)
     champion = find_champion(
         tracking_uri, config.registry.model_name, config.registry.champion_alias, watch_dir / "champion-cache.json"
     )
