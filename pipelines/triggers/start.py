@@ -246,12 +246,19 @@ class KfpStarter:
         return info
 
     def is_active(self, record: dict[str, Any]) -> bool:
+        from kfp_server_api.exceptions import ApiException
+
         from pipelines.deploy import run_is_active
 
         if record.get("status") not in ACTIVE:
             return False
         if record.get("backend") == "kfp" and record.get("run_id"):
-            return run_is_active(self.client, record["run_id"])
+            try:
+                return run_is_active(self.client, record["run_id"])
+            except ApiException as err:
+                if err.status == 404:
+                    return False  # the run is gone: lost (see ended)
+                raise
         if record.get("pid") is None:
             return claim_in_flight(record)
         return pid_alive(int(record["pid"]))
