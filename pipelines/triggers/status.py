@@ -62,7 +62,8 @@ def format_versions(versions: list[dict[str, Any]]) -> str:
             extra = f" -> model version {a['model_version']}" if a.get("model_version") else ""
             lines.append(f"    attempt {a.get('attempt')}: {outcome}, {where}{extra}")
             if a.get("error"):
-                lines.append(f"      {a['error'][:300]}")
+                one_line = " / ".join(part.strip() for part in a["error"].splitlines() if part.strip())
+                lines.append(f"      {one_line[:300]}")
         if v.get("decision") and v["state"] not in ("running", "starting", "trained"):
             lines.append(f"    -> {v['decision'][:400]}")
     return "\n".join(lines)
