@@ -208,16 +208,20 @@ def settled(record: dict[str, Any] | None) -> bool:
 
 def run_round(
     r: int, fault: str, rng: random.Random, data: Path, ledger: Ledger, watchers: Watchers, server: Server | None,
-    seed: int, timeout: float,
+    seed: int, timeout: float, run_seconds: float,
 ) -> dict[str, Any]:
-    """Add a partition, race two watchers (the first attempt with the round's fault), drive it to settled."""
+    """Add a partition, race two watchers (the first attempt with the round's fault), drive it to settled.
+
+    An external fault (kill, server restart) comes at a random moment within the typical run's length
+    (``run_seconds``, measured on the rounds so far), so that it lands in every part of the run.
+    """
     started = time.monotonic()
     drifted = r > 1 and rng.random() < 0.3
     add_partition(data, FIRST_DAYS + r - 1, drifted=drifted, seed=seed)
     fingerprint = data_state(str(data)).fingerprint
     env, detail = fault_env(fault, rng)
-    external_at = rng.uniform(3, 45) if fault in ("kill_pipeline", "restart_mlflow") else None
-    fired = bool(env)  # an in-process fault is armed for the first attempt; whether it hit is read below
+    external_at = rng.uniform(2, 0.9 * run_seconds) if fault in ("kill_pipeline", "restart_mlflow") else None
+    fired = False  # an external fault, once done; an in-process one (armed in env) shows as attempt 1 failing
     decisions = watchers.race(env)
     while True:
         record = ledger.get(fingerprint)
@@ -249,14 +253,19 @@ def run_round(
         decisions += watchers.race()
     record = ledger.get(fingerprint) or {}
     attempts = record.get("attempts") or []
+    last = attempts[-1] if attempts else {}
     return {
+        "run_seconds": (last["finished_at"] - last["started_at"])
+        if last.get("status") == "succeeded" and last.get("finished_at") and last.get("started_at")
+        else None,
         "round": r,
         "fingerprint": fingerprint,
         "drifted_partition": drifted,
         "trigger": record.get("trigger"),
         "fault": fault,
         "fault_detail": detail,
-        "fault_hit": bool(fired and attempts and attempts[0].get("status") != "succeeded"),
+        "first_attempt_failed": bool(attempts and attempts[0].get("status") != "succeeded"),
+        "fault_fired": fired or bool(env and attempts and attempts[0].get("status") != "succeeded"),
         "attempts": [{k: a.get(k) for k in ("status", "failure", "error", "pid", "model_version")} for a in attempts],
         "settled": settled(record),
         "given_up": bool(record.get("given_up")),
@@ -448,11 +457,18 @@ def main() -> int:
     print(f"soak: {args.rounds} rounds, MLflow {args.mlflow} ({uri}), work folder {work}", flush=True)
     started = time.monotonic()
     rounds = []
+    # A killed soak (SIGTERM, or SIGINT when started in the background, which ignores it) still cleans up.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for r, fault in enumerate(schedule, start=1):
-            result = run_round(r, fault, rng, data, ledger, watchers, server, args.seed, args.round_timeout)
+            measured = [x["run_seconds"] for x in rounds if x["run_seconds"]]
+            run_seconds = statistics.median(measured) if measured else 30.0
+            result = run_round(
+                r, fault, rng, data, ledger, watchers, server, args.seed, args.round_timeout, run_seconds
+            )
             rounds.append(result)
-            print(json.dumps({"round": r, "fault": fault, "detail": result["fault_detail"], "hit": result["fault_hit"],
+            print(json.dumps({"round": r, "fault": fault, "detail": result["fault_detail"], "fired": result["fault_fired"],
                               "attempts": [a["status"] for a in result["attempts"]], "seconds": result["seconds"]}),
                   flush=True)  # fmt: skip
         records = ledger.records()
@@ -473,7 +489,11 @@ def main() -> int:
     faults = {}
     for kind in sorted({x["fault"] for x in rounds}):
         hit = [x for x in rounds if x["fault"] == kind]
-        faults[kind] = {"rounds": len(hit), "hit_first_attempt": sum(x["fault_hit"] for x in hit)}
+        faults[kind] = {
+            "rounds": len(hit),
+            "fired": sum(x["fault_fired"] for x in hit),
+            "first_attempt_failed": sum(x["first_attempt_failed"] for x in hit),
+        }
     registry.pop("fingerprints")
     summary = {
         "benchmark": "soak",
@@ -497,6 +517,7 @@ def main() -> int:
         "watcher_checks": watchers.checks,
         "watcher_errors": watchers.errors,
         "round_seconds_median": statistics.median(x["seconds"] for x in rounds),
+        "run_seconds_median": statistics.median([x["run_seconds"] for x in rounds if x["run_seconds"]] or [0]),
         "seconds": round(time.monotonic() - started, 1),
         "load_average_1min": round(os.getloadavg()[0], 2),
         "work": str(work) if args.workdir else None,
