@@ -459,6 +459,14 @@ class WatchConfig:
     interval_seconds: float = 300.0
     # Runs the watcher may have in flight at once; 0 means no limit.
     max_running: int = 1
+    # Attempts per data version: a run that ended without success for an infrastructure reason (killed,
+    # lost, a rank or the node died) is started again, up to this many attempts in all; a user error
+    # (bad data, a failed gate, bad config) is never retried. 1 turns retries off.
+    max_attempts: int = 3
+    # Wait before attempt n+1: retry_backoff_seconds * 2**(n-1), at most retry_max_backoff_seconds, so a
+    # broken cluster is not hammered and a brief outage is ridden out. Recorded as next_attempt_after.
+    retry_backoff_seconds: float = 60.0
+    retry_max_backoff_seconds: float = 1800.0
 
     def __post_init__(self) -> None:
         _check(self.window_partitions >= 1, "watch.window_partitions", f"{self.window_partitions} must be >= 1")
@@ -481,6 +489,13 @@ class WatchConfig:
         _check(self.cool_down_seconds >= 0, "watch.cool_down_seconds", "must be >= 0")
         _check(self.interval_seconds > 0, "watch.interval_seconds", "must be > 0")
         _check(self.max_running >= 0, "watch.max_running", "must be >= 0 (0 = no limit)")
+        _check(self.max_attempts >= 1, "watch.max_attempts", f"{self.max_attempts} must be >= 1 (1 = no retries)")
+        _check(self.retry_backoff_seconds >= 0, "watch.retry_backoff_seconds", f"{self.retry_backoff_seconds} must be >= 0")
+        _check(
+            self.retry_max_backoff_seconds >= self.retry_backoff_seconds,
+            "watch.retry_max_backoff_seconds",
+            f"{self.retry_max_backoff_seconds} must be >= watch.retry_backoff_seconds ({self.retry_backoff_seconds})",
+        )
 
 
 @dataclass(kw_only=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from components.config import Config
 from components.data.snapshot import Snapshot, load_snapshot
-from components.registration.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry
+from components.registration.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry, fault_point
 from components.registration.retry import bounded_mlflow_http
 
 MODEL_ARTIFACT_DIR = "ctpipe"
@@ -281,6 +281,7 @@ def register_candidate(
             t = time.perf_counter()
             log_run_artifacts(registry, mlflow_run_id, model_path, snapshot, reports, blessing_path)
             timings["log_artifacts"] = time.perf_counter() - t
+            fault_point("after_artifacts")
             run = registry.call(
                 lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
             )
@@ -301,6 +302,7 @@ def register_candidate(
             t = time.perf_counter()
             version, created = _create_once(registry, mlflow_run_id, key, source, tags)
             timings["create_version"] = time.perf_counter() - t
+            fault_point("after_create")
         number = str(version.version)
         client = registry.client
         registry.call(

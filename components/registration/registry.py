@@ -12,7 +12,9 @@ promotions push, rollback pops. Each promotion is also recorded on the version i
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,6 +36,19 @@ COMPLETE_TAG = "ctpipe.registration"  # "complete" on every version ctpipe creat
 KEY_TAG = "ctpipe.registration_key"
 MAX_STACK = 100
 MAX_HISTORY = 50
+
+
+# TEST-ONLY fault hook (tests/test_registration_faults.py, benchmarks/soak.py), never part of a user config:
+# CTPIPE_TEST_REGISTRATION_FAULT=POINT sends this process a SIGKILL at POINT of a registration:
+# ``after_artifacts`` (artifacts logged, no version yet), ``after_create`` (the version exists with all its
+# tags, no alias yet), ``in_promotion_lock`` (holding the promotion lock, the champion not yet judged).
+REGISTRATION_FAULT_ENV = "CTPIPE_TEST_REGISTRATION_FAULT"
+
+
+def fault_point(name: str) -> None:
+    """Die here, abruptly, when the test-only fault names this point (see REGISTRATION_FAULT_ENV)."""
+    if os.environ.get(REGISTRATION_FAULT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class RegistryBusyError(RuntimeError):
@@ -326,6 +341,7 @@ class Registry:
         """Compare-and-set: make ``version`` champion only if the champion is still ``expected``."""
         version = str(version)
         with self.locked():
+            fault_point("in_promotion_lock")
             current = self.alias_version(self.config.champion_alias)
             if current == version:
                 return Promotion(True, version, expected, f"version {version} is already the champion")

@@ -11,8 +11,9 @@ loss), 1 for any other failure (launchers may restart the job from its checkpoin
 
 ``CTPIPE_TEST_FAULT`` is a TEST-ONLY fault hook (tests/test_training_*.py), never part of a user config:
 ``nan@STEP`` makes the loss NaN at optimizer step STEP, ``raise@STEP:RANK`` raises on RANK at STEP,
-``exit@STEP:RANK`` kills RANK abruptly at STEP, ``save_crash@STEP:RANK`` kills RANK in the middle of the
-checkpoint save of STEP (after its shards, before the completion marker).
+``exit@STEP:RANK`` kills RANK abruptly at STEP, ``kill@STEP:RANK`` sends RANK a SIGKILL at STEP (as the OOM
+killer does), ``save_crash@STEP:RANK`` kills RANK in the middle of the checkpoint save of STEP (after its
+shards, before the completion marker).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import gc
 import json
 import math
 import os
+import signal
 import sys
 import time
 import traceback
@@ -428,6 +430,8 @@ class Trainer:
             raise RuntimeError(f"injected failure on rank {rank} at step {step} ({FAULT_ENV})")
         if self.fault.hits("exit", step, rank):
             os._exit(17)
+        if self.fault.hits("kill", step, rank):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _log_window(self) -> None:
         # One small all-reduce per window, not per step: the mean train loss over all ranks.

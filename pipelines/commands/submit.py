@@ -28,8 +28,9 @@ def register(subparsers) -> None:
     parser.add_argument("--run-name", metavar="NAME", help="KFP run name (default ctpipe-<trigger>-<UTC time>)")
     parser.add_argument("--wait", type=float, metavar="SECONDS", help="on KFP, wait up to SECONDS for the run to end; exit 0 only if it succeeded")
     parser.add_argument("--drift-report", metavar="FILE", help="drift report JSON (and its .html beside it) to attach to the run (local)")
-    # The watcher's ledger record this run reports its outcome to (internal).
+    # The watcher's ledger record this run reports its outcome to, and which attempt it is (internal).
     parser.add_argument("--record", metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--attempt", type=int, metavar="N", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
@@ -86,30 +87,40 @@ def _submit_local(args: argparse.Namespace) -> int:
     from pipelines.local_run import format_summary, run_local
     from pipelines.triggers.start import record_outcome
 
-    if args.record:
-        record_outcome(args.record, status="running", pid=os.getpid(), started_at=time.time())
+    def record(**fields) -> None:
+        if args.record:
+            record_outcome(args.record, args.attempt, **fields)
+
+    record(status="running", pid=os.getpid(), started_at=time.time())
     try:
         summary = run_local(
             home=args.home, data_uri=args.data, config_path=args.config, overrides=args.overrides, trigger=args.trigger
         )
     except BaseException as err:
-        if args.record:
-            record_outcome(args.record, status="failed", error=f"{type(err).__name__}: {err}"[:500], finished_at=time.time())
+        # A UserError (bad config, a missing data root) is the user's to fix: the watcher does not retry it.
+        record(
+            status="failed", error=f"{type(err).__name__}: {err}"[:500], user_error=isinstance(err, UserError),
+            finished_at=time.time(),
+        )  # fmt: skip
         raise
     if args.drift_report and summary.get("mlflow_run_id"):
         _attach_report(summary, args.drift_report, args.config, args.overrides, args.home)
-    if args.record:
-        record_outcome(
-            args.record,
-            status=summary["status"],
-            summary_path=summary.get("summary_path"),
-            run_id=summary.get("run_id"),
-            model_version=summary.get("model_version"),
-            finished_at=time.time(),
-        )
+    error = summary.get("error") or {}
+    user_error = bool(error.get("user_error"))
+    record(
+        status=summary["status"],
+        summary_path=summary.get("summary_path"),
+        run_id=summary.get("run_id"),
+        model_version=summary.get("model_version"),
+        error=(f"{error['step']}: " if error.get("step") else "") + str(error["message"])[:500] if error else None,
+        user_error=user_error,
+        finished_at=time.time(),
+    )
     print(format_summary(summary))
     print(summary["summary_path"])
-    return 0 if summary["status"] == "succeeded" else 1
+    if summary["status"] == "succeeded":
+        return 0
+    return 2 if user_error else 1  # as 'ctpipe run': 2 is the user's to fix (bad data, a failed gate)
 
 
 def _attach_report(summary: dict, report: str, config_path: str | None, overrides: list[str], home: str | None) -> None:

@@ -3,6 +3,7 @@
     ctpipe watch --data DATA --home .ctpipe --once --dry-run     # decide only; the last line is JSON
     ctpipe watch --data s3://bucket/data --host https://kfp.example.com --once
     ctpipe watch --data DATA --interval 300                      # keep watching, local runs
+    ctpipe watch --status [--json]                               # data versions and their attempts
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from pipelines.commands.deploy import add_kfp_args
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("watch", allow_abbrev=False, help="start a run when new data lands or the data drifts (once per data version)")
-    parser.add_argument("--data", required=True, metavar="URI", help="data root to watch (local path or fsspec URL)")
+    parser.add_argument("--data", metavar="URI", help="data root to watch (local path or fsspec URL); required unless --status")
     parser.add_argument("--home", metavar="DIR", help="ctpipe home with the champion and the watcher's ledger (default $CTPIPE_HOME or ./.ctpipe)")
     parser.add_argument("--once", action="store_true", help="check once and exit (what the CronJob runs)")
     parser.add_argument("--interval", type=float, metavar="S", help="seconds between checks (default watch.interval_seconds)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report, start nothing")
+    parser.add_argument("--status", action="store_true", help="list the data versions in the ledger with their attempts and outcomes, then exit")
+    parser.add_argument("--json", action="store_true", help="with --status: print one JSON object instead of a table")
     parser.add_argument("--local", action="store_true", help="start runs locally with 'ctpipe submit' (the default without --host)")
     parser.add_argument("--wait", action="store_true", help="with a local run, wait for it to finish")
     parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking/registry URI (default registry.tracking_uri, else the home's SQLite)")
@@ -36,14 +39,19 @@ def run(args: argparse.Namespace) -> int:
     from components.tracking import local_tracking_uri
     from pipelines.triggers.watch import check_once, watch_loop
 
+    # Same default as 'ctpipe run', so the watcher finds the champion that run registered.
+    home = Path(args.home or os.environ.get("CTPIPE_HOME") or ".ctpipe")
+    if args.status:
+        return _status(home, args.json)
+    if not args.data:
+        raise UserError("--data URI is required: the data root to watch (or use --status to list what was started).")
     if args.host and args.local:
         raise UserError("--host and --local exclude each other: start runs on KFP (--host URL) or locally (--local).")
     config = load_config(args.config, args.overrides)
-    # Same default as 'ctpipe run', so the watcher finds the champion that run registered.
-    home = Path(args.home or os.environ.get("CTPIPE_HOME") or ".ctpipe")
     data_uri = args.data if "://" in args.data else str(Path(args.data).resolve())
     tracking_uri = args.tracking_uri or config.registry.tracking_uri or local_tracking_uri(home)
-    starter = None if args.dry_run else _starter(args, config, home)
+    # A dry run uses the starter only to read whether runs are still going (it starts and stops nothing).
+    starter = _starter(args, config, home)
     check_args = dict(data_uri=data_uri, home=home, config=config, tracking_uri=tracking_uri, starter=starter, dry_run=args.dry_run)
     if args.once:
         print(check_once(**check_args).to_line())
@@ -52,6 +60,16 @@ def run(args: argparse.Namespace) -> int:
     if interval <= 0:
         raise UserError(f"--interval {interval} must be > 0 seconds")
     watch_loop(interval=interval, **check_args)
+    return 0
+
+
+def _status(home: Path, as_json: bool) -> int:
+    import json
+
+    from pipelines.triggers.status import format_versions, list_versions
+
+    versions = list_versions(home)
+    print(json.dumps({"home": str(home), "versions": versions}) if as_json else format_versions(versions))
     return 0
 
 

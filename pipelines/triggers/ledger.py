@@ -1,10 +1,20 @@
 """The watcher's run ledger in the ctpipe home: one record per data fingerprint, claimed atomically.
 
 A record is created with ``O_CREAT | O_EXCL``, so of several watchers (threads, processes, a restarted
-watcher) exactly one claims a fingerprint and starts its run; the record then follows the run
-(starting → running → succeeded/failed). A file lock serialises the "is a run still going?" check with
-the claim, so the concurrency limit holds too. Local filesystems (or NFS with working locks) only:
-watchers in different homes must share the home (the CronJob mounts it from a volume).
+watcher) exactly one claims a fingerprint and starts its first attempt. Every later change goes through
+the home's file lock as a read-modify-write, so a retry is claimed by exactly one watcher too (the
+attempt number moves from n to n+1 once), and a late write of an earlier attempt cannot overwrite the
+current one. A file lock also serialises the "is a run still going?" check with the claim, so the
+concurrency limit holds. Local filesystems (or NFS with working locks) only: watchers in different homes
+must share the home (the CronJob mounts it from a volume).
+
+A record keeps its current attempt's fields at the top (``status``, ``pid`` or ``run_id``, ``error``...)
+and every attempt, with its outcome, in ``attempts``::
+
+    {"fingerprint": ..., "trigger": "new_data", "claimed_at": ..., "attempt": 2, "status": "running",
+     "pid": 4242, "attempts": [{"attempt": 1, "status": "lost", "failure": "infrastructure", ...},
+                               {"attempt": 2, "status": "running", "pid": 4242, ...}],
+     "next_attempt_after": null, "given_up": false}
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import contextlib
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +32,16 @@ from typing import Any
 from pipelines.triggers.atomic import atomic_write_text
 
 ACTIVE = ("starting", "running")
+# What belongs to one attempt (top level mirrors the current attempt's values).
+ATTEMPT_FIELDS = (
+    "status", "attempt_claimed_at", "watcher_pid", "backend", "pid", "log", "run_id", "run_name", "started_at",
+    "finished_at", "exit_code", "error", "user_error", "failure", "summary_path", "model_version", "settled_at",
+    "stopped_leftovers", "marker", "failed_tasks", "state", "drift_report_mlflow_run", "drift_report_error",
+)  # fmt: skip
+# Decided per attempt by the watcher when it settles one; cleared when the next attempt is claimed.
+RETRY_FIELDS = ("next_attempt_after", "given_up", "decision")
+
+_held = threading.local()  # lock files this thread holds (the lock is re-entrant within a thread)
 
 
 class Ledger:
@@ -33,34 +54,69 @@ class Ledger:
     def path(self, fingerprint: str) -> Path:
         return self.root / f"{fingerprint}.json"
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the ledger's exclusive lock (blocks other watchers of this home)."""
-        with open(self.root / ".lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def locked(self):
+        """Hold the ledger's exclusive lock (blocks other watchers of this home; re-entrant in a thread)."""
+        return lock_dir(self.root)
 
     def claim(self, fingerprint: str, record: dict[str, Any]) -> bool:
-        """Create the record for ``fingerprint``; False when one exists (the run was already started)."""
+        """Create the record for ``fingerprint`` as attempt 1; False when one exists (already started)."""
         try:
             fd = os.open(self.path(fingerprint), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
+        now = record.get("claimed_at", time.time())
+        # The first attempt's claim time is the record's claimed_at (later attempts add attempt_claimed_at).
+        created = {"fingerprint": fingerprint, "claimed_at": now, **record, "status": "starting", "attempt": 1}
+        created["attempts"] = [{"attempt": 1, "status": "starting", "attempt_claimed_at": now}]
+        for key in ("watcher_pid",):
+            if key in record:
+                created["attempts"][0][key] = record[key]
         with os.fdopen(fd, "w") as handle:
-            json.dump({"fingerprint": fingerprint, "claimed_at": time.time(), "status": "starting", **record}, handle)
+            json.dump(created, handle)
         return True
+
+    def claim_attempt(self, fingerprint: str, attempt: int, *, now: float | None = None, restart: bool = False) -> bool:
+        """Claim ``attempt`` (n+1 after attempt n ended; with ``restart`` the current one again, when the
+        watcher that claimed it died before starting it). False when another watcher got there first."""
+        now = time.time() if now is None else now
+        with self.locked():
+            record = self.get(fingerprint)
+            if record is None:
+                return False
+            current = int(record.get("attempt", 1))
+            if restart:
+                if current != attempt or record.get("status") != "starting":
+                    return False
+                return bool(self._write_attempt(record, attempt, {"attempt_claimed_at": now, "watcher_pid": os.getpid()}))
+            if current != attempt - 1 or record.get("status") in ACTIVE:
+                return False
+            for key in (*ATTEMPT_FIELDS, *RETRY_FIELDS):
+                record.pop(key, None)
+            record["attempt"] = attempt
+            record.setdefault("attempts", []).append({"attempt": attempt})
+            self._write_attempt(
+                record, attempt, {"status": "starting", "attempt_claimed_at": now, "watcher_pid": os.getpid()}
+            )
+            return True
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
         return read_record(self.path(fingerprint))
 
     def update(self, fingerprint: str, **fields: Any) -> dict[str, Any]:
+        """Merge fields into the record's top level (and, for attempt fields, into its current attempt)."""
         return update_record(self.path(fingerprint), **fields)
 
+    def update_attempt(self, fingerprint: str, attempt: int | None, **fields: Any) -> dict[str, Any] | None:
+        """Merge fields into ``attempt`` (None: the current one); ignored (None) when that is not current."""
+        return update_attempt(self.path(fingerprint), attempt, **fields)
+
+    def _write_attempt(self, record: dict[str, Any], attempt: int, fields: dict[str, Any]) -> dict[str, Any]:
+        merge_attempt(record, attempt, fields)
+        atomic_write_text(self.path(record["fingerprint"]), json.dumps(record))
+        return record
+
     def release(self, fingerprint: str) -> None:
-        """Drop a claim whose run could not be started, so a later check retries."""
+        """Drop a claim whose first attempt could not be started, so a later check starts it afresh."""
         self.path(fingerprint).unlink(missing_ok=True)
 
     def records(self) -> list[dict[str, Any]]:
@@ -77,6 +133,24 @@ class Ledger:
         return max(times) if times else None
 
 
+@contextlib.contextmanager
+def lock_dir(directory: str | Path) -> Iterator[None]:
+    """The exclusive ``flock`` of ``directory/.lock``, re-entrant within one thread."""
+    key = str(Path(directory).resolve())
+    held: set[str] = _held.__dict__.setdefault("paths", set())
+    if key in held:
+        yield
+        return
+    with open(Path(directory) / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def read_record(path: str | Path) -> dict[str, Any] | None:
     try:
         return json.loads(Path(path).read_text())
@@ -84,10 +158,35 @@ def read_record(path: str | Path) -> dict[str, Any] | None:
         return None  # being written for the first time by another watcher, or gone
 
 
-def update_record(path: str | Path, **fields: Any) -> dict[str, Any]:
-    """Merge ``fields`` into the record at ``path`` (atomic replace)."""
-    path = Path(path)
-    record = read_record(path) or {}
+def merge_attempt(record: dict[str, Any], attempt: int, fields: dict[str, Any]) -> None:
+    """Put ``fields`` on the record's top level and, for attempt fields, on attempt ``attempt``."""
     record.update(fields, updated_at=time.time())
-    atomic_write_text(path, json.dumps(record))
-    return record
+    attempts = record.setdefault("attempts", [])
+    while len(attempts) < attempt:
+        attempts.append({"attempt": len(attempts) + 1})
+    entry = attempts[attempt - 1]
+    entry.update({k: v for k, v in fields.items() if k in ATTEMPT_FIELDS})
+
+
+def update_record(path: str | Path, **fields: Any) -> dict[str, Any]:
+    """Merge ``fields`` into the record at ``path`` under the ledger lock (atomic replace)."""
+    return update_attempt(path, None, **fields) or {}
+
+
+def update_attempt(path: str | Path, attempt: int | None, **fields: Any) -> dict[str, Any] | None:
+    """Merge ``fields`` into the current attempt of the record at ``path``, if it is ``attempt``.
+
+    A process of an earlier attempt that reports late (it outlived its settling) changes nothing: its
+    attempt was already settled and another one started.
+    """
+    path = Path(path)
+    with lock_dir(path.parent):
+        record = read_record(path)
+        if record is None:
+            return None  # released (never started) or removed by hand: nothing to report to
+        current = int(record.get("attempt", 1))
+        if attempt is not None and int(attempt) != current:
+            return None
+        merge_attempt(record, current, fields)
+        atomic_write_text(path, json.dumps(record))
+        return record

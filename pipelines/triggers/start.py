@@ -1,8 +1,16 @@
-"""How the watcher starts a run and tells whether it is still going: locally, on KFP, or (tests) a function."""
+"""How the watcher starts a run and tells whether it is still going: locally, on KFP, or (tests) a function.
+
+Each starter also says how an attempt that is no longer going ended, when the attempt could not say so
+itself (``ended``): a local process that is gone is ``lost`` (its leftover processes are stopped first, so
+two attempts never run at once); a KFP run reports its final state, the tasks that failed and, when the
+tracking server is known, whether a gate (validation, sanity) failed, which is the user's error.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,22 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipelines.triggers.ledger import ACTIVE, read_record, update_record
+from pipelines.triggers.ledger import ACTIVE, read_record, update_attempt
+from pipelines.triggers.retry import STARTING_GRACE_SECONDS, claim_in_flight, stale_claim  # noqa: F401 - re-exported
 
-# A claim whose run was never recorded as started (the watcher died in between) stops counting as a
-# run in flight after this long, and is released so a later check can start it.
-STARTING_GRACE_SECONDS = 600.0
-
-
-def claim_in_flight(record: dict[str, Any]) -> bool:
-    """Whether a record is a fresh claim whose run is being started right now (no process or run id yet)."""
-    return record.get("status") == "starting" and time.time() - float(record.get("claimed_at", 0)) < STARTING_GRACE_SECONDS
+# Every process of a local attempt carries this in its environment (children inherit it), so the
+# leftovers of an attempt whose own process was killed can be found and stopped, and nothing else.
+RUN_MARKER_ENV = "CTPIPE_WATCH_RUN"
+LEFTOVER_WAIT_SECONDS = 10.0
 
 
-def stale_claim(record: dict[str, Any]) -> bool:
-    """A claim that never got a process or run id within the grace period."""
-    no_run = record.get("pid") is None and record.get("run_id") is None
-    return record.get("status") == "starting" and no_run and not claim_in_flight(record)
+def attempt_of(record_path: Path) -> int:
+    """The attempt the record at ``record_path`` is on (1 for a record that does not exist)."""
+    return int((read_record(record_path) or {}).get("attempt", 1))
 
 
 class RunStarter(Protocol):
@@ -34,6 +38,11 @@ class RunStarter(Protocol):
     def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]: ...
 
     def is_active(self, record: dict[str, Any]) -> bool: ...
+
+    def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
+        """None while the recorded attempt is going; else what the record lacks about how it ended
+        (``read_only``: judge without side effects, for a dry run)."""
+        ...
 
 
 def pid_alive(pid: int) -> bool:
@@ -63,7 +72,7 @@ class LocalStarter:
 
     def command(self, *, trigger: str, data_uri: str, record_path: Path) -> list[str]:
         cmd = [sys.executable, "-m", "pipelines.cli", "submit", "--trigger", trigger, "--data", data_uri]
-        cmd += ["--home", str(self.home), "--record", str(record_path)]
+        cmd += ["--home", str(self.home), "--record", str(record_path), "--attempt", str(attempt_of(record_path))]
         if self.config_path:
             cmd += ["--config", self.config_path]
         for assignment in self.overrides:
@@ -74,9 +83,12 @@ class LocalStarter:
         return cmd
 
     def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
+        attempt = attempt_of(record_path)
         log = self.home / "watch" / "logs" / f"{fingerprint[:16]}-{trigger}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
+            out.write(f"--- attempt {attempt}, started {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n".encode())
+            out.flush()
             # A new session: the run survives the watcher (a CronJob pod or a terminal) going away.
             child = subprocess.Popen(
                 self.command(trigger=trigger, data_uri=data_uri, record_path=record_path),
@@ -84,11 +96,12 @@ class LocalStarter:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                env={**os.environ, RUN_MARKER_ENV: run_marker(record_path, attempt)},
             )
         self._children[child.pid] = child
-        info = {"backend": "local", "pid": child.pid, "log": str(log), "status": "running"}
+        info = {"backend": "local", "pid": child.pid, "log": str(log), "marker": run_marker(record_path, attempt), "status": "running"}
         # Record the process at once so other watchers see it running (the child adds its own fields).
-        update_record(record_path, **{k: v for k, v in info.items() if k != "status"})
+        update_attempt(record_path, attempt, **{k: v for k, v in info.items() if k != "status"})
         if self.wait:
             code = child.wait()
             # The child wrote its outcome into the record; trust it, fall back on the exit code.
@@ -106,7 +119,76 @@ class LocalStarter:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        return pid_alive(int(pid))
+        return pid_alive(int(pid)) and carries_marker(int(pid), record.get("marker"))
+
+    def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
+        if record.get("status") not in ACTIVE:
+            return {}
+        if record.get("pid") is None or self.is_active(record):
+            return None  # going, or a claim being started (a stale one is started again, not settled)
+        child = self._children.get(int(record["pid"]))
+        code = child.returncode if child is not None else None
+        return lost_local_attempt(record, exit_code=code, stop=not read_only)
+
+
+def run_marker(record_path: Path, attempt: int) -> str:
+    """The environment marker of one attempt of one ledger record (unique per home, data version, attempt)."""
+    return f"{hashlib.sha256(str(Path(record_path).resolve()).encode()).hexdigest()[:16]}:{attempt}"
+
+
+def carries_marker(pid: int, marker: str | None) -> bool:
+    """Whether process ``pid`` is the attempt's (not a later process that got its pid); True when unknown."""
+    if not marker:
+        return True
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return True  # no /proc, or another user's process: the pid check is all we have
+    return f"{RUN_MARKER_ENV}={marker}".encode() in environ.split(b"\0")
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Live processes whose environment carries ``marker`` (Linux /proc; elsewhere none are found)."""
+    needle = f"{RUN_MARKER_ENV}={marker}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0") and pid_alive(int(entry.name)):
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or another user's process
+    return found
+
+
+def stop_leftovers(marker: str, wait_seconds: float = LEFTOVER_WAIT_SECONDS) -> list[int]:
+    """SIGKILL every process of an attempt whose own process is gone; return their pids once they are gone."""
+    stopped = marked_processes(marker)
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + wait_seconds
+    while any(pid_alive(pid) for pid in stopped) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return stopped
+
+
+def lost_local_attempt(record: dict[str, Any], exit_code: int | None = None, *, stop: bool = True) -> dict[str, Any]:
+    """How a local attempt whose process is gone without a word ended; its leftovers are stopped first."""
+    pid = record.get("pid")
+    leftovers = stop_leftovers(record["marker"]) if stop and record.get("marker") else []
+    how = f"exit code {exit_code}" if exit_code is not None else "no outcome recorded"
+    if exit_code is not None and exit_code < 0:
+        how = f"killed by {signal.Signals(-exit_code).name}"
+    fields: dict[str, Any] = {
+        "status": "lost",
+        "error": f"process {pid} is gone ({how}): killed (the OOM killer, a node preemption, SIGKILL) or crashed",
+        "stopped_leftovers": leftovers,
+    }
+    if exit_code is not None:
+        fields["exit_code"] = exit_code
+    return fields
 
 
 class KfpStarter:
@@ -137,7 +219,7 @@ class KfpStarter:
     def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
         from pipelines.deploy import run_parameters, submit_run
 
-        run_name = f"ctpipe-{trigger}-{fingerprint[:16]}"
+        run_name = kfp_run_name(trigger, fingerprint, attempt_of(record_path))
         params = run_parameters(
             trigger=trigger, data_uri=data_uri, overrides=self.overrides, config_json=self.config_json, extra={}
         )
@@ -164,15 +246,97 @@ class KfpStarter:
         return info
 
     def is_active(self, record: dict[str, Any]) -> bool:
+        from kfp_server_api.exceptions import ApiException
+
         from pipelines.deploy import run_is_active
 
         if record.get("status") not in ACTIVE:
             return False
         if record.get("backend") == "kfp" and record.get("run_id"):
-            return run_is_active(self.client, record["run_id"])
+            try:
+                return run_is_active(self.client, record["run_id"])
+            except ApiException as err:
+                if err.status == 404:
+                    return False  # the run is gone: lost (see ended)
+                raise
         if record.get("pid") is None:
             return claim_in_flight(record)
         return pid_alive(int(record["pid"]))
+
+    def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
+        from kfp_server_api.exceptions import ApiException
+
+        from pipelines.deploy import ACTIVE_RUN_STATES
+
+        if record.get("status") not in ACTIVE:
+            return {}
+        run_id = record.get("run_id")
+        if not run_id:
+            return None  # a claim being started (a stale one is started again, not settled)
+        try:
+            run = self.client.get_run(run_id)
+        except ApiException as err:
+            if err.status != 404:
+                raise  # the API is down or refuses: nothing can be concluded, the check fails and is repeated
+            return {"status": "lost", "error": f"KFP run {run_id} no longer exists (deleted, or the KFP database was reset)"}
+        state = str(run.state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        if state in ACTIVE_RUN_STATES:
+            return None
+        fields: dict[str, Any] = {"state": state, "finished_at": time.time()}
+        if state == "SUCCEEDED":
+            return {**fields, "status": "succeeded"}
+        if state == "CANCELED":
+            return {**fields, "status": "canceled", "error": f"KFP run {run_id} was cancelled"}
+        failed = failed_tasks(run)
+        gates = self._failed_gates(run_id)
+        where = "; ".join(f"task {t['task']}: {t['error']}" for t in failed) or (getattr(run.error, "message", None) or "no task error reported")
+        fields.update(status="failed", failed_tasks=failed, user_error=bool(gates))
+        if gates:
+            fields["error"] = f"KFP run {run_id} {state}: the {' and the '.join(gates)} gate failed ({where})"
+        elif gates is None:
+            fields["error"] = (
+                f"KFP run {run_id} {state} ({where}); the gates' verdicts in MLflow were not read (no tracking URI "
+                "given to the watcher), so this counts as an infrastructure failure"
+            )
+        else:
+            fields["error"] = f"KFP run {run_id} {state} ({where}); no gate failed: an infrastructure failure"
+        return fields
+
+    def _failed_gates(self, pipeline_run_id: str) -> list[str] | None:
+        """The gates that judged this run's data or model bad (recorded on its MLflow run); None: unknown."""
+        if not self.tracking_uri:
+            return None
+        import mlflow
+
+        client = mlflow.MlflowClient(tracking_uri=self.tracking_uri)
+        experiment = client.get_experiment_by_name(self.mlflow_experiment)
+        if experiment is None:
+            return []
+        runs = client.search_runs(
+            [experiment.experiment_id], filter_string=f"tags.`ctpipe.pipeline_run_id` = '{pipeline_run_id}'", max_results=10
+        )
+        return sorted({gate for r in runs for tag, gate in GATE_TAGS.items() if r.data.tags.get(tag) == "failed"})
+
+
+# The gates that record their verdict as a tag on the run's MLflow run: "failed" there is the user's error.
+GATE_TAGS = {"ctpipe.validation": "data validation", "ctpipe.sanity": "training sanity"}
+
+
+def kfp_run_name(trigger: str, fingerprint: str, attempt: int) -> str:
+    """One deterministic name per data version and attempt: watchers of other homes re-attach to it."""
+    base = f"ctpipe-{trigger}-{fingerprint[:16]}"
+    return base if attempt == 1 else f"{base}-attempt-{attempt}"
+
+
+def failed_tasks(run) -> list[dict[str, str]]:
+    """The failed tasks of a KFP run with the error KFP recorded for each."""
+    details = getattr(getattr(run, "run_details", None), "task_details", None) or []
+    out = []
+    for task in details:
+        if str(task.state or "").upper() == "FAILED":
+            message = getattr(task.error, "message", None) if task.error is not None else None
+            out.append({"task": task.display_name or task.task_id or "?", "error": (message or "no error message")[:300]})
+    return out
 
 
 class FunctionStarter:
@@ -188,7 +352,11 @@ class FunctionStarter:
     def is_active(self, record: dict[str, Any]) -> bool:
         return record.get("status") in ACTIVE
 
+    def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
+        return {} if record.get("status") not in ACTIVE else None
 
-def record_outcome(record_path: str | Path, **fields: Any) -> None:
-    """Called by ``ctpipe submit --record``: the run's own status in its ledger record."""
-    update_record(record_path, **fields)
+
+def record_outcome(record_path: str | Path, attempt: int | None = None, **fields: Any) -> None:
+    """Called by ``ctpipe submit --record``: the run's own status in its ledger record, for its attempt
+    (a late report of an attempt that was already settled and retried changes nothing)."""
+    update_attempt(record_path, attempt, **fields)

@@ -24,9 +24,9 @@ from typing import Any
 
 from components.config import Config
 from pipelines.triggers.atomic import atomic_write_text, private_name
-from pipelines.triggers.ledger import Ledger
+from pipelines.triggers.ledger import ACTIVE, Ledger
 from pipelines.triggers.new_data import DataState, cache_path_for, data_state
-from pipelines.triggers.start import stale_claim
+from pipelines.triggers.retry import already_started, next_step, settle, stale_claim
 
 REFERENCE_FILE = "reference/reference_stats.json"
 
@@ -55,6 +55,7 @@ class Decision:
     drift_report: str | None = None
     drift_report_html: str | None = None
     run: dict[str, Any] | None = None
+    attempt: int | None = None  # the attempt started (action run) or the data version's current one
     dry_run: bool = False
     hashed_files: int = 0
     seconds: float = 0.0
@@ -81,6 +82,27 @@ def _store_key(tracking_uri: str) -> list[Any] | None:
             continue
         key.append([st.st_size, st.st_mtime_ns])
     return key if key[0] is not None else None
+
+
+def ensure_local_store(tracking_uri: str, watch_dir: Path) -> None:
+    """Create a new SQLite tracking store once, under the home's lock, before any watcher reads it.
+
+    Watchers racing on a fresh home would each run MLflow's schema migrations on the same new file, and
+    all but one fail ("duplicate column name"). A marker file makes the later checks skip this for free.
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    marker = watch_dir / f"store-ready-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]}"
+    if marker.exists():
+        return
+    ledger = Ledger(watch_dir.parent)
+    with ledger.locked():
+        if marker.exists():
+            return
+        import mlflow
+
+        mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).search_registered_models(max_results=1)
+        marker.write_text(tracking_uri + "\n")
 
 
 def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Path | None = None) -> Champion | None:
@@ -173,12 +195,18 @@ def check_once(
     dry_run: bool = False,
     now: float | None = None,
 ) -> Decision:
-    """Decide (and unless ``dry_run``, start) at most one run for the data root's current fingerprint."""
+    """Decide (and unless ``dry_run``, start) at most one run for the data root's current fingerprint.
+
+    A fingerprint without a record gets its first attempt when a trigger fires; one with a record is
+    followed up: an attempt that ended without success is settled (lost, failed, and whose fault) and,
+    for an infrastructure failure, retried after its backoff, up to ``watch.max_attempts``.
+    """
     started = time.perf_counter()
     home = Path(home)
     watch_dir = home / "watch"
     now = time.time() if now is None else now
     state = data_state(data_uri, cache_path=cache_path_for(home, data_uri))
+    ensure_local_store(tracking_uri, watch_dir)
     champion = find_champion(
         tracking_uri, config.registry.model_name, config.registry.champion_alias, watch_dir / "champion-cache.json"
     )
@@ -192,35 +220,44 @@ def check_once(
         dry_run=dry_run,
         hashed_files=state.hashed,
     )
-    trigger, reason = _choose_trigger(state, champion, config, tracking_uri, watch_dir, decision, now)
     ledger = Ledger(home)
-    if trigger is not None:
-        existing = ledger.get(state.fingerprint)
-        if existing is not None and stale_claim(existing):
-            # Claimed by a watcher that died before starting the run: not a run, so start it now.
-            existing = None
-            if not dry_run:
-                ledger.release(state.fingerprint)
-        if existing is not None:
-            trigger, reason = None, _already(existing)
-    if trigger is None or dry_run:
-        decision.action = "run" if trigger else "none"
-        decision.trigger = trigger
-        decision.reason = reason if not dry_run or not trigger else f"dry run: would start a run ({reason})"
-        decision.seconds = time.perf_counter() - started
-        return decision
-    decision.action, decision.trigger, decision.reason = _start(ledger, starter, state, trigger, reason, config, decision, now)
-    decision.run = ledger.get(state.fingerprint) if decision.action == "run" else None
+    existing = _unless_stale_first_claim(ledger, state.fingerprint, now, dry_run)
+    trained = champion is not None and champion.fingerprint == state.fingerprint
+    if existing is not None and not trained:
+        _follow_up(ledger, starter, existing, state, config, decision, now)
+    else:
+        trigger, reason = _choose_trigger(state, champion, config, tracking_uri, watch_dir, decision, now)
+        if trigger is None or dry_run:
+            decision.action = "run" if trigger else "none"
+            decision.trigger = trigger
+            decision.attempt = 1 if trigger else None
+            decision.reason = reason if not dry_run or not trigger else f"dry run: would start a run ({reason})"
+        else:
+            decision.action, decision.trigger, decision.reason = _start(ledger, starter, state, trigger, reason, config, decision, now)
+            decision.attempt = 1 if decision.action == "run" else None
+    decision.run = ledger.get(state.fingerprint) if decision.action == "run" and not dry_run else None
     decision.seconds = time.perf_counter() - started
     return decision
 
 
+def _unless_stale_first_claim(ledger: Ledger, fingerprint: str, now: float, dry_run: bool) -> dict[str, Any] | None:
+    """The record of ``fingerprint``, or None when it is a first claim whose watcher died before starting it."""
+    existing = ledger.get(fingerprint)
+    if existing is None or int(existing.get("attempt", 1)) != 1 or not stale_claim(existing, now):
+        return existing
+    if not dry_run:
+        with ledger.locked():
+            # Judged again under the lock: another watcher may have released and claimed it afresh.
+            again = ledger.get(fingerprint)
+            if again is not None and int(again.get("attempt", 1)) == 1 and stale_claim(again, now):
+                ledger.release(fingerprint)
+            elif again is not None:
+                return again
+    return None  # not a run: a trigger starts it now
+
+
 def _already(record: dict[str, Any]) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.get("claimed_at", 0)))
-    return (
-        f"a run for this data fingerprint was already started at {when} UTC (trigger {record.get('trigger')}, "
-        f"status {record.get('status')}); a fingerprint starts one run only"
-    )
+    return already_started(record)
 
 
 def _choose_trigger(
@@ -274,15 +311,10 @@ def _start(
     if starter is None:
         raise ValueError("check_once needs a starter unless dry_run=True")
     with ledger.locked():
-        _settle(ledger, starter)
-        if config.watch.max_running:
-            active = [r for r in ledger.records() if starter.is_active(r)]
-            if len(active) >= config.watch.max_running:
-                names = ", ".join(r["fingerprint"][:12] for r in active)
-                return "none", None, (
-                    f"would start a {trigger} run, but {len(active)} run(s) started by the watcher are still going "
-                    f"({names}; watch.max_running={config.watch.max_running}); it will be started by a later check"
-                )
+        _settle_all(ledger, starter, config, now)
+        busy = _too_busy(ledger, starter, config, state.fingerprint, f"would start a {trigger} run")
+        if busy:
+            return "none", None, busy
         claimed = ledger.claim(
             state.fingerprint,
             {
@@ -299,27 +331,120 @@ def _start(
         if not claimed:
             return "none", None, _already(ledger.get(state.fingerprint) or {})
     # Started outside the lock: the claimed record already counts as a run in flight for other watchers.
-    try:
-        info = starter.start(
-            trigger=trigger,
-            data_uri=state.data_uri,
-            fingerprint=state.fingerprint,
-            record_path=ledger.path(state.fingerprint),
-        )
-    except Exception:
-        ledger.release(state.fingerprint)  # not started: a later check may try again
-        raise
-    ledger.update(state.fingerprint, **info)
+    _launch(ledger, starter, state, trigger, 1)
     return "run", trigger, reason
 
 
-def _settle(ledger: Ledger, starter) -> None:
-    """Mark runs that ended without saying so (a killed process) as lost; release claims never started."""
+def _follow_up(
+    ledger: Ledger, starter, record: dict[str, Any], state: DataState, config: Config, decision: Decision, now: float
+) -> None:
+    """A data version that has a record: settle its ended attempt, then wait, retry, or say why not."""
+    fingerprint, dry_run = state.fingerprint, decision.dry_run
+    with ledger.locked():
+        # Re-read under the lock: of watchers racing here, the first settles and claims, the others see it.
+        record = ledger.get(fingerprint) or record
+        record = _settle(ledger, starter, record, config, now, write=not dry_run)
+        step = next_step(record, now)
+        decision.attempt = step.attempt
+        if step.action == "wait":
+            decision.reason = step.reason
+            return
+        trigger = record.get("trigger") or "new_data"
+        if starter is not None and not dry_run:
+            _settle_all(ledger, starter, config, now)
+        busy = _too_busy(ledger, starter, config, fingerprint, f"would start attempt {step.attempt} ({step.reason})")
+        if busy:
+            decision.reason = busy
+            return
+        if dry_run:
+            decision.action, decision.trigger = "run", trigger
+            decision.reason = f"dry run: would start attempt {step.attempt} ({step.reason})"
+            return
+        if not ledger.claim_attempt(fingerprint, step.attempt, now=now, restart=step.action == "restart"):
+            decision.reason = _already(ledger.get(fingerprint) or record)
+            return
+    _launch(ledger, starter, state, trigger, step.attempt)
+    decision.action, decision.trigger, decision.reason = "run", trigger, step.reason
+
+
+def _too_busy(ledger: Ledger, starter, config: Config, fingerprint: str, wanted: str) -> str | None:
+    """Why nothing may start now (watch.max_running runs of other data versions still going), else None."""
+    if not config.watch.max_running or starter is None:
+        return None
+    active = [r for r in ledger.records() if r.get("fingerprint") != fingerprint and starter.is_active(r)]
+    if len(active) < config.watch.max_running:
+        return None
+    names = ", ".join(r["fingerprint"][:12] for r in active)
+    return (
+        f"{wanted}, but {len(active)} run(s) started by the watcher are still going "
+        f"({names}; watch.max_running={config.watch.max_running}); it will be started by a later check"
+    )
+
+
+def _launch(ledger: Ledger, starter, state: DataState, trigger: str, attempt: int) -> None:
+    """Start the claimed ``attempt`` and record it; a start that fails is recorded (or, first, released)."""
+    if starter is None:
+        raise ValueError("check_once needs a starter unless dry_run=True")
+    fingerprint = state.fingerprint
+    try:
+        info = starter.start(
+            trigger=trigger, data_uri=state.data_uri, fingerprint=fingerprint, record_path=ledger.path(fingerprint)
+        )
+    except Exception as err:
+        if attempt == 1:
+            ledger.release(fingerprint)  # not started: a later check may try again
+        else:
+            from components.errors import UserError
+
+            ledger.update_attempt(
+                fingerprint, attempt, status="failed", user_error=isinstance(err, UserError),
+                error=f"the run could not be started: {type(err).__name__}: {err}"[:500], finished_at=time.time(),
+            )  # fmt: skip
+        raise
+    with ledger.locked():
+        current = ledger.get(fingerprint) or {}
+        if current.get("status") not in ACTIVE:
+            info = {k: v for k, v in info.items() if k != "status"}  # it already reported its own end
+        ledger.update_attempt(fingerprint, attempt, **info)
+
+
+def _settle(ledger: Ledger, starter, record: dict[str, Any], config: Config, now: float, *, write: bool) -> dict[str, Any]:
+    """Close the record's current attempt if it has ended and is not yet settled; return the record."""
+    if record.get("settled_at") is not None:
+        return record
+    if record.get("status") in ACTIVE:
+        ended = _ended(starter, record, read_only=not write)
+        if ended is None:
+            return record  # still going, or a claim being started
+    else:
+        ended = {}
+    fields = {**ended, **settle({**record, **ended}, config.watch, now)}
+    if not write:
+        return {**record, **fields}
+    return ledger.update_attempt(record["fingerprint"], int(record.get("attempt", 1)), **fields) or {**record, **fields}
+
+
+def _ended(starter, record: dict[str, Any], *, read_only: bool) -> dict[str, Any] | None:
+    """How the record's attempt ended (None: still going); without a starter (a dry run) local pids are checked."""
+    if starter is not None and hasattr(starter, "ended"):
+        return starter.ended(record, read_only=read_only)
+    if starter is not None:  # a starter that only says whether a run is active: gone means lost
+        return None if starter.is_active(record) else {"status": "lost", "error": "the run is no longer active"}
+    from pipelines.triggers.start import pid_alive
+
+    if record.get("backend") == "local" and record.get("pid") is not None and not pid_alive(int(record["pid"])):
+        return {"status": "lost", "error": f"process {record['pid']} is gone without recording an outcome"}
+    return None
+
+
+def _settle_all(ledger: Ledger, starter, config: Config, now: float) -> None:
+    """Settle every record whose attempt ended without saying so (a killed process); release claims never
+    started. Called with the lock held, so the concurrency limit counts only runs really going."""
     for record in ledger.records():
-        if stale_claim(record):
+        if int(record.get("attempt", 1)) == 1 and stale_claim(record, now):
             ledger.release(record["fingerprint"])
-        elif record.get("status") == "running" and not starter.is_active(record):
-            ledger.update(record["fingerprint"], status="lost" if record.get("backend") == "local" else "finished")
+        elif record.get("status") in ACTIVE:
+            _settle(ledger, starter, record, config, now, write=True)
 
 
 def watch_loop(*, interval: float, iterations: int | None = None, **check_args: Any) -> None:

@@ -1,0 +1,161 @@
+"""Whether a data version's run is started again: at least once per data version, bounded.
+
+An attempt that ended without success is classified from what it recorded (``ctpipe submit`` writes its
+status, error and whether the error was the user's) or, when it recorded nothing, from the outside (a local
+process that is gone: ``lost``; a KFP run's final state and, for a failed gate, the gate's verdict in
+MLflow). Infrastructure failures are retried up to ``watch.max_attempts`` with exponential backoff; a
+user error (bad data, a failed gate, bad config) or a run cancelled by an operator is not, and the
+decision says why. When the cause cannot be told, the attempt counts as an infrastructure failure: a
+wrong guess then costs at most ``max_attempts`` runs, while the opposite guess would lose the version.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from components.config import WatchConfig
+from pipelines.triggers.ledger import ACTIVE
+
+# A claim whose run was never recorded as started (the watcher died in between) stops counting as a
+# run in flight after this long; the attempt is then started again by a later check.
+STARTING_GRACE_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """What a check does about a data version that already has a record."""
+
+    action: str  # wait (in flight or nothing to do) | start (attempt n+1) | restart (attempt n again)
+    reason: str
+    attempt: int
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+def claim_time(record: dict[str, Any]) -> float:
+    return float(record.get("attempt_claimed_at", record.get("claimed_at", 0)) or 0)
+
+
+def claim_in_flight(record: dict[str, Any], now: float | None = None) -> bool:
+    """Whether a record is a fresh claim whose run is being started right now (no process or run id yet)."""
+    now = time.time() if now is None else now
+    return record.get("status") == "starting" and now - claim_time(record) < STARTING_GRACE_SECONDS
+
+
+def stale_claim(record: dict[str, Any], now: float | None = None) -> bool:
+    """A claim that never got a process or run id within the grace period."""
+    no_run = record.get("pid") is None and record.get("run_id") is None
+    return record.get("status") == "starting" and no_run and not claim_in_flight(record, now)
+
+
+def backoff_seconds(watch: WatchConfig, failed_attempts: int) -> float:
+    """The wait before the next attempt after ``failed_attempts`` failures: doubled each time, capped."""
+    return min(watch.retry_backoff_seconds * 2 ** max(failed_attempts - 1, 0), watch.retry_max_backoff_seconds)
+
+
+def failure_kind(record: dict[str, Any]) -> str | None:
+    """How the current attempt ended: None (succeeded), ``user_error``, ``canceled`` or ``infrastructure``."""
+    status = record.get("status")
+    if status == "succeeded":
+        return None
+    if status == "canceled":
+        return "canceled"
+    if record.get("user_error"):
+        return "user_error"
+    return "infrastructure"
+
+
+def _what_happened(record: dict[str, Any]) -> str:
+    n, error = record.get("attempt", 1), record.get("error")
+    if record.get("status") == "lost":
+        return f"attempt {n} was lost ({error or 'it ended without recording an outcome'})"
+    if record.get("status") == "canceled":
+        return f"attempt {n} was cancelled ({error or 'by an operator'})"
+    return f"attempt {n} failed ({error or 'no error recorded'})"
+
+
+def settle(record: dict[str, Any], watch: WatchConfig, now: float) -> dict[str, Any]:
+    """The fields that close the current attempt, which has ended: its failure kind and what comes next."""
+    n = int(record.get("attempt", 1))
+    kind = failure_kind(record)
+    fields: dict[str, Any] = {"settled_at": now, "failure": kind}
+    if kind is None:
+        fields["decision"] = f"trained: attempt {n} succeeded"
+    elif kind == "user_error":
+        fields["decision"] = (
+            f"not retried: {_what_happened(record)}, a user error that a retry would repeat; fix the data or the "
+            "config: new data starts a new run, or start one by hand with 'ctpipe submit'"
+        )
+    elif kind == "canceled":
+        fields["decision"] = (
+            f"not retried: {_what_happened(record)}; a cancelled run is an operator's decision. Start it again "
+            "with 'ctpipe submit', or delete its ledger record so that the watcher does"
+        )
+    elif n >= watch.max_attempts:
+        fields["given_up"] = True
+        fields["decision"] = (
+            f"gave up after {n} attempts (watch.max_attempts={watch.max_attempts}): {_what_happened(record)}. "
+            "Look at the logs of the attempts ('ctpipe watch --status'), fix the cause, then start a run with "
+            "'ctpipe submit' or delete the ledger record"
+        )
+    else:
+        wait = backoff_seconds(watch, n)
+        fields["next_attempt_after"] = now + wait
+        fields["decision"] = (
+            f"{_what_happened(record)}, an infrastructure failure: attempt {n + 1} of {watch.max_attempts} "
+            f"after a backoff of {wait:.0f} s (from {_utc(now + wait)})"
+        )
+    return fields
+
+
+def next_step(record: dict[str, Any], now: float) -> NextStep:
+    """What to do about a data version whose current attempt is settled, in flight, or in its backoff."""
+    n = int(record.get("attempt", 1))
+    status = record.get("status")
+    if status in ACTIVE:
+        if status == "starting" and stale_claim(record, now):
+            return NextStep("restart", f"attempt {n} was claimed by a watcher that died before starting it", n)
+        return NextStep("wait", already_started(record), n)
+    if status == "succeeded":
+        return NextStep("wait", already_started(record), n)
+    if record.get("next_attempt_after") is None:
+        return NextStep("wait", record.get("decision") or already_started(record), n)
+    if now < float(record["next_attempt_after"]):
+        left = float(record["next_attempt_after"]) - now
+        return NextStep(
+            "wait",
+            f"{record.get('decision')}; attempt {n + 1} waits for its backoff ({left:.0f} s left)",
+            n,
+        )
+    return NextStep("start", f"retry: {record.get('decision')}", n + 1)
+
+
+def already_started(record: dict[str, Any]) -> str:
+    return (
+        f"a run for this data fingerprint was already started at {_utc(record.get('claimed_at', 0))} (trigger "
+        f"{record.get('trigger')}, attempt {record.get('attempt', 1)}, status {record.get('status')}); a "
+        "fingerprint starts one run at a time, and again only after a failure that was not the user's"
+    )
+
+
+def version_state(record: dict[str, Any], *, newest: bool, alive: bool | None = None) -> str:
+    """One word for ``ctpipe watch --status``: where this data version stands."""
+    status = record.get("status")
+    if status in ACTIVE:
+        return "lost?" if alive is False else status
+    if status == "succeeded":
+        return "trained"
+    if record.get("given_up"):
+        return "given_up"
+    kind = record.get("failure")
+    if kind == "user_error":
+        return "rejected"
+    if kind == "canceled":
+        return "canceled"
+    if not newest:
+        return "superseded"  # newer data arrived: its run trains on this version's data and more
+    return "retry_pending" if record.get("next_attempt_after") is not None else "ended"

@@ -1,0 +1,69 @@
+"""``ctpipe watch --status``: the data versions the watcher has seen, each with its attempts and outcome."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from pipelines.triggers.ledger import ACTIVE, Ledger
+from pipelines.triggers.retry import version_state
+from pipelines.triggers.start import pid_alive
+
+# What each attempt shows of its record.
+ATTEMPT_KEYS = (
+    "attempt", "status", "failure", "error", "pid", "run_id", "run_name", "exit_code", "model_version",
+    "attempt_claimed_at", "started_at", "finished_at", "settled_at", "stopped_leftovers", "log", "summary_path",
+)  # fmt: skip
+
+
+def list_versions(home: str | Path) -> list[dict[str, Any]]:
+    """Every data version in the ledger, newest claim first, with its state and attempts."""
+    records = sorted(Ledger(home).records(), key=lambda r: r.get("claimed_at", 0), reverse=True)
+    versions = []
+    for index, record in enumerate(records):
+        alive = None
+        if record.get("status") in ACTIVE and record.get("backend") == "local" and record.get("pid") is not None:
+            alive = pid_alive(int(record["pid"]))  # a killed run still says "running" until a check settles it
+        versions.append(
+            {
+                "fingerprint": record.get("fingerprint"),
+                "state": version_state(record, newest=index == 0, alive=alive),
+                "trigger": record.get("trigger"),
+                "data_uri": record.get("data_uri"),
+                "claimed_at": record.get("claimed_at"),
+                "attempts": [
+                    {k: a[k] for k in ATTEMPT_KEYS if a.get(k) is not None} for a in record.get("attempts") or []
+                ],
+                "decision": record.get("decision"),
+                "next_attempt_after": record.get("next_attempt_after"),
+            }
+        )
+    return versions
+
+
+def _when(seconds: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(seconds)) if seconds else "-"
+
+
+def format_versions(versions: list[dict[str, Any]]) -> str:
+    """A table of data versions with one indented line per attempt."""
+    if not versions:
+        return "no data versions in the ledger yet (no run was started by 'ctpipe watch' in this home)"
+    lines = [f"{'data version':<14} {'state':<13} {'trigger':<9} {'claimed (UTC)':<19} attempts"]
+    for v in versions:
+        lines.append(
+            f"{v['fingerprint'][:12]:<14} {v['state']:<13} {v['trigger'] or '-':<9} {_when(v['claimed_at']):<19} "
+            f"{len(v['attempts'])}"
+        )
+        for a in v["attempts"]:
+            where = f"pid {a['pid']}" if a.get("pid") else (f"KFP run {a['run_id']}" if a.get("run_id") else "not started")
+            outcome = a.get("status", "?") + (f" ({a['failure']})" if a.get("failure") else "")
+            extra = f" -> model version {a['model_version']}" if a.get("model_version") else ""
+            lines.append(f"    attempt {a.get('attempt')}: {outcome}, {where}{extra}")
+            if a.get("error"):
+                one_line = " / ".join(part.strip() for part in a["error"].splitlines() if part.strip())
+                lines.append(f"      {one_line[:300]}")
+        if v.get("decision") and v["state"] not in ("running", "starting", "trained"):
+            lines.append(f"    -> {v['decision'][:400]}")
+    return "\n".join(lines)
