@@ -12,22 +12,20 @@ from typing import Any
 
 from components.config import KubernetesConfig
 from components.kube.crds import TRAINJOB_CRD, crd_schema
-from components.kube.names import is_dns1035_label, training_job_name
-from components.kube.pytorchjob import (
+from components.kube.names import DNS1123_LABEL, ENV_NAME, is_dns1035_label, training_job_name
+from components.kube.pod import (
     CONTAINER_SECURITY_CONTEXT,
-    DNS1123_LABEL,
-    ENV_NAME,
     POD_SECURITY_CONTEXT,
     TRAINER_LABELS,
     JobValidationError,
-    _env,
-    _resources,
+    RankLaunch,
     add_placement,
     check_one_gpu_per_process,
+    container_env,
+    container_resources,
     worker_volumes,
 )
 from components.kube.schema import validate_strict
-from components.training.launchers.base import WorkerLaunch
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -73,7 +71,7 @@ def _node_patch(kube: KubernetesConfig) -> dict[str, Any]:
     return {"name": NODE, "template": {"spec": {"template": template}}}
 
 
-def build_trainjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
+def build_trainjob(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, Any]:
     """The TrainJob for ``launch``: numNodes = world_size, one process (and at most one GPU) per node."""
     check_one_gpu_per_process(kube, "node")
     name = training_job_name(launch.job_name)
@@ -93,10 +91,10 @@ def build_trainjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, An
             "trainer": {
                 "image": kube.trainer_image,
                 "command": torchrun_command(launch.command),
-                "env": _env(kube, launch),
+                "env": container_env(kube, launch),
                 "numNodes": launch.world_size,
                 "numProcPerNode": 1,
-                "resourcesPerNode": _resources(kube),
+                "resourcesPerNode": container_resources(kube),
             },
             "runtimePatches": [
                 {
