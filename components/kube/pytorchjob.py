@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from components.config import KubernetesConfig
+from components.kube import pod as trainer_pod
 from components.kube.crds import PYTORCHJOB_CRD, crd_schema
 from components.kube.images import pull_policy
 from components.kube.names import (
@@ -17,18 +18,7 @@ from components.kube.names import (
     is_dns1035_label,
     training_job_name,
 )
-from components.kube.pod import (
-    CONTAINER_SECURITY_CONTEXT,
-    POD_SECURITY_CONTEXT,
-    TRAINER_LABELS,
-    JobValidationError,
-    RankLaunch,
-    add_placement,
-    check_one_gpu_per_process,
-    container_env,
-    container_resources,
-    worker_volumes,
-)
+from components.kube.pod import JobValidationError, RankLaunch
 from components.kube.schema import validate_strict
 
 GROUP = "kubeflow.org"
@@ -62,28 +52,28 @@ def _container_command(command: list[str]) -> list[str]:
 
 
 def _pod_template(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, Any]:
-    mounts, volumes = worker_volumes(kube)
+    mounts, volumes = trainer_pod.worker_volumes(kube)
     container = {
         "name": CONTAINER,
         "image": kube.trainer_image,
         "imagePullPolicy": pull_policy(kube.trainer_image),
         "command": _container_command(launch.command),
-        "env": container_env(kube, launch),
-        "resources": container_resources(kube),
+        "env": trainer_pod.container_env(kube, launch),
+        "resources": trainer_pod.container_resources(kube),
         "volumeMounts": mounts,
-        "securityContext": dict(CONTAINER_SECURITY_CONTEXT),
+        "securityContext": dict(trainer_pod.CONTAINER_SECURITY_CONTEXT),
     }
     spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
         # Workers never call the Kubernetes API.
         "automountServiceAccountToken": False,
-        "securityContext": dict(POD_SECURITY_CONTEXT),
+        "securityContext": dict(trainer_pod.POD_SECURITY_CONTEXT),
     }
-    add_placement(spec, kube)
+    trainer_pod.add_placement(spec, kube)
     return {
         "metadata": {
-            "labels": dict(TRAINER_LABELS),
+            "labels": dict(trainer_pod.TRAINER_LABELS),
             # An Istio sidecar keeps a finished pod Running and can block the rendezvous port.
             "annotations": {"sidecar.istio.io/inject": "false"},
         },
@@ -94,7 +84,7 @@ def _pod_template(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, Any]:
 def build_pytorchjob(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, Any]:
     """The PyTorchJob for ``launch``: Master 1 + Workers world_size-1, runPolicy from config and launch; a failed
     rank fails the job (no restart in place)."""
-    check_one_gpu_per_process(kube, "pod")
+    trainer_pod.check_one_gpu_per_process(kube, "pod")
     name = training_job_name(launch.job_name)
     template = _pod_template(kube, launch)
     # Never, and no operator retries: with a static rendezvous a rank restarted alone (OnFailure) finds its
@@ -113,7 +103,7 @@ def build_pytorchjob(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, An
         "metadata": {
             "name": name,
             "namespace": kube.namespace,
-            "labels": dict(TRAINER_LABELS),
+            "labels": dict(trainer_pod.TRAINER_LABELS),
             "annotations": {"ctpipe.io/launch-name": launch.job_name},
         },
         "spec": {
