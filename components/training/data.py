@@ -1,4 +1,4 @@
-"""The training rows as tensors, and the order in which each rank visits them (the sanity gate dumps the same first batch).
+"""The training rows as tensors, and the order in which each rank visits them.
 
 Every rank draws from a ``DistributedSampler`` with the same seed (different seeds would overlap the
 shards) and ``set_epoch`` each epoch; ``rank_order`` is that draw, the one place it is made, so the

@@ -1,4 +1,8 @@
-"""The one interface every training launcher implements (local torchrun-style, PyTorchJob, TrainJob)."""
+"""The one interface every training launcher implements (local torchrun-style, PyTorchJob, TrainJob).
+
+With the contract between launchers and the worker: the exit code that means "do not restart", and the
+file a failing rank leaves its error in.
+"""
 
 from __future__ import annotations
 
