@@ -87,3 +87,28 @@ def test_submit_to_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
 def test_credentials_in_the_tracking_uri_are_still_refused(tmp_path):
     with pytest.raises(UserError, match="credentials"):
         compile_pipeline(tmp_path / "p.yaml", None, ["registry.tracking_uri=http://admin:pw@mlflow:5000"], None)
+
+
+def test_watch_on_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
+    """`ctpipe watch --host --config FILE` starts runs with the file as config_json: cluster defaults, not `local`."""
+    import json
+
+    from fakes.kfp_api import FakeKfpServer
+
+    from components.data.demo import write_demo_data
+    from pipelines import deploy
+
+    monkeypatch.setenv("KFP_TOKEN", "t")
+    package = compile_pipeline(tmp_path / "p.yaml", None, [], image=None)
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=50)
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("train:\n  max_steps: 50\n")
+    with FakeKfpServer(token="t") as server:
+        deploy.deploy(deploy.connect(server.url), str(package), version_name="v1")
+        assert main(["watch", "--data", str(tmp_path / "data"), "--home", str(tmp_path / "home"), "--once",
+                     "--host", server.url, "--config", str(config_file)]) == 0
+        assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["action"] == "run"
+        (run,) = server.state.runs.values()
+        sent = Config.from_json(run["runtime_config"]["parameters"]["config_json"])
+        assert sent.train.backend == "pytorchjob" and sent.train.max_steps == 50
+        assert sent.kubernetes.env_from_secrets == CREDENTIALS

@@ -15,9 +15,9 @@ from components.errors import ConfigError
 from components.kube import namespace as kube_namespace
 from components.kube.names import job_name_for
 from components.kube.pytorchjob import validate_pytorchjob
-from components.kube.render import NAMESPACE, render_pytorchjob
 from components.training.launchers.base import WorkerLaunch
 from components.training.launchers.pytorchjob import PyTorchJobLauncher
+from components.training.launchers.render import NAMESPACE, render_pytorchjob
 from pipelines.cli import compile_pipeline
 
 

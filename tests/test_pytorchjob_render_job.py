@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import yaml
 
 from components.config import load_config
 from components.kube.pytorchjob import validate_pytorchjob
-from components.kube.render import render_pytorchjob
+from components.training.launchers.render import render_pytorchjob
 from pipelines.cli import main
+
+# Audit events (PEP 578) of everything that changes the file system.
+CHANGES = {"os.mkdir", "os.remove", "os.rmdir", "os.rename", "os.truncate", "shutil.rmtree", "shutil.move",
+           "shutil.copyfile", "tempfile.mkdtemp", "tempfile.mkstemp", "os.symlink", "os.link", "os.chmod"}
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _changes(event: str, args: tuple) -> bool:
+    if event in CHANGES:
+        return True
+    if event == "open":  # builtin open (a mode string) or os.open (flags)
+        _, mode, flags = args
+        return any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & WRITE_FLAGS)
+    return False
 
 
 def test_render_job_prints_the_job_with_placeholders(capsys):
@@ -21,7 +38,7 @@ def test_render_job_prints_the_job_with_placeholders(capsys):
     assert "${MLFLOW_RUN_ID}" in argv and "${MLFLOW_TRACKING_URI}" in argv
     # The step's artifact paths are staged onto the shared volume the pods mount.
     assert argv[argv.index("--snapshot") + 1].startswith("/mnt/ctpipe/jobs/")
-    assert "/tmp/ctpipe-render-" not in out
+    assert "ctpipe-render" not in out  # the sample paths and namespace are all replaced
 
 
 def test_rendered_job_validates_once_placeholders_are_filled():
@@ -44,3 +61,27 @@ def test_bad_config_exits_2_with_the_reason(capsys):
     assert "kubernetes.worker_gpus" in capsys.readouterr().err
     assert main(["render-job", "--set", "kubernetes.worker_memory=lots"]) == 2
     assert "not a Kubernetes quantity" in capsys.readouterr().err
+
+
+def test_render_job_creates_and_deletes_nothing(tmp_path, monkeypatch, capsys):
+    """render-job builds the job from a plain build_launch(): no directory made, no file written or removed."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["render-job", "--set", "train.workers=3", "--set", "kubernetes.shared_pvc=null"]
+    assert main(argv) == 0  # first: imports (and their bytecode caches) happen here, not below
+    capsys.readouterr()
+    seen: list[tuple[str, tuple]] = []
+    recording = True
+
+    def hook(event: str, args: tuple) -> None:
+        if recording and _changes(event, args):
+            seen.append((event, args))
+
+    sys.addaudithook(hook)  # hooks cannot be removed: this one stops recording below
+    try:
+        assert main(argv) == 0
+    finally:
+        recording = False
+    assert seen == []
+    argv = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[argv.index("--checkpoints") + 1] == "${CHECKPOINT_DIR}"
+    assert list(tmp_path.iterdir()) == []

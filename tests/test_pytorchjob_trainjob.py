@@ -15,8 +15,8 @@ from kubernetes import client
 from components.config import load_config
 from components.errors import ConfigError, TrainingError
 from components.kube.trainjob import JobValidationError, build_trainjob, torchrun_command, validate_trainjob
-from components.training.launch import launcher_for
 from components.training.launchers.base import WorkerLaunch
+from components.training.launchers.factory import launcher_for
 from components.training.launchers.trainjob import TrainJobLauncher
 
 NS = "team-b"

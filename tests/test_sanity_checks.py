@@ -190,20 +190,20 @@ def test_model_bugs_are_stopped_by_the_right_check(bug, snapshot, tmp_path):
 
 
 def test_first_batch_is_the_trainers_first_batch(snapshot, tmp_path):
-    """The dump shows the rows rank 0 trains on first (same sampler, seed and order as the worker)."""
-    from components.sanity.checks import trainer_first_batch_indices
-    from components.training.worker import BatchStream
+    """The dump shows the rows rank 0 trains on first: the trainer's own BatchStream draws the same rows."""
+    from components.training.data import BatchStream
 
     cfg = fast_config()
-    n = len(load_snapshot(snapshot).frame("train"))
-    stream = BatchStream(n, batch_size=cfg.train.batch_size, rank=0, world_size=cfg.train.workers, seed=cfg.train.seed)
-    assert trainer_first_batch_indices(n, cfg) == stream.next_indices().tolist()
+    train = load_snapshot(snapshot).frame("train")
+    stream = BatchStream(len(train), batch_size=cfg.train.batch_size, rank=0, world_size=cfg.train.workers,
+                         seed=cfg.train.seed)
+    first = train.iloc[stream.next_indices().tolist()]
     run(snapshot, tmp_path, cfg)
     dump = json.loads((tmp_path / "first_batch.json").read_text())
-    first = load_snapshot(snapshot).frame("train").iloc[trainer_first_batch_indices(n, cfg)[0]]
     assert len(dump["rows"]) == cfg.train.batch_size and "DistributedSampler" in dump["drawn"]
-    assert dump["rows"][0]["categorical"]["region"]["decoded"] == first["region"]
-    assert dump["rows"][0]["numeric"]["tenure_months"]["decoded"] == pytest.approx(first["tenure_months"], rel=1e-5)
+    assert [r["categorical"]["region"]["decoded"] for r in dump["rows"]] == first["region"].astype(str).tolist()
+    decoded = [r["numeric"]["tenure_months"]["decoded"] for r in dump["rows"]]
+    assert decoded == pytest.approx(first["tenure_months"].tolist(), rel=1e-5)
 
 
 # --- blind spots: every row, every parameter, a stratified overfit batch, the trainer's own step ----------

@@ -12,8 +12,8 @@ from torch import nn
 from components.config import load_config
 from components.errors import ConfigError
 from components.training import checkpointing as ckpt
+from components.training.data import BatchStream
 from components.training.schedule import build_scheduler, lr_multiplier
-from components.training.worker import BatchStream
 
 
 def test_warmup_then_cosine_values():

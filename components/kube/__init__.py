@@ -1,1 +1,5 @@
-"""Kubernetes pieces of ctpipe: CRD lookup, strict schema validation, job names and job building."""
+"""Kubernetes objects and API access: CRD schemas and strict validation, job names, the PyTorchJob and TrainJob objects, pod logs, staging.
+
+It knows nothing of training: ``components.training`` (its launchers) uses it, never the reverse
+(tests/test_import_graph.py holds that line).
+"""

@@ -11,16 +11,6 @@ from kubernetes import client
 from components.kube.retry import is_transient
 
 
-def master_selector(job_name: str) -> str:
-    """Label selector of a PyTorchJob's Master pod (training-operator v1.9 labels, lower-case replica type)."""
-    return f"training.kubeflow.org/job-name={job_name},training.kubeflow.org/replica-type=master"
-
-
-def job_selector(job_name: str) -> str:
-    """Label selector of every pod of a PyTorchJob."""
-    return f"training.kubeflow.org/job-name={job_name}"
-
-
 def _split_timestamp(line: str) -> tuple[str, str]:
     # With timestamps=true each line starts with an RFC3339Nano time and a space.
     stamp, _, text = line.partition(" ")
@@ -28,7 +18,7 @@ def _split_timestamp(line: str) -> tuple[str, str]:
 
 
 class LogFollower(threading.Thread):
-    """Follows the Master pod's container log in a thread, reconnecting without repeating lines."""
+    """Follows the rank-0 pod's container log (the pod ``selector`` finds) in a thread, reconnecting without repeating lines."""
 
     def __init__(
         self,
@@ -37,14 +27,14 @@ class LogFollower(threading.Thread):
         job_name: str,
         *,
         emit: Callable[[str], None],
-        container: str = "pytorch",
-        selector: str | None = None,
+        container: str,
+        selector: str,
         poll_seconds: float = 1.0,
     ) -> None:
         super().__init__(name=f"logs-{job_name}", daemon=True)
         self.core, self.namespace, self.job_name = core, namespace, job_name
         self.emit, self.container, self.poll_seconds = emit, container, poll_seconds
-        self.selector = selector or master_selector(job_name)
+        self.selector = selector
         self.last_stamp = ""
         self.lines = 0
         self._reported: set[tuple[str, str]] = set()
@@ -148,15 +138,14 @@ def _terminated_nonzero(status: Any) -> bool:
 def failing_pod_tail(
     core: client.CoreV1Api,
     namespace: str,
-    job_name: str,
     *,
     lines: int = 30,
-    selector: str | None = None,
-    container: str = "pytorch",
-    first_label: tuple[str, str] = ("training.kubeflow.org/replica-type", "master"),
+    selector: str,
+    container: str,
+    first_label: tuple[str, str],
 ) -> tuple[str, str] | None:
     """(pod name, its last ``lines`` log lines) of the job's failed pod, rank 0 first; None if none."""
-    pods = core.list_namespaced_pod(namespace, label_selector=selector or job_selector(job_name)).items
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
     failed = [p for p in pods if (p.status and p.status.phase == "Failed") or _terminated_nonzero(p.status)]
     failed.sort(key=lambda p: (p.metadata.labels or {}).get(first_label[0]) != first_label[1])
     for pod in failed:

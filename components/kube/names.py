@@ -1,4 +1,4 @@
-"""Deterministic DNS-1035 names for the Kubernetes objects a pipeline run creates."""
+"""Kubernetes names: deterministic DNS-1035 names for the objects a pipeline run creates, and the API server's name rules."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ import re
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 63
+# Name rules the API server enforces on the objects and pods a job creates.
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 # Pods are named "<job>-worker-<index>" by the operator: keep room for that suffix within 63.
 MAX_JOB_NAME = 48
 

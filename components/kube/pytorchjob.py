@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 from typing import Any
 
 from components.config import KubernetesConfig
-from components.errors import ConfigError
+from components.kube import pod as trainer_pod
 from components.kube.crds import PYTORCHJOB_CRD, crd_schema
 from components.kube.images import pull_policy
-from components.kube.names import is_dns1035_label, training_job_name
+from components.kube.names import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    ENV_NAME,
+    LABEL_VALUE,
+    is_dns1035_label,
+    training_job_name,
+)
+from components.kube.pod import JobValidationError, RankLaunch
 from components.kube.schema import validate_strict
-from components.training.launchers.base import WorkerLaunch
 
 GROUP = "kubeflow.org"
 VERSION = "v1"
@@ -21,17 +27,20 @@ PLURAL = "pytorchjobs"
 KIND = "PyTorchJob"
 CONTAINER = "pytorch"  # the operator injects MASTER_ADDR/PORT, WORLD_SIZE, RANK into this container
 REPLICA_TYPES = ("Master", "Worker")
-SHARED_VOLUME = "ctpipe-shared"
 # The operator's pod labels (training-operator v1.9) used to find a job's pods.
 LABEL_JOB_NAME = "training.kubeflow.org/job-name"
 LABEL_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-# Non-root uid/gid of the ctpipe images (containers/*.Dockerfile).
-IMAGE_UID = 10001
 
 
-class JobValidationError(ConfigError):
-    """The generated job would be rejected by the API server or the operator's webhook."""
+def job_selector(job_name: str) -> str:
+    """Label selector of every pod of a PyTorchJob."""
+    return f"{LABEL_JOB_NAME}={job_name}"
+
+
+def master_selector(job_name: str) -> str:
+    """Label selector of a PyTorchJob's Master pod, where rank 0 runs (the operator lower-cases the type)."""
+    return f"{job_selector(job_name)},{LABEL_REPLICA_TYPE}=master"
 
 
 def _container_command(command: list[str]) -> list[str]:
@@ -42,98 +51,29 @@ def _container_command(command: list[str]) -> list[str]:
     return list(command)
 
 
-def _env(kube: KubernetesConfig, launch: WorkerLaunch) -> list[dict[str, Any]]:
-    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
-    env += [{"name": k, "value": str(v)} for k, v in sorted(launch.env.items()) if k != "PYTHONUNBUFFERED"]
-    for secret, keys in sorted(kube.env_from_secrets.items()):
-        # Only the secret's name and key go into the job; the kubelet resolves the value in the pod.
-        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}} for key in keys]
-    return env
-
-
-def _resources(kube: KubernetesConfig) -> dict[str, Any]:
-    limits: dict[str, Any] = {"cpu": kube.worker_cpu, "memory": kube.worker_memory}
-    if kube.worker_gpus:
-        limits["nvidia.com/gpu"] = kube.worker_gpus
-    return {"requests": {"cpu": kube.worker_cpu, "memory": kube.worker_memory}, "limits": limits}
-
-
-# Both job kinds run the worker as the image's non-root user, with nothing it does not need.
-POD_SECURITY_CONTEXT = {
-    "runAsNonRoot": True,
-    "runAsUser": IMAGE_UID,
-    "runAsGroup": IMAGE_UID,
-    "fsGroup": IMAGE_UID,
-    # Chown the shared volume only when its root does not match, not every file at every pod start.
-    "fsGroupChangePolicy": "OnRootMismatch",
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-CONTAINER_SECURITY_CONTEXT = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "capabilities": {"drop": ["ALL"]},
-}
-
-
-TRAINER_LABELS = {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"}
-
-
-def check_one_gpu_per_process(kube: KubernetesConfig, unit: str) -> None:
-    """The worker runs one process per pod (node), so more than one GPU there would sit idle."""
-    if kube.worker_gpus > 1:
-        raise JobValidationError(
-            f"invalid config value for 'kubernetes.worker_gpus': {kube.worker_gpus}; the worker runs one process "
-            f"per {unit}, so each {unit} can use at most 1 GPU. Use train.workers to scale out (one {unit} per GPU)."
-        )
-
-
-def worker_volumes(kube: KubernetesConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumeMounts, volumes) of a worker: shared memory, a writable /tmp and the shared PVC."""
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}]
-    volumes: list[dict[str, Any]] = [
-        # NCCL and DataLoader workers need more shared memory than the runtime's 64 MiB default.
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-        {"name": "tmp", "emptyDir": {}},
-    ]
-    if kube.shared_pvc:
-        mounts.append({"name": SHARED_VOLUME, "mountPath": kube.shared_mount_path})
-        volumes.append({"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": kube.shared_pvc}})
-    return mounts, volumes
-
-
-def add_placement(pod_spec: dict[str, Any], kube: KubernetesConfig) -> None:
-    """Image pull secrets, node selector and tolerations from the config, set only when configured."""
-    if kube.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": name} for name in kube.image_pull_secrets]
-    if kube.node_selector:
-        pod_spec["nodeSelector"] = dict(sorted(kube.node_selector.items()))
-    if kube.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in kube.tolerations]
-
-
-def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
-    mounts, volumes = worker_volumes(kube)
+def _pod_template(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, Any]:
+    mounts, volumes = trainer_pod.worker_volumes(kube)
     container = {
         "name": CONTAINER,
         "image": kube.trainer_image,
         "imagePullPolicy": pull_policy(kube.trainer_image),
         "command": _container_command(launch.command),
-        "env": _env(kube, launch),
-        "resources": _resources(kube),
+        "env": trainer_pod.container_env(kube, launch),
+        "resources": trainer_pod.container_resources(kube),
         "volumeMounts": mounts,
-        "securityContext": dict(CONTAINER_SECURITY_CONTEXT),
+        "securityContext": dict(trainer_pod.CONTAINER_SECURITY_CONTEXT),
     }
     spec: dict[str, Any] = {
         "containers": [container],
         "volumes": volumes,
         # Workers never call the Kubernetes API.
         "automountServiceAccountToken": False,
-        "securityContext": dict(POD_SECURITY_CONTEXT),
+        "securityContext": dict(trainer_pod.POD_SECURITY_CONTEXT),
     }
-    add_placement(spec, kube)
+    trainer_pod.add_placement(spec, kube)
     return {
         "metadata": {
-            "labels": dict(TRAINER_LABELS),
+            "labels": dict(trainer_pod.TRAINER_LABELS),
             # An Istio sidecar keeps a finished pod Running and can block the rendezvous port.
             "annotations": {"sidecar.istio.io/inject": "false"},
         },
@@ -141,10 +81,10 @@ def _pod_template(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any
     }
 
 
-def build_pytorchjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
+def build_pytorchjob(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, Any]:
     """The PyTorchJob for ``launch``: Master 1 + Workers world_size-1, runPolicy from config and launch; a failed
     rank fails the job (no restart in place)."""
-    check_one_gpu_per_process(kube, "pod")
+    trainer_pod.check_one_gpu_per_process(kube, "pod")
     name = training_job_name(launch.job_name)
     template = _pod_template(kube, launch)
     # Never, and no operator retries: with a static rendezvous a rank restarted alone (OnFailure) finds its
@@ -163,7 +103,7 @@ def build_pytorchjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, 
         "metadata": {
             "name": name,
             "namespace": kube.namespace,
-            "labels": dict(TRAINER_LABELS),
+            "labels": dict(trainer_pod.TRAINER_LABELS),
             "annotations": {"ctpipe.io/launch-name": launch.job_name},
         },
         "spec": {
@@ -210,12 +150,6 @@ def webhook_violations(job: dict[str, Any]) -> list[str]:
     if spec.get("elasticPolicy") is not None and "Worker" not in replica_specs:
         problems.append("spec.elasticPolicy: needs a Worker replica spec")
     return problems
-
-
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 def apiserver_violations(job: dict[str, Any]) -> list[str]:

@@ -11,23 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from components.config import KubernetesConfig
+from components.kube import pod as trainer_pod
 from components.kube.crds import TRAINJOB_CRD, crd_schema
-from components.kube.names import is_dns1035_label, training_job_name
-from components.kube.pytorchjob import (
-    CONTAINER_SECURITY_CONTEXT,
-    DNS1123_LABEL,
-    ENV_NAME,
-    POD_SECURITY_CONTEXT,
-    TRAINER_LABELS,
-    JobValidationError,
-    _env,
-    _resources,
-    add_placement,
-    check_one_gpu_per_process,
-    worker_volumes,
-)
+from components.kube.names import DNS1123_LABEL, ENV_NAME, is_dns1035_label, training_job_name
+from components.kube.pod import JobValidationError, RankLaunch
 from components.kube.schema import validate_strict
-from components.training.launchers.base import WorkerLaunch
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -62,22 +50,22 @@ def torchrun_command(command: list[str]) -> list[str]:
 
 
 def _node_patch(kube: KubernetesConfig) -> dict[str, Any]:
-    mounts, volumes = worker_volumes(kube)
+    mounts, volumes = trainer_pod.worker_volumes(kube)
     pod: dict[str, Any] = {
         "volumes": volumes,
-        "securityContext": dict(POD_SECURITY_CONTEXT),
-        "containers": [{"name": NODE, "volumeMounts": mounts, "securityContext": dict(CONTAINER_SECURITY_CONTEXT)}],
+        "securityContext": dict(trainer_pod.POD_SECURITY_CONTEXT),
+        "containers": [{"name": NODE, "volumeMounts": mounts, "securityContext": dict(trainer_pod.CONTAINER_SECURITY_CONTEXT)}],
     }
-    add_placement(pod, kube)
+    trainer_pod.add_placement(pod, kube)
     template = {"metadata": {"annotations": {"sidecar.istio.io/inject": "false"}}, "spec": pod}
     return {"name": NODE, "template": {"spec": {"template": template}}}
 
 
-def build_trainjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, Any]:
+def build_trainjob(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, Any]:
     """The TrainJob for ``launch``: numNodes = world_size, one process (and at most one GPU) per node."""
-    check_one_gpu_per_process(kube, "node")
+    trainer_pod.check_one_gpu_per_process(kube, "node")
     name = training_job_name(launch.job_name)
-    labels = dict(TRAINER_LABELS)
+    labels = dict(trainer_pod.TRAINER_LABELS)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
@@ -93,10 +81,10 @@ def build_trainjob(kube: KubernetesConfig, launch: WorkerLaunch) -> dict[str, An
             "trainer": {
                 "image": kube.trainer_image,
                 "command": torchrun_command(launch.command),
-                "env": _env(kube, launch),
+                "env": trainer_pod.container_env(kube, launch),
                 "numNodes": launch.world_size,
                 "numProcPerNode": 1,
-                "resourcesPerNode": _resources(kube),
+                "resourcesPerNode": trainer_pod.container_resources(kube),
             },
             "runtimePatches": [
                 {

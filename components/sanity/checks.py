@@ -43,9 +43,9 @@ from components.sanity.report import (
     render_report,
     write_text,
 )
-from components.sanity.sample import SanityData, load_sanity_data, trainer_first_batch_indices
+from components.sanity.sample import SanityData, load_sanity_data
 
-__all__ = ["CheckResult", "SanityResult", "check_model", "run_sanity_checks", "trainer_first_batch_indices"]
+__all__ = ["CheckResult", "SanityResult", "check_model", "run_sanity_checks"]
 
 LossFn = Callable[[Any, Any], Any]
 INDEPENDENCE_ROWS = 8

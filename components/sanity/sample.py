@@ -77,16 +77,6 @@ def class_floor(rows: int, n_classes: int) -> int:
     return max(1, rows // (4 * max(n_classes, 1)))
 
 
-def trainer_first_batch_indices(n_train: int, cfg: Config) -> list[int]:
-    """Row indices of rank 0's first batch as the trainer draws them (DistributedSampler, train.seed, epoch 0)."""
-    from torch.utils.data import DistributedSampler
-
-    sampler = DistributedSampler(range(n_train), num_replicas=cfg.train.workers, rank=0, shuffle=True,
-                                 seed=cfg.train.seed, drop_last=True)
-    sampler.set_epoch(0)
-    return list(iter(sampler))[: cfg.train.batch_size]
-
-
 def _counts(y, classes: list[str]) -> str:
     counts = np.bincount(np.asarray(y), minlength=len(classes))
     return ", ".join(f"{c} {int(n)}" for c, n in zip(classes, counts, strict=True))
@@ -95,6 +85,8 @@ def _counts(y, classes: list[str]) -> str:
 def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED) -> SanityData:
     """Stratified samples of the train and val splits, encoded exactly as training encodes them."""
     import torch
+
+    from components.training.data import first_batch_indices
 
     prep = snapshot.preprocessing
     label = snapshot.schema.label
@@ -118,7 +110,8 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED
     xn, xc, y = tensors(train)
     vn, vc, vy = tensors(val) if len(val) else (xn[:0], xc[:0], y[:0])
     try:
-        first_rows = trainer_first_batch_indices(len(full_train), cfg)
+        first_rows = first_batch_indices(len(full_train), batch_size=cfg.train.batch_size,
+                                         world_size=cfg.train.workers, seed=cfg.train.seed)
         drawn = (f"rank 0 of {cfg.train.workers}, epoch 0: DistributedSampler(shuffle=True, seed={cfg.train.seed}, "
                  f"drop_last=True) over the {len(full_train)} train rows, first {cfg.train.batch_size}")
     except (ValueError, RuntimeError):

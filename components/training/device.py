@@ -10,11 +10,22 @@ share one machine, so there the machine decides.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 
 from components.config import Config
 from components.errors import ConfigError
+
+
+@dataclass
+class Dist:
+    """This process's place in the job: its rank among ``world_size``, and the device it computes on."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
 
 
 def gpus_per_rank(config: Config) -> int | None:

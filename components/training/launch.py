@@ -1,8 +1,10 @@
 """Start the distributed training job for a snapshot and read back what it produced.
 
-``train_model`` is what the KFP train step and ``ctpipe train`` call: it builds the worker command
-(``python -m components.training.worker``), hands it to the launcher of ``config.train.backend`` (local
-processes or a PyTorchJob) and returns the rank-0 result the worker wrote beside the checkpoints.
+``train_model`` is what the KFP train step and ``ctpipe train`` call: it takes the job from
+``build_launch`` (the worker command ``python -m components.training.worker`` on every rank, its env and
+deadline), hands it to the launcher of ``config.train.backend`` (launchers/factory.py: local processes, a
+PyTorchJob or a TrainJob) and returns the rank-0 result the worker wrote beside the checkpoints.
+``ctpipe render-job`` renders the same ``build_launch`` (launchers/render.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,88 @@ from typing import Any
 from components.config import Config
 from components.errors import TrainingError
 from components.training.launchers.base import Launcher, WorkerLaunch
+from components.training.launchers.factory import launcher_for
 from components.training.worker import RESULT_FILE
+
+
+def train_model(
+    snapshot_dir: str,
+    checkpoint_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str | None,
+    mlflow_run_id: str | None,
+    job_name: str,
+    launcher: Launcher | None = None,
+) -> TrainResult:
+    """Run distributed training on the snapshot into ``checkpoint_dir`` (resuming there) and return its result."""
+    root = Path(checkpoint_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    result_path = root / RESULT_FILE
+    result_path.unlink(missing_ok=True)  # never report a previous job's result
+    launch = build_launch(
+        snapshot_dir, checkpoint_dir, config, tracking_uri=tracking_uri, mlflow_run_id=mlflow_run_id, job_name=job_name
+    )
+    (launcher or launcher_for(config)).run(launch)
+    if not result_path.is_file():
+        raise TrainingError(f"the training job '{job_name}' ended without writing '{result_path}'")
+    return TrainResult.from_file(result_path)
+
+
+def build_launch(
+    snapshot_dir: str,
+    checkpoint_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str | None,
+    mlflow_run_id: str | None,
+    job_name: str,
+) -> WorkerLaunch:
+    """The job ``train_model`` hands its launcher: the worker argv on ``train.workers`` ranks, env, deadline.
+
+    A plain function of its arguments: it creates, deletes and contacts nothing (``ctpipe render-job`` calls it).
+    """
+    threads = str(config.train.threads_per_worker)
+    return WorkerLaunch(
+        job_name=job_name,
+        world_size=config.train.workers,
+        command=worker_command(
+            snapshot_dir,
+            checkpoint_dir,
+            config,
+            tracking_uri=tracking_uri,
+            mlflow_run_id=mlflow_run_id,
+            python=sys.executable if config.train.backend == "local" else "python",
+        ),
+        env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        deadline_seconds=config.train.deadline_seconds,
+    )
+
+
+def worker_command(
+    snapshot_dir: str,
+    checkpoint_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str | None,
+    mlflow_run_id: str | None,
+    python: str,
+) -> list[str]:
+    """The argv every rank runs."""
+    command = [
+        python,
+        "-m",
+        "components.training.worker",
+        "--snapshot",
+        str(snapshot_dir),
+        "--checkpoints",
+        str(checkpoint_dir),
+        "--config-json",
+        config.to_json(),
+    ]
+    if tracking_uri and mlflow_run_id:
+        command += ["--tracking-uri", tracking_uri, "--mlflow-run-id", mlflow_run_id]
+    return command
 
 
 @dataclass
@@ -100,77 +183,3 @@ class TrainResult:
                 if k in self.raw
             },
         }
-
-
-def worker_command(
-    snapshot_dir: str,
-    checkpoint_dir: str,
-    config: Config,
-    *,
-    tracking_uri: str | None,
-    mlflow_run_id: str | None,
-    python: str,
-) -> list[str]:
-    """The argv every rank runs."""
-    command = [
-        python,
-        "-m",
-        "components.training.worker",
-        "--snapshot",
-        str(snapshot_dir),
-        "--checkpoints",
-        str(checkpoint_dir),
-        "--config-json",
-        config.to_json(),
-    ]
-    if tracking_uri and mlflow_run_id:
-        command += ["--tracking-uri", tracking_uri, "--mlflow-run-id", mlflow_run_id]
-    return command
-
-
-def launcher_for(config: Config) -> Launcher:
-    """The launcher of ``config.train.backend``."""
-    if config.train.backend == "local":
-        from components.training.launchers.local import LocalLauncher
-
-        return LocalLauncher()
-    # Cluster launchers (PyTorchJob, TrainJob) live apart, so kubernetes imports stay out of local runs.
-    from components.training.launchers.pytorchjob import launcher_from_config
-
-    return launcher_from_config(config)
-
-
-def train_model(
-    snapshot_dir: str,
-    checkpoint_dir: str,
-    config: Config,
-    *,
-    tracking_uri: str | None,
-    mlflow_run_id: str | None,
-    job_name: str,
-    launcher: Launcher | None = None,
-) -> TrainResult:
-    """Run distributed training on the snapshot into ``checkpoint_dir`` (resuming there) and return its result."""
-    root = Path(checkpoint_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    result_path = root / RESULT_FILE
-    result_path.unlink(missing_ok=True)  # never report a previous job's result
-    threads = str(config.train.threads_per_worker)
-    launch = WorkerLaunch(
-        job_name=job_name,
-        world_size=config.train.workers,
-        command=worker_command(
-            snapshot_dir,
-            checkpoint_dir,
-            config,
-            tracking_uri=tracking_uri,
-            mlflow_run_id=mlflow_run_id,
-            python=sys.executable if config.train.backend == "local" else "python",
-        ),
-        env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "MLFLOW_DISABLE_TELEMETRY": "true"},
-        deadline_seconds=config.train.deadline_seconds,
-    )
-    (launcher or launcher_for(config)).run(launch)
-    if not result_path.is_file():
-        raise TrainingError(f"the training job '{job_name}' ended without writing '{result_path}'")
-    return TrainResult.from_file(result_path)

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from components.config import load_config
-    from components.kube.render import render_pytorchjob_yaml
+    from components.training.launchers.render import render_pytorchjob_yaml
 
     config = load_config(args.config, args.overrides)
     print(render_pytorchjob_yaml(config), end="")

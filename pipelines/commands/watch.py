@@ -47,7 +47,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--data URI is required: the data root to watch (or use --status to list what was started).")
     if args.host and args.local:
         raise UserError("--host and --local exclude each other: start runs on KFP (--host URL) or locally (--local).")
-    config = load_config(args.config, args.overrides)
+    if args.host:
+        from pipelines.cluster_config import load_cluster_config
+
+        # Runs on KFP get config_json over the cluster defaults the pipeline was compiled with (as submit does).
+        config = load_cluster_config(args.config, args.overrides)
+    else:
+        config = load_config(args.config, args.overrides)
     data_uri = args.data if "://" in args.data else str(Path(args.data).resolve())
     tracking_uri = args.tracking_uri or config.registry.tracking_uri or local_tracking_uri(home)
     # A dry run uses the starter only to read whether runs are still going (it starts and stops nothing).

@@ -1,4 +1,8 @@
-"""The one interface every training launcher implements (local torchrun-style, PyTorchJob, TrainJob)."""
+"""The one interface every training launcher implements (local torchrun-style, PyTorchJob, TrainJob).
+
+With the contract between launchers and the worker: the exit code that means "do not restart", and the
+file a failing rank leaves its error in.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from typing import Protocol
 # A worker exits with this code when a restart would fail the same way (bad input or config, a non-finite
 # loss); any other failure (a crash, a lost peer, a killed pod) may be restarted from the latest checkpoint.
 PERMANENT_FAILURE_EXIT_CODE = 2
+# A launcher may set this to a file path per rank; a failing worker writes its error there as JSON.
+ERROR_FILE_ENV = "CTPIPE_ERROR_FILE"
 
 
 @dataclass

@@ -21,7 +21,7 @@ from collections import deque
 from pathlib import Path
 
 from components.errors import TrainingError
-from components.training.launchers.base import WorkerLaunch
+from components.training.launchers.base import ERROR_FILE_ENV, WorkerLaunch
 
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 3.0
@@ -93,7 +93,7 @@ class LocalLauncher:
             "RANK": str(rank),
             "LOCAL_RANK": str(rank),
             "LOCAL_WORLD_SIZE": str(launch.world_size),
-            "CTPIPE_ERROR_FILE": str(error_file),
+            ERROR_FILE_ENV: str(error_file),
             "PYTHONUNBUFFERED": "1",
         }
         proc = subprocess.Popen(

@@ -2,13 +2,14 @@
 
 Same contract as the PyTorchJob backend (deterministic name and re-attach, strict validation, watch with
 polling fallback, rank-0 log streaming, failure reason with the failing pod's log, delete on timeout and
-SIGTERM); only the object and the pods' labels differ.
+SIGTERM: all the generic launcher's, kubeflow.py); only the object (components/kube/trainjob.py) and the
+pods' labels differ.
 """
 
 from __future__ import annotations
 
 from components.kube import trainjob as tj
-from components.training.launchers.pytorchjob import JobAPI, KubeflowJobLauncher
+from components.training.launchers.kubeflow import JobAPI, KubeflowJobLauncher
 
 TRAINJOB = JobAPI(
     group=tj.GROUP,
