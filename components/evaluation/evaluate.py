@@ -7,7 +7,6 @@ compared against, so registration can promote by compare-and-set.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 import time
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from components.config import Config
+from components.data.files import sha256_local
 from components.data.snapshot import encode_labels, load_snapshot
 from components.errors import DataValidationError, UserError
 from components.evaluation.blessing import (
@@ -29,7 +29,7 @@ from components.evaluation.blessing import (
     judge,
     slice_rules,
 )
-from components.evaluation.card import write_model_card
+from components.evaluation.card import Lineage, write_model_card
 from components.evaluation.leakage import champion_training_overlap
 from components.evaluation.metrics import (
     Interval,
@@ -39,6 +39,7 @@ from components.evaluation.metrics import (
     roc_curve,
 )
 from components.models.export import ExportedModel, load_model_export
+from components.step_results import read_sanity, read_validation
 
 MODEL_ARTIFACT_PATH = "ctpipe/model.pt"
 MISSING_SLICE = "<missing>"
@@ -120,41 +121,25 @@ def score_champion(
     tracking_uri: str, config: Config, frame: pd.DataFrame, classes: list[str]
 ) -> ChampionScore:
     """Find the champion, download its export and score it; a champion that cannot be scored says why."""
-    from components.registration.retry import bounded_mlflow_http, call_with_retries
-    from components.tracking import download_version_file, get_alias_version
+    from components.tracking import fetch_champion_files
 
-    reg = config.registry
-    with bounded_mlflow_http():
-        version = call_with_retries(
-            lambda: get_alias_version(tracking_uri, reg.model_name, reg.champion_alias),
-            what=f"look up the '{reg.champion_alias}' alias of '{reg.model_name}'",
-            retries=reg.retries,
-            backoff_seconds=reg.retry_backoff_seconds,
-            max_backoff_seconds=reg.retry_max_backoff_seconds,
-        )
-        if version is None:
+    with tempfile.TemporaryDirectory(prefix="ctpipe-champion-") as tmp:
+        found = fetch_champion_files(tracking_uri, config.registry, [MODEL_ARTIFACT_PATH], tmp)
+        if found is None:
             return ChampionScore(version=None)
-        number = str(version.version)
-        with tempfile.TemporaryDirectory(prefix="ctpipe-champion-") as tmp:
-            path = call_with_retries(
-                lambda: download_version_file(tracking_uri, version, MODEL_ARTIFACT_PATH, tmp),
-                what=f"download the champion (version {number}) export",
-                retries=reg.retries,
-                backoff_seconds=reg.retry_backoff_seconds,
-                max_backoff_seconds=reg.retry_max_backoff_seconds,
+        path = found.files[MODEL_ARTIFACT_PATH]
+        if path is None:
+            return ChampionScore(
+                found.version, error=f"champion version {found.version} has no '{MODEL_ARTIFACT_PATH}' on its run"
             )
-            if path is None:
-                return ChampionScore(
-                    number, error=f"champion version {number} has no '{MODEL_ARTIFACT_PATH}' on its run"
-                )
-            try:
-                champion = load_model_export(path)
-                probs = score_export(champion, frame, classes)
-            except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
-                return ChampionScore(
-                    number, error=f"champion version {number} cannot score the current test split: {err}"
-                )
-    return ChampionScore(number, probabilities=probs, metadata=dict(champion.metadata))
+        try:
+            champion = load_model_export(path)
+            probs = score_export(champion, frame, classes)
+        except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
+            return ChampionScore(
+                found.version, error=f"champion version {found.version} cannot score the current test split: {err}"
+            )
+    return ChampionScore(found.version, probabilities=probs, metadata=dict(champion.metadata))
 
 
 # --- slices ---------------------------------------------------------------------------------------
@@ -287,10 +272,6 @@ def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_ru
     return reasons
 
 
-def _file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def evaluate_candidate(
     model_path: str,
     snapshot_dir: str,
@@ -300,8 +281,13 @@ def evaluate_candidate(
     mlflow_run_id: str,
     blessing_path: str,
     card_path: str,
+    sanity_summary_path: str = "",
 ) -> EvaluationResult:
-    """Score candidate and champion on the snapshot's test split, decide the blessing, write JSON and card."""
+    """Score candidate and champion on the snapshot's test split, decide the blessing, write JSON and card.
+
+    ``sanity_summary_path`` is the sanity step's summary JSON; the card shows it (and the snapshot's
+    ``validation.json``) beside the run's lineage tags.
+    """
     started = time.time()
     ev = config.evaluate
     snapshot = load_snapshot(snapshot_dir)
@@ -372,7 +358,7 @@ def evaluate_candidate(
         "thresholds": {k: vars(v) for k, v in ev.thresholds.items()},
         "champion_error": champion.error,
         "champion_split_check": split_check.to_dict() if split_check else None,
-        "model_sha256": _file_sha256(model_path),
+        "model_sha256": sha256_local(model_path),
         "data_fingerprint": snapshot.fingerprint,
         "model_metadata": candidate.metadata,
         "model_config": vars(candidate.model_config),
@@ -381,10 +367,22 @@ def evaluate_candidate(
         "seconds": round(time.time() - started, 3),
     }
     _write_json(blessing_path, blessing)
-    lineage = _run_lineage(tracking_uri, mlflow_run_id, config)
-    write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config, lineage=lineage)
+    write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config,
+                     lineage=_lineage(tracking_uri, mlflow_run_id, config, snapshot_dir, sanity_summary_path))
     _log_to_run(tracking_uri, mlflow_run_id, config, result, blessing_path, card_path)
     return result
+
+
+def _lineage(
+    tracking_uri: str, run_id: str, config: Config, snapshot_dir: str, sanity_summary_path: str
+) -> Lineage:
+    """Where the candidate comes from: the run's tags (set by run setup) and the validation and sanity files."""
+    from components.tracking import RetryPolicy, bounded_mlflow_http, run_tags
+
+    with bounded_mlflow_http():
+        tags = RetryPolicy.of(config.registry).call(lambda: run_tags(tracking_uri, run_id), f"read MLflow run {run_id}")
+    return Lineage(mlflow_run_id=run_id, tags={k: v for k, v in tags.items() if k.startswith("ctpipe.")},
+                   validation=read_validation(snapshot_dir), sanity=read_sanity(sanity_summary_path))
 
 
 def _write_json(path: str | Path, payload: dict[str, Any]) -> None:
@@ -401,74 +399,15 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _run_lineage(tracking_uri: str, run_id: str, config: Config) -> dict[str, Any]:
-    """Tags, sanity results and parameters of the pipeline run's MLflow run, for the model card."""
-    import mlflow
-
-    from components.registration.retry import bounded_mlflow_http, call_with_retries
-
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    with bounded_mlflow_http():
-        run = call_with_retries(
-            lambda: client.get_run(run_id),
-            what=f"read MLflow run {run_id}",
-            retries=config.registry.retries,
-            backoff_seconds=config.registry.retry_backoff_seconds,
-            max_backoff_seconds=config.registry.retry_max_backoff_seconds,
-        )
-    data = run.data
-    return {
-        "mlflow_run_id": run_id,
-        "tags": {k: v for k, v in data.tags.items() if k.startswith("ctpipe.")},
-        "sanity": {
-            **{k: v for k, v in data.metrics.items() if "sanity" in k},
-            **{k: v for k, v in data.tags.items() if "sanity" in k},
-        },
-        "validation": data.tags.get("ctpipe.validation", "not recorded"),
-        "validation_warnings": int(data.metrics.get("validation.warnings", 0)),
-    }
-
-
 def _log_to_run(
-    tracking_uri: str,
-    run_id: str,
-    config: Config,
-    result: EvaluationResult,
-    blessing_path: str,
-    card_path: str,
+    tracking_uri: str, run_id: str, config: Config, result: EvaluationResult, blessing_path: str, card_path: str
 ) -> None:
     """Evaluation metrics, the blessing and the card on the pipeline run's MLflow run."""
-    import mlflow
-    from mlflow.entities import Metric, RunTag
+    from components.tracking import RetryPolicy, log_step
 
-    from components.registration.retry import bounded_mlflow_http, call_with_retries
-
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    now = int(time.time() * 1000)
-    metrics = [
-        Metric(f"test_{k}", float(v), now, 0) for k, v in result.candidate_metrics.items() if np.isfinite(v)
-    ]
-    metrics += [
-        Metric(f"champion_test_{k}", float(v), now, 0)
-        for k, v in (result.champion_metrics or {}).items()
-        if np.isfinite(v)
-    ]
-    tags = [RunTag("ctpipe.blessed", str(result.blessed).lower())]
-    reg = config.registry
-
-    def log() -> None:
-        client.log_batch(run_id, metrics=metrics, tags=tags)
-        with tempfile.TemporaryDirectory() as tmp:
-            for src, name in ((blessing_path, "blessing.json"), (card_path, "model_card.md")):
-                dst = Path(tmp) / name
-                dst.write_bytes(Path(src).read_bytes())
-                client.log_artifact(run_id, str(dst), "evaluation")
-
-    with bounded_mlflow_http():
-        call_with_retries(
-            log,
-            what=f"log the evaluation to run {run_id}",
-            retries=reg.retries,
-            backoff_seconds=reg.retry_backoff_seconds,
-            max_backoff_seconds=reg.retry_max_backoff_seconds,
-        )
+    metrics = {f"test_{k}": v for k, v in result.candidate_metrics.items()}
+    metrics |= {f"champion_test_{k}": v for k, v in (result.champion_metrics or {}).items()}
+    log_step(tracking_uri, run_id, "evaluation", metrics=metrics,
+             tags={"ctpipe.blessed": str(result.blessed).lower()},
+             files={"evaluation/blessing.json": blessing_path, "evaluation/model_card.md": card_path},
+             retry=RetryPolicy.of(config.registry))
