@@ -97,7 +97,7 @@ def test_validation_and_sanity_write_the_files_the_later_steps_read(tmp_path):
 
 
 def test_the_pipeline_hands_the_sanity_summary_file_to_evaluation_and_registration(tmp_path):
-    from pipelines.cli import compile_pipeline
+    from pipelines.compile import compile_pipeline
 
     spec = next(yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, [], image=None).read_text()))
     tasks = spec["root"]["dag"]["tasks"]
