@@ -59,6 +59,93 @@ class RegistrationResult:
         }
 
 
+def register_candidate(
+    model_path: str,
+    snapshot_dir: str,
+    blessing_path: str,
+    config: Config,
+    *,
+    tracking_uri: str,
+    mlflow_run_id: str,
+    pipeline_run_id: str,
+    trigger: str,
+    reports: dict[str, str],
+    sanity_summary_path: str = "",
+) -> RegistrationResult:
+    """Register (idempotently), alias ``challenger``, and move ``champion`` by compare-and-set when blessed.
+
+    The lineage tags take the validation verdict from the snapshot's ``validation.json`` and the sanity
+    gate from ``sanity_summary_path`` (the sanity step's summary JSON); ``reports`` are logged as files.
+    """
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    blessing = json.loads(Path(blessing_path).read_text())
+    snapshot = load_snapshot(snapshot_dir)
+    sha = sha256_local(model_path)
+    key = registration_key(pipeline_run_id, sha)
+    reg_cfg = config.registry
+    validation, sanity = read_validation(snapshot_dir), read_sanity(sanity_summary_path)
+    with bounded_mlflow_http():
+        registry = Registry(tracking_uri, reg_cfg)
+        registry.ensure_registered_model()
+        version = registry.find_by_key(mlflow_run_id, key)
+        created = False
+        if version is None:
+            t = time.perf_counter()
+            log_run_artifacts(tracking_uri, mlflow_run_id, model_path, snapshot, reports, blessing_path,
+                              RetryPolicy.of(reg_cfg))
+            timings["log_artifacts"] = time.perf_counter() - t
+            fault_point("after_artifacts")
+            run = registry.call(
+                lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
+            )
+            tags = version_tags(
+                snapshot=snapshot,
+                snapshot_dir=snapshot_dir,
+                blessing=blessing,
+                config=config,
+                run_tags=dict(run.data.tags),
+                validation=validation,
+                sanity=sanity,
+                pipeline_run_id=pipeline_run_id,
+                trigger=trigger,
+                key=key,
+                model_sha256=sha,
+            )
+            source = f"{run.info.artifact_uri.rstrip('/')}/{PYFUNC_ARTIFACT_PATH}"
+            t = time.perf_counter()
+            version, created = _create_once(registry, mlflow_run_id, key, source, tags)
+            timings["create_version"] = time.perf_counter() - t
+            fault_point("after_create")
+        number = str(version.version)
+        client = registry.client
+        registry.call(
+            lambda: client.set_registered_model_alias(reg_cfg.model_name, reg_cfg.challenger_alias, number),
+            f"set alias '{reg_cfg.challenger_alias}' on version {number}",
+        )
+        promotion = _promote(registry, number, blessing)
+        registry.call(
+            lambda: client.set_model_version_tag(
+                reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason
+            ),
+            f"record the promotion decision on version {number}",
+        )
+        aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
+    return RegistrationResult(
+        version=number,
+        aliases=aliases,
+        promoted=promotion.promoted,
+        promotion_reason=promotion.reason,
+        created=created,
+        champion=promotion.champion,
+        seconds=time.perf_counter() - started,
+        timings=timings,
+    )
+
+
+# --- helpers of the step -----------------------------------------------------------------------
+
+
 def registration_key(pipeline_run_id: str, model_sha256: str) -> str:
     """One key per pipeline run and candidate file: a retried step reuses the version it created."""
     return f"{pipeline_run_id}/{model_sha256[:16]}"
@@ -209,90 +296,6 @@ def log_run_artifacts(
             "reports/blessing.json": blessing_path,
         }
         log_step(tracking_uri, run_id, "registration", files=files, retry=retry)
-
-
-def register_candidate(
-    model_path: str,
-    snapshot_dir: str,
-    blessing_path: str,
-    config: Config,
-    *,
-    tracking_uri: str,
-    mlflow_run_id: str,
-    pipeline_run_id: str,
-    trigger: str,
-    reports: dict[str, str],
-    sanity_summary_path: str = "",
-) -> RegistrationResult:
-    """Register (idempotently), alias ``challenger``, and move ``champion`` by compare-and-set when blessed.
-
-    The lineage tags take the validation verdict from the snapshot's ``validation.json`` and the sanity
-    gate from ``sanity_summary_path`` (the sanity step's summary JSON); ``reports`` are logged as files.
-    """
-    started = time.perf_counter()
-    timings: dict[str, float] = {}
-    blessing = json.loads(Path(blessing_path).read_text())
-    snapshot = load_snapshot(snapshot_dir)
-    sha = sha256_local(model_path)
-    key = registration_key(pipeline_run_id, sha)
-    reg_cfg = config.registry
-    validation, sanity = read_validation(snapshot_dir), read_sanity(sanity_summary_path)
-    with bounded_mlflow_http():
-        registry = Registry(tracking_uri, reg_cfg)
-        registry.ensure_registered_model()
-        version = registry.find_by_key(mlflow_run_id, key)
-        created = False
-        if version is None:
-            t = time.perf_counter()
-            log_run_artifacts(tracking_uri, mlflow_run_id, model_path, snapshot, reports, blessing_path,
-                              RetryPolicy.of(reg_cfg))
-            timings["log_artifacts"] = time.perf_counter() - t
-            fault_point("after_artifacts")
-            run = registry.call(
-                lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
-            )
-            tags = version_tags(
-                snapshot=snapshot,
-                snapshot_dir=snapshot_dir,
-                blessing=blessing,
-                config=config,
-                run_tags=dict(run.data.tags),
-                validation=validation,
-                sanity=sanity,
-                pipeline_run_id=pipeline_run_id,
-                trigger=trigger,
-                key=key,
-                model_sha256=sha,
-            )
-            source = f"{run.info.artifact_uri.rstrip('/')}/{PYFUNC_ARTIFACT_PATH}"
-            t = time.perf_counter()
-            version, created = _create_once(registry, mlflow_run_id, key, source, tags)
-            timings["create_version"] = time.perf_counter() - t
-            fault_point("after_create")
-        number = str(version.version)
-        client = registry.client
-        registry.call(
-            lambda: client.set_registered_model_alias(reg_cfg.model_name, reg_cfg.challenger_alias, number),
-            f"set alias '{reg_cfg.challenger_alias}' on version {number}",
-        )
-        promotion = _promote(registry, number, blessing)
-        registry.call(
-            lambda: client.set_model_version_tag(
-                reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason
-            ),
-            f"record the promotion decision on version {number}",
-        )
-        aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
-    return RegistrationResult(
-        version=number,
-        aliases=aliases,
-        promoted=promotion.promoted,
-        promotion_reason=promotion.reason,
-        created=created,
-        champion=promotion.champion,
-        seconds=time.perf_counter() - started,
-        timings=timings,
-    )
 
 
 def _create_once(registry: Registry, run_id: str, key: str, source: str, tags: dict[str, str]):
