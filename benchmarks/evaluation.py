@@ -22,7 +22,7 @@ import pandas as pd
 from components.config import Config
 from components.data.demo import generate_day
 from components.data.snapshot import Schema, split_keys
-from components.evaluation.evaluate import judge_candidate
+from components.evaluation.judgement import judge_candidate
 
 
 def _median_seconds(fn, repeats: int) -> float:

@@ -36,7 +36,7 @@ if step == "validate":
     inner = time.perf_counter() - t
     extra = {"rows": r.rows, "warnings": len(r.warnings), "gx_import_s": gx_import}
 else:
-    from components.sanity.checks import run_sanity_checks
+    from components.sanity.gate import run_sanity_checks
     t = time.perf_counter()
     r = run_sanity_checks(out + "/snapshot", cfg, report_path=out + "/sanity.md",
                           first_batch_path=out + "/first_batch.json", tracking_uri="", mlflow_run_id="")

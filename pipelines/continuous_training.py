@@ -86,6 +86,7 @@ def build_pipeline(
         evaluated = evaluate(
             model=selected.outputs["model"],
             snapshot=validated.outputs["snapshot"],
+            sanity_summary=sane.outputs["sanity_summary"],
             config_json=config,
             mlflow_tracking_uri=mlflow_tracking_uri,
             mlflow_run_id=mlflow_run,
@@ -96,6 +97,7 @@ def build_pipeline(
             blessing=evaluated.outputs["blessing"],
             validation_report=validated.outputs["validation_report"],
             sanity_report=sane.outputs["sanity_report"],
+            sanity_summary=sane.outputs["sanity_summary"],
             model_card=evaluated.outputs["model_card"],
             config_json=config,
             mlflow_tracking_uri=mlflow_tracking_uri,

@@ -8,7 +8,8 @@ import yaml
 
 from components.config import Config
 from components.errors import ConfigError, UserError
-from pipelines.cli import compile_pipeline, main
+from pipelines.cli import main
+from pipelines.compile import compile_pipeline
 
 CREDENTIALS = {"ctpipe-mlflow-client": ["MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"]}
 

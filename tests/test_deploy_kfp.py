@@ -9,8 +9,9 @@ import pytest
 from fakes.kfp_api import FakeKfpServer
 
 from components.errors import UserError
-from pipelines import deploy
-from pipelines.cli import compile_pipeline, main
+from pipelines import deploy, kfp_client
+from pipelines.cli import main
+from pipelines.compile import compile_pipeline
 from pipelines.continuous_training import PIPELINE_NAME
 from pipelines.triggers.start import KfpStarter
 
@@ -45,7 +46,7 @@ def test_first_deploy_creates_the_pipeline_then_each_commit_adds_a_version(serve
     names = [v["display_name"] for v in server.state.versions_of(first.pipeline_id)]
     # KFP names the first uploaded version after the pipeline; ours follow the commits.
     assert names == [PIPELINE_NAME, "aaaa111", "bbbb222"]
-    assert deploy.latest_version(client, first.pipeline_id).display_name == "bbbb222"
+    assert kfp_client.latest_version(client, first.pipeline_id).display_name == "bbbb222"
 
 
 def test_schedule_is_created_then_left_alone_then_replaced_and_follows_the_latest_version(server, package):

@@ -14,7 +14,7 @@ import pytest
 from components.config import Config, EvaluationConfig, Threshold, load_config
 from components.errors import ConfigError
 from components.evaluation.blessing import Evidence, judge
-from components.evaluation.evaluate import evaluate_slices, judge_candidate
+from components.evaluation.judgement import evaluate_slices, judge_candidate
 from components.evaluation.metrics import Interval, bootstrap_intervals
 
 

@@ -18,7 +18,7 @@ from components.kube.pytorchjob import validate_pytorchjob
 from components.training.launchers.base import WorkerLaunch
 from components.training.launchers.pytorchjob import PyTorchJobLauncher
 from components.training.launchers.render import NAMESPACE, render_pytorchjob
-from pipelines.cli import compile_pipeline
+from pipelines.compile import compile_pipeline
 
 
 @pytest.fixture

@@ -416,7 +416,7 @@ def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):
     (Always) unless they are pinned by digest, in the manifests, the training jobs and the pipeline's steps."""
     from components.config import load_config
     from components.training.launchers.render import render_pytorchjob
-    from pipelines.cli import compile_pipeline
+    from pipelines.compile import compile_pipeline
 
     name, objects = overlay
     for workload, container in _ctpipe_images(objects):

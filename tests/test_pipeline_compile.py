@@ -7,7 +7,7 @@ import yaml
 from kfp import components as kfp_components
 
 from components.errors import UserError
-from pipelines.cli import compile_pipeline
+from pipelines.compile import compile_pipeline
 from pipelines.continuous_training import STEP_NAMES
 
 

@@ -1,8 +1,7 @@
-"""Bounded retries, the promotion lock (held, stale) and the lineage parsers, without a server."""
+"""Bounded retries and the promotion lock (held, stale), without a server."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -11,9 +10,8 @@ import pytest
 from mlflow.exceptions import MlflowException
 
 from components.config import RegistryConfig
-from components.registration.register import sanity_summary, validation_warnings
 from components.registration.registry import Registry, RegistryBusyError
-from components.registration.retry import RegistryUnavailableError, call_with_retries, is_transient
+from components.tracking.retry import RegistryUnavailableError, call_with_retries, is_transient
 
 
 def test_transient_failures_are_retried_with_capped_exponential_backoff():
@@ -100,24 +98,6 @@ def test_a_held_lock_times_out_clearly_and_a_stale_one_is_broken(registry):
     with registry.locked(wait_seconds=10):
         pass
     assert time.monotonic() - started < 5
-
-
-def test_lineage_parsers_read_what_the_sanity_and_validation_steps_record(tmp_path):
-    report = tmp_path / "validation.md"
-    report.write_text(
-        "# Data validation: PASSED\n\n## Warnings (recorded on the model)\n\n| check | column | observed | expected |\n"
-        "|---|---|---|---|\n| null fraction above profile | sessions_last_30d | 0.03 | <= 0.02 |\n\n## Passed\n\n- `x`: 3 passed\n"
-    )
-    assert json.loads(validation_warnings(str(report), {})) == [
-        "sessions_last_30d: null fraction above profile"
-    ]
-    assert json.loads(validation_warnings(None, {"validation.warnings": 2.0})) == [
-        "2 warning(s); see the validation report"
-    ]
-    summary = json.loads(
-        sanity_summary({"ctpipe.sanity": "passed"}, {"sanity.overfit_one_batch": 0.01, "other": 1})
-    )
-    assert summary == {"status": "passed", "checks": {"overfit_one_batch": 0.01}}
 
 
 def test_an_alias_is_never_moved_by_a_holder_that_lost_its_lock(registry, tmp_path):

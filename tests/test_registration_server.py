@@ -15,7 +15,7 @@ from components.config import Threshold
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import COMPLETE_TAG, Registry
-from components.registration.retry import RegistryUnavailableError
+from components.tracking.retry import RegistryUnavailableError
 
 pytestmark = pytest.mark.slow
 

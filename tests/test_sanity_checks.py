@@ -16,7 +16,7 @@ from components.config import Config
 from components.data.snapshot import load_snapshot
 from components.errors import ConfigError, SanityCheckError
 from components.models.tabular import InputSpec, build_model
-from components.sanity.checks import run_sanity_checks
+from components.sanity.gate import run_sanity_checks
 from components.tracking import ensure_experiment, local_tracking_uri
 from components.validation.validate import validate_data
 

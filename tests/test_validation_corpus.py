@@ -10,7 +10,7 @@ from corpus_data import CASES, KEY, Case, write_clean
 
 from components.config import Config
 from components.errors import DataValidationError, SanityCheckError
-from components.sanity.checks import run_sanity_checks
+from components.sanity.gate import run_sanity_checks
 from components.validation.validate import validate_data
 
 

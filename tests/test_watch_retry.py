@@ -368,7 +368,7 @@ def test_a_killed_process_is_seen_through_the_cli_too(site):
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> str:
-    from pipelines.cli import compile_pipeline
+    from pipelines.compile import compile_pipeline
 
     return str(compile_pipeline(tmp_path_factory.mktemp("compiled") / "pipeline.yaml", None, [], None))
 

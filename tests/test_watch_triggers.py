@@ -318,7 +318,7 @@ def test_watcher_on_kfp_starts_one_drift_run_and_records_its_report_in_mlflow(si
     from fakes.kfp_api import FakeKfpServer
 
     from pipelines import deploy
-    from pipelines.cli import compile_pipeline
+    from pipelines.compile import compile_pipeline
     from pipelines.triggers.start import KfpStarter
 
     data, home, _ = site

@@ -1,7 +1,7 @@
 """Blessing gate cases: simulated candidates and champions on one test split, judged by the real rules.
 
 Each case builds the class probabilities of a candidate (and of a champion, unless it is a first model)
-on generated test rows and runs ``components.evaluation.evaluate.judge_candidate`` with the default
+on generated test rows and runs ``components.evaluation.judgement.judge_candidate`` with the default
 config (accuracy and log loss: beat the prior predictor with evidence, no evidence of a regression);
 ``blocked`` is "not blessed". Healthy: equal-quality, better and retrained candidates, informative first
 models, an equal candidate over slices. Broken: the three cases of issue 10 (1.1 points worse beyond
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from components.config import Config
-from components.evaluation.evaluate import judge_candidate
+from components.evaluation.judgement import judge_candidate
 
 
 def _probs(pred: np.ndarray, confidence, n_classes: int) -> np.ndarray:

@@ -27,7 +27,7 @@ from components.data.simulate import rare_positive_day, weak_signal_day, write_p
 from components.data.snapshot import load_snapshot
 from components.errors import SanityCheckError
 from components.models.tabular import InputSpec, build_model
-from components.sanity.checks import run_sanity_checks
+from components.sanity.gate import run_sanity_checks
 from components.validation.validate import validate_data
 
 KEY = "customer_id"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import fsspec
 
@@ -72,11 +73,17 @@ def list_data_files(data_uri: str, *, with_hashes: bool = True) -> list[DataFile
 
 
 def sha256_file(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """SHA-256 of a file's bytes on ``fs``, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with fs.open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_local(path: str | Path) -> str:
+    """SHA-256 of a local file's bytes (a model export, a checkpoint)."""
+    return sha256_file(fsspec.filesystem("file"), str(path))
 
 
 def fingerprint_files(files: list[DataFile]) -> str:

@@ -15,7 +15,7 @@ class frequencies of this test split, whose argmax is the majority class). Diffe
   champion's value). With the default 0 an equal candidate is blocked with probability at most
   alpha/2 per metric, and one whose interval lies wholly below zero is blocked.
 
-Slices (see ``evaluate.evaluate_slices``) use the same rules on their own paired intervals at a
+Slices (see ``judgement.evaluate_slices``) use the same rules on their own paired intervals at a
 Bonferroni-corrected level.
 """
 

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from components.config import Config
 from components.data.snapshot import Snapshot
+from components.step_results import NOT_RECORDED, SanityOutcome, ValidationOutcome
+
+
+@dataclass
+class Lineage:
+    """Where the candidate comes from: the pipeline run's MLflow run and tags, and the gates' results."""
+
+    mlflow_run_id: str
+    tags: dict[str, str] = field(default_factory=dict)
+    validation: ValidationOutcome = field(default_factory=lambda: ValidationOutcome(NOT_RECORDED))
+    sanity: SanityOutcome = field(default_factory=lambda: SanityOutcome(NOT_RECORDED))
 
 
 def _num(x: Any) -> str:
@@ -79,6 +91,17 @@ def _split_lines(split: dict[str, Any] | None, check: dict[str, Any] | None) -> 
     return lines
 
 
+def _sanity_lines(sanity: SanityOutcome) -> list[str]:
+    """The sanity gate's verdict, then each check's figure and outcome (from the sanity summary JSON)."""
+    if sanity.status == NOT_RECORDED:
+        return ["- (no sanity results recorded)"]
+    lines = [f"- gate: {sanity.status}" + (f" in {sanity.seconds:.2f} s" if sanity.seconds is not None else "")]
+    for name, check in sorted(sanity.checks.items()):
+        outcome = "pass" if check.get("passed") else ("FAIL" if check.get("severity") == "error" else "warn")
+        lines.append(f"- {name}: {_num(check.get('value'))} ({outcome}; threshold {check.get('threshold', '')})")
+    return lines
+
+
 def _confusion(blessing: dict[str, Any]) -> list[str]:
     names = blessing["class_names"]
     lines = ["| true \\ predicted | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -88,11 +111,11 @@ def _confusion(blessing: dict[str, Any]) -> list[str]:
 
 
 def write_model_card(
-    path: str | Path, *, blessing: dict[str, Any], snapshot: Snapshot, config: Config, lineage: dict[str, Any]
+    path: str | Path, *, blessing: dict[str, Any], snapshot: Snapshot, config: Config, lineage: Lineage
 ) -> None:
     """Write the model card as Markdown at ``path``."""
     fingerprint_meta = json.loads((snapshot.root / "fingerprint.json").read_text())
-    tags = lineage.get("tags", {})
+    tags = lineage.tags
     verdict = "**BLESSED**" if blessing["blessed"] else "**NOT blessed**"
     champion = blessing.get("champion_version")
     meta = blessing.get("model_metadata") or {}
@@ -133,18 +156,15 @@ def write_model_card(
         f"- selected checkpoint: {json.dumps(meta, default=str)}",
         "",
         "## Sanity checks",
-        *(
-            [f"- {k}: {_num(v)}" for k, v in sorted(lineage.get("sanity", {}).items())]
-            or ["- (no sanity results on the run)"]
-        ),
+        *_sanity_lines(lineage.sanity),
         "",
         "## Lineage",
-        f"- MLflow run: `{lineage.get('mlflow_run_id')}`",
+        f"- MLflow run: `{lineage.mlflow_run_id}`",
         f"- pipeline run: `{tags.get('ctpipe.pipeline_run_id', '')}`; trigger: `{tags.get('ctpipe.trigger', '')}`",
         f"- git commit: `{tags.get('ctpipe.git_commit', '') or 'unknown'}`",
         f"- model file sha256: `{blessing.get('model_sha256', '')}`",
-        f"- data validation: {lineage.get('validation', 'not recorded')} with "
-        f"{lineage.get('validation_warnings', 0)} warning(s) (listed in the validation report)",
+        f"- data validation: {lineage.validation.status} with {len(lineage.validation.warnings)} warning(s)"
+        " (listed in the validation report)",
         "",
         "## Blessing thresholds",
         "```json",

@@ -12,6 +12,7 @@ from components.kfp_support import COMPONENT_IMAGE
 def evaluate(
     model: Input[Model],
     snapshot: Input[Dataset],
+    sanity_summary: Input[Artifact],
     config_json: str,
     mlflow_tracking_uri: str,
     mlflow_run_id: str,
@@ -36,6 +37,7 @@ def evaluate(
             mlflow_run_id=mlflow_run_id,
             blessing_path=blessing.path,
             card_path=model_card.path,
+            sanity_summary_path=sanity_summary.path,
         )
         import math
 

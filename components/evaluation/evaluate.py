@@ -7,7 +7,6 @@ compared against, so registration can promote by compare-and-set.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 import time
@@ -19,29 +18,18 @@ import numpy as np
 import pandas as pd
 
 from components.config import Config
+from components.data.files import sha256_local
 from components.data.snapshot import encode_labels, load_snapshot
-from components.errors import DataValidationError, UserError
-from components.evaluation.blessing import (
-    Check,
-    Evidence,
-    collect_evidence,
-    interval_checks,
-    judge,
-    slice_rules,
-)
-from components.evaluation.card import write_model_card
+from components.errors import DataValidationError
+from components.evaluation.blessing import Check
+from components.evaluation.card import Lineage, write_model_card
+from components.evaluation.judgement import judge_candidate
 from components.evaluation.leakage import champion_training_overlap
-from components.evaluation.metrics import (
-    Interval,
-    compute_metrics,
-    confusion_matrix,
-    prior_probabilities,
-    roc_curve,
-)
+from components.evaluation.metrics import Interval, compute_metrics, confusion_matrix, roc_curve
 from components.models.export import ExportedModel, load_model_export
+from components.step_results import read_sanity, read_validation
 
 MODEL_ARTIFACT_PATH = "ctpipe/model.pt"
-MISSING_SLICE = "<missing>"
 
 
 @dataclass
@@ -91,204 +79,7 @@ class EvaluationResult:
         }
 
 
-# --- scoring --------------------------------------------------------------------------------------
-
-
-def align_probabilities(probs: np.ndarray, model_classes: list[str], target_classes: list[str]) -> np.ndarray:
-    """Reorder a model's class probabilities into ``target_classes``; classes it never saw get 0."""
-    out = np.zeros((len(probs), len(target_classes)), dtype=np.float64)
-    index = {c: i for i, c in enumerate(model_classes)}
-    for j, name in enumerate(target_classes):
-        if name in index:
-            out[:, j] = probs[:, index[name]]
-    return out
-
-
-def score_export(model: ExportedModel, frame: pd.DataFrame, classes: list[str]) -> np.ndarray:
-    """Probabilities over ``classes`` with the model's own preprocessing statistics."""
-    missing = [
-        c for c in [*model.preprocessing.numeric, *model.preprocessing.categorical] if c not in frame.columns
-    ]
-    if missing:
-        raise DataValidationError(
-            f"the test split lacks feature column(s) {', '.join(missing)} that the model was trained on"
-        )
-    return align_probabilities(model.predict_proba(frame).astype(np.float64), model.classes, classes)
-
-
-def score_champion(
-    tracking_uri: str, config: Config, frame: pd.DataFrame, classes: list[str]
-) -> ChampionScore:
-    """Find the champion, download its export and score it; a champion that cannot be scored says why."""
-    from components.registration.retry import bounded_mlflow_http, call_with_retries
-    from components.tracking import download_version_file, get_alias_version
-
-    reg = config.registry
-    with bounded_mlflow_http():
-        version = call_with_retries(
-            lambda: get_alias_version(tracking_uri, reg.model_name, reg.champion_alias),
-            what=f"look up the '{reg.champion_alias}' alias of '{reg.model_name}'",
-            retries=reg.retries,
-            backoff_seconds=reg.retry_backoff_seconds,
-            max_backoff_seconds=reg.retry_max_backoff_seconds,
-        )
-        if version is None:
-            return ChampionScore(version=None)
-        number = str(version.version)
-        with tempfile.TemporaryDirectory(prefix="ctpipe-champion-") as tmp:
-            path = call_with_retries(
-                lambda: download_version_file(tracking_uri, version, MODEL_ARTIFACT_PATH, tmp),
-                what=f"download the champion (version {number}) export",
-                retries=reg.retries,
-                backoff_seconds=reg.retry_backoff_seconds,
-                max_backoff_seconds=reg.retry_max_backoff_seconds,
-            )
-            if path is None:
-                return ChampionScore(
-                    number, error=f"champion version {number} has no '{MODEL_ARTIFACT_PATH}' on its run"
-                )
-            try:
-                champion = load_model_export(path)
-                probs = score_export(champion, frame, classes)
-            except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
-                return ChampionScore(
-                    number, error=f"champion version {number} cannot score the current test split: {err}"
-                )
-    return ChampionScore(number, probabilities=probs, metadata=dict(champion.metadata))
-
-
-# --- slices ---------------------------------------------------------------------------------------
-
-
-def slice_labels(frame: pd.DataFrame, column: str, numeric: bool) -> pd.Series:
-    """Each row's slice value: the category, or the quartile bin of a numeric column."""
-    if column not in frame.columns:
-        raise UserError(
-            f"evaluate.slices names column '{column}', which is not in the test split; columns are: "
-            f"{', '.join(map(str, frame.columns))}. Fix evaluate.slices."
-        )
-    series = frame[column]
-    if numeric:
-        values = pd.to_numeric(series, errors="coerce")
-        try:
-            binned = pd.qcut(values, 4, duplicates="drop")
-        except ValueError:  # all values missing or constant
-            binned = pd.Series(pd.NA, index=series.index)
-        return binned.astype(str).where(values.notna(), MISSING_SLICE)
-    return series.astype(str).where(series.notna(), MISSING_SLICE)
-
-
-def evaluate_slices(
-    frame: pd.DataFrame,
-    y: np.ndarray,
-    candidate: np.ndarray,
-    champion: np.ndarray | None,
-    config: Config,
-    numeric_columns: list[str],
-) -> tuple[list[dict[str, Any]], list[Check]]:
-    """Per-slice metrics for every configured column, and the slice checks, each on its own paired interval.
-
-    Only slices with at least ``evaluate.slice_min_rows`` rows are judged. Every interval-judged slice
-    check is one test of a family of m; each uses a two-sided level of 1 − alpha/m (Bonferroni), so an
-    equal candidate is blocked by some slice with probability at most alpha/2 (one-sided tests).
-    """
-    ev = config.evaluate
-    rules = slice_rules(ev.thresholds, ev.slice_thresholds)
-    baseline = prior_probabilities(y, candidate.shape[1])  # the same constant predictor as overall
-    groups = []
-    for column in ev.slices:
-        labels = slice_labels(frame, column, column in numeric_columns).to_numpy()
-        for value in sorted(set(labels)):
-            mask = labels == value
-            groups.append((column, value, mask, int(mask.sum()) >= ev.slice_min_rows))
-    family = sum(interval_checks(rule, champion is not None) for *_, judged in groups if judged for rule in rules.values())
-    level = 1 - (1 - ev.confidence) / max(family, 1)
-    rows, checks = [], []
-    for i, (column, value, mask, judged) in enumerate(groups):
-        name = f"{column}={value}"
-        cand = compute_metrics(y[mask], candidate[mask])
-        champ = compute_metrics(y[mask], champion[mask]) if champion is not None else None
-        slice_checks: list[Check] = []
-        evidence: dict[str, Evidence] = {}
-        if judged and rules:
-            evidence = collect_evidence(
-                y[mask], candidate[mask], champion[mask] if champion is not None else None, baseline[mask],
-                samples=ev.bootstrap_samples, seed=ev.seed + 1 + i, confidence=level, normal=True,
-            )
-            slice_checks = judge(rules, evidence, where=name)
-        checks.extend(slice_checks)
-        rows.append(
-            {
-                "slice": name,
-                "column": column,
-                "value": value,
-                "rows": int(mask.sum()),
-                "judged": judged,
-                "candidate": cand,
-                "champion": champ,
-                "confidence": level if judged else None,
-                "differences": {m: e.vs_champion.to_dict() for m, e in evidence.items() if e.vs_champion},
-                "blocking": any(not c.passed for c in slice_checks),
-                "failed": [c.message for c in slice_checks if not c.passed],
-            }
-        )
-    return rows, checks
-
-
-@dataclass
-class Judgement:
-    """The blessing rules applied to a candidate's evidence on one test split."""
-
-    passed: bool  # rules exist, at least one applied, and every check passed
-    applied: bool
-    checks: list[Check]
-    evidence: dict[str, Evidence]
-    slices: list[dict[str, Any]]
-
-
-def judge_candidate(
-    y: np.ndarray,
-    p_candidate: np.ndarray,
-    p_champion: np.ndarray | None,
-    config: Config,
-    frame: pd.DataFrame,
-    numeric_columns: list[str],
-) -> Judgement:
-    """Paired evidence of candidate vs champion vs the prior predictor, judged by ``config.evaluate``."""
-    ev = config.evaluate
-    baseline = prior_probabilities(y, p_candidate.shape[1])
-    evidence = collect_evidence(
-        y, p_candidate, p_champion, baseline, samples=ev.bootstrap_samples, seed=ev.seed, confidence=ev.confidence
-    )
-    checks = judge(ev.thresholds, evidence)
-    slices, slice_checks = evaluate_slices(frame, y, p_candidate, p_champion, config, numeric_columns)
-    # A first model under change-only rules meets no rule at all: that is not a blessing either.
-    applied = bool(checks)
-    passed = bool(ev.thresholds) and applied and all(c.passed for c in checks + slice_checks)
-    return Judgement(passed, applied, checks + slice_checks, evidence, slices)
-
-
-# --- the step -------------------------------------------------------------------------------------
-
-
-def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_rules: bool) -> list[str]:
-    """Why: what blocked the blessing first (or every rule passed), then context."""
-    reasons = []
-    if not has_rules:
-        reasons.append(
-            "no blessing thresholds are configured, so nothing is blessed (never by accident); set at least one, "
-            "e.g. --set evaluate.thresholds.accuracy.value=baseline"
-        )
-    if champion.error:
-        reasons.append(f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it")
-    reasons.extend(c.message for c in checks if c.passed == blessed)
-    if champion.version is None and has_rules:
-        reasons.append("no champion yet: judged on value thresholds only (first model)")
-    return reasons
-
-
-def _file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+# --- the step ----------------------------------------------------------------------------------
 
 
 def evaluate_candidate(
@@ -300,8 +91,13 @@ def evaluate_candidate(
     mlflow_run_id: str,
     blessing_path: str,
     card_path: str,
+    sanity_summary_path: str = "",
 ) -> EvaluationResult:
-    """Score candidate and champion on the snapshot's test split, decide the blessing, write JSON and card."""
+    """Score candidate and champion on the snapshot's test split, decide the blessing, write JSON and card.
+
+    ``sanity_summary_path`` is the sanity step's summary JSON; the card shows it (and the snapshot's
+    ``validation.json``) beside the run's lineage tags.
+    """
     started = time.time()
     ev = config.evaluate
     snapshot = load_snapshot(snapshot_dir)
@@ -372,7 +168,7 @@ def evaluate_candidate(
         "thresholds": {k: vars(v) for k, v in ev.thresholds.items()},
         "champion_error": champion.error,
         "champion_split_check": split_check.to_dict() if split_check else None,
-        "model_sha256": _file_sha256(model_path),
+        "model_sha256": sha256_local(model_path),
         "data_fingerprint": snapshot.fingerprint,
         "model_metadata": candidate.metadata,
         "model_config": vars(candidate.model_config),
@@ -381,10 +177,91 @@ def evaluate_candidate(
         "seconds": round(time.time() - started, 3),
     }
     _write_json(blessing_path, blessing)
-    lineage = _run_lineage(tracking_uri, mlflow_run_id, config)
-    write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config, lineage=lineage)
+    write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config,
+                     lineage=_lineage(tracking_uri, mlflow_run_id, config, snapshot_dir, sanity_summary_path))
     _log_to_run(tracking_uri, mlflow_run_id, config, result, blessing_path, card_path)
     return result
+
+
+# --- scoring --------------------------------------------------------------------------------------
+
+
+def align_probabilities(probs: np.ndarray, model_classes: list[str], target_classes: list[str]) -> np.ndarray:
+    """Reorder a model's class probabilities into ``target_classes``; classes it never saw get 0."""
+    out = np.zeros((len(probs), len(target_classes)), dtype=np.float64)
+    index = {c: i for i, c in enumerate(model_classes)}
+    for j, name in enumerate(target_classes):
+        if name in index:
+            out[:, j] = probs[:, index[name]]
+    return out
+
+
+def score_export(model: ExportedModel, frame: pd.DataFrame, classes: list[str]) -> np.ndarray:
+    """Probabilities over ``classes`` with the model's own preprocessing statistics."""
+    missing = [
+        c for c in [*model.preprocessing.numeric, *model.preprocessing.categorical] if c not in frame.columns
+    ]
+    if missing:
+        raise DataValidationError(
+            f"the test split lacks feature column(s) {', '.join(missing)} that the model was trained on"
+        )
+    return align_probabilities(model.predict_proba(frame).astype(np.float64), model.classes, classes)
+
+
+def score_champion(
+    tracking_uri: str, config: Config, frame: pd.DataFrame, classes: list[str]
+) -> ChampionScore:
+    """Find the champion, download its export and score it; a champion that cannot be scored says why."""
+    from components.tracking import fetch_champion_files
+
+    with tempfile.TemporaryDirectory(prefix="ctpipe-champion-") as tmp:
+        found = fetch_champion_files(tracking_uri, config.registry, [MODEL_ARTIFACT_PATH], tmp)
+        if found is None:
+            return ChampionScore(version=None)
+        path = found.files[MODEL_ARTIFACT_PATH]
+        if path is None:
+            return ChampionScore(
+                found.version, error=f"champion version {found.version} has no '{MODEL_ARTIFACT_PATH}' on its run"
+            )
+        try:
+            champion = load_model_export(path)
+            probs = score_export(champion, frame, classes)
+        except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
+            return ChampionScore(
+                found.version, error=f"champion version {found.version} cannot score the current test split: {err}"
+            )
+    return ChampionScore(found.version, probabilities=probs, metadata=dict(champion.metadata))
+
+
+# --- helpers of the step --------------------------------------------------------------------------
+
+
+def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_rules: bool) -> list[str]:
+    """Why: what blocked the blessing first (or every rule passed), then context."""
+    reasons = []
+    if not has_rules:
+        reasons.append(
+            "no blessing thresholds are configured, so nothing is blessed (never by accident); set at least one, "
+            "e.g. --set evaluate.thresholds.accuracy.value=baseline"
+        )
+    if champion.error:
+        reasons.append(f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it")
+    reasons.extend(c.message for c in checks if c.passed == blessed)
+    if champion.version is None and has_rules:
+        reasons.append("no champion yet: judged on value thresholds only (first model)")
+    return reasons
+
+
+def _lineage(
+    tracking_uri: str, run_id: str, config: Config, snapshot_dir: str, sanity_summary_path: str
+) -> Lineage:
+    """Where the candidate comes from: the run's tags (set by run setup) and the validation and sanity files."""
+    from components.tracking import RetryPolicy, bounded_mlflow_http, run_tags
+
+    with bounded_mlflow_http():
+        tags = RetryPolicy.of(config.registry).call(lambda: run_tags(tracking_uri, run_id), f"read MLflow run {run_id}")
+    return Lineage(mlflow_run_id=run_id, tags={k: v for k, v in tags.items() if k.startswith("ctpipe.")},
+                   validation=read_validation(snapshot_dir), sanity=read_sanity(sanity_summary_path))
 
 
 def _write_json(path: str | Path, payload: dict[str, Any]) -> None:
@@ -401,74 +278,15 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _run_lineage(tracking_uri: str, run_id: str, config: Config) -> dict[str, Any]:
-    """Tags, sanity results and parameters of the pipeline run's MLflow run, for the model card."""
-    import mlflow
-
-    from components.registration.retry import bounded_mlflow_http, call_with_retries
-
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    with bounded_mlflow_http():
-        run = call_with_retries(
-            lambda: client.get_run(run_id),
-            what=f"read MLflow run {run_id}",
-            retries=config.registry.retries,
-            backoff_seconds=config.registry.retry_backoff_seconds,
-            max_backoff_seconds=config.registry.retry_max_backoff_seconds,
-        )
-    data = run.data
-    return {
-        "mlflow_run_id": run_id,
-        "tags": {k: v for k, v in data.tags.items() if k.startswith("ctpipe.")},
-        "sanity": {
-            **{k: v for k, v in data.metrics.items() if "sanity" in k},
-            **{k: v for k, v in data.tags.items() if "sanity" in k},
-        },
-        "validation": data.tags.get("ctpipe.validation", "not recorded"),
-        "validation_warnings": int(data.metrics.get("validation.warnings", 0)),
-    }
-
-
 def _log_to_run(
-    tracking_uri: str,
-    run_id: str,
-    config: Config,
-    result: EvaluationResult,
-    blessing_path: str,
-    card_path: str,
+    tracking_uri: str, run_id: str, config: Config, result: EvaluationResult, blessing_path: str, card_path: str
 ) -> None:
     """Evaluation metrics, the blessing and the card on the pipeline run's MLflow run."""
-    import mlflow
-    from mlflow.entities import Metric, RunTag
+    from components.tracking import RetryPolicy, log_step
 
-    from components.registration.retry import bounded_mlflow_http, call_with_retries
-
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    now = int(time.time() * 1000)
-    metrics = [
-        Metric(f"test_{k}", float(v), now, 0) for k, v in result.candidate_metrics.items() if np.isfinite(v)
-    ]
-    metrics += [
-        Metric(f"champion_test_{k}", float(v), now, 0)
-        for k, v in (result.champion_metrics or {}).items()
-        if np.isfinite(v)
-    ]
-    tags = [RunTag("ctpipe.blessed", str(result.blessed).lower())]
-    reg = config.registry
-
-    def log() -> None:
-        client.log_batch(run_id, metrics=metrics, tags=tags)
-        with tempfile.TemporaryDirectory() as tmp:
-            for src, name in ((blessing_path, "blessing.json"), (card_path, "model_card.md")):
-                dst = Path(tmp) / name
-                dst.write_bytes(Path(src).read_bytes())
-                client.log_artifact(run_id, str(dst), "evaluation")
-
-    with bounded_mlflow_http():
-        call_with_retries(
-            log,
-            what=f"log the evaluation to run {run_id}",
-            retries=reg.retries,
-            backoff_seconds=reg.retry_backoff_seconds,
-            max_backoff_seconds=reg.retry_max_backoff_seconds,
-        )
+    metrics = {f"test_{k}": v for k, v in result.candidate_metrics.items()}
+    metrics |= {f"champion_test_{k}": v for k, v in (result.champion_metrics or {}).items()}
+    log_step(tracking_uri, run_id, "evaluation", metrics=metrics,
+             tags={"ctpipe.blessed": str(result.blessed).lower()},
+             files={"evaluation/blessing.json": blessing_path, "evaluation/model_card.md": card_path},
+             retry=RetryPolicy.of(config.registry))

@@ -15,6 +15,7 @@ def register(
     blessing: Input[Artifact],
     validation_report: Input[Markdown],
     sanity_report: Input[Markdown],
+    sanity_summary: Input[Artifact],
     model_card: Input[Markdown],
     config_json: str,
     mlflow_tracking_uri: str,
@@ -44,6 +45,7 @@ def register(
                 "sanity": sanity_report.path,
                 "model_card": model_card.path,
             },
+            sanity_summary_path=sanity_summary.path,
         )
         record.result = result.summary()
     return namedtuple("Registration", ["model_version", "aliases"])(result.version, ",".join(result.aliases))

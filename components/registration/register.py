@@ -9,7 +9,6 @@ a second one; the search and the create run under the promotion lock so two atte
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
+from components.data.files import sha256_local
 from components.data.snapshot import Snapshot, load_snapshot
 from components.registration.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry, fault_point
-from components.registration.retry import bounded_mlflow_http
+from components.step_results import SanityOutcome, ValidationOutcome, read_sanity, read_validation
+from components.tracking import RetryPolicy, bounded_mlflow_http, log_step
 
 MODEL_ARTIFACT_DIR = "ctpipe"
 MODEL_FILE = "model.pt"
@@ -58,12 +59,91 @@ class RegistrationResult:
         }
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def register_candidate(
+    model_path: str,
+    snapshot_dir: str,
+    blessing_path: str,
+    config: Config,
+    *,
+    tracking_uri: str,
+    mlflow_run_id: str,
+    pipeline_run_id: str,
+    trigger: str,
+    reports: dict[str, str],
+    sanity_summary_path: str = "",
+) -> RegistrationResult:
+    """Register (idempotently), alias ``challenger``, and move ``champion`` by compare-and-set when blessed.
+
+    The lineage tags take the validation verdict from the snapshot's ``validation.json`` and the sanity
+    gate from ``sanity_summary_path`` (the sanity step's summary JSON); ``reports`` are logged as files.
+    """
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    blessing = json.loads(Path(blessing_path).read_text())
+    snapshot = load_snapshot(snapshot_dir)
+    sha = sha256_local(model_path)
+    key = registration_key(pipeline_run_id, sha)
+    reg_cfg = config.registry
+    validation, sanity = read_validation(snapshot_dir), read_sanity(sanity_summary_path)
+    with bounded_mlflow_http():
+        registry = Registry(tracking_uri, reg_cfg)
+        registry.ensure_registered_model()
+        version = registry.find_by_key(mlflow_run_id, key)
+        created = False
+        if version is None:
+            t = time.perf_counter()
+            log_run_artifacts(tracking_uri, mlflow_run_id, model_path, snapshot, reports, blessing_path,
+                              RetryPolicy.of(reg_cfg))
+            timings["log_artifacts"] = time.perf_counter() - t
+            fault_point("after_artifacts")
+            run = registry.call(
+                lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
+            )
+            tags = version_tags(
+                snapshot=snapshot,
+                snapshot_dir=snapshot_dir,
+                blessing=blessing,
+                config=config,
+                run_tags=dict(run.data.tags),
+                validation=validation,
+                sanity=sanity,
+                pipeline_run_id=pipeline_run_id,
+                trigger=trigger,
+                key=key,
+                model_sha256=sha,
+            )
+            source = f"{run.info.artifact_uri.rstrip('/')}/{PYFUNC_ARTIFACT_PATH}"
+            t = time.perf_counter()
+            version, created = _create_once(registry, mlflow_run_id, key, source, tags)
+            timings["create_version"] = time.perf_counter() - t
+            fault_point("after_create")
+        number = str(version.version)
+        client = registry.client
+        registry.call(
+            lambda: client.set_registered_model_alias(reg_cfg.model_name, reg_cfg.challenger_alias, number),
+            f"set alias '{reg_cfg.challenger_alias}' on version {number}",
+        )
+        promotion = _promote(registry, number, blessing)
+        registry.call(
+            lambda: client.set_model_version_tag(
+                reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason
+            ),
+            f"record the promotion decision on version {number}",
+        )
+        aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
+    return RegistrationResult(
+        version=number,
+        aliases=aliases,
+        promoted=promotion.promoted,
+        promotion_reason=promotion.reason,
+        created=created,
+        champion=promotion.champion,
+        seconds=time.perf_counter() - started,
+        timings=timings,
+    )
+
+
+# --- helpers of the step -----------------------------------------------------------------------
 
 
 def registration_key(pipeline_run_id: str, model_sha256: str) -> str:
@@ -136,28 +216,6 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
     return target
 
 
-def sanity_summary(run_tags: dict[str, str], run_metrics: dict[str, float]) -> str:
-    """The sanity gate as the sanity step recorded it on the run: status and each check's figure."""
-    checks = {k[len("sanity.") :]: v for k, v in sorted(run_metrics.items()) if k.startswith("sanity.")}
-    return json.dumps({"status": run_tags.get("ctpipe.sanity", "not recorded"), "checks": checks})
-
-
-def validation_warnings(report_path: str | None, run_metrics: dict[str, float]) -> str:
-    """The validation warnings listed in the validation report (its warnings table), as a JSON list."""
-    found: list[str] = []
-    if report_path and Path(report_path).is_file():
-        in_warnings = False
-        for line in Path(report_path).read_text().splitlines():
-            if line.startswith("## "):
-                in_warnings = line.startswith("## Warnings")
-            elif in_warnings and line.startswith("| ") and not line.startswith(("| check ", "|---")):
-                cells = [c.strip() for c in line.strip("|").split(" | ")]
-                found.append(f"{cells[1]}: {cells[0]}" if len(cells) > 1 and cells[1] else cells[0])
-    if not found and run_metrics.get("validation.warnings"):
-        found.append(f"{int(run_metrics['validation.warnings'])} warning(s); see the validation report")
-    return json.dumps(found)
-
-
 def version_tags(
     *,
     snapshot: Snapshot,
@@ -165,12 +223,12 @@ def version_tags(
     blessing: dict[str, Any],
     config: Config,
     run_tags: dict[str, str],
-    run_metrics: dict[str, float],
+    validation: ValidationOutcome,
+    sanity: SanityOutcome,
     pipeline_run_id: str,
     trigger: str,
     key: str,
     model_sha256: str,
-    reports: dict[str, str],
 ) -> dict[str, str]:
     """Every lineage tag of the version (set in the same call that creates it)."""
     tags = {
@@ -186,8 +244,8 @@ def version_tags(
         "ctpipe.blessed": "true" if blessing.get("blessed") else "false",
         "ctpipe.blessing_reasons": _clip(json.dumps(blessing.get("reasons", []))),
         "ctpipe.compared_with": str(blessing.get("champion_version") or ""),
-        "ctpipe.validation_warnings": _clip(validation_warnings(reports.get("validation"), run_metrics)),
-        "ctpipe.sanity": _clip(sanity_summary(run_tags, run_metrics)),
+        "ctpipe.validation_warnings": _clip(json.dumps(validation.warnings)),
+        "ctpipe.sanity": _clip(json.dumps({"status": sanity.status, "checks": sanity.figures()})),
         "ctpipe.config": _clip(config.to_json()),
         "ctpipe.evaluation": _clip(
             json.dumps(
@@ -217,116 +275,27 @@ def version_tags(
 
 
 def log_run_artifacts(
-    registry: Registry,
+    tracking_uri: str,
     run_id: str,
     model_path: str,
     snapshot: Snapshot,
     reports: dict[str, str],
     blessing_path: str,
+    retry: RetryPolicy,
 ) -> None:
     """Everything the version needs, on its source run (re-logging on retry overwrites the same paths)."""
-    client = registry.client
     with tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp:
-        staged = Path(tmp)
-        model_file = staged / MODEL_ARTIFACT_DIR / MODEL_FILE
-        model_file.parent.mkdir(parents=True)
-        shutil.copyfile(model_path, model_file)
-        build_pyfunc_model(model_file, snapshot, staged)
-        reference = staged / "reference"
-        reference.mkdir()
-        for name in REFERENCE_FILES:
-            if (snapshot.root / name).is_file():
-                shutil.copyfile(snapshot.root / name, reference / name)
-        report_dir = staged / "reports"
-        report_dir.mkdir()
-        for name, path in reports.items():
-            if path and Path(path).is_file():
-                shutil.copyfile(path, report_dir / f"{name}.md")
-        if Path(blessing_path).is_file():
-            shutil.copyfile(blessing_path, report_dir / "blessing.json")
-        for sub in (MODEL_ARTIFACT_DIR, PYFUNC_ARTIFACT_PATH, "reference", "reports"):
-            if any((staged / sub).iterdir()):
-                registry.call(
-                    lambda s=sub: client.log_artifacts(run_id, str(staged / s), s),
-                    f"log '{sub}' artifacts to run {run_id}",
-                )
-
-
-def register_candidate(
-    model_path: str,
-    snapshot_dir: str,
-    blessing_path: str,
-    config: Config,
-    *,
-    tracking_uri: str,
-    mlflow_run_id: str,
-    pipeline_run_id: str,
-    trigger: str,
-    reports: dict[str, str],
-) -> RegistrationResult:
-    """Register (idempotently), alias ``challenger``, and move ``champion`` by compare-and-set when blessed."""
-    started = time.perf_counter()
-    timings: dict[str, float] = {}
-    blessing = json.loads(Path(blessing_path).read_text())
-    snapshot = load_snapshot(snapshot_dir)
-    sha = file_sha256(model_path)
-    key = registration_key(pipeline_run_id, sha)
-    reg_cfg = config.registry
-    with bounded_mlflow_http():
-        registry = Registry(tracking_uri, reg_cfg)
-        registry.ensure_registered_model()
-        version = registry.find_by_key(mlflow_run_id, key)
-        created = False
-        if version is None:
-            t = time.perf_counter()
-            log_run_artifacts(registry, mlflow_run_id, model_path, snapshot, reports, blessing_path)
-            timings["log_artifacts"] = time.perf_counter() - t
-            fault_point("after_artifacts")
-            run = registry.call(
-                lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
-            )
-            tags = version_tags(
-                snapshot=snapshot,
-                snapshot_dir=snapshot_dir,
-                blessing=blessing,
-                config=config,
-                run_tags=dict(run.data.tags),
-                run_metrics=dict(run.data.metrics),
-                pipeline_run_id=pipeline_run_id,
-                trigger=trigger,
-                key=key,
-                model_sha256=sha,
-                reports=reports,
-            )
-            source = f"{run.info.artifact_uri.rstrip('/')}/{PYFUNC_ARTIFACT_PATH}"
-            t = time.perf_counter()
-            version, created = _create_once(registry, mlflow_run_id, key, source, tags)
-            timings["create_version"] = time.perf_counter() - t
-            fault_point("after_create")
-        number = str(version.version)
-        client = registry.client
-        registry.call(
-            lambda: client.set_registered_model_alias(reg_cfg.model_name, reg_cfg.challenger_alias, number),
-            f"set alias '{reg_cfg.challenger_alias}' on version {number}",
-        )
-        promotion = _promote(registry, number, blessing)
-        registry.call(
-            lambda: client.set_model_version_tag(
-                reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason
-            ),
-            f"record the promotion decision on version {number}",
-        )
-        aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
-    return RegistrationResult(
-        version=number,
-        aliases=aliases,
-        promoted=promotion.promoted,
-        promotion_reason=promotion.reason,
-        created=created,
-        champion=promotion.champion,
-        seconds=time.perf_counter() - started,
-        timings=timings,
-    )
+        model_file = Path(tmp) / MODEL_FILE
+        shutil.copyfile(model_path, model_file)  # the pyfunc model keeps the file's name
+        pyfunc_dir = build_pyfunc_model(model_file, snapshot, Path(tmp))
+        files = {
+            f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}": model_file,
+            PYFUNC_ARTIFACT_PATH: pyfunc_dir,
+            **{f"reference/{name}": snapshot.root / name for name in REFERENCE_FILES},
+            **{f"reports/{name}.md": path for name, path in reports.items()},
+            "reports/blessing.json": blessing_path,
+        }
+        log_step(tracking_uri, run_id, "registration", files=files, retry=retry)
 
 
 def _create_once(registry: Registry, run_id: str, key: str, source: str, tags: dict[str, str]):

@@ -22,10 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import components.tracking  # noqa: F401 - sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
 from components.config import RegistryConfig
 from components.errors import UserError
-from components.registration.retry import call_with_retries
+from components.tracking import RetryPolicy  # also sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
 
 T = TypeVar("T")
 
@@ -89,14 +88,7 @@ class Registry:
 
     def call(self, fn: Callable[[], T], what: str) -> T:
         """``fn()`` with the configured bounded retries on transient failures."""
-        c = self.config
-        return call_with_retries(
-            fn,
-            what=what,
-            retries=c.retries,
-            backoff_seconds=c.retry_backoff_seconds,
-            max_backoff_seconds=c.retry_max_backoff_seconds,
-        )
+        return RetryPolicy.of(self.config).call(fn, what)
 
     def ensure_registered_model(self) -> None:
         """Create the registered model unless it exists (a concurrent creator is fine)."""

@@ -46,29 +46,25 @@ def prepare_run(
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     config = resolve_config(config_json, overrides)
-    import mlflow
-
-    from components.tracking import ensure_experiment, use_tracking
-
-    experiment_id = ensure_experiment(tracking_uri, config.registry.experiment)
-    use_tracking(tracking_uri)
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri)
-    existing = client.search_runs(
-        [experiment_id], filter_string=f"tags.`ctpipe.pipeline_run_id` = '{pipeline_run_id}'", max_results=1
+    from components.tracking import (
+        RetryPolicy,
+        bounded_mlflow_http,
+        ensure_experiment,
+        find_or_create_run,
+        log_step,
     )
-    if existing:
-        run_id = existing[0].info.run_id
-    else:
-        run = client.create_run(
-            experiment_id,
-            run_name=f"ctpipe-{pipeline_run_id}",
-            tags={
-                "ctpipe.pipeline_run_id": pipeline_run_id,
-                "ctpipe.trigger": trigger,
-                "ctpipe.data_uri": data_uri,
-                "ctpipe.git_commit": git_commit(),
-            },
+
+    policy = RetryPolicy.of(config.registry)
+    tags = {"ctpipe.trigger": trigger, "ctpipe.data_uri": data_uri, "ctpipe.git_commit": git_commit()}
+    with bounded_mlflow_http():
+        experiment_id = policy.call(lambda: ensure_experiment(tracking_uri, config.registry.experiment),
+                                    f"open experiment '{config.registry.experiment}'")
+        # Search before create on every attempt: a create whose response was lost may have succeeded.
+        run_id, created = policy.call(
+            lambda: find_or_create_run(tracking_uri, experiment_id, key_tag="ctpipe.pipeline_run_id",
+                                       key=pipeline_run_id, run_name=f"ctpipe-{pipeline_run_id}", tags=tags),
+            f"open the MLflow run of pipeline run {pipeline_run_id}",
         )
-        run_id = run.info.run_id
-        client.log_text(run_id, config.to_json(), "config/config.json")
+    if created:
+        log_step(tracking_uri, run_id, "prepare_run", documents={"config/config.json": config.to_dict()}, retry=policy)
     return PreparedRun(config_json=config.to_json(), mlflow_run_id=run_id)

@@ -17,205 +17,70 @@ They follow the seed guides' "trustworthy skeleton" advice and fail the run on a
 * ``finite``: no NaN/Inf in any loss or gradient; ``first_batch_roundtrip``: the first batch's tensors
   decode back to the raw values (and are saved as an artifact).
 
-Every training here is the trainer's own optimizer step (``components.training.step``: AdamW, the
+Every training here is the trainer's own optimizer step (``short_training.run_steps``: AdamW, the
 warmup + cosine schedule, clipping, accumulation) on one process, so a bug there is gated too.
+``check_model`` runs them all; ``gate.run_sanity_checks`` is the step around it (sample, dump, report).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any
 
 from components.config import Config
-from components.data.snapshot import load_snapshot
-from components.errors import SanityCheckError
-from components.sanity.first_batch import check_first_batch_roundtrip, decode_first_batch
-from components.sanity.report import (
-    CheckResult,
-    SanityResult,
-    failure_message,
-    log_to_mlflow,
-    render_report,
-    write_text,
+from components.sanity.paired_gain import PairedGain, paired_gain
+from components.sanity.report import CheckResult, SanityResult
+from components.sanity.sample import SanityData
+from components.sanity.short_training import (
+    LossFn,
+    StepTracker,
+    class_prior,
+    eval_logits,
+    eval_loss,
+    row_losses,
+    run_steps,
+    trainer_init,
 )
-from components.sanity.sample import SanityData, load_sanity_data
 
-__all__ = ["CheckResult", "SanityResult", "check_model", "run_sanity_checks"]
+__all__ = ["CheckResult", "SanityResult", "check_model"]
 
-LossFn = Callable[[Any, Any], Any]
 INDEPENDENCE_ROWS = 8
 INDEPENDENCE_TOL = 1e-6
 INPUT_DEPENDENCE_MIN = 1e-6
 GRADIENT_ROWS = 64
-OVERFIT_CHECK_EVERY = 10
 # Torch's default init leaves logits with a spread of their own: a loose bound, and a warning only.
 DEFAULT_INIT_TOLERANCE = 0.25
 
 
-# --- helpers -------------------------------------------------------------------------------------
-
-
-def _eval_logits(model, x_num, x_cat):
+def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, *, loss_fn: LossFn | None = None) -> list[CheckResult]:
+    """Run every model check with fresh models from ``factory`` (each seeded) and ``loss_fn``."""
     import torch
 
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        logits = model(x_num, x_cat).float()
-    model.train(was_training)
-    return logits
+    loss_fn = loss_fn or torch.nn.functional.cross_entropy
+    tracker = StepTracker()
+    timed: list[CheckResult] = []
+
+    def timed_run(fn, *args):
+        start = time.perf_counter()
+        res = fn(*args)
+        items = res if isinstance(res, list) else [res]
+        for item in items:
+            item.seconds = (time.perf_counter() - start) / len(items)
+        timed.extend(items)
+
+    timed_run(check_init_loss, factory, data, loss_fn, cfg.sanity.init_loss_tolerance)
+    timed_run(check_input_dependence, factory, data)
+    timed_run(check_gradients_flow, factory, data, loss_fn)
+    timed_run(check_batch_independence, factory, data)
+    timed_run(check_overfit_one_batch, factory, data, loss_fn, cfg, tracker)
+    timed_run(check_short_training, factory, data, loss_fn, cfg, tracker)
+    timed.append(check_finite(tracker))
+    return timed
 
 
-def _eval_loss(model, loss_fn: LossFn, x_num, x_cat, y) -> float:
-    return float(loss_fn(_eval_logits(model, x_num, x_cat), y))
-
-
-def _row_losses(model, loss_fn: LossFn, x_num, x_cat, y):
-    """Each row's loss in eval mode (cross-entropy at once; any other loss row by row)."""
-    import torch
-    import torch.nn.functional as F
-
-    logits = _eval_logits(model, x_num, x_cat)
-    if loss_fn is F.cross_entropy:
-        return F.cross_entropy(logits, y, reduction="none").double()
-    with torch.no_grad():
-        return torch.stack([loss_fn(logits[i : i + 1], y[i : i + 1]) for i in range(len(y))]).double()
-
-
-@dataclass
-class PairedGain:
-    """Mean per-row loss difference (baseline - model), its confidence bounds, relative to the baseline's loss."""
-
-    mean: float
-    half_width: float
-    reference_loss: float
-    rows: int
-
-    def _relative(self, value: float) -> float:
-        return value / self.reference_loss if self.reference_loss > 0 and math.isfinite(value) else float("nan")
-
-    @property
-    def relative(self) -> float:
-        return self._relative(self.mean)
-
-    @property
-    def lower(self) -> float:
-        return self._relative(self.mean - self.half_width)
-
-    @property
-    def upper(self) -> float:
-        return self._relative(self.mean + self.half_width)
-
-    def verdict(self, margin: float) -> str:
-        """pass: the interval lies above ``margin``; fail: at or below it; inconclusive: it straddles it."""
-        if not (math.isfinite(self.upper) and math.isfinite(self.lower)) or self.upper <= margin:
-            return "fail"
-        return "pass" if self.lower > margin else "inconclusive"
-
-
-def paired_gain(reference_rows, model_rows, confidence: float) -> PairedGain:
-    """How much lower ``model_rows`` are than ``reference_rows``, row by row, with one-sided bounds at ``confidence``.
-
-    The rows are independent draws, so the mean difference is normal to a good approximation
-    (central limit theorem, hundreds of rows): bounds mean -/+ z * sd / sqrt(n).
-    """
-    diff = (reference_rows - model_rows).double()
-    n = len(diff)
-    mean = float(diff.mean()) if n else float("nan")
-    sd = float(diff.std()) if n > 1 else float("nan")
-    half_width = NormalDist().inv_cdf(confidence) * sd / math.sqrt(n) if n > 1 else float("nan")
-    return PairedGain(mean, half_width, float(reference_rows.double().mean()) if n else float("nan"), n)
-
-
-def _class_prior(y, n_classes: int):
-    import torch
-
-    counts = torch.bincount(y, minlength=n_classes).double()
-    return counts / counts.sum()
-
-
-def _trainer_init(model, prior) -> Any:
-    """The head initialised as the trainer does: small weights, bias at the log class prior."""
-    from components.models.tabular import init_output_bias
-
-    if hasattr(model, "head"):
-        init_output_bias(model, prior.float())
-    return model
-
-
-class _Tracker:
-    """Counts non-finite losses/gradients seen during any training in the checks."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.non_finite = 0
-        self.first_bad: str = ""
-
-    def record(self, loss: float, grad_norm: float, where: str) -> bool:
-        self.steps += 1
-        if math.isfinite(loss) and math.isfinite(grad_norm):
-            return True
-        self.non_finite += 1
-        self.first_bad = self.first_bad or f"{where} step {self.steps}: loss {loss}, gradient norm {grad_norm}"
-        return False
-
-
-class _BatchOrder:
-    """Mini-batch indices in seeded epoch permutations (as a sampler without replacement draws them)."""
-
-    def __init__(self, n: int, batch: int, seed: int) -> None:
-        import torch
-
-        self.n, self.batch = n, min(batch, n)
-        self.gen = torch.Generator().manual_seed(seed)
-        self.order, self.position = torch.randperm(n, generator=self.gen), 0
-
-    def next(self):
-        import torch
-
-        if self.position + self.batch > self.n:
-            self.order, self.position = torch.randperm(self.n, generator=self.gen), 0
-        idx = self.order[self.position : self.position + self.batch]
-        self.position += self.batch
-        return idx
-
-
-def _run_steps(model, loss_fn: LossFn, x_num, x_cat, y, cfg: Config, *, steps: int, batch: int, seed: int,
-               tracker: _Tracker, where: str, stop: Callable[[], bool] | None = None) -> int:
-    """``steps`` optimizer steps of the trainer's own step function (AdamW, schedule, clipping, accumulation).
-
-    The schedule is the trainer's, with its warmup capped at half of ``steps`` so that a long warmup does
-    not leave the short run at a tiny learning rate. Returns the steps taken.
-    """
-    import torch
-
-    from components.training.step import build_optimizer, optimizer_step
-
-    t = cfg.train
-    optimizer, scheduler = build_optimizer(model, t, warmup_steps=min(t.warmup_steps, steps // 2), max_steps=steps)
-    order = _BatchOrder(len(y), batch, seed)
-    torch.manual_seed(seed)  # dropout masks: the same in every training of the checks
-    model.train()
-    for step in range(steps):
-        micro = []
-        for _ in range(t.grad_accum_steps):
-            idx = order.next()
-            micro.append((x_num[idx], x_cat[idx], y[idx]))
-        result = optimizer_step(model, micro, optimizer, scheduler, accum=t.grad_accum_steps,
-                                grad_clip=t.grad_clip, loss_fn=loss_fn)
-        if not tracker.record(result.loss, result.grad_norm, where):
-            return step + 1
-        if stop is not None and (step + 1) % OVERFIT_CHECK_EVERY == 0 and stop():
-            return step + 1
-    return steps
-
-
-# --- the checks ----------------------------------------------------------------------------------
+# --- the checks, in the order check_model runs them ------------------------------------------------
 
 
 def check_init_loss(factory, data: SanityData, loss_fn, tol: float) -> list[CheckResult]:
@@ -231,11 +96,11 @@ def check_init_loss(factory, data: SanityData, loss_fn, tol: float) -> list[Chec
     c = data.n_classes
     ln_c = math.log(c)
     bound = tol * ln_c
-    prior = _class_prior(data.y, c)
+    prior = class_prior(data.y, c)
     entropy = float(-(prior[prior > 0] * prior[prior > 0].log()).sum())
     out = []
     model = factory()
-    loss = _eval_loss(model, loss_fn, data.x_num, data.x_cat, data.y)
+    loss = eval_loss(model, loss_fn, data.x_num, data.x_cat, data.y)
     ok = abs(loss - ln_c) <= DEFAULT_INIT_TOLERANCE * ln_c
     out.append(CheckResult(
         "init_loss_default", ok, loss, f"abs(loss - ln C) <= {DEFAULT_INIT_TOLERANCE * ln_c:.4f} (ln {c} = {ln_c:.4f})",
@@ -247,8 +112,8 @@ def check_init_loss(factory, data: SanityData, loss_fn, tol: float) -> list[Chec
         ("init_loss_uniform", torch.full((c,), 1.0 / c), ln_c, f"ln {c} = {ln_c:.4f}"),
         ("init_loss_prior", prior.float(), entropy, f"the label entropy H = {entropy:.4f}"),
     ):
-        model = _trainer_init(factory(), target_prior)
-        loss = _eval_loss(model, loss_fn, data.x_num, data.x_cat, data.y)
+        model = trainer_init(factory(), target_prior)
+        loss = eval_loss(model, loss_fn, data.x_num, data.x_cat, data.y)
         ok = abs(loss - target) <= bound
         which = "a uniform" if name == "init_loss_uniform" else "the class"
         out.append(CheckResult(
@@ -261,7 +126,7 @@ def check_init_loss(factory, data: SanityData, loss_fn, tol: float) -> list[Chec
 
 def check_input_dependence(factory, data: SanityData) -> CheckResult:
     """The output at init varies across examples (a model that ignores its input does not)."""
-    logits = _eval_logits(factory(), data.x_num[:256], data.x_cat[:256])
+    logits = eval_logits(factory(), data.x_num[:256], data.x_cat[:256])
     spread = float(logits.std(dim=0).max()) if len(logits) > 1 else 0.0
     ok = spread > INPUT_DEPENDENCE_MIN
     return CheckResult(
@@ -278,7 +143,7 @@ def check_gradients_flow(factory, data: SanityData, loss_fn) -> CheckResult:
     """
     import torch
 
-    model = _trainer_init(factory(), _class_prior(data.y, data.n_classes)).train()
+    model = trainer_init(factory(), class_prior(data.y, data.n_classes)).train()
     n = min(GRADIENT_ROWS, len(data.y))
     torch.manual_seed(0)
     loss_fn(model(data.x_num[:n], data.x_cat[:n]).float(), data.y[:n]).backward()
@@ -359,7 +224,7 @@ def check_batch_independence(factory, data: SanityData) -> list[CheckResult]:
     """
     from torch import nn
 
-    model = _trainer_init(factory(), _class_prior(data.y, data.n_classes))
+    model = trainer_init(factory(), class_prior(data.y, data.n_classes))
     rows = min(INDEPENDENCE_ROWS, len(data.y))
     x_num, x_cat = data.x_num[:rows], data.x_cat[:rows]
     batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
@@ -401,21 +266,21 @@ def overfit_batch_rows(y, size: int):
     return torch.tensor(picked, dtype=torch.long)
 
 
-def check_overfit_one_batch(factory, data: SanityData, loss_fn, cfg: Config, tracker: _Tracker) -> CheckResult:
+def check_overfit_one_batch(factory, data: SanityData, loss_fn, cfg: Config, tracker: StepTracker) -> CheckResult:
     """Memorise ``sanity.overfit_batch_size`` rows of at least two classes: 100% accuracy, loss below the bound."""
     s = cfg.sanity
-    model = _trainer_init(factory(), _class_prior(data.y, data.n_classes))
+    model = trainer_init(factory(), class_prior(data.y, data.n_classes))
     idx = overfit_batch_rows(data.y, s.overfit_batch_size)
     xb, cb, yb = data.x_num[idx], data.x_cat[idx], data.y[idx]
     classes = int(len(set(yb.tolist())))
 
     def memorised() -> bool:
-        logits = _eval_logits(model, xb, cb)
+        logits = eval_logits(model, xb, cb)
         return bool((logits.argmax(dim=1) == yb).all()) and float(loss_fn(logits, yb)) < s.overfit_max_loss
 
-    steps = _run_steps(model, loss_fn, xb, cb, yb, cfg, steps=s.overfit_steps, batch=len(yb), seed=1,
+    steps = run_steps(model, loss_fn, xb, cb, yb, cfg, steps=s.overfit_steps, batch=len(yb), seed=1,
                        tracker=tracker, where="overfit", stop=memorised)
-    logits = _eval_logits(model, xb, cb)
+    logits = eval_logits(model, xb, cb)
     final = float(loss_fn(logits, yb))
     accuracy = float((logits.argmax(dim=1) == yb).double().mean())
     ok = math.isfinite(final) and final < s.overfit_max_loss and accuracy == 1.0 and classes >= 2
@@ -430,7 +295,7 @@ def check_overfit_one_batch(factory, data: SanityData, loss_fn, cfg: Config, tra
                        f"< {s.overfit_max_loss} and 100% accuracy within {s.overfit_steps} steps", text)
 
 
-def check_short_training(factory, data: SanityData, loss_fn, cfg: Config, tracker: _Tracker) -> list[CheckResult]:
+def check_short_training(factory, data: SanityData, loss_fn, cfg: Config, tracker: StepTracker) -> list[CheckResult]:
     """The same short training twice, on the data and on zeroed inputs, each judged by an interval.
 
     ``loss_decreases``: the per-row drop of the train sample's loss, relative to the loss at init, against
@@ -443,7 +308,7 @@ def check_short_training(factory, data: SanityData, loss_fn, cfg: Config, tracke
     import torch
 
     s, t = cfg.sanity, cfg.train
-    prior = _class_prior(data.y, data.n_classes)
+    prior = class_prior(data.y, data.n_classes)
     held_out = len(data.val_y) > 1
     vx, vc, vy = (data.val_x_num, data.val_x_cat, data.val_y) if held_out else (data.x_num, data.x_cat, data.y)
     variants = {
@@ -452,15 +317,15 @@ def check_short_training(factory, data: SanityData, loss_fn, cfg: Config, tracke
     }
     rows = {}
     for name, (xn, xc, y) in variants.items():
-        model = _trainer_init(factory(), prior)
+        model = trainer_init(factory(), prior)
         if name == "real":
-            before = _row_losses(model, loss_fn, xn, xc, y)
-        _run_steps(model, loss_fn, xn, xc, y, cfg, steps=s.short_train_steps, batch=t.batch_size, seed=2,
+            before = row_losses(model, loss_fn, xn, xc, y)
+        run_steps(model, loss_fn, xn, xc, y, cfg, steps=s.short_train_steps, batch=t.batch_size, seed=2,
                    tracker=tracker, where=f"short training ({name})")
         if name == "real":
-            rows["train_after"] = _row_losses(model, loss_fn, xn, xc, y)
+            rows["train_after"] = row_losses(model, loss_fn, xn, xc, y)
         zero = name == "zeroed"
-        rows[name] = _row_losses(model, loss_fn, torch.zeros_like(vx) if zero else vx,
+        rows[name] = row_losses(model, loss_fn, torch.zeros_like(vx) if zero else vx,
                                  torch.zeros_like(vc) if zero else vc, vy)
     level = f"{s.confidence:.0%}"
     drop = paired_gain(before, rows["train_after"], s.confidence)
@@ -496,86 +361,9 @@ def _judged(name: str, gain: PairedGain, margin: float, what: str, figures: str,
                        severity="warning")
 
 
-def check_finite(tracker: _Tracker) -> CheckResult:
+def check_finite(tracker: StepTracker) -> CheckResult:
     ok = tracker.non_finite == 0
     return CheckResult(
         "finite", ok, float(tracker.non_finite), "0 non-finite steps",
         f"{tracker.non_finite} of {tracker.steps} training steps had a NaN/Inf loss or gradient"
         + ("" if ok else f"; first at {tracker.first_bad}: check for log(0), division by zero or a too-high learning rate"))
-
-
-def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, *, loss_fn: LossFn | None = None) -> list[CheckResult]:
-    """Run every model check with fresh models from ``factory`` (each seeded) and ``loss_fn``."""
-    import torch
-
-    loss_fn = loss_fn or torch.nn.functional.cross_entropy
-    tracker = _Tracker()
-    timed: list[CheckResult] = []
-
-    def timed_run(fn, *args):
-        start = time.perf_counter()
-        res = fn(*args)
-        items = res if isinstance(res, list) else [res]
-        for item in items:
-            item.seconds = (time.perf_counter() - start) / len(items)
-        timed.extend(items)
-
-    timed_run(check_init_loss, factory, data, loss_fn, cfg.sanity.init_loss_tolerance)
-    timed_run(check_input_dependence, factory, data)
-    timed_run(check_gradients_flow, factory, data, loss_fn)
-    timed_run(check_batch_independence, factory, data)
-    timed_run(check_overfit_one_batch, factory, data, loss_fn, cfg, tracker)
-    timed_run(check_short_training, factory, data, loss_fn, cfg, tracker)
-    timed.append(check_finite(tracker))
-    return timed
-
-
-# --- the entry point -------------------------------------------------------------------------------
-
-
-def run_sanity_checks(
-    snapshot_dir: str, config: Config, *, report_path: str, first_batch_path: str, tracking_uri: str,
-    mlflow_run_id: str, model_factory: Callable[[], Any] | None = None, loss_fn: LossFn | None = None,
-) -> SanityResult:
-    """Run the checks on the configured model (or ``model_factory``) and a sample of the snapshot."""
-    started = time.perf_counter()
-    if not config.sanity.enabled:
-        result = SanityResult(skipped=True)
-        write_text(report_path, render_report(result, config, None))
-        write_text(first_batch_path, json.dumps({"skipped": True}))
-        log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path])
-        return result
-    import torch
-
-    from components.models.tabular import InputSpec, build_model
-
-    snapshot = load_snapshot(snapshot_dir)
-    data = load_sanity_data(snapshot, config)
-    prep = snapshot.preprocessing
-    spec = InputSpec(n_numeric=len(prep.numeric), cardinalities=prep.cardinalities, n_classes=len(prep.classes))
-
-    def default_factory():
-        return build_model(config.model, spec)
-
-    build = model_factory or default_factory
-
-    def seeded_factory():
-        torch.manual_seed(config.train.seed)  # every check starts from the same initial weights
-        return build()
-
-    dump = decode_first_batch(data.first_batch, prep, snapshot.schema.label)
-    write_text(first_batch_path, json.dumps(dump, indent=1))
-    checks = [check_first_batch_roundtrip(dump, data.first_batch.raw, snapshot.schema.label)]
-    # Tiny models: one thread is as fast, and far faster when the CPU is shared (2 threads spin-wait).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        checks += check_model(seeded_factory, data, config, loss_fn=loss_fn)
-    finally:
-        torch.set_num_threads(threads)
-    result = SanityResult(checks=checks, seconds=time.perf_counter() - started, sample=data.drawn)
-    write_text(report_path, render_report(result, config, dump))
-    log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path, first_batch_path])
-    if not result.passed:
-        raise SanityCheckError(failure_message(result, report_path))
-    return result

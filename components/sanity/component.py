@@ -14,13 +14,18 @@ def sanity_checks(
     mlflow_run_id: str,
     sanity_report: Output[Markdown],
     first_batch: Output[Artifact],
+    sanity_summary: Output[Artifact],
 ) -> str:
-    """Loss at init, overfit one batch and the other cheap checks; a failure stops the run. Returns a JSON summary."""
+    """Loss at init, overfit one batch and the other cheap checks; a failure stops the run.
+
+    Writes the summary JSON that evaluation and registration read as ``sanity_summary``, and returns the
+    same JSON (the train step takes it to run after the gate).
+    """
     import json
 
     from components.config import Config
     from components.kfp_support import step_status
-    from components.sanity.checks import run_sanity_checks
+    from components.sanity.gate import run_sanity_checks
 
     with step_status("sanity_checks") as record:
         result = run_sanity_checks(
@@ -28,6 +33,7 @@ def sanity_checks(
             Config.from_json(config_json),
             report_path=sanity_report.path,
             first_batch_path=first_batch.path,
+            summary_path=sanity_summary.path,
             tracking_uri=mlflow_tracking_uri,
             mlflow_run_id=mlflow_run_id,
         )

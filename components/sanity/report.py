@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,23 +85,15 @@ def render_report(result: SanityResult, cfg: Config, first_batch: dict[str, Any]
     return "\n".join(lines) + "\n"
 
 
-def log_to_mlflow(tracking_uri: str, run_id: str, result: SanityResult, paths: list[str]) -> None:
-    if not tracking_uri or not run_id:
-        return
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric
+def log_to_mlflow(tracking_uri: str, run_id: str, result: SanityResult, paths: list[str], config: Config) -> None:
+    """Each check's figure as ``sanity.<check>``, the verdict as ``ctpipe.sanity``, the files under ``sanity/``."""
+    from components.tracking import RetryPolicy, log_step
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    now = int(time.time() * 1000)
-    metrics = [Metric(f"sanity.{c.name}", float(c.value), now, 0) for c in result.checks
-               if c.value is not None and math.isfinite(c.value)]
-    # One batched write: each separate log_metric is its own database transaction.
-    client.log_batch(run_id, metrics=[*metrics, Metric("sanity.seconds", float(result.seconds), now, 0)])
-    client.set_tag(run_id, "ctpipe.sanity", "skipped" if result.skipped else ("passed" if result.passed else "failed"))
-    for path in paths:
-        if path and Path(path).is_file():
-            client.log_artifact(run_id, path, artifact_path="sanity")
-    client.log_dict(run_id, result.summary(), "sanity/summary.json")
+    status = "skipped" if result.skipped else ("passed" if result.passed else "failed")
+    log_step(tracking_uri, run_id, "sanity",
+             metrics={**{f"sanity.{c.name}": c.value for c in result.checks}, "sanity.seconds": result.seconds},
+             tags={"ctpipe.sanity": status}, files={f"sanity/{Path(p).name}": p for p in paths if p},
+             documents={"sanity/summary.json": result.summary()}, retry=RetryPolicy.of(config.registry))
 
 
 def write_text(path: str, text: str) -> None:

@@ -158,21 +158,19 @@ def load_suite_file(path: str | Path) -> dict[str, Any]:
 
 def champion_suite(tracking_uri: str, config) -> tuple[dict[str, Any], dict[str, Any] | None, str] | None:
     """The champion's stored suite and reference stats, and its version; None without a champion."""
-    from components.tracking import download_version_file, get_alias_version
+    from components.tracking import fetch_champion_files
 
     if not tracking_uri:
         return None
-    version = get_alias_version(tracking_uri, config.registry.model_name, config.registry.champion_alias)
-    if version is None:
-        return None
     with tempfile.TemporaryDirectory() as tmp:
-        suite_file = download_version_file(tracking_uri, version, "reference/suite.json", tmp)
-        if suite_file is None:
+        found = fetch_champion_files(tracking_uri, config.registry,
+                                     ["reference/suite.json", "reference/reference_stats.json"], tmp)
+        if found is None or found.files["reference/suite.json"] is None:
             return None
-        suite = load_suite_file(suite_file)
-        stats_file = download_version_file(tracking_uri, version, "reference/reference_stats.json", tmp)
+        suite = load_suite_file(found.files["reference/suite.json"])
+        stats_file = found.files["reference/reference_stats.json"]
         stats = json.loads(Path(stats_file).read_text()) if stats_file else None
-    return suite, stats, str(version.version)
+    return suite, stats, found.version
 
 
 def suite_schema(suite: dict[str, Any]) -> dict[str, Any] | None:

@@ -32,6 +32,8 @@ from components.data.snapshot import (
     write_snapshot,
 )
 from components.errors import DataValidationError, UserError
+from components.step_results import VALIDATION_FILE
+from components.tracking import RetryPolicy, log_step
 from components.validation import checks
 from components.validation.findings import ERROR, Finding, errors, warnings
 from components.validation.report import ValidationSummary, write_reports
@@ -61,6 +63,56 @@ class ValidationResult:
     def summary(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint, "rows": self.rows, "warnings": self.warnings,
                 "suite_source": self.suite_source, "seconds": round(self.seconds, 3)}
+
+
+def validate_data(
+    data_uri: str, config: Config, *, snapshot_dir: str, data_docs_path: str, report_path: str,
+    tracking_uri: str, mlflow_run_id: str,
+) -> ValidationResult:
+    """Validate the data under ``data_uri`` and write the snapshot; raise DataValidationError on errors."""
+    started = time.perf_counter()
+    summary = ValidationSummary(data_uri=data_uri)
+    try:
+        outcome = _run(data_uri, config, tracking_uri, summary)
+    except UserError as err:  # unreadable root/file, unknown label, broken suite: still write the reports
+        summary.findings.append(Finding(check="read_data", passed=False, severity=ERROR, source="structure",
+                                        message=str(err).rstrip(".")))
+        outcome = _Outcome(None, None)
+    if not errors(summary.findings) and outcome.inputs is not None:
+        t = time.perf_counter()
+        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint)
+        summary.seconds["write_snapshot"] = time.perf_counter() - t
+        # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
+        (Path(snapshot_dir) / VALIDATION_FILE).write_text(json.dumps(summary_json(summary), default=str))
+    write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
+    suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
+    _log_to_mlflow(tracking_uri, mlflow_run_id, summary, [data_docs_path, report_path, suite_copy], config)
+    if errors(summary.findings):
+        raise DataValidationError(_error_message(summary, report_path))
+    return ValidationResult(
+        fingerprint=summary.fingerprint,
+        rows=summary.rows,
+        warnings=[f.headline() for f in warnings(summary.findings)],
+        suite_source=summary.suite_source,
+        seconds=time.perf_counter() - started,
+        findings=summary.findings,
+    )
+
+
+def profile_data_suite(data_uri: str, config: Config) -> dict[str, Any]:
+    """A suite profiled from the train split of ``data_uri`` (the data must pass the other checks)."""
+    import dataclasses
+    import tempfile
+
+    profiling = dataclasses.replace(
+        config, validation=dataclasses.replace(config.validation, suite_path=None, use_champion_suite=False))
+    with tempfile.TemporaryDirectory() as tmp:
+        validate_data(data_uri, profiling, snapshot_dir=f"{tmp}/snapshot", data_docs_path="", report_path="",
+                      tracking_uri="", mlflow_run_id="")
+        return json.loads(Path(f"{tmp}/snapshot/suite.json").read_text())
+
+
+# --- helpers ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -228,13 +280,7 @@ def _error_message(summary: ValidationSummary, report_path: str) -> str:
             f"Fix the data; if the change is intended, {review}.{where}")
 
 
-def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, paths: list[str]) -> None:
-    if not tracking_uri or not run_id:
-        return
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric
-
-    client = MlflowClient(tracking_uri=tracking_uri)
+def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, paths: list[str], config: Config) -> None:
     figures = {
         "validation.errors": len(errors(summary.findings)),
         "validation.warnings": len(warnings(summary.findings)),
@@ -242,14 +288,10 @@ def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, p
         "validation.seconds": sum(summary.seconds.values()),
         **{f"validation.rows_{k}": v for k, v in summary.rows.items()},
     }
-    # One batched write: each separate log_metric is its own database transaction.
-    now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in figures.items()])
-    client.set_tag(run_id, "ctpipe.validation", "passed" if summary.passed else "failed")
-    for path in paths:
-        if path and Path(path).is_file():
-            client.log_artifact(run_id, path, artifact_path="validation")
-    client.log_dict(run_id, json.loads(json.dumps(summary_json(summary), default=str)), "validation/summary.json")
+    log_step(tracking_uri, run_id, "validation", metrics=figures,
+             tags={"ctpipe.validation": "passed" if summary.passed else "failed"},
+             files={f"validation/{Path(p).name}": p for p in paths if p},
+             documents={"validation/summary.json": summary_json(summary)}, retry=RetryPolicy.of(config.registry))
 
 
 def summary_json(summary: ValidationSummary) -> dict[str, Any]:
@@ -265,51 +307,3 @@ def summary_json(summary: ValidationSummary) -> dict[str, Any]:
         "findings": [f.to_dict() for f in summary.findings],
         "seconds": summary.seconds,
     }
-
-
-def validate_data(
-    data_uri: str, config: Config, *, snapshot_dir: str, data_docs_path: str, report_path: str,
-    tracking_uri: str, mlflow_run_id: str,
-) -> ValidationResult:
-    """Validate the data under ``data_uri`` and write the snapshot; raise DataValidationError on errors."""
-    started = time.perf_counter()
-    summary = ValidationSummary(data_uri=data_uri)
-    try:
-        outcome = _run(data_uri, config, tracking_uri, summary)
-    except UserError as err:  # unreadable root/file, unknown label, broken suite: still write the reports
-        summary.findings.append(Finding(check="read_data", passed=False, severity=ERROR, source="structure",
-                                        message=str(err).rstrip(".")))
-        outcome = _Outcome(None, None)
-    if not errors(summary.findings) and outcome.inputs is not None:
-        t = time.perf_counter()
-        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint)
-        summary.seconds["write_snapshot"] = time.perf_counter() - t
-        # Beside the snapshot, so later steps (registration tags) read the warnings without parsing Markdown.
-        (Path(snapshot_dir) / "validation.json").write_text(json.dumps(summary_json(summary), default=str))
-    write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
-    suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
-    _log_to_mlflow(tracking_uri, mlflow_run_id, summary, [data_docs_path, report_path, suite_copy])
-    if errors(summary.findings):
-        raise DataValidationError(_error_message(summary, report_path))
-    return ValidationResult(
-        fingerprint=summary.fingerprint,
-        rows=summary.rows,
-        warnings=[f.headline() for f in warnings(summary.findings)],
-        suite_source=summary.suite_source,
-        seconds=time.perf_counter() - started,
-        findings=summary.findings,
-    )
-
-
-
-def profile_data_suite(data_uri: str, config: Config) -> dict[str, Any]:
-    """A suite profiled from the train split of ``data_uri`` (the data must pass the other checks)."""
-    import dataclasses
-    import tempfile
-
-    profiling = dataclasses.replace(
-        config, validation=dataclasses.replace(config.validation, suite_path=None, use_champion_suite=False))
-    with tempfile.TemporaryDirectory() as tmp:
-        validate_data(data_uri, profiling, snapshot_dir=f"{tmp}/snapshot", data_docs_path="", report_path="",
-                      tracking_uri="", mlflow_run_id="")
-        return json.loads(Path(f"{tmp}/snapshot/suite.json").read_text())

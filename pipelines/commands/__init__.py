@@ -1,4 +1,4 @@
-"""CLI subcommands: every module here exposes ``register(subparsers)``; ``pipelines.cli`` finds them."""
+"""CLI subcommands, one module each with ``register(subparsers)``, listed in ``pipelines.cli.COMMANDS``; shared options."""
 
 from __future__ import annotations
 

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines import deploy
     from pipelines.cluster_config import load_cluster_config
     from pipelines.continuous_training import PIPELINE_NAME
+    from pipelines.kfp_client import connect
 
     if args.schedule:
         deploy.validate_cron(args.schedule)  # fail before compiling or contacting anything
@@ -70,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
             if not package.is_file():
                 raise UserError(f"--package '{args.package}' does not exist; compile with 'ctpipe compile --out FILE'.")
         else:
-            from pipelines.cli import compile_pipeline
+            from pipelines.compile import compile_pipeline
 
             package = compile_pipeline(Path(tmp) / "pipeline.yaml", args.config, args.overrides, args.image)
         version = args.version or deploy.default_version_name(package)
-        client = deploy.connect(args.host, namespace=args.namespace, token_file=args.token_file)
+        client = connect(args.host, namespace=args.namespace, token_file=args.token_file)
         with api_errors("deploy the pipeline"):
             result = deploy.deploy(
                 client,

@@ -102,7 +102,7 @@ def _print_record(record: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from components.registration.registry import RegistryBusyError
-    from components.registration.retry import RegistryUnavailableError
+    from components.tracking import RegistryUnavailableError
 
     try:
         return _dispatch(args)
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     from components.registration.catalog import list_versions, show_version
-    from components.registration.retry import bounded_mlflow_http
+    from components.tracking import bounded_mlflow_http
 
     with bounded_mlflow_http():
         registry = _registry(args)

@@ -54,22 +54,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
-    from pipelines import deploy
+    from pipelines import kfp_runs
     from pipelines.cluster_config import load_cluster_config
+    from pipelines.kfp_client import connect
 
     # Validates --config and --set before contacting the server; the file travels as config_json, over the
     # same cluster defaults the pipeline was compiled with (else it would bring back train.backend=local).
     config = load_cluster_config(args.config, args.overrides)
     config_json = config.to_json() if args.config else None
-    parameters = deploy.run_parameters(
+    parameters = kfp_runs.run_parameters(
         trigger=args.trigger, data_uri=args.data, overrides=args.overrides, config_json=config_json, extra=params
     )
-    client = deploy.connect(args.host, namespace=args.namespace, token_file=args.token_file)
+    client = connect(args.host, namespace=args.namespace, token_file=args.token_file)
     with api_errors("start the run"):
-        created = deploy.submit_run(
+        created = kfp_runs.submit_run(
             client,
             parameters=parameters,
-            run_name=args.run_name or deploy.default_run_name(args.trigger),
+            run_name=args.run_name or kfp_runs.default_run_name(args.trigger),
             experiment=args.experiment,
             namespace=args.namespace,
             service_account=args.service_account or config.kubernetes.service_account,
@@ -78,7 +79,7 @@ def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
     if args.wait is None:
         return 0
     with api_errors("report the run's state"):
-        state = deploy.wait_for_run(client, created.run_id, timeout=args.wait)
+        state = kfp_runs.wait_for_run(client, created.run_id, timeout=args.wait)
     print(json.dumps({"run_id": created.run_id, "state": state}))
     return 0 if state == "SUCCEEDED" else 1
 

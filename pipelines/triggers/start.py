@@ -217,7 +217,7 @@ class KfpStarter:
         self.config_json = config_json
 
     def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
-        from pipelines.deploy import run_parameters, submit_run
+        from pipelines.kfp_runs import run_parameters, submit_run
 
         run_name = kfp_run_name(trigger, fingerprint, attempt_of(record_path))
         params = run_parameters(
@@ -248,7 +248,7 @@ class KfpStarter:
     def is_active(self, record: dict[str, Any]) -> bool:
         from kfp_server_api.exceptions import ApiException
 
-        from pipelines.deploy import run_is_active
+        from pipelines.kfp_runs import run_is_active
 
         if record.get("status") not in ACTIVE:
             return False
@@ -266,7 +266,7 @@ class KfpStarter:
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
         from kfp_server_api.exceptions import ApiException
 
-        from pipelines.deploy import ACTIVE_RUN_STATES
+        from pipelines.kfp_runs import ACTIVE_RUN_STATES
 
         if record.get("status") not in ACTIVE:
             return {}

@@ -12,7 +12,11 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from components.config import RegistryConfig
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -37,6 +41,25 @@ _TRANSIENT_TEXT = (
 
 class RegistryUnavailableError(RuntimeError):
     """MLflow stayed unreachable through every retry; the message says what was (not) done."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently an MLflow call is retried (``registry.retries`` and its backoffs)."""
+
+    retries: int = 5
+    backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 15.0
+
+    @classmethod
+    def of(cls, registry: RegistryConfig) -> RetryPolicy:
+        """The policy the config's ``registry`` section sets."""
+        return cls(registry.retries, registry.retry_backoff_seconds, registry.retry_max_backoff_seconds)
+
+    def call(self, fn: Callable[[], T], what: str, *, sleep: Callable[[float], None] = time.sleep) -> T:
+        """``fn()``, retried on transient failures; ``what`` completes "MLflow was unavailable while trying to …"."""
+        return call_with_retries(fn, what=what, retries=self.retries, backoff_seconds=self.backoff_seconds,
+                                 max_backoff_seconds=self.max_backoff_seconds, sleep=sleep)
 
 
 def is_transient(err: BaseException) -> bool:

@@ -1,4 +1,4 @@
-"""MLflow access shared by the steps: the tracking URI, experiments, and the champion's files.
+"""The MLflow store: its URI, experiments, the pipeline run's MLflow run, aliases and version files.
 
 Locally the tracking store is SQLite in the ctpipe home; on a cluster it is the MLflow server from
 ``manifests/``. Experiments are always created with an explicit artifact location (MLflow 3 would
@@ -7,11 +7,15 @@ otherwise pick one relative to the current directory).
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+from components.tracking.retry import RetryPolicy, bounded_mlflow_http
+
+if TYPE_CHECKING:
+    from components.config import RegistryConfig
 
 
 def local_tracking_uri(home: str | Path) -> str:
@@ -86,3 +90,54 @@ def download_version_file(tracking_uri: str, version, relative_path: str, dst_di
         return None
     path = Path(local)
     return path if path.exists() else None
+
+
+def find_or_create_run(
+    tracking_uri: str, experiment_id: str, *, key_tag: str, key: str, run_name: str, tags: dict[str, str]
+) -> tuple[str, bool]:
+    """The run of ``experiment_id`` tagged ``key_tag=key``, else a new one with ``tags``; (run id, created)."""
+    import mlflow
+
+    use_tracking(tracking_uri)
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+    existing = client.search_runs([experiment_id], filter_string=f"tags.`{key_tag}` = '{key}'", max_results=1)
+    if existing:
+        return existing[0].info.run_id, False
+    run = client.create_run(experiment_id, run_name=run_name, tags={**tags, key_tag: key})
+    return run.info.run_id, True
+
+
+def run_tags(tracking_uri: str, run_id: str) -> dict[str, str]:
+    """The tags of run ``run_id``."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    return dict(client.get_run(run_id).data.tags)
+
+
+@dataclass
+class VersionFiles:
+    """A model version's number and files of its run, downloaded; a file not logged maps to None."""
+
+    version: str
+    files: dict[str, Path | None]
+
+
+def fetch_champion_files(
+    tracking_uri: str, registry: RegistryConfig, relative_paths: list[str], dst_dir: str | Path
+) -> VersionFiles | None:
+    """The champion (``registry.champion_alias``) and the given files of its run, retried; None without one."""
+    policy = RetryPolicy.of(registry)
+    alias, model = registry.champion_alias, registry.model_name
+    with bounded_mlflow_http():
+        version = policy.call(lambda: get_alias_version(tracking_uri, model, alias),
+                              f"look up the '{alias}' alias of '{model}'")
+        if version is None:
+            return None
+        number = str(version.version)
+        files = {
+            path: policy.call(lambda path=path: download_version_file(tracking_uri, version, path, dst_dir),
+                              f"download '{path}' of the {alias} (version {number})")
+            for path in relative_paths
+        }
+    return VersionFiles(number, files)

@@ -1,9 +1,9 @@
-"""The one typed configuration of a ctpipe run.
+"""The config sections: one typed dataclass per part of a run, validated at construction, and ``Config``.
 
-Each section is a keyword-only dataclass owned by the step it configures and validated at
-construction, so a bad value fails before any work starts, naming the field and what is allowed.
-A config is built from defaults, then a YAML/JSON file, then ``--set section.field=value`` overrides,
-and travels between pipeline steps as JSON (``Config.to_json`` / ``Config.from_json``).
+Each section is a keyword-only dataclass owned by the step it configures and validated in
+``__post_init__``, so a bad value fails before any work starts, naming the field and what is allowed.
+``Config`` holds them all and travels between pipeline steps as JSON (``to_json`` / ``from_json``).
+Building from plain values is ``coerce.py``; files and ``--set`` overrides are ``loading.py``.
 """
 
 from __future__ import annotations
@@ -12,14 +12,10 @@ import dataclasses
 import json
 import math
 import re
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from components.config.coerce import build_dataclass
 from components.errors import ConfigError
 
 TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
@@ -521,205 +517,8 @@ class Config:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Config:
-        return _build(cls, values, "")
+        return build_dataclass(cls, values, "")
 
     @classmethod
     def from_json(cls, text: str) -> Config:
         return cls.from_dict(json.loads(text))
-
-
-# --- building dataclasses from plain values, with errors that name the field -------------------
-
-
-def _build(kind: type, values: Any, where: str) -> Any:
-    if not isinstance(values, dict):
-        raise ConfigError(f"invalid config value for '{where or 'config'}': expected a mapping, got {values!r}")
-    hints = typing.get_type_hints(kind)
-    fields = {f.name: f for f in dataclasses.fields(kind)}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        name = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise ConfigError(
-            f"unknown config key '{name}'; allowed keys{' in ' + where if where else ''}: {', '.join(sorted(fields))}"
-        )
-    kwargs = {
-        name: _coerce(hints[name], value, f"{where}.{name}" if where else name) for name, value in values.items()
-    }
-    return kind(**kwargs)
-
-
-def _coerce(hint: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint):
-            return value
-        return _build(hint, value, where)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, where)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(errors[0] if errors else f"invalid config value for '{where}': {value!r}")
-    if origin is Literal:
-        if value not in args:
-            allowed = ", ".join(repr(a) for a in args)
-            raise ConfigError(f"invalid config value for '{where}': {value!r}; allowed: {allowed}")
-        return value
-    if origin is list:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"invalid config value for '{where}': expected a list, got {value!r}")
-        return [_coerce(args[0], v, f"{where}[{i}]") if args else v for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"invalid config value for '{where}': expected a mapping, got {value!r}")
-        return {str(k): _coerce(args[1], v, f"{where}.{k}") if args else v for k, v in value.items()}
-    if hint is Any:
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"invalid config value for '{where}': {value!r} is not a boolean (true/false)")
-    if hint is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"invalid config value for '{where}': {value!r} is not an integer")
-        if isinstance(value, float) and value.is_integer():
-            return int(value)  # KFP hands integers over as floats
-        try:
-            return int(value) if not isinstance(value, float) else _fail_int(value, where)
-        except (TypeError, ValueError):
-            raise ConfigError(f"invalid config value for '{where}': {value!r} is not an integer") from None
-    if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number") from None
-    if hint is str:
-        if not isinstance(value, str | int | float):
-            raise ConfigError(f"invalid config value for '{where}': expected text, got {value!r}")
-        return str(value)
-    return value
-
-
-def _fail_int(value: float, where: str) -> int:
-    raise ConfigError(f"invalid config value for '{where}': {value!r} is not an integer")
-
-
-# --- files and --set overrides ------------------------------------------------------------------
-
-
-def parse_set_value(text: str) -> Any:
-    """Parse the value of ``--set key=value`` as YAML (numbers, booleans, lists, null), else keep text."""
-    try:
-        return yaml.safe_load(text) if text != "" else ""
-    except yaml.YAMLError:
-        return text
-
-
-def apply_override(values: dict[str, Any], assignment: str) -> None:
-    """Apply one ``section.field[.key]=value`` assignment to a nested dict of config values."""
-    if "=" not in assignment:
-        raise ConfigError(f"invalid --set '{assignment}': expected KEY=VALUE, e.g. train.max_steps=200")
-    key, _, raw = assignment.partition("=")
-    parts = [p for p in key.strip().split(".") if p]
-    if len(parts) < 2:
-        raise ConfigError(
-            f"invalid --set key '{key}': expected SECTION.FIELD, e.g. train.max_steps; sections: "
-            + ", ".join(f.name for f in dataclasses.fields(Config))
-        )
-    node = values
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"invalid --set key '{key}': '{part}' is a value, not a section")
-        node = child
-    node[parts[-1]] = parse_set_value(raw)
-
-
-def merge_values(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in update.items():
-        out[k] = merge_values(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: dict[str, Any] | None = None
-) -> Config:
-    """Defaults (``defaults`` over the dataclass ones), then the YAML/JSON file at ``path``, then ``--set``
-    overrides; validated."""
-    values = Config().to_dict()
-    if defaults:
-        _reject_unknown(defaults)
-        values = _replace_whole_maps(merge_values(values, defaults), defaults)
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file '{p}' does not exist; pass an existing YAML or JSON file to --config")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file '{p}' is not valid YAML/JSON: {err}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
-        _reject_unknown(loaded)
-        values = _replace_whole_maps(merge_values(values, loaded), loaded)
-    update: dict[str, Any] = {}
-    whole: dict[str, Any] = {}
-    for assignment in overrides or []:
-        apply_override(update, assignment)
-        # `--set evaluate.thresholds={}` names a whole map: it replaces the default, not merges into it.
-        key = assignment.partition("=")[0].strip().split(".")
-        if len(key) == 2:
-            apply_override(whole, assignment)
-    _reject_unknown(update)
-    values = _replace_whole_maps(merge_values(values, update), whole)
-    return Config.from_dict(values)
-
-
-def _map_fields() -> set[tuple[str, str]]:
-    """(section, field) pairs whose type is a mapping, e.g. evaluate.thresholds."""
-    out = set()
-    for section in dataclasses.fields(Config):
-        hint = typing.get_type_hints(Config)[section.name]
-        for name, field_hint in typing.get_type_hints(hint).items():
-            if typing.get_origin(field_hint) is dict:
-                out.add((section.name, name))
-    return out
-
-
-def _replace_whole_maps(values: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    # A mapping given in full (in a file, or as one --set value) replaces the default mapping, so
-    # `thresholds: {}` really means "no thresholds" instead of keeping the default ones.
-    for section, name in _map_fields():
-        if isinstance(given.get(section), dict) and name in given[section]:
-            values[section][name] = given[section][name]
-    return values
-
-
-def _reject_unknown(values: dict[str, Any]) -> None:
-    # Validate keys eagerly so an unknown key is reported even if merging would hide it.
-    sections = {f.name: f for f in dataclasses.fields(Config)}
-    for name, section in values.items():
-        if name not in sections:
-            raise ConfigError(f"unknown config section '{name}'; allowed: {', '.join(sections)}")
-        if isinstance(section, dict):
-            hint = typing.get_type_hints(Config)[name]
-            allowed = {f.name for f in dataclasses.fields(hint)}
-            for key in section:
-                if key not in allowed:
-                    raise ConfigError(
-                        f"unknown config key '{name}.{key}'; allowed keys in {name}: {', '.join(sorted(allowed))}"
-                    )

@@ -1,0 +1,52 @@
+"""The one typed configuration of a ctpipe run: its sections, and loading it from files and ``--set``.
+
+    from components.config import Config, load_config
+    config = load_config("my.yaml", ["train.max_steps=200"])
+
+``sections.py`` holds the dataclasses (one per part of a run, validated at construction) and ``Config``;
+``loading.py`` merges defaults, a YAML/JSON file and ``--set`` overrides; ``coerce.py`` turns plain values
+into typed sections with errors that name the field. Everything a caller needs is importable from here.
+"""
+
+from components.config.loading import apply_override, load_config, merge_values, parse_set_value
+from components.config.sections import (
+    EVALUATION_METRICS,
+    TRIGGERS,
+    Config,
+    DataConfig,
+    EvaluationConfig,
+    KubernetesConfig,
+    ModelConfig,
+    RegistryConfig,
+    SanityConfig,
+    SelectionConfig,
+    Threshold,
+    TrainConfig,
+    ValidationConfig,
+    WatchConfig,
+    metric_direction,
+)
+from components.errors import ConfigError
+
+__all__ = [
+    "EVALUATION_METRICS",
+    "TRIGGERS",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "EvaluationConfig",
+    "KubernetesConfig",
+    "ModelConfig",
+    "RegistryConfig",
+    "SanityConfig",
+    "SelectionConfig",
+    "Threshold",
+    "TrainConfig",
+    "ValidationConfig",
+    "WatchConfig",
+    "apply_override",
+    "load_config",
+    "merge_values",
+    "metric_direction",
+    "parse_set_value",
+]

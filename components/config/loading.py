@@ -1,0 +1,124 @@
+"""Load a config: defaults, then a YAML/JSON file, then ``--set section.field=value`` overrides, validated.
+
+    config = load_config("my.yaml", ["train.max_steps=200", "evaluate.thresholds={}"])
+
+A mapping given in full (in a file, or as one ``--set`` value) replaces the default mapping; unknown
+sections and keys are refused before anything is merged, so none is silently dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.config.sections import Config
+from components.errors import ConfigError
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: dict[str, Any] | None = None
+) -> Config:
+    """Defaults (``defaults`` over the dataclass ones), then the YAML/JSON file at ``path``, then ``--set``
+    overrides; validated."""
+    values = Config().to_dict()
+    if defaults:
+        _reject_unknown(defaults)
+        values = _replace_whole_maps(merge_values(values, defaults), defaults)
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file '{p}' does not exist; pass an existing YAML or JSON file to --config")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file '{p}' is not valid YAML/JSON: {err}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
+        _reject_unknown(loaded)
+        values = _replace_whole_maps(merge_values(values, loaded), loaded)
+    update: dict[str, Any] = {}
+    whole: dict[str, Any] = {}
+    for assignment in overrides or []:
+        apply_override(update, assignment)
+        # `--set evaluate.thresholds={}` names a whole map: it replaces the default, not merges into it.
+        key = assignment.partition("=")[0].strip().split(".")
+        if len(key) == 2:
+            apply_override(whole, assignment)
+    _reject_unknown(update)
+    values = _replace_whole_maps(merge_values(values, update), whole)
+    return Config.from_dict(values)
+
+
+def parse_set_value(text: str) -> Any:
+    """Parse the value of ``--set key=value`` as YAML (numbers, booleans, lists, null), else keep text."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(values: dict[str, Any], assignment: str) -> None:
+    """Apply one ``section.field[.key]=value`` assignment to a nested dict of config values."""
+    if "=" not in assignment:
+        raise ConfigError(f"invalid --set '{assignment}': expected KEY=VALUE, e.g. train.max_steps=200")
+    key, _, raw = assignment.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if len(parts) < 2:
+        raise ConfigError(
+            f"invalid --set key '{key}': expected SECTION.FIELD, e.g. train.max_steps; sections: "
+            + ", ".join(f.name for f in dataclasses.fields(Config))
+        )
+    node = values
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"invalid --set key '{key}': '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = parse_set_value(raw)
+
+
+def merge_values(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in update.items():
+        out[k] = merge_values(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _map_fields() -> set[tuple[str, str]]:
+    """(section, field) pairs whose type is a mapping, e.g. evaluate.thresholds."""
+    out = set()
+    for section in dataclasses.fields(Config):
+        hint = typing.get_type_hints(Config)[section.name]
+        for name, field_hint in typing.get_type_hints(hint).items():
+            if typing.get_origin(field_hint) is dict:
+                out.add((section.name, name))
+    return out
+
+
+def _replace_whole_maps(values: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    # A mapping given in full (in a file, or as one --set value) replaces the default mapping, so
+    # `thresholds: {}` really means "no thresholds" instead of keeping the default ones.
+    for section, name in _map_fields():
+        if isinstance(given.get(section), dict) and name in given[section]:
+            values[section][name] = given[section][name]
+    return values
+
+
+def _reject_unknown(values: dict[str, Any]) -> None:
+    # Validate keys eagerly so an unknown key is reported even if merging would hide it.
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    for name, section in values.items():
+        if name not in sections:
+            raise ConfigError(f"unknown config section '{name}'; allowed: {', '.join(sections)}")
+        if isinstance(section, dict):
+            hint = typing.get_type_hints(Config)[name]
+            allowed = {f.name for f in dataclasses.fields(hint)}
+            for key in section:
+                if key not in allowed:
+                    raise ConfigError(
+                        f"unknown config key '{name}.{key}'; allowed keys in {name}: {', '.join(sorted(allowed))}"
+                    )

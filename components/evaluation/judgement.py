@@ -1,0 +1,136 @@
+"""Judge a candidate on one test split: paired evidence against the champion and the prior, overall and per slice.
+
+The rules themselves (value floors, change bounds, Bonferroni-corrected slice levels) are in
+``blessing.py``; this applies them to a candidate's, the champion's and the prior predictor's
+probabilities on the same rows (``evaluate.evaluate_candidate`` scores the models).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from components.config import Config
+from components.errors import UserError
+from components.evaluation.blessing import (
+    Check,
+    Evidence,
+    collect_evidence,
+    interval_checks,
+    judge,
+    slice_rules,
+)
+from components.evaluation.metrics import compute_metrics, prior_probabilities
+
+MISSING_SLICE = "<missing>"
+
+
+@dataclass
+class Judgement:
+    """The blessing rules applied to a candidate's evidence on one test split."""
+
+    passed: bool  # rules exist, at least one applied, and every check passed
+    applied: bool
+    checks: list[Check]
+    evidence: dict[str, Evidence]
+    slices: list[dict[str, Any]]
+
+
+def judge_candidate(
+    y: np.ndarray,
+    p_candidate: np.ndarray,
+    p_champion: np.ndarray | None,
+    config: Config,
+    frame: pd.DataFrame,
+    numeric_columns: list[str],
+) -> Judgement:
+    """Paired evidence of candidate vs champion vs the prior predictor, judged by ``config.evaluate``."""
+    ev = config.evaluate
+    baseline = prior_probabilities(y, p_candidate.shape[1])
+    evidence = collect_evidence(
+        y, p_candidate, p_champion, baseline, samples=ev.bootstrap_samples, seed=ev.seed, confidence=ev.confidence
+    )
+    checks = judge(ev.thresholds, evidence)
+    slices, slice_checks = evaluate_slices(frame, y, p_candidate, p_champion, config, numeric_columns)
+    # A first model under change-only rules meets no rule at all: that is not a blessing either.
+    applied = bool(checks)
+    passed = bool(ev.thresholds) and applied and all(c.passed for c in checks + slice_checks)
+    return Judgement(passed, applied, checks + slice_checks, evidence, slices)
+
+
+def slice_labels(frame: pd.DataFrame, column: str, numeric: bool) -> pd.Series:
+    """Each row's slice value: the category, or the quartile bin of a numeric column."""
+    if column not in frame.columns:
+        raise UserError(
+            f"evaluate.slices names column '{column}', which is not in the test split; columns are: "
+            f"{', '.join(map(str, frame.columns))}. Fix evaluate.slices."
+        )
+    series = frame[column]
+    if numeric:
+        values = pd.to_numeric(series, errors="coerce")
+        try:
+            binned = pd.qcut(values, 4, duplicates="drop")
+        except ValueError:  # all values missing or constant
+            binned = pd.Series(pd.NA, index=series.index)
+        return binned.astype(str).where(values.notna(), MISSING_SLICE)
+    return series.astype(str).where(series.notna(), MISSING_SLICE)
+
+
+def evaluate_slices(
+    frame: pd.DataFrame,
+    y: np.ndarray,
+    candidate: np.ndarray,
+    champion: np.ndarray | None,
+    config: Config,
+    numeric_columns: list[str],
+) -> tuple[list[dict[str, Any]], list[Check]]:
+    """Per-slice metrics for every configured column, and the slice checks, each on its own paired interval.
+
+    Only slices with at least ``evaluate.slice_min_rows`` rows are judged. Every interval-judged slice
+    check is one test of a family of m; each uses a two-sided level of 1 − alpha/m (Bonferroni), so an
+    equal candidate is blocked by some slice with probability at most alpha/2 (one-sided tests).
+    """
+    ev = config.evaluate
+    rules = slice_rules(ev.thresholds, ev.slice_thresholds)
+    baseline = prior_probabilities(y, candidate.shape[1])  # the same constant predictor as overall
+    groups = []
+    for column in ev.slices:
+        labels = slice_labels(frame, column, column in numeric_columns).to_numpy()
+        for value in sorted(set(labels)):
+            mask = labels == value
+            groups.append((column, value, mask, int(mask.sum()) >= ev.slice_min_rows))
+    family = sum(interval_checks(rule, champion is not None) for *_, judged in groups if judged for rule in rules.values())
+    level = 1 - (1 - ev.confidence) / max(family, 1)
+    rows, checks = [], []
+    for i, (column, value, mask, judged) in enumerate(groups):
+        name = f"{column}={value}"
+        cand = compute_metrics(y[mask], candidate[mask])
+        champ = compute_metrics(y[mask], champion[mask]) if champion is not None else None
+        slice_checks: list[Check] = []
+        evidence: dict[str, Evidence] = {}
+        if judged and rules:
+            evidence = collect_evidence(
+                y[mask], candidate[mask], champion[mask] if champion is not None else None, baseline[mask],
+                samples=ev.bootstrap_samples, seed=ev.seed + 1 + i, confidence=level, normal=True,
+            )
+            slice_checks = judge(rules, evidence, where=name)
+        checks.extend(slice_checks)
+        rows.append(
+            {
+                "slice": name,
+                "column": column,
+                "value": value,
+                "rows": int(mask.sum()),
+                "judged": judged,
+                "candidate": cand,
+                "champion": champ,
+                "confidence": level if judged else None,
+                "differences": {m: e.vs_champion.to_dict() for m, e in evidence.items() if e.vs_champion},
+                "blocking": any(not c.passed for c in slice_checks),
+                "failed": [c.message for c in slice_checks if not c.passed],
+            }
+        )
+    return rows, checks

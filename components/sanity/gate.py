@@ -1,0 +1,77 @@
+"""The sanity gate: sample the snapshot, run the checks, dump the first batch, report; stop on a hard failure.
+
+    result = run_sanity_checks(snapshot_dir, config, report_path="sanity.md", first_batch_path="first_batch.json",
+                               summary_path="sanity_summary.json", tracking_uri="", mlflow_run_id="")
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from components.config import Config
+from components.data.snapshot import load_snapshot
+from components.errors import SanityCheckError
+from components.sanity.checks import check_model
+from components.sanity.first_batch import check_first_batch_roundtrip, decode_first_batch
+from components.sanity.report import SanityResult, failure_message, log_to_mlflow, render_report, write_text
+from components.sanity.sample import load_sanity_data
+from components.sanity.short_training import LossFn
+
+
+def run_sanity_checks(
+    snapshot_dir: str, config: Config, *, report_path: str, first_batch_path: str, tracking_uri: str,
+    mlflow_run_id: str, summary_path: str = "", model_factory: Callable[[], Any] | None = None,
+    loss_fn: LossFn | None = None,
+) -> SanityResult:
+    """Run the checks on the configured model (or ``model_factory``) and a sample of the snapshot.
+
+    Writes the Markdown report, the first batch and (with ``summary_path``) the summary JSON that
+    evaluation and registration read, logs them to the MLflow run, and raises ``SanityCheckError`` when
+    a hard check failed.
+    """
+    started = time.perf_counter()
+    if not config.sanity.enabled:
+        result = SanityResult(skipped=True)
+        write_text(report_path, render_report(result, config, None))
+        write_text(first_batch_path, json.dumps({"skipped": True}))
+        write_text(summary_path, json.dumps(result.summary(), indent=1))
+        log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path], config)
+        return result
+    import torch
+
+    from components.models.tabular import InputSpec, build_model
+
+    snapshot = load_snapshot(snapshot_dir)
+    data = load_sanity_data(snapshot, config)
+    prep = snapshot.preprocessing
+    spec = InputSpec(n_numeric=len(prep.numeric), cardinalities=prep.cardinalities, n_classes=len(prep.classes))
+
+    def default_factory():
+        return build_model(config.model, spec)
+
+    build = model_factory or default_factory
+
+    def seeded_factory():
+        torch.manual_seed(config.train.seed)  # every check starts from the same initial weights
+        return build()
+
+    dump = decode_first_batch(data.first_batch, prep, snapshot.schema.label)
+    write_text(first_batch_path, json.dumps(dump, indent=1))
+    checks = [check_first_batch_roundtrip(dump, data.first_batch.raw, snapshot.schema.label)]
+    # Tiny models: one thread is as fast, and far faster when the CPU is shared (2 threads spin-wait).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        checks += check_model(seeded_factory, data, config, loss_fn=loss_fn)
+    finally:
+        torch.set_num_threads(threads)
+    result = SanityResult(checks=checks, seconds=time.perf_counter() - started, sample=data.drawn)
+    write_text(report_path, render_report(result, config, dump))
+    write_text(summary_path, json.dumps(result.summary(), indent=1))
+    log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path, first_batch_path], config)
+    if not result.passed:
+        raise SanityCheckError(failure_message(result, report_path))
+    return result

@@ -1,0 +1,131 @@
+"""Short trainings for the sanity checks: the trainer's own optimizer step on a sample, and eval-mode losses.
+
+Every training in the checks goes through ``run_steps`` (``components.training.step``: AdamW, the
+warmup + cosine schedule, clipping, accumulation) on one process, so a bug in the step is gated too;
+``StepTracker`` counts the steps whose loss or gradient was NaN/Inf for the ``finite`` check.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from components.config import Config
+
+LossFn = Callable[[Any, Any], Any]
+# How often (in steps) the overfit check asks whether the batch is memorised yet.
+OVERFIT_CHECK_EVERY = 10
+
+
+def eval_logits(model, x_num, x_cat):
+    """The model's logits in eval mode, without gradients (the model's mode is restored)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = model(x_num, x_cat).float()
+    model.train(was_training)
+    return logits
+
+
+def eval_loss(model, loss_fn: LossFn, x_num, x_cat, y) -> float:
+    """The mean loss in eval mode."""
+    return float(loss_fn(eval_logits(model, x_num, x_cat), y))
+
+
+def row_losses(model, loss_fn: LossFn, x_num, x_cat, y):
+    """Each row's loss in eval mode (cross-entropy at once; any other loss row by row)."""
+    import torch
+    import torch.nn.functional as F
+
+    logits = eval_logits(model, x_num, x_cat)
+    if loss_fn is F.cross_entropy:
+        return F.cross_entropy(logits, y, reduction="none").double()
+    with torch.no_grad():
+        return torch.stack([loss_fn(logits[i : i + 1], y[i : i + 1]) for i in range(len(y))]).double()
+
+
+def class_prior(y, n_classes: int):
+    """Each class's share of the labels ``y``."""
+    import torch
+
+    counts = torch.bincount(y, minlength=n_classes).double()
+    return counts / counts.sum()
+
+
+def trainer_init(model, prior) -> Any:
+    """The head initialised as the trainer does: small weights, bias at the log class prior."""
+    from components.models.tabular import init_output_bias
+
+    if hasattr(model, "head"):
+        init_output_bias(model, prior.float())
+    return model
+
+
+class StepTracker:
+    """Counts non-finite losses/gradients seen during any training in the checks."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.non_finite = 0
+        self.first_bad: str = ""
+
+    def record(self, loss: float, grad_norm: float, where: str) -> bool:
+        self.steps += 1
+        if math.isfinite(loss) and math.isfinite(grad_norm):
+            return True
+        self.non_finite += 1
+        self.first_bad = self.first_bad or f"{where} step {self.steps}: loss {loss}, gradient norm {grad_norm}"
+        return False
+
+
+class BatchOrder:
+    """Mini-batch indices in seeded epoch permutations (as a sampler without replacement draws them)."""
+
+    def __init__(self, n: int, batch: int, seed: int) -> None:
+        import torch
+
+        self.n, self.batch = n, min(batch, n)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.order, self.position = torch.randperm(n, generator=self.gen), 0
+
+    def next(self):
+        import torch
+
+        if self.position + self.batch > self.n:
+            self.order, self.position = torch.randperm(self.n, generator=self.gen), 0
+        idx = self.order[self.position : self.position + self.batch]
+        self.position += self.batch
+        return idx
+
+
+def run_steps(model, loss_fn: LossFn, x_num, x_cat, y, cfg: Config, *, steps: int, batch: int, seed: int,
+               tracker: StepTracker, where: str, stop: Callable[[], bool] | None = None) -> int:
+    """``steps`` optimizer steps of the trainer's own step function (AdamW, schedule, clipping, accumulation).
+
+    The schedule is the trainer's, with its warmup capped at half of ``steps`` so that a long warmup does
+    not leave the short run at a tiny learning rate. Returns the steps taken.
+    """
+    import torch
+
+    from components.training.step import build_optimizer, optimizer_step
+
+    t = cfg.train
+    optimizer, scheduler = build_optimizer(model, t, warmup_steps=min(t.warmup_steps, steps // 2), max_steps=steps)
+    order = BatchOrder(len(y), batch, seed)
+    torch.manual_seed(seed)  # dropout masks: the same in every training of the checks
+    model.train()
+    for step in range(steps):
+        micro = []
+        for _ in range(t.grad_accum_steps):
+            idx = order.next()
+            micro.append((x_num[idx], x_cat[idx], y[idx]))
+        result = optimizer_step(model, micro, optimizer, scheduler, accum=t.grad_accum_steps,
+                                grad_clip=t.grad_clip, loss_fn=loss_fn)
+        if not tracker.record(result.loss, result.grad_norm, where):
+            return step + 1
+        if stop is not None and (step + 1) % OVERFIT_CHECK_EVERY == 0 and stop():
+            return step + 1
+    return steps

@@ -1,0 +1,91 @@
+"""Start pipeline runs on Kubeflow Pipelines and follow them: parameters, submit, state, wait.
+
+    client = connect(host); run = submit_run(client, parameters=run_parameters(...), run_name=...)
+
+``ctpipe submit`` and the triggers (``ctpipe watch``) start runs of the latest deployed version here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from components.errors import UserError
+from pipelines.continuous_training import PIPELINE_NAME
+from pipelines.kfp_client import DEFAULT_EXPERIMENT, find_pipeline_id, find_runs, latest_version
+
+ACTIVE_RUN_STATES = {"PENDING", "RUNNING", "PAUSED", "CANCELING", "RUNTIME_STATE_UNSPECIFIED"}
+# kfp.Client.wait_for_run_completion misses CANCELED (it would wait until its timeout): we poll ourselves.
+FINAL_RUN_STATES = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED"}
+
+
+def submit_run(
+    client,
+    *,
+    parameters: dict[str, Any],
+    run_name: str,
+    pipeline_name: str = PIPELINE_NAME,
+    experiment: str = DEFAULT_EXPERIMENT,
+    namespace: str | None = None,
+    service_account: str | None = None,
+    reuse_existing: bool = False,
+):
+    """Create a run of the latest deployed version; with ``reuse_existing``, return a run of that name instead."""
+    pipeline_id = find_pipeline_id(client, pipeline_name, namespace)
+    if pipeline_id is None:
+        raise UserError(
+            f"pipeline '{pipeline_name}' is not deployed on this KFP host; run 'ctpipe deploy --host URL' first."
+        )
+    experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
+    if reuse_existing:
+        for run in find_runs(client, experiment_id, run_name):
+            return run
+    version = latest_version(client, pipeline_id)
+    return client.run_pipeline(
+        experiment_id=experiment_id,
+        job_name=run_name,
+        params=parameters,
+        pipeline_id=pipeline_id,
+        version_id=version.pipeline_version_id,
+        service_account=service_account or None,
+    )
+
+
+def run_parameters(
+    *, trigger: str, data_uri: str | None, overrides: list[str], config_json: str | None, extra: dict[str, str]
+) -> dict[str, Any]:
+    """The pipeline parameters of a run: trigger, data, config and ``--set`` overrides (one per line)."""
+    params: dict[str, Any] = dict(extra)
+    params["trigger"] = trigger
+    if data_uri:
+        params["data_uri"] = data_uri
+    if overrides:
+        params["config_overrides"] = "\n".join(overrides)
+    if config_json:
+        params["config_json"] = config_json
+    return params
+
+
+def default_run_name(trigger: str) -> str:
+    """A run name that says why and when it started, e.g. ``ctpipe-manual-20250101-030000``."""
+    return f"ctpipe-{trigger}-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}"
+
+
+def run_is_active(client, run_id: str) -> bool:
+    """Whether a KFP run is still pending or running."""
+    state = client.get_run(run_id).state
+    return str(state or "RUNTIME_STATE_UNSPECIFIED").upper() in ACTIVE_RUN_STATES
+
+
+def wait_for_run(client, run_id: str, *, timeout: float, poll_seconds: float = 5.0) -> str:
+    """Poll a KFP run until it ends; return its final state, or raise UserError after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        state = str(client.get_run(run_id).state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        if state in FINAL_RUN_STATES:
+            return state
+        if time.monotonic() > deadline:
+            raise UserError(f"KFP run {run_id} is still {state} after {timeout:.0f} s; see it in the KFP UI.")
+        time.sleep(poll_seconds)
