@@ -6,9 +6,10 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.fixtures.paths import REPO_ROOT
+
+BENCHMARKS = REPO_ROOT / "benchmarks"
 
 
 def test_counts_follow_the_contract():

@@ -7,13 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from fakes.kfp_api import FakeKfpServer
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fakes.kfp_api import FakeKfpServer
+from tests.fixtures.paths import REPO_ROOT as ROOT
+
 SCRIPTS = ["install.sh", "lint.sh", "test.sh", "compile.sh", "validate_manifests.sh", "build_images.sh", "deploy.sh", "smoke_run.sh"]
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from corpus_data import write_clean
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
 
 from components.config import load_config
@@ -26,6 +25,7 @@ from components.selection.component import select_checkpoint
 from components.tracking import local_tracking_uri
 from components.training.component import train
 from components.validation.component import validate_data
+from tests.fixtures.corpus import write_clean
 
 OVERRIDES = [
     "data.key=customer_id", "model.hidden=16", "model.depth=1", "model.embedding_dim=4", "model.dropout=0.0",

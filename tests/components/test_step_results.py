@@ -7,8 +7,6 @@ import json
 import mlflow
 import pytest
 import yaml
-from corpus_data import KEY, write_clean
-from registry_fixtures import fast_config, make_model, make_run, make_snapshot
 
 from components.config import Config
 from components.evaluation.evaluate import evaluate_candidate
@@ -20,6 +18,8 @@ from components.tracking import local_tracking_uri
 from components.validation.findings import WARNING, Finding
 from components.validation.report import ValidationSummary
 from components.validation.validate import summary_json, validate_data
+from tests.fixtures.corpus import KEY, write_clean
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 
 def test_the_card_and_the_version_take_the_gates_from_the_step_files_not_from_mlflow(tmp_path):

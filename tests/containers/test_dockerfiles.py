@@ -8,11 +8,11 @@ import importlib.util
 import re
 import shlex
 import tomllib
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fixtures.paths import REPO_ROOT as ROOT
+
 DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
 INSTRUCTIONS = {"FROM", "RUN", "COPY", "ADD", "ENV", "ARG", "WORKDIR", "USER", "CMD", "ENTRYPOINT", "EXPOSE",
                 "LABEL", "HEALTHCHECK", "SHELL", "VOLUME", "STOPSIGNAL", "ONBUILD"}

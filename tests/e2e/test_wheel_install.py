@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures.paths import REPO_ROOT as ROOT
+
 pytestmark = pytest.mark.slow  # builds a wheel and runs ctpipe three times (~30-60 s)
 
-ROOT = Path(__file__).resolve().parents[1]
 PROD_CONFIG = ROOT / "manifests" / "overlays" / "prod" / "ctpipe.yaml"
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures.paths import REPO_ROOT as ROOT
+
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
 OVERLAYS = {"dev": "ctpipe-dev", "prod": "ctpipe"}
 K8S_VERSION = "1.32.0"  # Kubeflow 1.10 supports Kubernetes 1.31-1.33

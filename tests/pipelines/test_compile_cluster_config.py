@@ -64,9 +64,8 @@ def test_the_cli_exits_2_with_the_reason(tmp_path, capsys):
 
 def test_submit_to_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
     """`ctpipe submit --host --config FILE` sends the file as config_json: it must not bring back `local`."""
-    from fakes.kfp_api import FakeKfpServer
-
     from pipelines import deploy
+    from tests.fakes.kfp_api import FakeKfpServer
 
     monkeypatch.setenv("KFP_TOKEN", "t")
     package = compile_pipeline(tmp_path / "p.yaml", None, [], image=None)
@@ -94,10 +93,9 @@ def test_watch_on_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
     """`ctpipe watch --host --config FILE` starts runs with the file as config_json: cluster defaults, not `local`."""
     import json
 
-    from fakes.kfp_api import FakeKfpServer
-
     from components.data.demo import write_demo_data
     from pipelines import deploy
+    from tests.fakes.kfp_api import FakeKfpServer
 
     monkeypatch.setenv("KFP_TOKEN", "t")
     package = compile_pipeline(tmp_path / "p.yaml", None, [], image=None)

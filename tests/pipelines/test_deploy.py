@@ -6,7 +6,6 @@ import json
 import subprocess
 
 import pytest
-from fakes.kfp_api import FakeKfpServer
 
 from components.errors import UserError
 from pipelines import deploy, kfp_client
@@ -14,6 +13,7 @@ from pipelines.cli import main
 from pipelines.compile import compile_pipeline
 from pipelines.continuous_training import PIPELINE_NAME
 from pipelines.triggers.start import KfpStarter
+from tests.fakes.kfp_api import FakeKfpServer
 
 TOKEN = "test-token-123"
 

@@ -8,7 +8,6 @@ from dataclasses import replace
 import mlflow
 import numpy as np
 import pytest
-from registry_fixtures import fast_config, make_model, make_run, make_snapshot
 
 from components.data.snapshot import encode_labels, load_snapshot
 from components.evaluation.evaluate import evaluate_candidate
@@ -16,6 +15,7 @@ from components.evaluation.metrics import compute_metrics
 from components.models.export import load_model_export
 from components.registration.register import register_candidate
 from components.tracking import local_tracking_uri
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 
 @pytest.fixture(scope="module")
@@ -197,10 +197,10 @@ def _rare_positive_snapshot(root):
 
 def test_a_constant_prior_predictor_is_not_blessed_as_a_first_model(tmp_path):
     import torch
-    from registry_fixtures import TINY_MODEL
 
     from components.models.export import save_model_export
     from components.models.tabular import InputSpec, build_model
+    from tests.fixtures.registry import TINY_MODEL
 
     snap_dir = _rare_positive_snapshot(tmp_path)
     snap = load_snapshot(snap_dir)
@@ -228,9 +228,8 @@ def test_a_constant_prior_predictor_is_not_blessed_as_a_first_model(tmp_path):
 
 
 def test_a_champion_trained_on_rows_of_this_test_split_is_not_compared(world, tmp_path):
-    from registry_fixtures import SNAPSHOT_SPLIT
-
     from components.data.splits import SplitSettings
+    from tests.fixtures.registry import SNAPSHOT_SPLIT
 
     config = fast_config()
     uri = local_tracking_uri(tmp_path)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from registry_fixtures import probabilities
 
 from components.evaluation.metrics import bootstrap_intervals, compute_metrics, roc_curve
+from tests.fixtures.registry import probabilities
 
 
 def test_metrics_match_hand_computation():

@@ -12,8 +12,8 @@ import pytest
 
 from components.kube import crds
 from components.kube.schema import validate_strict
+from tests.fixtures.paths import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 VENDORED = ROOT / "components" / "kube" / "crd_schemas"
 # Spelled in two pieces so this file does not match its own search.
 FORBIDDEN = re.compile(re.escape("../" + "shared") + "|" + re.escape("shared" + "/crds"))

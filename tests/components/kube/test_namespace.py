@@ -7,7 +7,6 @@ import functools
 
 import pytest
 import yaml
-from fakes.k8s_api import FakeKubeAPI, run_job
 from kubernetes import client
 
 from components.config import Config, load_config
@@ -19,6 +18,7 @@ from components.training.launchers.base import WorkerLaunch
 from components.training.launchers.pytorchjob import PyTorchJobLauncher
 from components.training.launchers.render import NAMESPACE, render_pytorchjob
 from pipelines.compile import compile_pipeline
+from tests.fakes.k8s_api import FakeKubeAPI, run_job
 
 
 @pytest.fixture

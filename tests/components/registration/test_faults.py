@@ -13,12 +13,12 @@ import subprocess
 import sys
 
 import pytest
-from registry_fixtures import fast_config, make_model, make_run, make_snapshot
 
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import COMPLETE_TAG, REGISTRATION_FAULT_ENV, Registry
 from components.tracking import local_tracking_uri
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 CHILD = """
 import json, sys

@@ -7,13 +7,13 @@ import time
 
 import mlflow
 import pytest
-from registry_fixtures import fast_config, make_model, make_run, make_snapshot
 
 from components.config import Threshold
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import Registry
 from components.tracking import local_tracking_uri, use_tracking
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 LINEAGE_TAGS = (
     "ctpipe.data_fingerprint",

@@ -9,13 +9,13 @@ import time
 
 import mlflow
 import pytest
-from registry_fixtures import MlflowServer, fast_config, free_port, make_model, make_run, make_snapshot
 
 from components.config import Threshold
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import COMPLETE_TAG, Registry
 from components.tracking.retry import RegistryUnavailableError
+from tests.fixtures.registry import MlflowServer, fast_config, free_port, make_model, make_run, make_snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -107,7 +107,7 @@ def test_concurrent_promotions_end_with_one_consistent_champion(snap, server, tm
 
 
 def _child(kwargs, barrier, out):
-    from registry_fixtures import register_in_child
+    from tests.fixtures.registry import register_in_child
 
     register_in_child(kwargs, barrier, out)
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import mlflow
 import pytest
 import torch
-from corpus_data import KEY, write_clean
 from torch import nn
 
 from components.config import Config
@@ -19,6 +18,7 @@ from components.models.tabular import InputSpec, build_model
 from components.sanity.gate import run_sanity_checks
 from components.tracking import ensure_experiment, local_tracking_uri
 from components.validation.validate import validate_data
+from tests.fixtures.corpus import KEY, write_clean
 
 FAST = {"sample_rows": 512, "overfit_steps": 150, "short_train_steps": 40}
 

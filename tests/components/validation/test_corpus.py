@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from corpus_data import CASES, KEY, Case, write_clean
 
 from components.config import Config
 from components.errors import DataValidationError, SanityCheckError
 from components.sanity.gate import run_sanity_checks
 from components.validation.validate import validate_data
+from tests.fixtures.corpus import CASES, KEY, Case, write_clean
 
 
 def fast_config(**validation) -> Config:

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from corpus_data import KEY, write_clean
 
 from components.config import Config
 from components.errors import DataValidationError
 from components.validation.validate import validate_data
+from tests.fixtures.corpus import KEY, write_clean
 
 
 def config(**validation) -> Config:

@@ -9,7 +9,6 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 import pytest
-from corpus_data import KEY, write_clean
 
 from components.config import Config
 from components.data.demo import write_demo_data
@@ -17,6 +16,7 @@ from components.data.snapshot import load_snapshot
 from components.errors import DataValidationError
 from components.tracking import ensure_experiment, local_tracking_uri
 from components.validation.validate import validate_data
+from tests.fixtures.corpus import KEY, write_clean
 
 
 def config(**validation) -> Config:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from registry_fixtures import fast_config, make_model, make_run, make_snapshot
 
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import Registry
 from components.tracking import local_tracking_uri
 from pipelines.cli import main
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 
 @pytest.fixture(scope="module")

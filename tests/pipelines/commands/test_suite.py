@@ -13,8 +13,9 @@ from components.data.demo import write_demo_data
 from components.errors import DataValidationError
 from components.validation.validate import validate_data
 from pipelines.cli import main
+from tests.fixtures.paths import REPO_ROOT
 
-DEMO_SUITE = Path(__file__).resolve().parents[1] / "components" / "validation" / "suites" / "demo.json"
+DEMO_SUITE = REPO_ROOT / "components" / "validation" / "suites" / "demo.json"
 
 
 def validate(data: Path, out: Path, suite: Path):

@@ -375,9 +375,8 @@ def package(tmp_path_factory) -> str:
 
 @pytest.fixture
 def kfp(monkeypatch, package):
-    from fakes.kfp_api import FakeKfpServer
-
     from pipelines import deploy
+    from tests.fakes.kfp_api import FakeKfpServer
 
     monkeypatch.setenv("KFP_TOKEN", "t")
     with FakeKfpServer(token="t") as server:

@@ -315,11 +315,10 @@ def test_a_claim_never_started_blocks_only_for_the_grace_period(site):
 
 
 def test_watcher_on_kfp_starts_one_drift_run_and_records_its_report_in_mlflow(site, tmp_path, monkeypatch):
-    from fakes.kfp_api import FakeKfpServer
-
     from pipelines import deploy
     from pipelines.compile import compile_pipeline
     from pipelines.triggers.start import KfpStarter
+    from tests.fakes.kfp_api import FakeKfpServer
 
     data, home, _ = site
     add_days(data, 9, drift_from_day=7)

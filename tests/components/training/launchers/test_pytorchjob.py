@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes.k8s_api import FakeKubeAPI, run_job
 from kubernetes import client
 
 from components.config import load_config
@@ -18,6 +17,7 @@ from components.errors import TrainingError
 from components.kube.names import job_name_for
 from components.training.launchers.base import WorkerLaunch
 from components.training.launchers.pytorchjob import PyTorchJobLauncher
+from tests.fakes.k8s_api import FakeKubeAPI, run_job
 
 NS = "team-a"
 

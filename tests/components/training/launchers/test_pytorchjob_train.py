@@ -7,7 +7,6 @@ import functools
 from pathlib import Path
 
 import pytest
-from fakes.k8s_api import FakeKubeAPI, run_job_locally
 from kubernetes import client
 
 from components.config import load_config
@@ -16,6 +15,7 @@ from components.errors import TrainingError
 from components.training.launch import train_model
 from components.training.launchers.pytorchjob import PyTorchJobLauncher
 from components.training.standalone import build_snapshot
+from tests.fakes.k8s_api import FakeKubeAPI, run_job_locally
 
 pytestmark = pytest.mark.slow  # two real worker processes per test (~10-25 s on 2 shared cores)
 

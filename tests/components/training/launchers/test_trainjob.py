@@ -9,7 +9,6 @@ import signal
 import time
 
 import pytest
-from fakes.k8s_api import FakeKubeAPI, run_job
 from kubernetes import client
 
 from components.config import load_config
@@ -18,6 +17,7 @@ from components.kube.trainjob import JobValidationError, build_trainjob, torchru
 from components.training.launchers.base import WorkerLaunch
 from components.training.launchers.factory import launcher_for
 from components.training.launchers.trainjob import TrainJobLauncher
+from tests.fakes.k8s_api import FakeKubeAPI, run_job
 
 NS = "team-b"
 LAUNCH = WorkerLaunch(job_name="8f0c1a2e-5d1b-4c8e-9a9e-0123456789ab", world_size=3,
