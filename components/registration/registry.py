@@ -242,14 +242,22 @@ class Registry:
             )
 
     def _unlock(self, token: str) -> None:
+        """Delete the lock if it is still ours; a lock already gone counts as released.
+
+        Gone: another process broke it as stale between our read and our delete, or our own delete
+        landed and only its response was lost. Any other failure propagates, so that a transient one is
+        retried by the caller instead of leaving the lock to block everyone until it expires.
+        """
         from mlflow.exceptions import MlflowException
 
-        try:
-            held = self.client.get_registered_model(self.lock_name)
-        except MlflowException:
+        owner, _ = self._lock_state()
+        if owner != token:
             return
-        if (held.tags or {}).get("ctpipe.lock_owner") == token:
+        try:
             self.client.delete_registered_model(self.lock_name)
+        except MlflowException as err:
+            if _error_code(err) != "RESOURCE_DOES_NOT_EXIST":
+                raise
 
     @contextmanager
     def locked(self, wait_seconds: float = 120.0) -> Iterator[None]:

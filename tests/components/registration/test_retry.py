@@ -113,3 +113,38 @@ def test_an_alias_is_never_moved_by_a_holder_that_lost_its_lock(registry, tmp_pa
             registry._move_champion("1", kind="manual", by="me", reason="x", previous=None, pop=False)
     assert registry.alias_version("champion") is None
     assert registry.lock_name in {m.name for m in client.search_registered_models()}  # not ours to delete
+
+
+def test_releasing_a_lock_that_is_already_gone_is_not_an_error(registry):
+    # Between our read of the lock (our token) and our delete, it disappears: another process broke it as
+    # stale, or our own earlier delete landed and only its response was lost. Either way it is released.
+    other = mlflow.MlflowClient(registry.uri, registry_uri=registry.uri)
+    read_lock = registry.client.get_registered_model
+
+    def read_then_lose(name):
+        held = read_lock(name)
+        if name == registry.lock_name:
+            other.delete_registered_model(name)
+        return held
+
+    with registry.locked():
+        registry.client.get_registered_model = read_then_lose
+    registry.client.get_registered_model = read_lock
+    assert registry.lock_name not in {m.name for m in registry.client.search_registered_models()}
+
+
+def test_a_transient_failure_while_releasing_the_lock_is_retried_not_ignored(registry):
+    read_lock = registry.client.get_registered_model
+    failures = []
+
+    def locked_once(name):
+        if name == registry.lock_name and not failures:
+            failures.append(name)
+            raise MlflowException("(sqlite3.OperationalError) database is locked")
+        return read_lock(name)
+
+    registry.config.lock_ttl_seconds = 60  # a lock left behind would block others for a minute
+    with registry.locked():
+        registry.client.get_registered_model = locked_once
+    assert failures
+    assert registry.lock_name not in {m.name for m in registry.client.search_registered_models()}
