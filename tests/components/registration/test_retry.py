@@ -10,7 +10,8 @@ import pytest
 from mlflow.exceptions import MlflowException
 
 from components.config import RegistryConfig
-from components.registration.registry import Registry, RegistryBusyError
+from components.registration.lock import RegistryBusyError
+from components.registration.registry import Registry
 from components.tracking.retry import RegistryUnavailableError, call_with_retries, is_transient
 
 
