@@ -83,6 +83,10 @@ class PromotionLock:
             )
             return True
         except MlflowException as err:
+            if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                # The name was taken when we inserted, and MLflow's store, reading the holder's lock to
+                # report it, found it released in between: the lock is free now; take it on the next try.
+                return False
             if error_code(err) != "RESOURCE_ALREADY_EXISTS":
                 raise
         owner, expires_at = self._state()

@@ -149,3 +149,29 @@ def test_a_transient_failure_while_releasing_the_lock_is_retried_not_ignored(reg
         registry.client.get_registered_model = locked_once
     assert failures
     assert registry.lock_name not in {m.name for m in registry.client.search_registered_models()}
+
+
+def test_a_lock_released_while_we_try_to_take_it_is_taken_on_the_next_try(registry, monkeypatch):
+    # The flaky "Registered Model ...--promotion-lock not found": our create of the lock fails on the
+    # unique name, MLflow's store then reads the existing lock to say so, and the holder released it in
+    # between, so the create raises RESOURCE_DOES_NOT_EXIST. That is a lock just freed, not an error.
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore
+
+    holder = mlflow.MlflowClient(registry.uri, registry_uri=registry.uri)
+    holder.create_registered_model(
+        registry.lock_name, tags={"ctpipe.lock_owner": "other", "ctpipe.lock_expires_at": str(time.time() + 60)}
+    )
+    read_existing = SqlAlchemyStore.get_registered_model
+    released = []
+
+    def released_before_the_read(store, name):
+        if name == registry.lock_name and not released:
+            released.append(name)
+            holder.delete_registered_model(name)
+        return read_existing(store, name)
+
+    monkeypatch.setattr(SqlAlchemyStore, "get_registered_model", released_before_the_read)
+    with registry.locked(wait_seconds=10):
+        owner = registry.client.get_registered_model(registry.lock_name).tags["ctpipe.lock_owner"]
+    assert released and owner != "other"
+    assert registry.lock_name not in {m.name for m in registry.client.search_registered_models()}
