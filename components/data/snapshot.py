@@ -187,14 +187,23 @@ def encode_labels(data: pd.DataFrame, label: str, classes: list[str]) -> np.ndar
 
 @dataclass
 class Snapshot:
-    """A validated, split dataset as written by the validation step."""
+    """A validated, split dataset as written by the validation step.
+
+    ``state`` is what the run's task fitted on the train split (``Task.fit``; for the tabular task the
+    preprocessing statistics), stored as ``preprocessing.json``.
+    """
 
     root: Path
     schema: Schema
-    preprocessing: Preprocessing
+    state: dict[str, Any]
     fingerprint: str
     data_uri: str
     files: list[DataFile]
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """The tabular task's statistics (numeric mean/std, vocabularies, classes)."""
+        return Preprocessing.from_dict(self.state)
 
     def frame(self, split: str) -> pd.DataFrame:
         if split not in SPLITS:
@@ -202,7 +211,7 @@ class Snapshot:
         return pd.read_parquet(self.root / f"{split}.parquet")
 
     def tensors(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(x_num, x_cat, y) of a split, encoded with the train split's statistics."""
+        """(x_num, x_cat, y) of a split, encoded with the train split's statistics (tabular task)."""
         frame = self.frame(split)
         x_num, x_cat = encode_features(frame, self.preprocessing)
         return x_num, x_cat, encode_labels(frame, self.schema.label, self.preprocessing.classes)
@@ -217,8 +226,11 @@ def write_snapshot(
     data_uri: str,
     files: list[DataFile],
     fingerprint: str,
+    task: Any = None,
 ) -> Snapshot:
-    """Write the split rows, schema, train-only statistics and fingerprint into ``out_dir``."""
+    """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
+
+    ``task`` fits the statistics (``Task.fit`` on the train rows); None is the default tabular task."""
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     keep = [c for c in data.columns if c != SPLIT_COLUMN]
@@ -227,9 +239,14 @@ def write_snapshot(
         if split == "train" and part.empty:
             raise DataValidationError("the train split is empty: the data has too few rows to split")
         part.to_parquet(root / f"{split}.parquet", index=False)
-    prep = fit_preprocessing(data.loc[splits == "train"], schema)
+    if task is None:
+        from components.tasks import load_task
+        from components.tasks.registry import DEFAULT_TASK
+
+        task = load_task({"name": DEFAULT_TASK})
+    state = task.fit(data.loc[splits == "train"], schema)
     (root / "schema.json").write_text(json.dumps(asdict(schema), indent=2))
-    (root / "preprocessing.json").write_text(json.dumps(prep.to_dict(), indent=2))
+    (root / "preprocessing.json").write_text(json.dumps(state, indent=2))
     meta = {
         "fingerprint": fingerprint,
         "data_uri": data_uri,
@@ -237,16 +254,16 @@ def write_snapshot(
         "rows": {s: int((splits == s).sum()) for s in SPLITS},
     }
     (root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
-    return Snapshot(root, schema, prep, fingerprint, data_uri, files)
+    return Snapshot(root, schema, state, fingerprint, data_uri, files)
 
 
 def load_snapshot(path: str | Path) -> Snapshot:
     root = Path(path)
     schema = Schema(**json.loads((root / "schema.json").read_text()))
-    prep = Preprocessing.from_dict(json.loads((root / "preprocessing.json").read_text()))
+    state = json.loads((root / "preprocessing.json").read_text())
     meta = json.loads((root / "fingerprint.json").read_text())
     files = [DataFile(**f) for f in meta["files"]]
-    return Snapshot(root, schema, prep, meta["fingerprint"], meta["data_uri"], files)
+    return Snapshot(root, schema, state, meta["fingerprint"], meta["data_uri"], files)
 
 
 # --- the split a model is trained on ------------------------------------------------------------
