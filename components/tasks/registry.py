@@ -21,6 +21,7 @@ from components.tasks.protocol import OPTIONAL_PARTS, REQUIRED_PARTS, Metric, Sa
 # name -> "module:factory" of the task; the factory takes the config's task.options as keyword arguments.
 BUILTIN_TASKS: dict[str, str] = {
     "tabular_classification": "components.tasks.tabular:make_task",
+    "causal_lm": "components.tasks.causal_lm:make_task",
 }
 DEFAULT_TASK = "tabular_classification"
 
