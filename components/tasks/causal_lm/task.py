@@ -153,6 +153,12 @@ class CausalLM(TaskBase):
                                for t in texts]
         return out
 
+    def write_demo_data(self, out: str, *, days: int = 4, drift_from_day: int | None = None) -> list:
+        """``ctpipe demo-data --task causal_lm``: CPython's help topics as dated partitions (``corpus.py``)."""
+        from components.tasks.causal_lm.corpus import write_text_demo_data
+
+        return write_text_demo_data(out, days=days, drift_from_day=drift_from_day)
+
     # -- validation and drift ---------------------------------------------------------------------
     def own_columns(self, schema: Any) -> list[str]:
         return [self.text_column]

@@ -66,3 +66,13 @@ def test_demo_corpus_is_real_text_in_dated_partitions(tmp_path):
     assert all(f[TEXT_COLUMN].str.len().min() > 0 for f in frames)
     assert sum(len(f) for f in frames[:2]) == len(docs)
     assert frames[2][KEY_COLUMN].str.startswith("module:").all()  # the drifted day: module docstrings
+
+
+def test_demo_data_command_writes_the_text_corpus(tmp_path, capsys):
+    from pipelines.cli import main
+
+    assert main(["demo-data", "--task", "causal_lm", "--out", str(tmp_path), "--days", "3"]) == 0
+    parts = sorted(tmp_path.glob("date=*/part-0.parquet"))
+    assert len(parts) == 3 and set(pd.read_parquet(parts[0]).columns) == {KEY_COLUMN, "topic", TEXT_COLUMN}
+    assert "causal_lm demo data" in capsys.readouterr().out
+    assert main(["demo-data", "--task", "tabular_classification", "--out", str(tmp_path / "x")]) == 2
