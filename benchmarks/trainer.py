@@ -1,6 +1,7 @@
 """Trainer benchmark: the ctpipe worker against a bare FSDP2 loop, same model, global batch and world size.
 
     python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp]
+    python benchmarks/trainer.py --task causal_lm [--set task.options.size=small ...]
 
 In one run, interleaved (the order alternates per repetition, since this machine's speed swings), it
 measures (a) a bare FSDP2 loop — forward, backward, optimizer step (the same AdamW), nothing else — and (b) the ctpipe
@@ -15,6 +16,11 @@ and imports excluded, for both). It reports:
   schedule, metrics), i.e. without evaluation and checkpoints;
 - ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
 - ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up).
+
+With ``--task NAME`` (a built-in task with demo data of its own, e.g. ``causal_lm``) both loops train
+that task's model on its demo data through the task protocol; for a sequence task it also prints
+tokens/s and ``lm_mfu`` from the task's analytic FLOPs per token (6 N + attention) over the same peak
+(on CPU that peak is the worker's measured matmul rate, a nominal figure, not a datasheet one).
 
 The last line printed is one JSON object.
 """
@@ -35,12 +41,11 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     """One rank of the bare loop: the same model, sharding and precision, and nothing else."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from components.config import Config
     from components.data.snapshot import load_snapshot
-    from components.models.tabular import InputSpec, build_model
+    from components.tasks import load_task
     from components.training.parallelize import resolve_precision
 
     cfg = Config.from_json(config_json)
@@ -48,23 +53,22 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     snapshot = load_snapshot(snapshot_dir)
-    x_num, x_cat, y = (torch.tensor(a) for a in snapshot.tensors("train"))
-    spec = InputSpec(
-        x_num.shape[1], snapshot.preprocessing.cardinalities, len(snapshot.preprocessing.classes)
-    )
+    task = load_task(cfg.task)
+    examples = task.encode(snapshot.frame("train"), snapshot.state)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, spec)
+    model = task.build_model(cfg, snapshot.state)
+    task.init_model(model, snapshot.state, examples.targets)
     policy = MixedPrecisionPolicy(
         param_dtype=resolve_precision(cfg.train.mixed_precision, torch.device("cpu")),
         reduce_dtype=torch.float32,
     )
-    for block in model.blocks:
+    for block in task.shard_units(model):
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, foreach=True
     )
-    shard = torch.arange(rank, len(y), world)
+    shard = torch.arange(rank, len(examples), world)
     batch = cfg.train.batch_size
     per_epoch = len(shard) // batch
     generator = torch.Generator().manual_seed(cfg.train.seed)
@@ -75,7 +79,8 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
         if step % per_epoch == 0:
             order = shard[torch.randperm(len(shard), generator=generator)]
         idx = order[(step % per_epoch) * batch : (step % per_epoch + 1) * batch]
-        loss = F.cross_entropy(model(x_num[idx], x_cat[idx]).float(), y[idx])
+        part = examples.select(idx)
+        loss = task.loss(model(*part.inputs), part.targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -142,6 +147,8 @@ def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: st
         "step_seconds": step_seconds,
         "mfu": result.mfu,
         "val_accuracy": result.final_metrics.get("val_accuracy"),
+        "val_loss": result.final_metrics.get("val_loss"),
+        "peak_flops": result.raw.get("peak_flops_per_device", 0.0),
     }
 
 
@@ -155,19 +162,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ddp", action="store_true", help="skip the DDP comparison")
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--rows-per-day", type=int, default=1000)
+    parser.add_argument("--task", default=None, metavar="NAME", help="a built-in task with its own demo data")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from components.config import load_config
     from components.data.demo import write_demo_data
+    from components.tasks import load_task
     from components.training.standalone import build_snapshot
 
-    config = load_config(None, args.overrides)
-    ddp_config = load_config(None, args.overrides + ["train.strategy=ddp"])
+    base = []
+    if args.task:
+        base = [f"task.name={args.task}", *getattr(load_task({"name": args.task}), "demo_settings", [])]
+    config = load_config(None, base + args.overrides)
+    ddp_config = load_config(None, base + args.overrides + ["train.strategy=ddp"])
+    task = load_task(config.task)
     rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
         work = Path(tmp)
-        write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
+        if args.task:
+            task.write_demo_data(str(work / "data"), days=args.days)
+        else:
+            write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
         snapshot_dir = str(build_snapshot(str(work / "data"), config, work / "snapshot").root)
         tracking_uri = f"sqlite:///{work / 'mlflow.db'}"
         variants = ["bare", "ctpipe"] + ([] if args.no_ddp else ["ddp"])
@@ -212,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         "mfu": statistics.median(c["mfu"] for c in rows["ctpipe"]),
         "bare_samples_per_second": statistics.median(b["samples_per_second"] for b in rows["bare"]),
         "ctpipe_samples_per_second": statistics.median(c["samples_per_second"] for c in rows["ctpipe"]),
-        "ctpipe_val_accuracy": statistics.median(c["val_accuracy"] for c in rows["ctpipe"]),
+        "ctpipe_val_accuracy": _median_or_none(c["val_accuracy"] for c in rows["ctpipe"]),
+        "ctpipe_val_loss": _median_or_none(c["val_loss"] for c in rows["ctpipe"]),
         "world_size": config.train.workers,
         "global_batch_size": config.train.batch_size * config.train.workers * config.train.grad_accum_steps,
         "steps": config.train.max_steps,
@@ -225,8 +242,44 @@ def main(argv: list[str] | None = None) -> int:
             d["samples_per_second"] / c["samples_per_second"]
             for c, d in zip(rows["ctpipe"], rows["ddp"], strict=True)
         )
+    tokens_per_example = _tokens_per_example(task, config)
+    if tokens_per_example:
+        summary.update(_sequence_figures(task, config, summary, rows, tokens_per_example))
     print(json.dumps(summary))
     return 0
+
+
+def _median_or_none(values) -> float | None:
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if found else None
+
+
+def _tokens_per_example(task, config) -> int:
+    """Positions per example along the task's sequence dimension (0 for a task without one)."""
+    if task.sanity.sequence_dim is None or not hasattr(task, "model_config"):
+        return 0
+    return int(task.model_config.seq_len)
+
+
+def _sequence_figures(task, config, summary: dict, rows: dict, tokens: int) -> dict:
+    """tokens/s of both loops and the LM's MFU from its analytic FLOPs per token over the workers' peak."""
+    import torch
+
+    from components.tasks.causal_lm.model import count_parameters, flops_per_token
+
+    peak = statistics.median(c["peak_flops"] for c in rows["ctpipe"])
+    ctpipe_tps = summary["ctpipe_samples_per_second"] * tokens
+    per_token = flops_per_token(task.model_config)
+    return {
+        "tokens_per_example": tokens,
+        "bare_tokens_per_second": summary["bare_samples_per_second"] * tokens,
+        "ctpipe_tokens_per_second": ctpipe_tps,
+        "flops_per_token": per_token,
+        "parameters": count_parameters(task.model_config),
+        "peak_flops_per_worker": peak,
+        "peak_is_nominal": not torch.cuda.is_available(),  # CPU: the measured matmul rate, not a datasheet peak
+        "lm_mfu": per_token * ctpipe_tps / config.train.workers / peak if peak > 0 else 0.0,
+    }
 
 
 if __name__ == "__main__":

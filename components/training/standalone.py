@@ -50,8 +50,11 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
         salt=config.data.split_salt,
     )
     frame = data.drop(columns=[SPLIT_COLUMN], errors="ignore")
+    from components.tasks import load_task
+
     return write_snapshot(
-        out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files)
+        out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files),
+        task=load_task(config.task),
     )
 
 
