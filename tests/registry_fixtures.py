@@ -81,7 +81,9 @@ def make_model(
             torch.nn.functional.cross_entropy(model(xn, xc), yt).backward()
             opt.step()
     metadata = {"step": steps, "seed": seed, "split": training_split_record(snap, split)}
-    save_model_export(path, model.state_dict(), TINY_MODEL, spec, prep, metadata)
+    task = {"name": "tabular_classification", "entrypoint": None, "options": {}}
+    state = {**prep.to_dict(), "label": snap.schema.label}
+    save_model_export(path, model.state_dict(), TINY_MODEL, task, state, metadata)
     return path
 
 

@@ -161,6 +161,7 @@ class TaskBase:
     ``expectations`` and ``check_columns`` (extra Great Expectations checks), ``drift_columns`` (per-row
     statistics the watcher judges for drift), ``strata`` (the sanity sample's stratification),
     ``baseline`` (the trivial predictor behind ``evaluate.thresholds.<metric>.value=baseline``),
+    ``paired_bootstrap`` (the blessing's resampled metrics; the default calls ``compute_metrics``),
     ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and
     ``describe_batch`` / ``batch_mismatches`` (the sanity gate's first-batch dump and its round trip).
     """
@@ -201,6 +202,24 @@ class TaskBase:
         """Predictions of the trivial input-blind predictor on these rows, or None when there is none."""
         return None
 
+    def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
+                         seed: int) -> dict[str, dict[str, np.ndarray]]:
+        """Each metric of each model's predictions on the SAME ``samples`` resamples of the rows:
+        ``draws[model][metric]`` (an array of ``samples`` values). The default resamples rows and calls
+        ``compute_metrics``; a task may give a faster equivalent."""
+        import numpy as np
+
+        if len(targets) == 0 or samples <= 0:
+            return {name: {} for name in models}
+        rng = np.random.default_rng(seed)
+        draws: dict[str, dict[str, list[float]]] = {name: {} for name in models}
+        for _ in range(samples):
+            rows = rng.integers(0, len(targets), len(targets))
+            for name, predictions in models.items():
+                for metric, value in self.compute_metrics(targets[rows], predictions[rows]).items():
+                    draws[name].setdefault(metric, []).append(value)
+        return {name: {m: np.asarray(v, dtype=np.float64) for m, v in per.items()} for name, per in draws.items()}
+
     def class_names(self, state: TaskState) -> list[str] | None:
         """Class names when ``predict`` returns class probabilities [rows, classes] (else None)."""
         return None
@@ -222,5 +241,5 @@ class TaskBase:
 
 OPTIONAL_PARTS: tuple[str, ...] = (
     "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "strata", "baseline",
-    "class_names", "describe_batch", "batch_mismatches",
+    "paired_bootstrap", "class_names", "describe_batch", "batch_mismatches",
 )

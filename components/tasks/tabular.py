@@ -138,7 +138,7 @@ class TabularClassification(TaskBase):
         prep = preprocessing_of(state)
         missing = [c for c in [*prep.numeric, *prep.categorical] if c not in frame.columns]
         if missing:
-            raise DataValidationError(f"the rows lack feature column(s) {', '.join(missing)} that the model was trained on")
+            raise DataValidationError(f"the rows to score lack feature column(s) {', '.join(missing)} that the model was trained on")
         model.eval()
         x_num, x_cat = encode_features(frame, prep)
         out = []
@@ -164,6 +164,12 @@ class TabularClassification(TaskBase):
         from components.evaluation.metrics import prior_probabilities
 
         return prior_probabilities(targets, len(state["classes"]))
+
+    def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
+                         seed: int) -> dict[str, dict[str, np.ndarray]]:
+        from components.evaluation.metrics import paired_bootstrap
+
+        return paired_bootstrap(targets, models, samples=samples, seed=seed)
 
     def class_names(self, state: TaskState) -> list[str] | None:
         return list(state["classes"])

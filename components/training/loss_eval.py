@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from components.training.data import Split
 from components.tasks.protocol import Task
+from components.training.data import Split
 from components.training.device import Dist
 
 EVAL_BATCH = 2048
