@@ -27,6 +27,7 @@ from components.tasks.causal_lm.metrics import (
     document_losses,
     sequence_losses,
     token_losses,
+    weighted_metrics,
 )
 from components.tasks.causal_lm.model import GPT, LMConfig, lm_config
 from components.tasks.causal_lm.packing import IGNORE, pack_documents
@@ -137,6 +138,21 @@ class CausalLM(TaskBase):
 
     def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
         return corpus_metrics(predictions)
+
+    def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
+                         seed: int) -> dict[str, dict[str, np.ndarray]]:
+        """The evaluation's paired bootstrap over DOCUMENTS: the same resample weights for every model
+        (``components/evaluation/metrics.py``), each resample's metrics as ratios of re-weighted sums."""
+        from components.evaluation.metrics import _resample_weights
+
+        if len(targets) == 0 or samples <= 0:
+            return {name: {} for name in models}
+        draws: dict[str, dict[str, list[np.ndarray]]] = {name: {} for name in models}
+        for w in _resample_weights(len(targets), samples, seed):
+            for name, rows in models.items():
+                for metric, values in weighted_metrics(w, rows).items():
+                    draws[name].setdefault(metric, []).append(values)
+        return {name: {m: np.concatenate(v) for m, v in per.items()} for name, per in draws.items()}
 
     def baseline(self, targets: np.ndarray, state: TaskState) -> np.ndarray | None:
         """The unigram model's rows: the train split's byte frequencies, blind to context."""

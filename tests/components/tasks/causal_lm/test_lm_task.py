@@ -126,3 +126,18 @@ def test_drift_columns_separate_help_topics_from_module_docstrings(task):
     shifted = [c for c in help_docs.columns
                if ks_2samp(help_docs[c].dropna(), module_docs[c].dropna()).pvalue < 1e-3]
     assert shifted, "the drifted corpus should move at least one text statistic"
+
+
+def test_paired_bootstrap_resamples_documents_like_the_generic_one(task):
+    rng = np.random.default_rng(0)
+    n_bytes = rng.integers(50, 500, 40).astype(float)
+    rows_a = np.column_stack([n_bytes * rng.uniform(1.0, 2.0, 40), n_bytes + 1, n_bytes])
+    rows_b = np.column_stack([rows_a[:, 0] * 1.1, n_bytes + 1, n_bytes])
+    targets = np.column_stack([n_bytes, n_bytes])
+    fast = task.paired_bootstrap(targets, {"a": rows_a, "b": rows_b}, samples=200, seed=3)
+    assert fast["a"]["bits_per_byte"].shape == (200,)
+    # b is 10% worse on every document: every paired resample sees it, whatever the spread across documents
+    assert bool((fast["b"]["loss"] > fast["a"]["loss"]).all())
+    point = task.compute_metrics(targets, rows_a)["bits_per_byte"]
+    low, high = np.quantile(fast["a"]["bits_per_byte"], [0.025, 0.975])
+    assert low < point < high
