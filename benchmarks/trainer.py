@@ -50,7 +50,11 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
 
     cfg = Config.from_json(config_json)
     torch.set_num_threads(cfg.train.threads_per_worker)
-    dist.init_process_group("gloo")
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     snapshot = load_snapshot(snapshot_dir)
     task = load_task(cfg.task)
@@ -59,9 +63,10 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     model = task.build_model(cfg, snapshot.state)
     task.init_model(model, snapshot.state, examples.targets)
     policy = MixedPrecisionPolicy(
-        param_dtype=resolve_precision(cfg.train.mixed_precision, torch.device("cpu")),
+        param_dtype=resolve_precision(cfg.train.mixed_precision, device),
         reduce_dtype=torch.float32,
     )
+    model.to(device)
     for block in task.shard_units(model):
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
@@ -80,10 +85,13 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
             order = shard[torch.randperm(len(shard), generator=generator)]
         idx = order[(step % per_epoch) * batch : (step % per_epoch + 1) * batch]
         part = examples.select(idx)
-        loss = task.loss(model(*part.inputs), part.targets)
+        inputs = tuple(x.to(device, non_blocking=True) for x in part.inputs)
+        loss = task.loss(model(*inputs), part.targets.to(device, non_blocking=True))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    if cuda:
+        torch.cuda.synchronize(device)
     dist.barrier()
     seconds = time.perf_counter() - start
     if rank == 0:
