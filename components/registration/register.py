@@ -198,7 +198,7 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
     frame = snapshot.frame("test")
     if frame.empty:
         frame = snapshot.frame("train")
-    example = frame[snapshot.schema.features].head(5).reset_index(drop=True)
+    example = frame[snapshot.schema.all_features].head(5).reset_index(drop=True)
     exported = load_model_export(model_file)
     output = exported.serve(example)
     target = out_dir / PYFUNC_ARTIFACT_PATH
