@@ -154,7 +154,9 @@ def _output_to(log_path: Path) -> Iterator[Any]:
 def _preflight(config: Config, data_uri: str) -> None:
     """Cheap checks that give a clear error before any subprocess starts."""
     from components.data.snapshot import list_data_files
+    from components.tasks import load_task
 
+    load_task(config.task)  # the task's module imports and its factory returns a complete task
     list_data_files(data_uri, with_hashes=False)
 
 

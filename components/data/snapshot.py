@@ -73,10 +73,31 @@ class Schema:
     numeric: list[str]
     categorical: list[str]
     classes: list[str]
+    # Feature columns the task decodes itself (an image, a text: ``Task.own_columns``), kept out of the
+    # tabular profiling; the task's own expectations check them.
+    other: list[str] = field(default_factory=list)
 
     @property
     def features(self) -> list[str]:
+        """The tabular feature columns (profiled, drift- and leakage-checked column by column)."""
         return self.numeric + self.categorical
+
+    @property
+    def all_features(self) -> list[str]:
+        """Every feature column a model reads, the task's own included."""
+        return self.numeric + self.categorical + self.other
+
+    def with_task_columns(self, own: list[str]) -> Schema:
+        """This schema with the task's ``own`` columns moved out of numeric/categorical into ``other``."""
+        if not own:
+            return self
+        unknown = [c for c in own if c not in self.features and c not in self.other]
+        if unknown:
+            raise UserError(f"the task reads column(s) {', '.join(unknown)}, which are not feature columns of the data; "
+                            f"feature columns: {', '.join(self.all_features)}")
+        return Schema(label=self.label, key=self.key, numeric=[c for c in self.numeric if c not in own],
+                      categorical=[c for c in self.categorical if c not in own], classes=self.classes,
+                      other=[*self.other, *[c for c in own if c not in self.other]])
 
 
 def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: list[str], categorical: list[str]) -> Schema:

@@ -9,6 +9,7 @@ log loss (ROC AUC with two classes).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,17 @@ def align_probabilities(probs: np.ndarray, model_classes: list[str], target_clas
         if name in index:
             out[:, j] = probs[:, index[name]]
     return out
+
+
+@dataclass
+class _TabularFirstBatch:
+    """The first batch's tensors by name, as ``decode_first_batch`` reads them."""
+
+    raw: Any
+    x_num: Any
+    x_cat: Any
+    y: Any
+    drawn: str
 
 
 class TabularClassification(TaskBase):
@@ -176,10 +188,9 @@ class TabularClassification(TaskBase):
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Schema) -> dict[str, Any]:
         from components.sanity.first_batch import decode_first_batch
-        from components.sanity.sample import FirstBatch
 
         x_num, x_cat = batch.inputs
-        return decode_first_batch(FirstBatch(raw, x_num, x_cat, batch.targets, ""), preprocessing_of(state),
+        return decode_first_batch(_TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), preprocessing_of(state),
                                   schema.label)
 
     def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:

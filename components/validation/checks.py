@@ -320,7 +320,7 @@ def check_id_like_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
 
 def check_cross_split_duplicates(data: pd.DataFrame, schema: Schema, max_fraction: float) -> list[Finding]:
     """Rows whose features and label repeat in another split (they leak the held-out sets into training)."""
-    content = data[sorted(schema.features + [schema.label])]
+    content = data[sorted(schema.all_features + [schema.label])]
     hashes = pd.util.hash_pandas_object(content, index=False).to_numpy()
     splits = data[SPLIT_COLUMN].to_numpy()
     held = splits != "train"
