@@ -3,7 +3,9 @@
 The text ships with every CPython (``Lib/pydoc_data/topics.py``, ~465 KB, the Python Software
 Foundation License), so demos and tests need no download. Each help topic is cut into documents of a
 few paragraphs; documents are dealt to ``days`` daily partitions ``date=YYYY-MM-DD/part-0.parquet``
-with columns ``doc_id`` (the split key), ``topic`` and ``text``. From ``drift_from_day`` on, the
+with columns ``doc_id`` (the split key), ``kind`` and ``text``. ``kind`` says whether a document holds a
+code example (``code``) or not (``prose``): the language model ignores it, but validation still needs a
+label column with at least two classes in every split, which a per-topic column cannot give. From ``drift_from_day`` on, the
 partitions hold the docstrings of standard-library modules instead: another register of English
 (API prose, more code), so the watcher's text drift has something real to see.
 """
@@ -18,6 +20,7 @@ import pandas as pd
 
 TEXT_COLUMN = "text"
 KEY_COLUMN = "doc_id"
+KIND_COLUMN = "kind"
 START_DATE = dt.date(2026, 1, 1)
 MIN_DOC_CHARS = 300
 MAX_DOC_CHARS = 1500
@@ -53,20 +56,31 @@ def chunk_paragraphs(text: str, *, min_chars: int = MIN_DOC_CHARS, max_chars: in
     return docs
 
 
+def document_kind(text: str) -> str:
+    """``code`` for a document with an interactive example or an indented code line, else ``prose``."""
+    return "code" if ">>>" in text or "\n      " in text else "prose"
+
+
 def help_topic_documents() -> pd.DataFrame:
-    """Every help topic of this Python, cut into documents: columns doc_id, topic, text."""
+    """Every help topic of this Python, cut into documents: columns doc_id, kind, text."""
     from pydoc_data.topics import topics
 
     rows = [
-        {KEY_COLUMN: f"{name}/{i}", "topic": name, TEXT_COLUMN: doc}
+        {KEY_COLUMN: f"{name}/{i}", KIND_COLUMN: document_kind(doc), TEXT_COLUMN: doc}
         for name in sorted(topics)
         for i, doc in enumerate(chunk_paragraphs(topics[name]))
     ]
-    return pd.DataFrame(rows)
+    return _unique_texts(pd.DataFrame(rows))
+
+
+def _unique_texts(frame: pd.DataFrame) -> pd.DataFrame:
+    """The first of documents with the same text: the help topics repeat passages (``customization`` and
+    ``specialnames`` share many), and a repeated text in two splits leaks the test set into training."""
+    return frame.drop_duplicates(TEXT_COLUMN, keep="first").reset_index(drop=True)
 
 
 def module_docstring_documents() -> pd.DataFrame:
-    """Docstrings of DRIFT_MODULES and their public classes and functions, cut into documents."""
+    """Docstrings of DRIFT_MODULES and their public classes and functions, cut into documents (same columns)."""
     rows = []
     for module_name in DRIFT_MODULES:
         module = importlib.import_module(module_name)
@@ -76,8 +90,8 @@ def module_docstring_documents() -> pd.DataFrame:
             if not attr.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == module_name:
                 texts.append(obj.__doc__ or "")
         for i, doc in enumerate(chunk_paragraphs("\n\n".join(t for t in texts if t))):
-            rows.append({KEY_COLUMN: f"module:{module_name}/{i}", "topic": module_name, TEXT_COLUMN: doc})
-    return pd.DataFrame(rows)
+            rows.append({KEY_COLUMN: f"module:{module_name}/{i}", KIND_COLUMN: document_kind(doc), TEXT_COLUMN: doc})
+    return _unique_texts(pd.DataFrame(rows))
 
 
 def _deal(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:

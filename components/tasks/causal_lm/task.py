@@ -46,7 +46,7 @@ class CausalLM(TaskBase):
     metrics = (Metric("loss", False), Metric("bits_per_byte", False))
     sanity = SanitySpec(example_dim=0, sequence_dim=1)
     # Config for the demo corpus (``write_demo_data``): its key column, and the validation metric to select by.
-    demo_settings = ("data.key=doc_id", "data.label=topic", "select.metric=val_loss")
+    demo_settings = ("data.key=doc_id", "data.label=kind", "select.metric=val_loss")
 
     def __init__(self, *, text_column: str = "text", size: str = "tiny", generate_tokens: int = 32,
                  **model_overrides: Any) -> None:
