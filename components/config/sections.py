@@ -276,7 +276,8 @@ class SelectionConfig:
 
 
 # Metrics the evaluation computes; roc_auc only for two classes. log_loss is lower-is-better.
-EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc")
+# Every built-in task's test metrics (Task.metrics): classification's, then causal_lm's.
+EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc", "loss", "bits_per_byte")
 
 
 @dataclass(kw_only=True)

@@ -72,10 +72,16 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     timed_run(check_input_dependence, ctx)
     timed_run(check_gradients_flow, ctx)
     timed_run(check_batch_independence, ctx)
+    timed_run(task_checks, ctx)
     timed_run(check_overfit_one_batch, ctx, cfg, tracker)
     timed_run(check_short_training, ctx, cfg, tracker)
     timed.append(check_finite(tracker))
     return timed
+
+
+def task_checks(ctx: _Context) -> list[CheckResult]:
+    """The task's own checks (``Task.extra_checks``), e.g. causality and next-token targets for a language model."""
+    return list(ctx.task.extra_checks(ctx.factory, ctx.data.train, ctx.data.state))
 
 
 class _Context:

@@ -163,7 +163,8 @@ class TaskBase:
     ``baseline`` (the trivial predictor behind ``evaluate.thresholds.<metric>.value=baseline``),
     ``paired_bootstrap`` (the blessing's resampled metrics; the default calls ``compute_metrics``),
     ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and
-    ``describe_batch`` / ``batch_mismatches`` (the sanity gate's first-batch dump and its round trip).
+    ``describe_batch`` / ``batch_mismatches`` (the sanity gate's first-batch dump and its round trip) and
+    ``extra_checks`` (the task's own sanity checks, e.g. causality for a sequence model).
     """
 
     sanity: SanitySpec = SanitySpec()
@@ -239,7 +240,13 @@ class TaskBase:
         return []
 
 
+    def extra_checks(self, factory: Callable[[], Any], batch: Batch, state: TaskState) -> list[Any]:
+        """The task's own sanity checks (``components.sanity.report.CheckResult`` each) on the encoded train
+        sample ``batch`` with fresh seeded models from ``factory``; an error-severity failure stops the run."""
+        return []
+
+
 OPTIONAL_PARTS: tuple[str, ...] = (
     "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "strata", "baseline",
-    "paired_bootstrap", "class_names", "describe_batch", "batch_mismatches",
+    "paired_bootstrap", "class_names", "describe_batch", "batch_mismatches", "extra_checks",
 )

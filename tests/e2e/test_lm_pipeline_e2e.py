@@ -21,8 +21,6 @@ FAST = [
     "train.checkpoint_every=20",
     "train.warmup_steps=5",
     "train.batch_size=16",
-    "sanity.overfit_steps=150",
-    "sanity.short_train_steps=30",
 ]
 
 

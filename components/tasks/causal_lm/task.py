@@ -45,8 +45,12 @@ class CausalLM(TaskBase):
     name = "causal_lm"
     metrics = (Metric("loss", False), Metric("bits_per_byte", False))
     sanity = SanitySpec(example_dim=0, sequence_dim=1)
-    # Config for the demo corpus (``write_demo_data``): its key column, and the validation metric to select by.
-    demo_settings = ("data.key=doc_id", "data.label=kind", "select.metric=val_loss")
+    # Config for the demo corpus (``write_demo_data``) and this task: the key and label columns, the validation
+    # metric to select by, the blessing rules (beat the unigram baseline; no regression against the champion).
+    demo_settings = (
+        "data.key=doc_id", "data.label=kind", "select.metric=val_loss", "registry.model_name=ctpipe-causal-lm",
+        "evaluate.thresholds={loss: {value: baseline, change_abs: 0.0}, bits_per_byte: {value: baseline, change_abs: 0.0}}",
+    )
 
     def __init__(self, *, text_column: str = "text", size: str = "tiny", generate_tokens: int = 32,
                  **model_overrides: Any) -> None:
@@ -113,7 +117,9 @@ class CausalLM(TaskBase):
         from components.tasks.causal_lm.causality import sequence_checks
 
         tokens, doc_ids = batch.inputs
-        rows = slice(0, CHECK_ROWS)
+        # Sequences holding a document boundary first: only there can attention cross documents.
+        boundary = (doc_ids != doc_ids[:, :1]).any(dim=1)
+        rows = torch.cat([torch.nonzero(boundary).flatten(), torch.nonzero(~boundary).flatten()])[:CHECK_ROWS]
         return sequence_checks(factory(), tokens[rows], batch.targets[rows], doc_ids[rows])
 
     def strata(self, frame: pd.DataFrame, schema: Any) -> pd.Series | None:
