@@ -59,6 +59,22 @@ def test_first_lm_run_passes_every_step_and_becomes_champion(first, home):
     assert any(p.name == "date=2026-01-01" for p in (home / "data-causal_lm").iterdir())
 
 
+def test_the_registered_lm_scores_documents_and_continues_them(first, home):
+    import mlflow
+    import pandas as pd
+
+    from components.tracking import local_tracking_uri
+
+    assert first[0].returncode == 0
+    mlflow.set_tracking_uri(local_tracking_uri(home))
+    mlflow.set_registry_uri(local_tracking_uri(home))
+    model = mlflow.pyfunc.load_model(f"models:/{first[1]['model_name']}@champion")
+    out = model.predict(pd.DataFrame({"text": ["The assert statement", "Lambda expressions"]}))
+    assert list(out.columns) == ["loss", "bits_per_byte", "continuation"] and len(out) == 2
+    assert out["bits_per_byte"].between(0.5, 9.0).all()
+    assert out["continuation"].map(len).gt(0).all()
+
+
 def test_second_lm_run_is_compared_with_the_first(first, home):
     assert first[0].returncode == 0
     result, summary = run_lm(home)
