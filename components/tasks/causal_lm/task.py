@@ -51,7 +51,8 @@ class CausalLM(TaskBase):
         "data.key=doc_id", "data.label=kind", "select.metric=val_loss", "registry.model_name=ctpipe-causal-lm",
         # the tiny decoder on ~700 training documents: 300 steps of 16 sequences per rank stay a few minutes on a CPU
         "train.max_steps=300", "train.batch_size=16",
-        "evaluate.thresholds={loss: {value: baseline, change_abs: 0.0}, bits_per_byte: {value: baseline, change_abs: 0.0}}",
+        "evaluate.thresholds={loss: {value: baseline, change_abs: 0.0, direction: lower}, "
+        "bits_per_byte: {value: baseline, change_abs: 0.0, direction: lower}}",
     )
 
     def __init__(self, *, text_column: str = "text", size: str = "tiny", generate_tokens: int = 32,
