@@ -1,6 +1,6 @@
 """Trainer benchmark: the ctpipe worker against a bare FSDP2 loop, same model, global batch and world size.
 
-    python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp]
+    python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp] [--example digits]
 
 In one run, interleaved (the order alternates per repetition, since this machine's speed swings), it
 measures (a) a bare FSDP2 loop — forward, backward, optimizer step (the same AdamW), nothing else — and (b) the ctpipe
@@ -16,7 +16,9 @@ and imports excluded, for both). It reports:
 - ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
 - ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up).
 
-The last line printed is one JSON object.
+Both sides go through the run's task (``task.*`` config; ``--example digits`` trains the user's digits
+CNN of ``examples/digits`` on its Parquet partitions instead of the tabular demo). The last line printed
+is one JSON object.
 """
 
 from __future__ import annotations
@@ -35,12 +37,11 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     """One rank of the bare loop: the same model, sharding and precision, and nothing else."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from components.config import Config
     from components.data.snapshot import load_snapshot
-    from components.models.tabular import InputSpec, build_model
+    from components.tasks import load_task
     from components.training.parallelize import resolve_precision
 
     cfg = Config.from_json(config_json)
@@ -48,17 +49,16 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     snapshot = load_snapshot(snapshot_dir)
-    x_num, x_cat, y = (torch.tensor(a) for a in snapshot.tensors("train"))
-    spec = InputSpec(
-        x_num.shape[1], snapshot.preprocessing.cardinalities, len(snapshot.preprocessing.classes)
-    )
+    task = load_task(cfg.task)
+    examples = task.encode(snapshot.frame("train"), snapshot.state)
+    y = examples.targets
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, spec)
+    model = task.build_model(cfg, snapshot.state)
     policy = MixedPrecisionPolicy(
         param_dtype=resolve_precision(cfg.train.mixed_precision, torch.device("cpu")),
         reduce_dtype=torch.float32,
     )
-    for block in model.blocks:
+    for block in task.shard_units(model):
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     opt = torch.optim.AdamW(
@@ -75,7 +75,8 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
         if step % per_epoch == 0:
             order = shard[torch.randperm(len(shard), generator=generator)]
         idx = order[(step % per_epoch) * batch : (step % per_epoch + 1) * batch]
-        loss = F.cross_entropy(model(x_num[idx], x_cat[idx]).float(), y[idx])
+        part = examples.select(idx)
+        loss = task.loss(model(*part.inputs).float(), part.targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -155,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ddp", action="store_true", help="skip the DDP comparison")
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--rows-per-day", type=int, default=1000)
+    parser.add_argument("--example", choices=["digits"], default=None,
+                        help="benchmark the user task of examples/<name> on its own data")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -162,12 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     from components.data.demo import write_demo_data
     from components.training.standalone import build_snapshot
 
+    if args.example:
+        # The example's task module must import here and in every worker process, as an installed package would.
+        folder = str(Path(__file__).resolve().parents[1] / "examples" / args.example)
+        sys.path.insert(0, folder)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
+        args.overrides = ["data.key=id", "task.entrypoint=digits_task:make_task", *args.overrides]
     config = load_config(None, args.overrides)
     ddp_config = load_config(None, args.overrides + ["train.strategy=ddp"])
     rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
         work = Path(tmp)
-        write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
+        if args.example:
+            from write_partitions import write_partitions
+
+            write_partitions(work / "data", days=args.days)
+        else:
+            write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
         snapshot_dir = str(build_snapshot(str(work / "data"), config, work / "snapshot").root)
         tracking_uri = f"sqlite:///{work / 'mlflow.db'}"
         variants = ["bare", "ctpipe"] + ([] if args.no_ddp else ["ddp"])
@@ -218,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": config.train.max_steps,
         "mixed_precision": config.train.mixed_precision,
         "repeats": args.repeats,
+        "task": config.task.entrypoint or config.task.name,
     }
     if rows["ddp"]:
         summary["ddp_samples_per_second"] = statistics.median(d["samples_per_second"] for d in rows["ddp"])

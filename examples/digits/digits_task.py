@@ -104,7 +104,7 @@ class DigitsTask(TaskBase):
         return torch.from_numpy(normalised.reshape(-1, 1, SIDE, SIDE).copy())
 
     def encode(self, frame: pd.DataFrame, state: dict[str, Any]) -> Batch:
-        return Batch((self._images(frame, state),), torch.from_numpy(self.targets(frame, state)))
+        return Batch((self._images(frame, state),), torch.from_numpy(self.targets(frame, state).copy()))
 
     # model -----------------------------------------------------------------------------------------
     def build_model(self, config, state: dict[str, Any]) -> nn.Module:
