@@ -125,6 +125,11 @@ def test_validation_runs_the_tasks_image_expectations_and_writes_its_drift_colum
     validate_data(str(tmp_path / "data"), **kwargs)
     stats = json.loads((tmp_path / "snap" / "reference_stats.json").read_text())
     assert {"image__mean_intensity", "image__ink_fraction"} <= set(stats["numeric"])
+    # With that suite as the reference, the image column is known: no "new column" anomaly next time.
+    again = validate_data(str(tmp_path / "data"), **{
+        **kwargs, "snapshot_dir": str(tmp_path / "snap1"),
+        "config": load_config(None, [*TASK, f"validation.suite_path={tmp_path / 'snap' / 'suite.json'}"])})
+    assert not [w for w in again.warnings if "image" in w], again.warnings
 
     # A new partition whose images are truncated (not 64 pixels) fails the task's GX expectations.
     broken = pd.read_parquet(tmp_path / "data" / "date=2026-01-02" / "part-0.parquet")
