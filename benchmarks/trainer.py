@@ -1,6 +1,6 @@
 """Trainer benchmark: the ctpipe worker against a bare FSDP2 loop, same model, global batch and world size.
 
-    python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp]
+    python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp] [--example digits]
     python benchmarks/trainer.py --task causal_lm [--set task.options.size=small ...]
 
 In one run, interleaved (the order alternates per repetition, since this machine's speed swings), it
@@ -17,12 +17,13 @@ and imports excluded, for both). It reports:
 - ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
 - ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up).
 
-With ``--task NAME`` (a built-in task with demo data of its own, e.g. ``causal_lm``) both loops train
-that task's model on its demo data through the task protocol; for a sequence task it also prints
-tokens/s and ``lm_mfu`` from the task's analytic FLOPs per token (6 N + attention) over the same peak
-(on CPU that peak is the worker's measured matmul rate, a nominal figure, not a datasheet one).
-
-The last line printed is one JSON object.
+Both sides go through the run's task (``task.*`` config; ``--example digits`` trains the user's digits
+CNN of ``examples/digits`` on its Parquet partitions instead of the tabular demo). With ``--task NAME``
+(a built-in task with demo data of its own, e.g. ``causal_lm``) both loops train that task's model on
+its demo data with the task's ``demo_settings``; for a sequence task it also prints tokens/s and
+``lm_mfu`` from the task's analytic FLOPs per token (6 N + attention) over the same peak (on CPU that
+peak is the worker's measured matmul rate, a nominal figure, not a datasheet one). The last line
+printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -171,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--rows-per-day", type=int, default=1000)
     parser.add_argument("--task", default=None, metavar="NAME", help="a built-in task with its own demo data")
+    parser.add_argument("--example", choices=["digits"], default=None,
+                        help="benchmark the user task of examples/<name> on its own data")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -179,8 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     from components.tasks import load_task
     from components.training.standalone import build_snapshot
 
-    base = []
-    if args.task:
+    base: list[str] = []
+    if args.example:
+        # The example's task module must import here and in every worker process, as an installed package would.
+        folder = str(Path(__file__).resolve().parents[1] / "examples" / args.example)
+        sys.path.insert(0, folder)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
+        base = ["data.key=id", "task.entrypoint=digits_task:make_task"]
+    elif args.task:
         base = [f"task.name={args.task}", *getattr(load_task({"name": args.task}), "demo_settings", [])]
     config = load_config(None, base + args.overrides)
     ddp_config = load_config(None, base + args.overrides + ["train.strategy=ddp"])
@@ -188,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
         work = Path(tmp)
-        if args.task:
+        if args.example:
+            from write_partitions import write_partitions
+
+            write_partitions(work / "data", days=args.days)
+        elif args.task:
             task.write_demo_data(str(work / "data"), days=args.days)
         else:
             write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
@@ -243,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": config.train.max_steps,
         "mixed_precision": config.train.mixed_precision,
         "repeats": args.repeats,
+        "task": config.task.entrypoint or config.task.name,
     }
     if rows["ddp"]:
         summary["ddp_samples_per_second"] = statistics.median(d["samples_per_second"] for d in rows["ddp"])

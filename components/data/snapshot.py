@@ -178,6 +178,11 @@ def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
     return Preprocessing(numeric=numeric, categorical=categorical, classes=list(schema.classes))
 
 
+def tabular_state(train: pd.DataFrame, schema: Schema) -> dict[str, Any]:
+    """The tabular task's train-split state: the preprocessing statistics and the label column."""
+    return {**fit_preprocessing(train, schema).to_dict(), "label": schema.label}
+
+
 def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray, np.ndarray]:
     """Numeric features standardised (missing → mean → 0) and categorical ones as vocabulary indices."""
     n = len(data)
@@ -251,7 +256,8 @@ def write_snapshot(
 ) -> Snapshot:
     """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
 
-    ``task`` fits the statistics (``Task.fit`` on the train rows); None is the default tabular task."""
+    ``task`` fits the statistics (``Task.fit`` on the train rows); None gives the tabular task's
+    (``tabular_state``)."""
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     keep = [c for c in data.columns if c != SPLIT_COLUMN]
@@ -260,12 +266,8 @@ def write_snapshot(
         if split == "train" and part.empty:
             raise DataValidationError("the train split is empty: the data has too few rows to split")
         part.to_parquet(root / f"{split}.parquet", index=False)
-    if task is None:
-        from components.tasks import load_task
-        from components.tasks.registry import DEFAULT_TASK
-
-        task = load_task({"name": DEFAULT_TASK})
-    state = task.fit(data.loc[splits == "train"], schema)
+    train = data.loc[splits == "train"]
+    state = tabular_state(train, schema) if task is None else task.fit(train, schema)
     (root / "schema.json").write_text(json.dumps(asdict(schema), indent=2))
     (root / "preprocessing.json").write_text(json.dumps(state, indent=2))
     meta = {

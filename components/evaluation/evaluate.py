@@ -175,6 +175,7 @@ def evaluate_candidate(
         "data_fingerprint": snapshot.fingerprint,
         "model_metadata": candidate.metadata,
         "model_config": vars(candidate.model_config),
+        "task": candidate.task_record,
         "mlflow_run_id": mlflow_run_id,
         "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 3),

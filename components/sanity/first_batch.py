@@ -1,4 +1,4 @@
-"""The first batch as the model sees it: its exact tensors decoded back to column names and values."""
+"""The tabular task's first batch as the model sees it: its exact tensors decoded back to column names and values."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 from components.data.snapshot import Preprocessing
 from components.sanity.report import CheckResult
-from components.sanity.sample import FirstBatch
 
 
-def decode_first_batch(batch: FirstBatch, prep: Preprocessing, label: str) -> dict[str, Any]:
-    """The exact tensors of the tabular task's first batch, decoded back to column names and values."""
+def decode_first_batch(batch: Any, prep: Preprocessing, label: str) -> dict[str, Any]:
+    """The exact tensors of the tabular task's first batch (``x_num``, ``x_cat``, ``y``, ``drawn``), decoded
+    back to column names and values."""
     n = len(batch.y)
     numeric_cols, cat_cols = list(prep.numeric), list(prep.categorical)
     records = []

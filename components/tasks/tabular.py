@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from components.data.snapshot import Preprocessing, Schema, encode_features, encode_labels, fit_preprocessing
+from components.data.snapshot import Preprocessing, Schema, encode_features, encode_labels, tabular_state
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 PREDICT_BATCH = 8192
@@ -67,7 +67,7 @@ class TabularClassification(TaskBase):
 
     # -- data -------------------------------------------------------------------------------------
     def fit(self, train: pd.DataFrame, schema: Schema) -> TaskState:
-        return {**fit_preprocessing(train, schema).to_dict(), "label": schema.label}
+        return tabular_state(train, schema)
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
         prep = preprocessing_of(state)
