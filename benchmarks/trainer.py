@@ -277,27 +277,25 @@ def _median_or_none(values) -> float | None:
 
 
 def _tokens_per_example(task, config) -> int:
-    """Positions per example along the task's sequence dimension (0 for a task without one)."""
-    if task.sanity.sequence_dim is None or not hasattr(task, "model_config"):
+    """Positions per example of a sequence task that states its FLOPs per token (0 otherwise)."""
+    if task.sanity.sequence_dim is None or not hasattr(task, "flops_per_token"):
         return 0
     return int(task.model_config.seq_len)
 
 
 def _sequence_figures(task, config, summary: dict, rows: dict, tokens: int) -> dict:
-    """tokens/s of both loops and the LM's MFU from its analytic FLOPs per token over the workers' peak."""
+    """tokens/s of both loops and the model's MFU from the task's analytic FLOPs per token over the workers' peak."""
     import torch
-
-    from components.tasks.causal_lm.model import count_parameters, flops_per_token
 
     peak = statistics.median(c["peak_flops"] for c in rows["ctpipe"])
     ctpipe_tps = summary["ctpipe_samples_per_second"] * tokens
-    per_token = flops_per_token(task.model_config)
+    per_token = task.flops_per_token()
     return {
         "tokens_per_example": tokens,
         "bare_tokens_per_second": summary["bare_samples_per_second"] * tokens,
         "ctpipe_tokens_per_second": ctpipe_tps,
         "flops_per_token": per_token,
-        "parameters": count_parameters(task.model_config),
+        "parameters": task.parameter_count(),
         "peak_flops_per_worker": peak,
         "peak_is_nominal": not torch.cuda.is_available(),  # CPU: the measured matmul rate, not a datasheet peak
         "lm_mfu": per_token * ctpipe_tps / config.train.workers / peak if peak > 0 else 0.0,

@@ -94,6 +94,18 @@ class CausalLM(TaskBase):
     def shard_units(self, model: nn.Module) -> list[nn.Module]:
         return list(model.blocks)
 
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token of the configured model (for MFU in ``benchmarks/trainer.py``)."""
+        from components.tasks.causal_lm.model import flops_per_token
+
+        return flops_per_token(self.model_config)
+
+    def parameter_count(self) -> int:
+        """Parameters of the configured model, counted on the meta device (no memory)."""
+        from components.tasks.causal_lm.model import count_parameters
+
+        return count_parameters(self.model_config)
+
     # -- objective --------------------------------------------------------------------------------
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(

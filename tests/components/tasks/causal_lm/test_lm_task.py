@@ -150,3 +150,10 @@ def test_paired_bootstrap_resamples_documents_like_the_generic_one(task):
     point = task.compute_metrics(targets, rows_a)["bits_per_byte"]
     low, high = np.quantile(fast["a"]["bits_per_byte"], [0.025, 0.975])
     assert low < point < high
+
+
+def test_the_task_states_its_size_and_flops_for_mfu():
+    large = load_task({"name": "causal_lm", "entrypoint": None, "options": {"size": "gpt-350m"}})
+    assert large.parameter_count() >= 300_000_000
+    # 6 N per token (N without the position table) plus attention: ~2.1 GFLOP per token at 1,024 positions
+    assert 6 * 300e6 < large.flops_per_token() < 6 * 360e6
