@@ -52,6 +52,21 @@ def ensure_demo_data(home: Path) -> str:
     return str(root.resolve())
 
 
+def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
+    """The configured task's demo data under the home (its ``write_demo_data``, else the tabular demo)
+    and the config settings that go with it (the key column; the task's ``demo_settings``)."""
+    from components.tasks import load_task
+
+    task = load_task(config.task)
+    writer = getattr(task, "write_demo_data", None)
+    if writer is None:
+        return ensure_demo_data(home), ([f"data.key={DEMO_KEY_COLUMN}"] if config.data.key is None else [])
+    root = home / f"data-{task.name}"
+    if not any(root.glob("date=*/part-0.parquet")):
+        writer(str(root))
+    return str(root.resolve()), list(getattr(task, "demo_settings", ()))
+
+
 def _new_run_dir(home: Path) -> Path:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     run_dir = home / "runs" / f"{stamp}-{os.getpid()}"
@@ -139,7 +154,9 @@ def _output_to(log_path: Path) -> Iterator[Any]:
 def _preflight(config: Config, data_uri: str) -> None:
     """Cheap checks that give a clear error before any subprocess starts."""
     from components.data.snapshot import list_data_files
+    from components.tasks import load_task
 
+    load_task(config.task)  # the task's module imports and its factory returns a complete task
     list_data_files(data_uri, with_hashes=False)
 
 
@@ -160,9 +177,10 @@ def run_local(
     config = load_config(config_path, overrides)
     home_dir.mkdir(parents=True, exist_ok=True)
     if data_uri is None:
-        data_uri = ensure_demo_data(home_dir)
-        if config.data.key is None and not any(o.startswith("data.key=") for o in overrides):
-            config = load_config(config_path, overrides + [f"data.key={DEMO_KEY_COLUMN}"])
+        data_uri, demo_settings = ensure_demo_data_for(home_dir, config)
+        unset = [s for s in demo_settings if not any(o.startswith(s.split("=")[0] + "=") for o in overrides)]
+        if unset:
+            config = load_config(config_path, unset + overrides)
     elif "://" not in data_uri:
         data_uri = str(Path(data_uri).resolve())
     _preflight(config, data_uri)

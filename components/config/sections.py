@@ -127,6 +127,31 @@ class SanityConfig:
                f"{self.baseline_min_improvement} must be in (-1, 1)")
 
 
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(kw_only=True)
+class TaskConfig:
+    """Which task (the model and how it reads the data) a run trains: a built-in by name or the user's own.
+
+    ``entrypoint`` ("package.module:factory") wins over ``name``; the factory is called with ``options``
+    as keyword arguments. Both are resolved by ``components/tasks/registry.py`` in every step and in the
+    trainer pods, and checked there before any work.
+    """
+
+    name: str = "tabular_classification"
+    entrypoint: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check(bool(re.fullmatch(r"[a-z][a-z0-9_]*", self.name or "")), "task.name",
+               f"{self.name!r} must be a built-in task's name (lower case, digits and _), e.g. 'tabular_classification'")
+        if self.entrypoint is not None:
+            _check(bool(_ENTRYPOINT.fullmatch(self.entrypoint)), "task.entrypoint",
+                   f"{self.entrypoint!r} must be 'package.module:factory' (an importable module, a colon, the "
+                   "name of a function in it that returns the task)")
+
+
 @dataclass(kw_only=True)
 class ModelConfig:
     """The network; it knows nothing of devices or parallelism."""
@@ -251,7 +276,8 @@ class SelectionConfig:
 
 
 # Metrics the evaluation computes; roc_auc only for two classes. log_loss is lower-is-better.
-EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc")
+# Every built-in task's test metrics (Task.metrics): classification's, then causal_lm's.
+EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc", "loss", "bits_per_byte")
 
 
 @dataclass(kw_only=True)
@@ -499,6 +525,7 @@ class Config:
     """Everything a run needs, by section."""
 
     data: DataConfig = field(default_factory=DataConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     sanity: SanityConfig = field(default_factory=SanityConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

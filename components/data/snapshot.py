@@ -73,10 +73,31 @@ class Schema:
     numeric: list[str]
     categorical: list[str]
     classes: list[str]
+    # Feature columns the task decodes itself (an image, a text: ``Task.own_columns``), kept out of the
+    # tabular profiling; the task's own expectations check them.
+    other: list[str] = field(default_factory=list)
 
     @property
     def features(self) -> list[str]:
+        """The tabular feature columns (profiled, drift- and leakage-checked column by column)."""
         return self.numeric + self.categorical
+
+    @property
+    def all_features(self) -> list[str]:
+        """Every feature column a model reads, the task's own included."""
+        return self.numeric + self.categorical + self.other
+
+    def with_task_columns(self, own: list[str]) -> Schema:
+        """This schema with the task's ``own`` columns moved out of numeric/categorical into ``other``."""
+        if not own:
+            return self
+        unknown = [c for c in own if c not in self.features and c not in self.other]
+        if unknown:
+            raise UserError(f"the task reads column(s) {', '.join(unknown)}, which are not feature columns of the data; "
+                            f"feature columns: {', '.join(self.all_features)}")
+        return Schema(label=self.label, key=self.key, numeric=[c for c in self.numeric if c not in own],
+                      categorical=[c for c in self.categorical if c not in own], classes=self.classes,
+                      other=[*self.other, *[c for c in own if c not in self.other]])
 
 
 def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: list[str], categorical: list[str]) -> Schema:
@@ -157,6 +178,11 @@ def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
     return Preprocessing(numeric=numeric, categorical=categorical, classes=list(schema.classes))
 
 
+def tabular_state(train: pd.DataFrame, schema: Schema) -> dict[str, Any]:
+    """The tabular task's train-split state: the preprocessing statistics and the label column."""
+    return {**fit_preprocessing(train, schema).to_dict(), "label": schema.label}
+
+
 def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray, np.ndarray]:
     """Numeric features standardised (missing → mean → 0) and categorical ones as vocabulary indices."""
     n = len(data)
@@ -187,14 +213,23 @@ def encode_labels(data: pd.DataFrame, label: str, classes: list[str]) -> np.ndar
 
 @dataclass
 class Snapshot:
-    """A validated, split dataset as written by the validation step."""
+    """A validated, split dataset as written by the validation step.
+
+    ``state`` is what the run's task fitted on the train split (``Task.fit``; for the tabular task the
+    preprocessing statistics), stored as ``preprocessing.json``.
+    """
 
     root: Path
     schema: Schema
-    preprocessing: Preprocessing
+    state: dict[str, Any]
     fingerprint: str
     data_uri: str
     files: list[DataFile]
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """The tabular task's statistics (numeric mean/std, vocabularies, classes)."""
+        return Preprocessing.from_dict(self.state)
 
     def frame(self, split: str) -> pd.DataFrame:
         if split not in SPLITS:
@@ -202,7 +237,7 @@ class Snapshot:
         return pd.read_parquet(self.root / f"{split}.parquet")
 
     def tensors(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(x_num, x_cat, y) of a split, encoded with the train split's statistics."""
+        """(x_num, x_cat, y) of a split, encoded with the train split's statistics (tabular task)."""
         frame = self.frame(split)
         x_num, x_cat = encode_features(frame, self.preprocessing)
         return x_num, x_cat, encode_labels(frame, self.schema.label, self.preprocessing.classes)
@@ -217,8 +252,12 @@ def write_snapshot(
     data_uri: str,
     files: list[DataFile],
     fingerprint: str,
+    task: Any = None,
 ) -> Snapshot:
-    """Write the split rows, schema, train-only statistics and fingerprint into ``out_dir``."""
+    """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
+
+    ``task`` fits the statistics (``Task.fit`` on the train rows); None gives the tabular task's
+    (``tabular_state``)."""
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     keep = [c for c in data.columns if c != SPLIT_COLUMN]
@@ -227,9 +266,10 @@ def write_snapshot(
         if split == "train" and part.empty:
             raise DataValidationError("the train split is empty: the data has too few rows to split")
         part.to_parquet(root / f"{split}.parquet", index=False)
-    prep = fit_preprocessing(data.loc[splits == "train"], schema)
+    train = data.loc[splits == "train"]
+    state = tabular_state(train, schema) if task is None else task.fit(train, schema)
     (root / "schema.json").write_text(json.dumps(asdict(schema), indent=2))
-    (root / "preprocessing.json").write_text(json.dumps(prep.to_dict(), indent=2))
+    (root / "preprocessing.json").write_text(json.dumps(state, indent=2))
     meta = {
         "fingerprint": fingerprint,
         "data_uri": data_uri,
@@ -237,16 +277,16 @@ def write_snapshot(
         "rows": {s: int((splits == s).sum()) for s in SPLITS},
     }
     (root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
-    return Snapshot(root, schema, prep, fingerprint, data_uri, files)
+    return Snapshot(root, schema, state, fingerprint, data_uri, files)
 
 
 def load_snapshot(path: str | Path) -> Snapshot:
     root = Path(path)
     schema = Schema(**json.loads((root / "schema.json").read_text()))
-    prep = Preprocessing.from_dict(json.loads((root / "preprocessing.json").read_text()))
+    state = json.loads((root / "preprocessing.json").read_text())
     meta = json.loads((root / "fingerprint.json").read_text())
     files = [DataFile(**f) for f in meta["files"]]
-    return Snapshot(root, schema, prep, meta["fingerprint"], meta["data_uri"], files)
+    return Snapshot(root, schema, state, meta["fingerprint"], meta["data_uri"], files)
 
 
 # --- the split a model is trained on ------------------------------------------------------------

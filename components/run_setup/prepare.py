@@ -46,6 +46,9 @@ def prepare_run(
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     config = resolve_config(config_json, overrides)
+    from components.tasks import load_task
+
+    load_task(config.task)  # the first step of a run: a missing or incomplete task stops it here
     from components.tracking import (
         RetryPolicy,
         bounded_mlflow_http,

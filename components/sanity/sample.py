@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from components.config import Config
-from components.data.snapshot import Snapshot, encode_features, encode_labels
+from components.data.snapshot import Snapshot
 
 SAMPLE_SEED = 0
 FIRST_BATCH_ROWS = 16
@@ -26,28 +26,22 @@ HELD_OUT_FACTOR = 4
 
 @dataclass
 class FirstBatch:
-    """The trainer's first batch on rank 0: its raw rows, the tensors made from them, and how it was drawn."""
+    """The trainer's first batch on rank 0: its raw rows, the examples the task made from them, how it was drawn."""
 
     raw: Any
-    x_num: Any
-    x_cat: Any
-    y: Any
+    examples: Any  # a tasks.Batch
     drawn: str
 
 
 @dataclass
 class SanityData:
-    """Encoded tensors of a train sample and a held-out sample (other train rows and val), plus what decodes them."""
+    """The task's examples of a train sample and a held-out sample (other train rows and val), and its state."""
 
-    x_num: Any
-    x_cat: Any
-    y: Any
-    val_x_num: Any
-    val_x_cat: Any
-    val_y: Any
-    n_classes: int
+    train: Any  # a tasks.Batch
+    val: Any  # a tasks.Batch
+    state: dict[str, Any]
     first_batch: FirstBatch
-    # How the samples were drawn, for the report: rows per class in each.
+    # How the samples were drawn, for the report: rows per stratum in each.
     drawn: str = ""
 
 
@@ -77,38 +71,39 @@ def class_floor(rows: int, n_classes: int) -> int:
     return max(1, rows // (4 * max(n_classes, 1)))
 
 
-def _counts(y, classes: list[str]) -> str:
-    counts = np.bincount(np.asarray(y), minlength=len(classes))
-    return ", ".join(f"{c} {int(n)}" for c, n in zip(classes, counts, strict=True))
+def _counts(strata: pd.Series | None) -> str:
+    if strata is None:
+        return "not stratified"
+    counts = strata.astype(str).value_counts().sort_index()
+    return ", ".join(f"{c} {int(n)}" for c, n in counts.items())
 
 
-def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED) -> SanityData:
-    """Stratified samples of the train and val splits, encoded exactly as training encodes them."""
-    import torch
-
+def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = SAMPLE_SEED) -> SanityData:
+    """Samples of the train and val splits (stratified by ``task.strata``), encoded exactly as training does."""
     from components.training.data import first_batch_indices
 
-    prep = snapshot.preprocessing
-    label = snapshot.schema.label
+    schema, state = snapshot.schema, snapshot.state
     full_train = snapshot.frame("train")
     rows = cfg.sanity.sample_rows
-    floor = class_floor(rows, len(prep.classes))
-    # The models train on at most half of each class's train rows; the other half and the val split
+
+    def strata_of(frame: pd.DataFrame) -> pd.Series:
+        found = task.strata(frame, schema)
+        return pd.Series(0, index=frame.index) if found is None else found
+
+    train_strata = strata_of(full_train)
+    n_strata = int(train_strata.astype(str).nunique())
+    floor = class_floor(rows, n_strata)
+    # The models train on at most half of each stratum's train rows; the other half and the val split
     # are their held-out rows, so a rare class is present on both sides.
-    labels = full_train[label].astype(str)
+    labels = train_strata.astype(str)
     half = (labels.value_counts().reindex(sorted(labels.unique())).to_numpy() + 1) // 2
-    picked = stratified_rows(full_train[label], rows, seed=seed, floor=floor, cap=half)
+    picked = stratified_rows(train_strata, rows, seed=seed, floor=floor, cap=half)
     train = full_train.iloc[picked].reset_index(drop=True)
     rest = pd.concat([full_train.drop(index=full_train.index[picked]), snapshot.frame("val")], ignore_index=True)
-    val = rest.iloc[stratified_rows(rest[label], HELD_OUT_FACTOR * rows, seed=seed, floor=floor)].reset_index(drop=True)
+    val = rest.iloc[stratified_rows(strata_of(rest), HELD_OUT_FACTOR * rows, seed=seed, floor=floor)].reset_index(drop=True)
 
-    def tensors(frame):
-        x_num, x_cat = encode_features(frame, prep)
-        y = encode_labels(frame, label, prep.classes)
-        return torch.tensor(x_num), torch.tensor(x_cat), torch.tensor(y)
-
-    xn, xc, y = tensors(train)
-    vn, vc, vy = tensors(val) if len(val) else (xn[:0], xc[:0], y[:0])
+    train_examples = task.encode(train, state)
+    val_examples = task.encode(val, state) if len(val) else train_examples.select(slice(0, 0))
     try:
         first_rows = first_batch_indices(len(full_train), batch_size=cfg.train.batch_size,
                                          world_size=cfg.train.workers, seed=cfg.train.seed)
@@ -117,8 +112,10 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED
     except (ValueError, RuntimeError):
         first_rows, drawn = list(range(min(FIRST_BATCH_ROWS, len(full_train)))), "the first train rows"
     raw = full_train.iloc[first_rows].reset_index(drop=True)
-    first = FirstBatch(raw, *tensors(raw), drawn=drawn)
-    sampled = (f"train sample {len(y)} of {len(full_train)} train rows ({_counts(y, prep.classes)}), held-out sample "
-               f"{len(vy)} of the other {len(rest)} train and val rows ({_counts(vy, prep.classes)}), stratified by "
-               f"label (at least {floor} rows a class where there are)")
-    return SanityData(xn, xc, y, vn, vc, vy, len(prep.classes), first, sampled)
+    first = FirstBatch(raw, task.encode(raw, state), drawn=drawn)
+    stratified = "" if task.strata(full_train, schema) is None else ", stratified"
+    sampled = (f"train sample {len(train)} of {len(full_train)} train rows ({_counts(task.strata(train, schema))}), "
+               f"held-out sample {len(val)} of the other {len(rest)} train and val rows "
+               f"({_counts(task.strata(val, schema)) if len(val) else 'none'}){stratified} by label (at least {floor} "
+               "rows a class where there are)")
+    return SanityData(train_examples, val_examples, state, first, sampled)

@@ -12,33 +12,35 @@ from dataclasses import dataclass
 import torch
 
 from components.errors import ConfigError
+from components.tasks.protocol import Batch, Task
 
 
 @dataclass
 class Split:
-    """One split's encoded features and labels as host tensors."""
+    """One split's examples as host tensors: the task's encoding of its rows (``Task.encode``)."""
 
-    x_num: torch.Tensor
-    x_cat: torch.Tensor
-    y: torch.Tensor
+    examples: Batch
 
     def __len__(self) -> int:
-        return len(self.y)
+        return len(self.examples)
 
-    def batch(self, idx: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, ...]:
-        parts = (self.x_num[idx], self.x_cat[idx], self.y[idx])
+    @property
+    def targets(self) -> torch.Tensor:
+        return self.examples.targets
+
+    def batch(self, idx: torch.Tensor, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """``(inputs, targets)`` of the examples at ``idx`` on ``device``: ``model(*inputs)``."""
+        part = self.examples.select(idx)
         if device.type == "cpu":
-            return parts
+            return part.inputs, part.targets
         # As DataLoader(pin_memory=True) does: page-locked batches copy to the GPU asynchronously.
-        return tuple(p.pin_memory().to(device, non_blocking=True) for p in parts)
+        inputs = tuple(x.pin_memory().to(device, non_blocking=True) for x in part.inputs)
+        return inputs, part.targets.pin_memory().to(device, non_blocking=True)
 
 
-def load_split(snapshot, split: str) -> Split:
-    """The ``split`` rows of a loaded snapshot, encoded as training encodes them."""
-    x_num, x_cat, y = snapshot.tensors(split)
-    return Split(
-        torch.tensor(x_num), torch.tensor(x_cat), torch.tensor(y)
-    )  # copies: numpy views may be read-only
+def load_split(snapshot, split: str, task: Task) -> Split:
+    """The ``split`` rows of a loaded snapshot, encoded by the task as training encodes them."""
+    return Split(task.encode(snapshot.frame(split), snapshot.state))
 
 
 def _sampler(n: int, *, rank: int, world_size: int, seed: int):

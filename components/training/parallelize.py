@@ -1,4 +1,4 @@
-"""The one place that applies parallelism to a model: FSDP2 (``fully_shard`` per block, then the root) or DDP.
+"""The one place that applies parallelism to a model: FSDP2 (``fully_shard`` per unit, then the root) or DDP.
 
 Models know nothing of ranks or devices (components/models); this module wraps them after they are
 built, following torchtitan's ``parallelize.py``: optional activation checkpointing and
@@ -44,24 +44,24 @@ def _checkpointed_forward(forward, *args, **kwargs):
     return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 
-def apply_activation_checkpointing(model: nn.Module) -> None:
-    """Recompute each block's activations in backward; parameter names stay unchanged."""
-    for block in model.blocks:
+def apply_activation_checkpointing(units: list[nn.Module]) -> None:
+    """Recompute each unit's activations in backward; parameter names stay unchanged."""
+    for block in units:
         block.forward = functools.partial(_checkpointed_forward, block.forward)
 
 
-def apply_compile(model: nn.Module) -> None:
-    """Compile each block in place (names unchanged), as torchtitan does before sharding."""
-    for block in model.blocks:
+def apply_compile(units: list[nn.Module]) -> None:
+    """Compile each unit in place (names unchanged), as torchtitan does before sharding."""
+    for block in units:
         block.compile()
 
 
-def apply_fsdp(model: nn.Module, *, param_dtype: torch.dtype) -> nn.Module:
-    """Shard every block, then the root; bf16 parameters keep fp32 gradient reduction."""
+def apply_fsdp(model: nn.Module, units: list[nn.Module], *, param_dtype: torch.dtype) -> nn.Module:
+    """Shard every unit (the task's ``shard_units``), then the root; bf16 parameters keep fp32 gradient reduction."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    for block in model.blocks:
+    for block in units:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     return model
@@ -79,20 +79,24 @@ def apply_ddp(model: nn.Module, device: torch.device) -> nn.Module:
 def parallelize(
     model: nn.Module,
     *,
+    units: list[nn.Module],
     strategy: str,
     device: torch.device,
     compute_dtype: torch.dtype,
     activation_checkpointing: bool = False,
     compile: bool = False,
 ) -> nn.Module:
-    """Move the model to ``device`` and wrap it for data-parallel training across the process group."""
+    """Move the model to ``device`` and wrap it for data-parallel training across the process group.
+
+    ``units`` are the submodules the task shards one by one (``Task.shard_units``); activation
+    checkpointing and compilation apply per unit too."""
     model.to(device)
     if activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(units)
     if compile:
-        apply_compile(model)
+        apply_compile(units)
     if strategy == "fsdp":
-        return apply_fsdp(model, param_dtype=compute_dtype)
+        return apply_fsdp(model, units, param_dtype=compute_dtype)
     if strategy == "ddp":
         return apply_ddp(model, device)
     raise ValueError(f"unknown strategy {strategy!r}")

@@ -33,7 +33,11 @@ SUMMARY_FILE = "train_summary.json"
 
 
 def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapshot:
-    """Read, split (stable salted hash of the key, as in validation) and write a snapshot."""
+    """Read, split (stable salted hash of the key, as in validation) and write a snapshot with the task's
+    statistics."""
+    from components.tasks import load_task
+
+    task = load_task(config.task)
     files = list_data_files(data_uri)
     data = read_data(data_uri, files, config.data.format)
     schema = infer_schema(
@@ -43,6 +47,7 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
         features=list(config.data.features),
         categorical=list(config.data.categorical),
     )
+    schema = schema.with_task_columns(task.own_columns(schema))
     splits = assign_splits(
         split_keys(data, schema),
         val_fraction=config.data.val_fraction,
@@ -51,7 +56,8 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
     )
     frame = data.drop(columns=[SPLIT_COLUMN], errors="ignore")
     return write_snapshot(
-        out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files)
+        out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files),
+        task=task,
     )
 
 

@@ -70,17 +70,20 @@ def validate_data(
     tracking_uri: str, mlflow_run_id: str,
 ) -> ValidationResult:
     """Validate the data under ``data_uri`` and write the snapshot; raise DataValidationError on errors."""
+    from components.tasks import load_task
+
     started = time.perf_counter()
+    task = load_task(config.task)  # a missing or incomplete task fails here, before any data is read
     summary = ValidationSummary(data_uri=data_uri)
     try:
-        outcome = _run(data_uri, config, tracking_uri, summary)
+        outcome = _run(data_uri, config, tracking_uri, summary, task)
     except UserError as err:  # unreadable root/file, unknown label, broken suite: still write the reports
         summary.findings.append(Finding(check="read_data", passed=False, severity=ERROR, source="structure",
                                         message=str(err).rstrip(".")))
         outcome = _Outcome(None, None)
     if not errors(summary.findings) and outcome.inputs is not None:
         t = time.perf_counter()
-        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint)
+        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task)
         summary.seconds["write_snapshot"] = time.perf_counter() - t
         # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
         (Path(snapshot_dir) / VALIDATION_FILE).write_text(json.dumps(summary_json(summary), default=str))
@@ -179,7 +182,7 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
     return found
 
 
-def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary) -> _Outcome:
+def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary, task: Any) -> _Outcome:
     timer = _Timer(summary.seconds)
     files = list_data_files(data_uri)
     summary.fingerprint = fingerprint_files(files)
@@ -197,6 +200,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     if errors(summary.findings):
         return _Outcome(None, None)
     schema = _schema_for(data, config, reference_schema)
+    schema = schema.with_task_columns(task.own_columns(schema))
     summary.findings += checks.check_schema_changes(data, reference_schema, schema)
     if errors(summary.findings):
         return _Outcome(None, None)
@@ -211,7 +215,14 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
         train, parts, schema, range_margin=config.validation.range_margin,
         null_fraction_allowance=config.validation.null_fraction_allowance, min_rows=config.validation.min_rows)
     timer.lap("profile")
-    summary.findings += run_suite(suite, data.drop(columns=[SPLIT_COLUMN]), parts)
+    # The task's own expectations (an image decodes, a text is valid UTF-8) run in the same suite, over
+    # columns it derives from the rows; they are added at every run, not stored in the profiled suite.
+    task_suite = {**suite, "expectations": [*suite["expectations"], *task.expectations(schema)]}
+    checked = data.drop(columns=[SPLIT_COLUMN])
+    derived = task.check_columns(checked, schema)
+    if len(derived.columns):
+        checked = pd.concat([checked, derived], axis=1)
+    summary.findings += run_suite(task_suite, checked, parts)
     timer.lap("great_expectations")
     v = config.validation
     summary.findings += checks.check_label_leakage(data, schema, v.leakage_threshold)
@@ -251,15 +262,26 @@ def _partition(rel_path: str) -> str:
     return "/".join(parts) if parts else rel_path
 
 
-def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str) -> None:
+def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str, task: Any) -> None:
     inputs = outcome.inputs
     splits = inputs.data[SPLIT_COLUMN]
     write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), splits, inputs.schema,
-                   data_uri=data_uri, files=inputs.files, fingerprint=fingerprint)
+                   data_uri=data_uri, files=inputs.files, fingerprint=fingerprint, task=task)
     root = Path(snapshot_dir)
     (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
     train = inputs.data[splits == "train"]
-    write_reference_stats(root / "reference_stats.json", compute_reference_stats(train, inputs.schema))
+    write_reference_stats(root / "reference_stats.json", task_reference_stats(train, inputs.schema, task))
+
+
+def task_reference_stats(train: pd.DataFrame, schema: Schema, task: Any) -> dict[str, Any]:
+    """The train split's reference statistics, with the task's drift columns (``Task.drift_columns``)
+    judged like numeric columns by the watcher."""
+    derived = task.drift_columns(train, schema)
+    if not len(derived.columns):
+        return compute_reference_stats(train, schema)
+    extended = Schema(label=schema.label, key=schema.key, numeric=[*schema.numeric, *derived.columns],
+                      categorical=schema.categorical, classes=schema.classes, other=schema.other)
+    return compute_reference_stats(pd.concat([train, derived], axis=1), extended)
 
 
 def _error_message(summary: ValidationSummary, report_path: str) -> str:

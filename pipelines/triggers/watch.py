@@ -81,9 +81,26 @@ def window_drift(
     if len(frame) < config.watch.min_rows:
         return None, f"drift not judged: the newest window has {len(frame)} rows (< watch.min_rows={config.watch.min_rows})"
     partitions = sorted({f.path.rsplit("/", 1)[0] for f in window})
+    frame = with_task_drift_columns(frame, reference, config)
     report = compute_drift(frame, reference, config.watch, window=partitions, champion_version=champion.version)
     write_drift_report(report, json_path, html_path)
     return report.to_dict() | {"json_path": str(json_path), "html_path": str(html_path)}, "computed"
+
+
+def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
+    """The window's rows plus the task's per-row drift statistics (``Task.drift_columns``), which the
+    reference holds as numeric columns."""
+    import pandas as pd
+
+    from components.data.snapshot import Schema
+    from components.tasks import load_task
+
+    task = load_task(config.task)
+    schema = Schema(label=config.data.label, key=config.data.key, numeric=list(reference.get("numeric") or {}),
+                    categorical=list(reference.get("categorical") or {}), classes=[])
+    schema = schema.with_task_columns([c for c in task.own_columns(schema) if c in schema.features])
+    derived = task.drift_columns(frame, schema)
+    return pd.concat([frame, derived], axis=1) if len(derived.columns) else frame
 
 
 # --- one check -----------------------------------------------------------------------------------

@@ -202,7 +202,9 @@ def test_a_constant_prior_predictor_is_not_blessed_as_a_first_model(tmp_path):
     with torch.no_grad():  # what a model that learnt only the class prior is: a constant output
         model.head.weight.zero_()
         model.head.bias.copy_(torch.log(torch.tensor(prior, dtype=torch.float32)))
-    save_model_export(tmp_path / "prior.pt", model.state_dict(), TINY_MODEL, spec, prep, {"step": 0})
+    task = {"name": "tabular_classification", "entrypoint": None, "options": {}}
+    state = {**prep.to_dict(), "label": snap.schema.label}
+    save_model_export(tmp_path / "prior.pt", model.state_dict(), TINY_MODEL, task, state, {"step": 0})
     config = fast_config()
     uri = local_tracking_uri(tmp_path)
     result = evaluate_candidate(
