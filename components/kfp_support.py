@@ -1,6 +1,10 @@
 """What every KFP component adapter shares: the project image and step status records.
 
-Adapters import this module inside their bodies (KFP runs the body in a fresh interpreter).
+Adapters import this module inside their bodies (KFP runs the body in a fresh interpreter). A step
+record carries the step's time split (``timing``): ``process_seconds`` from its interpreter's start to
+the step (Python, the KFP executor, the adapter), ``import_seconds`` in imports during the step,
+``startup_seconds`` of processes the step started before they worked (the training ranks' start),
+``compute_seconds`` the rest (the step's own work) and ``overhead_seconds`` all but the compute.
 """
 
 from __future__ import annotations
@@ -27,6 +31,25 @@ class StepRecord:
     def __init__(self, name: str) -> None:
         self.name = name
         self.result: dict[str, Any] = {}
+        # Seconds inside the step that are start-up of processes it launched, not their work.
+        self.startup_seconds = 0.0
+
+
+def step_timing(
+    *, process_start: float | None, started: float, ended: float, import_seconds: float, startup_seconds: float
+) -> dict[str, float | None]:
+    """The step's time split: process start-up, imports, launched processes' start-up, its own compute."""
+    process_seconds = max(started - process_start, 0.0) if process_start is not None else None
+    in_step = max(ended - started, 0.0)
+    startup = min(max(startup_seconds, 0.0), in_step)
+    imports = min(import_seconds, in_step - startup)
+    return {
+        "process_seconds": None if process_seconds is None else round(process_seconds, 3),
+        "import_seconds": round(imports, 3),
+        "startup_seconds": round(startup, 3),
+        "compute_seconds": round(in_step - imports - startup, 3),
+        "overhead_seconds": round((process_seconds or 0.0) + imports + startup, 3),
+    }
 
 
 def _write_status(name: str, payload: dict[str, Any]) -> None:
@@ -44,12 +67,25 @@ def _write_status(name: str, payload: dict[str, Any]) -> None:
 def step_status(name: str) -> Iterator[StepRecord]:
     """Record the step as running, then passed (with its result) or failed (with the error)."""
     from components.errors import UserError
+    from components.timing import import_clock, process_start_time
 
     record = StepRecord(name)
     started = time.time()
+    process_start = process_start_time()
     _write_status(name, {"step": name, "status": "running", "started": started})
+
+    def timing() -> dict[str, float | None]:
+        return step_timing(
+            process_start=process_start,
+            started=started,
+            ended=time.time(),
+            import_seconds=imports.seconds,
+            startup_seconds=record.startup_seconds,
+        )
+
     try:
-        yield record
+        with import_clock() as imports:
+            yield record
     except BaseException as err:
         user_error = isinstance(err, UserError)
         _write_status(
@@ -59,6 +95,7 @@ def step_status(name: str) -> Iterator[StepRecord]:
                 "status": "failed",
                 "started": started,
                 "seconds": round(time.time() - started, 3),
+                "timing": timing(),
                 "error": str(err) or type(err).__name__,
                 "error_type": type(err).__name__,
                 "user_error": user_error,
@@ -74,6 +111,7 @@ def step_status(name: str) -> Iterator[StepRecord]:
             "status": "passed",
             "started": started,
             "seconds": round(time.time() - started, 3),
+            "timing": timing(),
             "result": record.result,
         },
     )

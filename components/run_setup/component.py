@@ -20,9 +20,10 @@ def prepare_run(
     from collections import namedtuple
 
     from components.kfp_support import step_status
-    from components.run_setup.prepare import prepare_run as prepare
 
     with step_status("prepare_run") as record:
+        # Imported inside the step, so its record counts the import time (components/kfp_support.py).
+        from components.run_setup.prepare import prepare_run as prepare
         prepared = prepare(
             config_json,
             config_overrides,

@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from components.config import Config
 from components.errors import TrainingError, UserError
+from components.timing import process_start_time
 from components.training import checkpointing as ckpt
 from components.training.device import Dist, choose_device, gpus_per_rank
 from components.training.launchers.base import ERROR_FILE_ENV, PERMANENT_FAILURE_EXIT_CODE
@@ -69,6 +70,9 @@ def train(
     """The whole life of one rank: join, build, resume, train, hash, write the result; always clean up."""
     torch.set_num_threads(cfg.train.threads_per_worker)
     d = init_distributed(cfg.train.timeout_minutes, gpus_per_rank(cfg))
+    # Interpreter start, imports and joining the group: the job's start-up, apart from its training.
+    process_start = process_start_time()
+    startup_seconds = time.time() - process_start if process_start is not None else None
     tracker: NullTracker = NullTracker()
     try:
         tracker = make_tracker(d.rank, tracking_uri, mlflow_run_id)
@@ -82,6 +86,7 @@ def train(
         gc.freeze()
         result = trainer.run()
         result["final_weights_sha256"] = trainer.final_weights_sha256()
+        result["worker_startup_seconds"] = startup_seconds
         if d.rank == 0:
             ckpt.write_json_atomic(Path(checkpoint_dir) / RESULT_FILE, result)
             tracker.log_artifact(Path(checkpoint_dir) / ckpt.INDEX_FILE, "training")

@@ -1,0 +1,69 @@
+"""Where a step's time goes: when its process started, and how long it spent importing.
+
+The step records (``components.kfp_support.step_status``) split each step into process start-up,
+imports and its own compute with these two clocks; ``benchmarks/pipeline.py`` and the run summary add
+them up. Standard library only: it is imported before anything heavy.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+def process_start_time() -> float | None:
+    """This process's start as a Unix time (Linux ``/proc``, 10 ms resolution); None where unknown."""
+    try:
+        with open("/proc/self/stat") as stat_file:
+            # The command name (field 2) may hold spaces: the fields after its closing parenthesis.
+            fields = stat_file.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as uptime_file:
+            uptime = float(uptime_file.read().split()[0])
+        started_after_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - started_after_boot)
+
+
+@dataclass
+class ImportTally:
+    """Wall seconds the main thread spent in ``import`` statements while the clock ran."""
+
+    seconds: float = 0.0
+
+
+@contextmanager
+def import_clock() -> Iterator[ImportTally]:
+    """Count the main thread's time in imports (outermost ``import`` statements only) until exit.
+
+    It wraps ``builtins.__import__``, which every ``import``/``from ... import`` statement calls, also
+    the lazy ones inside functions; an already-imported module costs a dictionary look-up. Imports on
+    other threads are not counted: they overlap the main thread's time.
+    """
+    tally = ImportTally()
+    original = builtins.__import__
+    main = threading.main_thread()
+    depth = 0
+
+    def timed_import(*args, **kwargs):
+        nonlocal depth
+        if depth or threading.current_thread() is not main:
+            return original(*args, **kwargs)
+        depth += 1
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            tally.seconds += time.perf_counter() - start
+            depth -= 1
+
+    builtins.__import__ = timed_import
+    try:
+        yield tally
+    finally:
+        builtins.__import__ = original
