@@ -5,12 +5,14 @@ record carries the step's time split (``timing``): ``process_seconds`` from its 
 the step (Python, the KFP executor, the adapter), ``import_seconds`` in imports during the step,
 ``startup_seconds`` of processes the step started before they worked (the training ranks' start),
 ``compute_seconds`` the rest (the step's own work) and ``overhead_seconds`` all but the compute.
+``libraries`` lists the heavy libraries the step's process had loaded when it ended.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import traceback
 from collections.abc import Iterator
@@ -23,6 +25,14 @@ COMPONENT_IMAGE = "ghcr.io/ctpipe/ctpipe:0.1.0"
 
 # Set by the local runner (`ctpipe run`) only: where steps record their status for the summary.
 STATUS_DIR_ENV = "CTPIPE_STATUS_DIR"
+
+# Libraries that cost a second or more to import; a step should load only those it uses.
+HEAVY_LIBRARIES = ("torch", "mlflow", "great_expectations", "pandas", "scipy", "sklearn", "kubernetes")
+
+
+def loaded_heavy_libraries() -> list[str]:
+    """The heavy libraries this process has imported so far."""
+    return [name for name in HEAVY_LIBRARIES if name in sys.modules]
 
 
 class StepRecord:
@@ -74,14 +84,15 @@ def step_status(name: str) -> Iterator[StepRecord]:
     process_start = process_start_time()
     _write_status(name, {"step": name, "status": "running", "started": started})
 
-    def timing() -> dict[str, float | None]:
-        return step_timing(
+    def timing() -> dict[str, Any]:
+        split = step_timing(
             process_start=process_start,
             started=started,
             ended=time.time(),
             import_seconds=imports.seconds,
             startup_seconds=record.startup_seconds,
         )
+        return {**split, "libraries": loaded_heavy_libraries()}
 
     try:
         with import_clock() as imports:

@@ -34,11 +34,9 @@ from components.errors import TrainingError, UserError
 from components.timing import process_start_time
 from components.training import checkpointing as ckpt
 from components.training.device import Dist, choose_device, gpus_per_rank
-from components.training.launchers.base import ERROR_FILE_ENV, PERMANENT_FAILURE_EXIT_CODE
+from components.training.launchers.base import ERROR_FILE_ENV, PERMANENT_FAILURE_EXIT_CODE, RESULT_FILE
 from components.training.tracker import NullTracker, flatten, make_tracker
 from components.training.trainer import Trainer
-
-RESULT_FILE = "train_result.json"
 
 
 def init_distributed(timeout_minutes: float, gpus: int | None = None) -> Dist:
