@@ -17,6 +17,7 @@ from typing import Any
 
 from components.config import Config
 from components.errors import TrainingError
+
 # Not the worker module: it imports torch, which this process (it only launches the ranks) never needs.
 from components.training.launchers.base import RESULT_FILE, Launcher, WorkerLaunch
 from components.training.launchers.factory import launcher_for
