@@ -5,7 +5,8 @@ record carries the step's time split (``timing``): ``process_seconds`` from its 
 the step (Python, the KFP executor, the adapter), ``import_seconds`` in imports during the step,
 ``startup_seconds`` of processes the step started before they worked (the training ranks' start),
 ``compute_seconds`` the rest (the step's own work) and ``overhead_seconds`` all but the compute.
-``libraries`` lists the heavy libraries the step's process had loaded when it ended.
+``libraries`` lists the heavy libraries the step's process had loaded when it ended, ``slowest_imports``
+the step's five slowest imports (the statement's module, seconds).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def step_status(name: str) -> Iterator[StepRecord]:
             import_seconds=imports.seconds,
             startup_seconds=record.startup_seconds,
         )
-        return {**split, "libraries": loaded_heavy_libraries()}
+        return {**split, "libraries": loaded_heavy_libraries(), "slowest_imports": imports.slowest()}
 
     try:
         with import_clock() as imports:

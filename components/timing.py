@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def process_start_time() -> float | None:
@@ -32,9 +32,15 @@ def process_start_time() -> float | None:
 
 @dataclass
 class ImportTally:
-    """Wall seconds the main thread spent in ``import`` statements while the clock ran."""
+    """Wall seconds the main thread spent in ``import`` statements while the clock ran, and per module."""
 
     seconds: float = 0.0
+    by_module: dict[str, float] = field(default_factory=dict)
+
+    def slowest(self, n: int = 5) -> dict[str, float]:
+        """The ``n`` outermost imports that took longest, in seconds (where a step's import time went)."""
+        ranked = sorted(self.by_module.items(), key=lambda item: item[1], reverse=True)[:n]
+        return {name: round(seconds, 3) for name, seconds in ranked}
 
 
 @contextmanager
@@ -59,7 +65,10 @@ def import_clock() -> Iterator[ImportTally]:
         try:
             return original(*args, **kwargs)
         finally:
-            tally.seconds += time.perf_counter() - start
+            took = time.perf_counter() - start
+            tally.seconds += took
+            name = str(args[0] if args else kwargs.get("name", ""))
+            tally.by_module[name] = tally.by_module.get(name, 0.0) + took
             depth -= 1
 
     builtins.__import__ = timed_import

@@ -84,3 +84,14 @@ def test_a_failed_step_records_its_split_too(tmp_path, monkeypatch):
         pass
     saved = json.loads((tmp_path / "train.json").read_text())
     assert saved["status"] == "failed" and set(saved["timing"]) >= {"import_seconds", "compute_seconds"}
+
+
+def test_import_clock_names_the_slowest_imports(tmp_path, monkeypatch):
+    (tmp_path / "slow_named_module_for_timing.py").write_text("import time\ntime.sleep(0.15)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_named_module_for_timing", raising=False)
+    with import_clock() as tally:
+        import json as _json  # noqa: F401  (already loaded: costs nothing)
+
+        import slow_named_module_for_timing  # noqa: F401
+    assert next(iter(tally.slowest(1))) == "slow_named_module_for_timing"

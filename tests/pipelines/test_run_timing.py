@@ -33,4 +33,5 @@ def test_summary_adds_timing_keys_and_keeps_the_old_ones(tmp_path, monkeypatch):
     assert abs(timing["compute_seconds"] - compute) < 0.01
     assert abs(timing["orchestration_seconds"] - (10.0 - compute)) < 0.01
     assert abs(timing["orchestration_share"] - (10.0 - compute) / 10.0) < 0.001
+    assert summary["timing"]["setup"] == {}
     assert "orchestration" in format_summary(summary)
