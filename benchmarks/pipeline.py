@@ -9,7 +9,8 @@ run (``runs/<id>/summary.json``, ``step_timing``). Each step's split (components
 - ``import_seconds``: imports during the step;
 - ``compute_seconds``: the step's own work (for training: the ranks' work after they joined the group);
 - ``overhead_seconds``: everything else of the step: its interpreter's start with the KFP executor and
-  the adapter (``process_seconds``), its imports, and the training ranks' start-up (``startup_seconds``).
+  the adapter (``process_seconds``), its imports, and set-up inside the step (``setup_seconds``: the training ranks' start-up, MLflow's
+  experiment and, on a new home, database set-up).
 
 **Orchestration is everything but the steps' own compute**: process starts, imports, the KFP local
 runner between steps, the CLI's own start, the demo data and the MLflow set-up. ``orchestration_share``
@@ -49,7 +50,8 @@ def step_split(summary: dict) -> dict[str, dict]:
             "compute_seconds": split["compute_seconds"],
             "overhead_seconds": split["overhead_seconds"],
             "process_seconds": split.get("process_seconds"),
-            "startup_seconds": split.get("startup_seconds", 0.0),
+            "setup_seconds": split.get("setup_seconds", 0.0),
+            "slowest_imports": split.get("slowest_imports", {}),
         }
     return steps
 

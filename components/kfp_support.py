@@ -3,7 +3,8 @@
 Adapters import this module inside their bodies (KFP runs the body in a fresh interpreter). A step
 record carries the step's time split (``timing``): ``process_seconds`` from its interpreter's start to
 the step (Python, the KFP executor, the adapter), ``import_seconds`` in imports during the step,
-``startup_seconds`` of processes the step started before they worked (the training ranks' start),
+``setup_seconds`` inside the step that are orchestration, not its work (the training ranks' start-up,
+MLflow's experiment and database set-up),
 ``compute_seconds`` the rest (the step's own work) and ``overhead_seconds`` all but the compute.
 ``libraries`` lists the heavy libraries the step's process had loaded when it ended, ``slowest_imports``
 the step's five slowest imports (the statement's module, seconds).
@@ -42,24 +43,25 @@ class StepRecord:
     def __init__(self, name: str) -> None:
         self.name = name
         self.result: dict[str, Any] = {}
-        # Seconds inside the step that are start-up of processes it launched, not their work.
-        self.startup_seconds = 0.0
+        # Seconds inside the step that are orchestration, not its own work (launched processes' start-up,
+        # MLflow set-up); the adapter fills them in.
+        self.setup_seconds = 0.0
 
 
 def step_timing(
-    *, process_start: float | None, started: float, ended: float, import_seconds: float, startup_seconds: float
+    *, process_start: float | None, started: float, ended: float, import_seconds: float, setup_seconds: float
 ) -> dict[str, float | None]:
-    """The step's time split: process start-up, imports, launched processes' start-up, its own compute."""
+    """The step's time split: process start-up, imports, set-up inside the step, its own compute."""
     process_seconds = max(started - process_start, 0.0) if process_start is not None else None
     in_step = max(ended - started, 0.0)
-    startup = min(max(startup_seconds, 0.0), in_step)
-    imports = min(import_seconds, in_step - startup)
+    setup = min(max(setup_seconds, 0.0), in_step)
+    imports = min(import_seconds, in_step - setup)
     return {
         "process_seconds": None if process_seconds is None else round(process_seconds, 3),
         "import_seconds": round(imports, 3),
-        "startup_seconds": round(startup, 3),
-        "compute_seconds": round(in_step - imports - startup, 3),
-        "overhead_seconds": round((process_seconds or 0.0) + imports + startup, 3),
+        "setup_seconds": round(setup, 3),
+        "compute_seconds": round(in_step - imports - setup, 3),
+        "overhead_seconds": round((process_seconds or 0.0) + imports + setup, 3),
     }
 
 
@@ -91,7 +93,7 @@ def step_status(name: str) -> Iterator[StepRecord]:
             started=started,
             ended=time.time(),
             import_seconds=imports.seconds,
-            startup_seconds=record.startup_seconds,
+            setup_seconds=record.setup_seconds,
         )
         return {**split, "libraries": loaded_heavy_libraries(), "slowest_imports": imports.slowest()}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import logging
 import os
 import sys
 import threading
@@ -176,17 +175,11 @@ def run_local(
         data_uri = str(Path(data_uri).resolve())
     _preflight(config, data_uri)
 
-    clock = time.time()
-    from components.tracking import ensure_experiment, local_tracking_uri
+    from components.tracking import local_tracking_uri
 
+    # No MLflow here: importing it costs the CLI a second or more. The first step (prepare_run) runs
+    # alone and creates the SQLite database before any other step writes to it.
     tracking_uri = config.registry.tracking_uri or local_tracking_uri(home_dir)
-    # MLflow announces its SQLite schema migrations at INFO; they are noise in the progress view.
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    # Create the SQLite schema once here, before the steps write to it from several processes.
-    ensure_experiment(tracking_uri, config.registry.experiment)
-    # MLflow's import and, on a new home, the SQLite schema (created with all its migrations).
-    setup["mlflow_setup_seconds"] = round(time.time() - clock, 3)
 
     run_dir = _new_run_dir(home_dir)
     status_dir = run_dir / "steps"

@@ -32,5 +32,6 @@ def prepare_run(
             trigger=trigger,
             data_uri=data_uri,
         )
+        record.setup_seconds = prepared.mlflow_setup_seconds
         record.result = {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": pipeline_run_id}
     return namedtuple("PreparedRun", ["config_json", "mlflow_run_id"])(prepared.config_json, prepared.mlflow_run_id)

@@ -40,7 +40,7 @@ def train(
             job_name=job_name,
         )
         # The ranks' interpreter start, imports and rendezvous: start-up inside the step, not its compute.
-        record.startup_seconds = float(result.raw.get("worker_startup_seconds") or 0.0)
+        record.setup_seconds = float(result.raw.get("worker_startup_seconds") or 0.0)
         for name, value in result.metrics().items():
             train_metrics.log_metric(name, value)
         record.result = result.summary()

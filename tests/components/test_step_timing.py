@@ -39,18 +39,18 @@ def test_import_clock_restores_the_import_function():
 
 
 def test_split_adds_up_and_counts_start_up_as_overhead():
-    split = step_timing(process_start=100.0, started=102.0, ended=112.0, import_seconds=1.5, startup_seconds=3.0)
+    split = step_timing(process_start=100.0, started=102.0, ended=112.0, import_seconds=1.5, setup_seconds=3.0)
     assert split == {
         "process_seconds": 2.0,
         "import_seconds": 1.5,
-        "startup_seconds": 3.0,
+        "setup_seconds": 3.0,
         "compute_seconds": 5.5,
         "overhead_seconds": 6.5,
     }
 
 
 def test_split_without_a_known_process_start():
-    split = step_timing(process_start=None, started=0.0, ended=4.0, import_seconds=1.0, startup_seconds=0.0)
+    split = step_timing(process_start=None, started=0.0, ended=4.0, import_seconds=1.0, setup_seconds=0.0)
     assert split["process_seconds"] is None and split["compute_seconds"] == 3.0 and split["overhead_seconds"] == 1.0
 
 
@@ -64,12 +64,12 @@ def test_step_record_holds_import_and_compute_seconds(tmp_path, monkeypatch):
         import slow_step_module_for_timing  # noqa: F401
 
         time.sleep(0.2)
-        record.startup_seconds = 0.1
+        record.setup_seconds = 0.1
     saved = json.loads((tmp_path / "evaluate.json").read_text())
     timing = saved["timing"]
     assert saved["status"] == "passed" and "seconds" in saved and "result" in saved
     assert 0.29 <= timing["import_seconds"] < 0.5
-    assert timing["startup_seconds"] == 0.1
+    assert timing["setup_seconds"] == 0.1
     assert 0.09 <= timing["compute_seconds"] < 0.3
     assert timing["process_seconds"] > 0
     assert timing["overhead_seconds"] >= timing["process_seconds"] + timing["import_seconds"]

@@ -35,3 +35,13 @@ def test_summary_adds_timing_keys_and_keeps_the_old_ones(tmp_path, monkeypatch):
     assert abs(timing["orchestration_share"] - (10.0 - compute) / 10.0) < 0.001
     assert summary["timing"]["setup"] == {}
     assert "orchestration" in format_summary(summary)
+
+
+def test_the_cli_leaves_mlflow_to_the_steps():
+    """`ctpipe run` itself never imports MLflow (a second or more): prepare_run creates the database."""
+    import subprocess
+    import sys
+
+    code = "import sys, pipelines.cli, pipelines.local_run, pipelines.commands.run; print('mlflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
