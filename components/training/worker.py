@@ -68,12 +68,13 @@ def train(
     """The whole life of one rank: join, build, resume, train, hash, write the result; always clean up."""
     torch.set_num_threads(cfg.train.threads_per_worker)
     d = init_distributed(cfg.train.timeout_minutes, gpus_per_rank(cfg))
-    # Interpreter start, imports and joining the group: the job's start-up, apart from its training.
-    process_start = process_start_time()
-    startup_seconds = time.time() - process_start if process_start is not None else None
     tracker: NullTracker = NullTracker()
     try:
         tracker = make_tracker(d.rank, tracking_uri, mlflow_run_id)
+        # Interpreter start, imports, joining the group and (rank 0) MLflow: the job's start-up, apart
+        # from its training; the train step counts it as set-up, not compute (components/kfp_support.py).
+        process_start = process_start_time()
+        startup_seconds = time.time() - process_start if process_start is not None else None
         Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
         trainer = Trainer(cfg, snapshot_dir, checkpoint_dir, d, tracker)
         tracker.log_params({**flatten(cfg.to_dict()), **trainer.system_facts()})
