@@ -12,7 +12,9 @@ the step's five slowest imports (the statement's module, seconds).
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import os
 import sys
 import time
@@ -76,6 +78,28 @@ def _write_status(name: str, payload: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def in_kfp_executor() -> bool:
+    """Whether this process is a KFP lightweight component's executor (``python -m kfp.dsl.executor_main``)."""
+    return os.environ.get("_KFP_RUNTIME") == "true" and Path(sys.argv[0]).name == "executor_main.py"
+
+
+def _exit_without_teardown(passed: list[bool]) -> None:
+    """At the exit of a step process whose step passed, skip the interpreter's teardown.
+
+    Tearing down an interpreter that loaded torch, MLflow or Great Expectations costs 2-3 s (measured on
+    the loaded 2-core machine; ~0.1 s with this) between every two steps. Registered when the step
+    starts, so the libraries' own exit handlers, registered later, run first; the KFP executor has
+    written the step's outputs by then. An uncaught error after the step (``sys.last_value``) exits as
+    Python would, with its own code.
+    """
+    if not passed or getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None:
+        return
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 @contextmanager
 def step_status(name: str) -> Iterator[StepRecord]:
     """Record the step as running, then passed (with its result) or failed (with the error)."""
@@ -85,6 +109,9 @@ def step_status(name: str) -> Iterator[StepRecord]:
     record = StepRecord(name)
     started = time.time()
     process_start = process_start_time()
+    passed: list[bool] = []
+    if in_kfp_executor():
+        atexit.register(_exit_without_teardown, passed)
     _write_status(name, {"step": name, "status": "running", "started": started})
 
     def timing() -> dict[str, Any]:
@@ -129,3 +156,4 @@ def step_status(name: str) -> Iterator[StepRecord]:
             "result": record.result,
         },
     )
+    passed.append(True)

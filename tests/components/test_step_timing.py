@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
+
+import pytest
 
 from components.kfp_support import STATUS_DIR_ENV, step_status, step_timing
 from components.timing import import_clock, process_start_time
@@ -95,3 +99,50 @@ def test_import_clock_names_the_slowest_imports(tmp_path, monkeypatch):
 
         import slow_named_module_for_timing  # noqa: F401
     assert next(iter(tally.slowest(1))) == "slow_named_module_for_timing"
+
+
+EXECUTOR_STAND_IN = """
+import atexit, sys
+from components.kfp_support import step_status
+
+def report():
+    print("library exit handler ran", flush=True)
+
+# Registered before the step: it runs after the step's fast exit, so only when there is none (it
+# stands for the interpreter's teardown).
+atexit.register(lambda: print("teardown ran", flush=True))
+mode = sys.argv[1]
+with step_status("evaluate"):
+    atexit.register(report)  # a library's handler, registered during the step
+    if mode == "step fails":
+        raise RuntimeError("the step failed")
+if mode == "fails after the step":
+    raise RuntimeError("writing the outputs failed")
+print("outputs written", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "code"), [("passes", 0), ("step fails", 1), ("fails after the step", 1)]
+)
+def test_a_step_process_exits_fast_only_after_success_and_keeps_its_exit_code(tmp_path, mode, code):
+    script = tmp_path / "executor_main.py"  # how KFP's executor process is named
+    script.write_text(EXECUTOR_STAND_IN)
+    env = {**os.environ, "_KFP_RUNTIME": "true", STATUS_DIR_ENV: str(tmp_path / "steps")}
+    done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env)
+    assert done.returncode == code, done.stderr
+    assert "library exit handler ran" in done.stdout  # handlers registered in the step still run
+    assert ("outputs written" in done.stdout) == (code == 0)
+    assert ("teardown ran" in done.stdout) == (code != 0)  # skipped after success only
+
+
+def test_outside_a_kfp_executor_no_exit_handler_is_registered(monkeypatch, tmp_path):
+    import atexit
+
+    monkeypatch.setenv(STATUS_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("_KFP_RUNTIME", "true")  # but this process is pytest, not executor_main.py
+    registered = []
+    monkeypatch.setattr(atexit, "register", lambda *a, **k: registered.append(a))
+    with step_status("evaluate"):
+        pass
+    assert registered == []
