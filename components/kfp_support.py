@@ -1,13 +1,9 @@
 """What every KFP component adapter shares: the project image and step status records.
 
 Adapters import this module inside their bodies (KFP runs the body in a fresh interpreter). A step
-record carries the step's time split (``timing``): ``process_seconds`` from its interpreter's start to
-the step (Python, the KFP executor, the adapter), ``import_seconds`` in imports during the step,
-``setup_seconds`` inside the step that are orchestration, not its work (the training ranks' start-up,
-MLflow's experiment and database set-up),
-``compute_seconds`` the rest (the step's own work) and ``overhead_seconds`` all but the compute.
-``libraries`` lists the heavy libraries the step's process had loaded when it ended, ``slowest_imports``
-the step's five slowest imports (the statement's module, seconds).
+record carries the step's time split (``timing``, from ``components.timing.step_timing``), the heavy
+libraries its process loaded and its slowest imports; a step process that passed exits without the
+interpreter's teardown.
 """
 
 from __future__ import annotations
@@ -30,14 +26,6 @@ COMPONENT_IMAGE = "ghcr.io/ctpipe/ctpipe:0.1.0"
 # Set by the local runner (`ctpipe run`) only: where steps record their status for the summary.
 STATUS_DIR_ENV = "CTPIPE_STATUS_DIR"
 
-# Libraries that cost a second or more to import; a step should load only those it uses.
-HEAVY_LIBRARIES = ("torch", "mlflow", "great_expectations", "pandas", "scipy", "sklearn", "kubernetes")
-
-
-def loaded_heavy_libraries() -> list[str]:
-    """The heavy libraries this process has imported so far."""
-    return [name for name in HEAVY_LIBRARIES if name in sys.modules]
-
 
 class StepRecord:
     """A step's outcome, filled in by the adapter and written when the step ends."""
@@ -48,23 +36,6 @@ class StepRecord:
         # Seconds inside the step that are orchestration, not its own work (launched processes' start-up,
         # MLflow set-up); the adapter fills them in.
         self.setup_seconds = 0.0
-
-
-def step_timing(
-    *, process_start: float | None, started: float, ended: float, import_seconds: float, setup_seconds: float
-) -> dict[str, float | None]:
-    """The step's time split: process start-up, imports, set-up inside the step, its own compute."""
-    process_seconds = max(started - process_start, 0.0) if process_start is not None else None
-    in_step = max(ended - started, 0.0)
-    setup = min(max(setup_seconds, 0.0), in_step)
-    imports = min(import_seconds, in_step - setup)
-    return {
-        "process_seconds": None if process_seconds is None else round(process_seconds, 3),
-        "import_seconds": round(imports, 3),
-        "setup_seconds": round(setup, 3),
-        "compute_seconds": round(in_step - imports - setup, 3),
-        "overhead_seconds": round((process_seconds or 0.0) + imports + setup, 3),
-    }
 
 
 def _write_status(name: str, payload: dict[str, Any]) -> None:
@@ -104,7 +75,7 @@ def _exit_without_teardown(passed: list[bool]) -> None:
 def step_status(name: str) -> Iterator[StepRecord]:
     """Record the step as running, then passed (with its result) or failed (with the error)."""
     from components.errors import UserError
-    from components.timing import import_clock, process_start_time
+    from components.timing import import_clock, loaded_heavy_libraries, process_start_time, step_timing
 
     record = StepRecord(name)
     started = time.time()

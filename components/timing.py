@@ -1,19 +1,49 @@
-"""Where a step's time goes: when its process started, and how long it spent importing.
+"""Where a step's time goes: when its process started, how long it spent importing, and the split.
 
-The step records (``components.kfp_support.step_status``) split each step into process start-up,
-imports and its own compute with these two clocks; ``benchmarks/pipeline.py`` and the run summary add
-them up. Standard library only: it is imported before anything heavy.
+The step records (``components.kfp_support.step_status``) split each step with ``step_timing``:
+``process_seconds`` from its interpreter's start to the step (Python, the KFP executor, the adapter),
+``import_seconds`` in imports during the step, ``setup_seconds`` inside the step that are
+orchestration, not its work (the training ranks' start-up, MLflow's experiment and database set-up),
+``compute_seconds`` the rest (the step's own work) and ``overhead_seconds`` all but the compute.
+``benchmarks/pipeline.py`` and the run summary add them up. Standard library only: it is imported
+before anything heavy.
 """
 
 from __future__ import annotations
 
 import builtins
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+# Libraries that cost a second or more to import; a step should load only those it uses.
+HEAVY_LIBRARIES = ("torch", "mlflow", "great_expectations", "pandas", "scipy", "sklearn", "kubernetes")
+
+
+def loaded_heavy_libraries() -> list[str]:
+    """The heavy libraries this process has imported so far."""
+    return [name for name in HEAVY_LIBRARIES if name in sys.modules]
+
+
+def step_timing(
+    *, process_start: float | None, started: float, ended: float, import_seconds: float, setup_seconds: float
+) -> dict[str, float | None]:
+    """The step's time split: process start-up, imports, set-up inside the step, its own compute."""
+    process_seconds = max(started - process_start, 0.0) if process_start is not None else None
+    in_step = max(ended - started, 0.0)
+    setup = min(max(setup_seconds, 0.0), in_step)
+    imports = min(import_seconds, in_step - setup)
+    return {
+        "process_seconds": None if process_seconds is None else round(process_seconds, 3),
+        "import_seconds": round(imports, 3),
+        "setup_seconds": round(setup, 3),
+        "compute_seconds": round(in_step - imports - setup, 3),
+        "overhead_seconds": round((process_seconds or 0.0) + imports + setup, 3),
+    }
 
 
 def process_start_time() -> float | None:

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from components.kfp_support import STATUS_DIR_ENV, step_status, step_timing
-from components.timing import import_clock, process_start_time
+from components.kfp_support import STATUS_DIR_ENV, step_status
+from components.timing import import_clock, process_start_time, step_timing
 
 
 def test_process_start_time_is_this_process_start():
