@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         result = {
             "status": summary["status"],
             "seconds": round(seconds, 2),
-            "orchestration_share": round((seconds - compute) / seconds, 3),
+            # None when the run recorded no split (code from before step timing).
+            "orchestration_share": round((seconds - compute) / seconds, 3) if steps else None,
             "compute_seconds": round(compute, 2),
             "orchestration_seconds": round(seconds - compute, 2),
             "before_first_step_seconds": None if first is None else round(first - launched, 2),
