@@ -7,7 +7,8 @@ In one run, interleaved (the order alternates per repetition, since this machine
 measures (a) a bare FSDP2 loop — forward, backward, optimizer step (the same AdamW), nothing else — and (b) the ctpipe
 worker with its default instrumentation (MLflow from rank 0 into SQLite, clipping with the NaN check,
 the LR schedule, evaluation on the full validation split and checkpoints at the default intervals), and
-optionally (c) the worker with ``train.strategy=ddp``. Both time only the training loop (process start-up
+optionally (c) the worker with ``train.strategy=ddp`` and (d) the worker with every block its own FSDP2
+unit (``train.fsdp_unit_min_params=0``, the sharding before units were sized; ``--per-block``). Both time only the training loop (process start-up
 and imports excluded, for both). It reports:
 
 - ``overhead_ratio``: median over repetitions of (b samples/s) / (a samples/s), loop wall time
@@ -15,7 +16,9 @@ and imports excluded, for both). It reports:
 - ``step_overhead_ratio``: the same with (b)'s training-step time only (clipping with the NaN check,
   schedule, metrics), i.e. without evaluation and checkpoints;
 - ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
-- ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up).
+- ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up);
+- with ``--per-block``: ``sized_over_per_block``, the worker's samples/s with its sized units over
+  per-block units (medians of pairs).
 
 Both sides go through the run's task (``task.*`` config; ``--example digits`` trains the user's digits
 CNN of ``examples/digits`` on its Parquet partitions instead of the tabular demo). With ``--task NAME``
@@ -42,12 +45,11 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     """One rank of the bare loop: the same model, sharding and precision, and nothing else."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from components.config import Config
     from components.data.snapshot import load_snapshot
     from components.tasks import load_task
-    from components.training.parallelize import resolve_precision
+    from components.training.parallelize import apply_fsdp, resolve_precision
 
     cfg = Config.from_json(config_json)
     torch.set_num_threads(cfg.train.threads_per_worker)
@@ -63,14 +65,14 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     torch.manual_seed(cfg.train.seed)
     model = task.build_model(cfg, snapshot.state)
     task.init_model(model, snapshot.state, examples.targets)
-    policy = MixedPrecisionPolicy(
-        param_dtype=resolve_precision(cfg.train.mixed_precision, device),
-        reduce_dtype=torch.float32,
-    )
     model.to(device)
-    for block in task.shard_units(model):
-        fully_shard(block, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+    # The same FSDP2 units as the worker (train.fsdp_unit_min_params), from the same function.
+    apply_fsdp(
+        model,
+        task.shard_units(model),
+        param_dtype=resolve_precision(cfg.train.mixed_precision, device),
+        min_unit_params=cfg.train.fsdp_unit_min_params,
+    )
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, foreach=True
     )
@@ -169,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-ddp", action="store_true", help="skip the DDP comparison")
+    parser.add_argument(
+        "--per-block", action="store_true", help="also run the worker with every block its own FSDP2 unit"
+    )
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--rows-per-day", type=int, default=1000)
     parser.add_argument("--task", default=None, metavar="NAME", help="a built-in task with its own demo data")
@@ -194,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(None, base + args.overrides)
     ddp_config = load_config(None, base + args.overrides + ["train.strategy=ddp"])
     task = load_task(config.task)
-    rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": []}
+    per_block_config = load_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
+    variant_config = {"ctpipe": config, "ddp": ddp_config, "perblock": per_block_config}
+    rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": [], "perblock": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
         work = Path(tmp)
         if args.example:
@@ -207,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
         snapshot_dir = str(build_snapshot(str(work / "data"), config, work / "snapshot").root)
         tracking_uri = f"sqlite:///{work / 'mlflow.db'}"
-        variants = ["bare", "ctpipe"] + ([] if args.no_ddp else ["ddp"])
+        variants = ["bare", "ctpipe"] + ([] if args.no_ddp else ["ddp"]) + (["perblock"] if args.per_block else [])
         for rep in range(args.repeats):
             order = variants if rep % 2 == 0 else variants[::-1]
             for name in order:
@@ -215,12 +222,10 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "bare":
                     row = run_bare(snapshot_dir, config, work, tag)
                 else:
-                    row = run_ctpipe(
-                        snapshot_dir, ddp_config if name == "ddp" else config, work, tag, tracking_uri
-                    )
+                    row = run_ctpipe(snapshot_dir, variant_config[name], work, tag, tracking_uri)
                 rows[name].append(row)
                 print(
-                    f"rep {rep} {name:6s} {row['samples_per_second']:8.1f} samples/s (loop {row['loop_seconds']:.2f} s"
+                    f"rep {rep} {name:8s} {row['samples_per_second']:8.1f} samples/s (loop {row['loop_seconds']:.2f} s"
                     + (
                         f", eval {row['eval_seconds']:.2f} s, {row['checkpoint_seconds']:.3f} s per checkpoint)"
                         if name != "bare"
@@ -267,6 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     tokens_per_example = _tokens_per_example(task, config)
     if tokens_per_example:
         summary.update(_sequence_figures(task, config, summary, rows, tokens_per_example))
+    if rows["perblock"]:
+        summary["per_block_samples_per_second"] = statistics.median(
+            r["samples_per_second"] for r in rows["perblock"]
+        )
+        summary["sized_over_per_block"] = statistics.median(
+            c["samples_per_second"] / r["samples_per_second"]
+            for c, r in zip(rows["ctpipe"], rows["perblock"], strict=True)
+        )
+    summary["fsdp_unit_min_params"] = config.train.fsdp_unit_min_params
     print(json.dumps(summary))
     return 0
 

@@ -131,6 +131,7 @@ class Trainer:
             compute_dtype=self.dtype,
             activation_checkpointing=self.t.activation_checkpointing,
             compile=self.t.compile,
+            fsdp_unit_min_params=self.t.fsdp_unit_min_params,
         )
         autocast_on = uses_autocast(self.t.strategy, self.d.device, self.dtype)
         device_type, dtype = self.d.device.type, self.dtype
