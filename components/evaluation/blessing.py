@@ -28,6 +28,8 @@ from typing import Protocol
 import numpy as np
 
 from components.config import Threshold
+from components.config.sections import metric_direction
+from components.errors import ConfigError
 from components.evaluation.metrics import (
     ALL_METRICS,
     Interval,
@@ -82,11 +84,25 @@ class Evidence:
     vs_baseline: Interval | None = None
 
 
-def higher_is_better(metric: str, rule: Threshold) -> bool:
-    """The rule's direction, resolving ``auto`` from the metric (log_loss is lower-is-better)."""
-    if rule.direction == "auto":
-        return ALL_METRICS.get(metric, True)
-    return rule.direction == "higher"
+def higher_is_better(metric: str, rule: Threshold, directions: dict[str, bool] | None = None) -> bool:
+    """The rule's direction; ``auto`` resolves from the task's metrics (``directions``), then the built-in
+    classification metrics (log_loss is lower-is-better), then the metric's name (loss/error words).
+
+    Never a guess: a metric that none of these knows is a configuration error, because judging a
+    lower-is-better metric as higher-is-better blesses worse models."""
+    if rule.direction != "auto":
+        return rule.direction == "higher"
+    if directions and metric in directions:
+        return directions[metric]
+    if metric in ALL_METRICS:
+        return ALL_METRICS[metric]
+    by_name = metric_direction(metric)
+    if by_name is None:
+        raise ConfigError(
+            f"evaluate.thresholds.{metric}: cannot tell whether higher or lower is better for {metric!r}; "
+            f"set evaluate.thresholds.{metric}.direction to 'higher' or 'lower'"
+        )
+    return by_name == "max"
 
 
 def _improvement(diff: Interval, higher: bool) -> Interval:
@@ -97,11 +113,14 @@ def _ci(interval: Interval) -> str:
     return f"{interval.confidence * 100:.4g}% CI"
 
 
-def value_check(metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None) -> Check | None:
+def value_check(
+    metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None,
+    directions: dict[str, bool] | None = None,
+) -> Check | None:
     """The floor: an absolute bound on the value, or beating the prior predictor with evidence."""
     if rule.value is None:
         return None
-    higher = higher_is_better(metric, rule)
+    higher = higher_is_better(metric, rule, directions)
     prefix = f"slice {where}: " if where else ""
     value = evidence.candidate.value
     if rule.value == "baseline":
@@ -109,8 +128,9 @@ def value_check(metric: str, rule: Threshold, evidence: Evidence, *, where: str 
             return Check(metric, "value_baseline", False, f"{prefix}{metric}: no interval against the prior predictor", where)
         gain = _improvement(evidence.vs_baseline, higher)
         ok = math.isfinite(gain.low) and gain.low > 0
-        figures = (f"{metric} {value:.4f} vs the prior predictor's {evidence.baseline:.4f} (class frequencies of "
-                   f"these test rows): gain {gain.value:+.4f}, {_ci(gain)} [{gain.low:+.4f}, {gain.high:+.4f}]")
+        # The input-blind baseline is the task's: the class prior for a classifier, a unigram model for a LM.
+        figures = (f"{metric} {value:.4f} vs the prior predictor's {evidence.baseline:.4f} (the task's input-blind baseline) on these test rows: "
+                   f"gain {gain.value:+.4f}, {_ci(gain)} [{gain.low:+.4f}, {gain.high:+.4f}]")
         verdict = ("beats the trivial baseline with evidence" if ok else
                    "fails value threshold 'baseline': the interval of the gain does not lie above 0")
         return Check(metric, "value_baseline", ok, f"{prefix}{figures}: {verdict}", where)
@@ -122,11 +142,14 @@ def value_check(metric: str, rule: Threshold, evidence: Evidence, *, where: str 
     return Check(metric, "value", ok, message, where)
 
 
-def change_checks(metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None) -> list[Check]:
+def change_checks(
+    metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None,
+    directions: dict[str, bool] | None = None,
+) -> list[Check]:
     """Absolute and relative change rules against the champion, judged on the paired interval."""
     if evidence.vs_champion is None or evidence.champion is None:
         return []
-    higher = higher_is_better(metric, rule)
+    higher = higher_is_better(metric, rule, directions)
     gain = _improvement(evidence.vs_champion, higher)
     prefix = f"slice {where}: " if where else ""
     base = (f"{prefix}{metric} {evidence.candidate.value:.4f} vs champion {evidence.champion:.4f}: improvement "
@@ -147,9 +170,12 @@ def change_checks(metric: str, rule: Threshold, evidence: Evidence, *, where: st
 
 
 def judge(
-    thresholds: dict[str, Threshold], evidence: dict[str, Evidence], *, where: str | None = None
+    thresholds: dict[str, Threshold], evidence: dict[str, Evidence], *, where: str | None = None,
+    directions: dict[str, bool] | None = None,
 ) -> list[Check]:
-    """Every check of ``thresholds`` on ``evidence``; a metric without evidence fails (a typo never blesses)."""
+    """Every check of ``thresholds`` on ``evidence``; a metric without evidence fails (a typo never blesses).
+
+    ``directions`` (metric -> higher is better) are the task's, for rules whose direction is ``auto``."""
     checks: list[Check] = []
     for metric, rule in thresholds.items():
         if metric not in evidence:
@@ -158,10 +184,10 @@ def judge(
                     Check(metric, "value", False, f"{metric} was not computed for this model (roc_auc needs two classes)")
                 )
             continue
-        check = value_check(metric, rule, evidence[metric], where=where)
+        check = value_check(metric, rule, evidence[metric], where=where, directions=directions)
         if check is not None:
             checks.append(check)
-        checks.extend(change_checks(metric, rule, evidence[metric], where=where))
+        checks.extend(change_checks(metric, rule, evidence[metric], where=where, directions=directions))
     return checks
 
 

@@ -65,7 +65,8 @@ def judge_candidate(
         y, p_candidate, p_champion, baseline, samples=ev.bootstrap_samples, seed=ev.seed, confidence=ev.confidence,
         scorer=scorer,
     )
-    checks = judge(ev.thresholds, evidence)
+    directions = metric_directions_of(scorer)
+    checks = judge(ev.thresholds, evidence, directions=directions)
     slices, slice_checks = evaluate_slices(frame, y, p_candidate, p_champion, config, numeric_columns,
                                            scorer=scorer, baseline=baseline)
     # A first model under change-only rules meets no rule at all: that is not a blessing either.
@@ -135,7 +136,7 @@ def evaluate_slices(
                 baseline[mask] if baseline is not None else None,
                 samples=ev.bootstrap_samples, seed=ev.seed + 1 + i, confidence=level, normal=True, scorer=scorer,
             )
-            slice_checks = judge(rules, evidence, where=name)
+            slice_checks = judge(rules, evidence, where=name, directions=metric_directions_of(scorer))
         checks.extend(slice_checks)
         rows.append(
             {
@@ -153,3 +154,9 @@ def evaluate_slices(
             }
         )
     return rows, checks
+
+
+def metric_directions_of(scorer: Scorer) -> dict[str, bool] | None:
+    """Metric -> higher is better, from a task scorer's ``metrics`` (None for the built-in classifier)."""
+    metrics = getattr(scorer, "metrics", None)
+    return {m.name: m.higher_is_better for m in metrics} if metrics else None

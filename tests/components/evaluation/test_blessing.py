@@ -299,3 +299,19 @@ def test_numeric_slices_are_quartiles():
     config.evaluate.slices = ["tenure"]
     rows, _ = evaluate_slices(frame, y, candidate, champion, config, numeric_columns=["tenure"])
     assert [r["rows"] for r in rows] == [200, 200, 200, 200]
+
+
+def test_auto_direction_follows_the_task_metric_not_a_higher_is_better_guess():
+    # bits_per_byte (a causal_lm metric) is lower-is-better; evaluation passes the task's directions.
+    lower = {"bits_per_byte": False}
+    rule = {"bits_per_byte": Threshold(value="baseline")}
+    better = {"bits_per_byte": _evidence(4.52, baseline=4.73, gain=(-0.27, -0.15))}
+    assert _passed(judge(rule, better, directions=lower))
+    worse = {"bits_per_byte": _evidence(4.90, baseline=4.73, gain=(0.10, 0.25))}
+    assert not _passed(judge(rule, worse, directions=lower))
+
+
+def test_auto_direction_of_a_metric_nobody_knows_is_a_clear_error_not_a_guess():
+    rule = {"mystery_score": Threshold(value=0.5)}
+    with pytest.raises(ConfigError, match="mystery_score.*direction"):
+        judge(rule, {"mystery_score": _evidence(0.6)})
