@@ -23,6 +23,7 @@ from components.data.splits import (
     SPLITS,
     SplitSettings,
     assign_splits,
+    canonical_text,
     keys_digest,
     split_keys,
 )
@@ -115,7 +116,7 @@ def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: l
             numeric.append(col)
     if not chosen:
         raise UserError("the data has no feature columns besides the label and key; configure data.features")
-    classes = sorted(str(v) for v in data[label].dropna().unique())
+    classes = sorted(set(label_text(data[label]).dropna()))
     return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes)
 
 
@@ -173,11 +174,17 @@ def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray
     return x_num, x_cat
 
 
+def label_text(labels: pd.Series) -> pd.Series:
+    """Class names of label values: their canonical text (splits.py), so ``1`` and ``1.0`` are class ``1``."""
+    return canonical_text(labels)
+
+
 def encode_labels(data: pd.DataFrame, label: str, classes: list[str]) -> np.ndarray:
     index = {c: i for i, c in enumerate(classes)}
-    mapped = data[label].astype(str).map(index)
+    names = label_text(data[label])
+    mapped = names.map(index)
     if mapped.isna().any():
-        unseen = sorted(set(data[label].astype(str)[mapped.isna()]))[:5]
+        unseen = sorted(set(names[mapped.isna()].astype(str)))[:5]
         raise DataValidationError(f"label values {unseen} are not among the model's classes {classes}")
     return mapped.astype("int64").to_numpy()
 

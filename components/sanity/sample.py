@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from components.config import Config
-from components.data.snapshot import Snapshot, encode_features, encode_labels
+from components.data.snapshot import Snapshot, encode_features, encode_labels, label_text
 
 SAMPLE_SEED = 0
 FIRST_BATCH_ROWS = 16
@@ -95,7 +95,7 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED
     floor = class_floor(rows, len(prep.classes))
     # The models train on at most half of each class's train rows; the other half and the val split
     # are their held-out rows, so a rare class is present on both sides.
-    labels = full_train[label].astype(str)
+    labels = label_text(full_train[label])
     half = (labels.value_counts().reindex(sorted(labels.unique())).to_numpy() + 1) // 2
     picked = stratified_rows(full_train[label], rows, seed=seed, floor=floor, cap=half)
     train = full_train.iloc[picked].reset_index(drop=True)
