@@ -9,6 +9,7 @@ train split only) and the fingerprint of the files it was read from.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ import numpy as np
 import pandas as pd
 
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
+from components.data.reference_stats import reference_stats_of, table_stats, write_reference_stats
+from components.data.split_files import SplitWriter, iter_split_batches, split_rows
 from components.data.splits import (
     PARTITION_COLUMN,
     SPLIT_COLUMN,
@@ -27,6 +30,7 @@ from components.data.splits import (
     keys_digest,
     split_keys,
 )
+from components.data.stream_stats import TableStats
 from components.errors import DataValidationError, UserError
 
 # Re-exported: the files layer lives in files.py, the stable splits in splits.py.
@@ -144,18 +148,19 @@ class Preprocessing:
         return [len(v) + 1 for v in self.categorical.values()]
 
 
-def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
+def preprocessing_of(stats: TableStats, classes: list[str]) -> Preprocessing:
+    """Preprocessing from streamed train statistics: mean/std of the finite values, vocabularies by frequency."""
     numeric = {}
-    for col in schema.numeric:
-        values = pd.to_numeric(train[col], errors="coerce").astype("float64")
-        mean = float(values.mean()) if values.notna().any() else 0.0
-        std = float(values.std(ddof=0)) if values.notna().sum() > 1 else 1.0
-        numeric[col] = {"mean": mean, "std": std if std > 1e-12 else 1.0}
-    categorical = {}
-    for col in schema.categorical:
-        counts = train[col].dropna().astype(str).value_counts()
-        categorical[col] = sorted(counts.index.tolist(), key=lambda v: (-counts[v], v))
-    return Preprocessing(numeric=numeric, categorical=categorical, classes=list(schema.classes))
+    for col, acc in stats.numeric.items():
+        std = acc.std if acc.count > 1 else 1.0
+        numeric[col] = {"mean": acc.mean if acc.count else 0.0, "std": std if std > 1e-12 else 1.0}
+    categorical = {col: list(acc.frequencies()) for col, acc in stats.categorical.items()}
+    return Preprocessing(numeric=numeric, categorical=categorical, classes=list(classes))
+
+
+def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
+    """``preprocessing_of`` the statistics of one frame of train rows."""
+    return preprocessing_of(table_stats(train, schema), schema.classes)
 
 
 def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray, np.ndarray]:
@@ -208,6 +213,15 @@ class Snapshot:
             raise ValueError(f"unknown split {split!r}; one of {SPLITS}")
         return pd.read_parquet(self.root / f"{split}.parquet")
 
+    def batches(self, split: str, *, row_groups: list[int] | None = None) -> Iterator[pd.DataFrame]:
+        """The ``split`` rows one Parquet row group at a time (all, or ``row_groups`` in that order)."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; one of {SPLITS}")
+        return iter_split_batches(self.root / f"{split}.parquet", row_groups=row_groups)
+
+    def rows(self, split: str) -> int:
+        return split_rows(self.root / f"{split}.parquet")
+
     def tensors(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(x_num, x_cat, y) of a split, encoded with the train split's statistics."""
         frame = self.frame(split)
@@ -226,25 +240,56 @@ def write_snapshot(
     fingerprint: str,
 ) -> Snapshot:
     """Write the split rows, schema, train-only statistics and fingerprint into ``out_dir``."""
-    root = Path(out_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    keep = [c for c in data.columns if c != SPLIT_COLUMN]
-    for split in SPLITS:
-        part = data.loc[splits == split, keep].reset_index(drop=True)
-        if split == "train" and part.empty:
+    writer = SnapshotWriter(out_dir, schema)
+    writer.add(data, splits)
+    return writer.close(data_uri=data_uri, files=files, fingerprint=fingerprint)
+
+
+class SnapshotWriter:
+    """Writes a snapshot batch by batch: split rows as Parquet row groups, train statistics in one pass.
+
+    ``add`` takes any number of record batches (with their splits); ``close`` writes the schema, the
+    preprocessing and reference statistics of the train rows (``stream_stats``) and the fingerprint.
+    """
+
+    def __init__(self, out_dir: str | Path, schema: Schema) -> None:
+        self.root, self.schema = Path(out_dir), schema
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.writers = {s: SplitWriter(self.root / f"{s}.parquet") for s in SPLITS}
+        self.stats = TableStats.for_columns(schema.numeric, schema.categorical)
+        self._columns: pd.DataFrame | None = None
+
+    def add(self, batch: pd.DataFrame, splits: pd.Series) -> None:
+        keep = [c for c in batch.columns if c != SPLIT_COLUMN]
+        if self._columns is None:
+            self._columns = batch[keep].iloc[:0]
+        split_of = np.asarray(splits)
+        for split, writer in self.writers.items():
+            mask = split_of == split
+            if mask.any():
+                part = batch.loc[mask, keep].reset_index(drop=True)
+                writer.write(part)
+                if split == "train":
+                    self.stats = self.stats.merge(table_stats(part, self.schema))
+
+    def close(self, *, data_uri: str, files: list[DataFile], fingerprint: str) -> Snapshot:
+        columns = self._columns if self._columns is not None else pd.DataFrame()
+        for writer in self.writers.values():
+            writer.close(columns)
+        if self.writers["train"].rows == 0:
             raise DataValidationError("the train split is empty: the data has too few rows to split")
-        part.to_parquet(root / f"{split}.parquet", index=False)
-    prep = fit_preprocessing(data.loc[splits == "train"], schema)
-    (root / "schema.json").write_text(json.dumps(asdict(schema), indent=2))
-    (root / "preprocessing.json").write_text(json.dumps(prep.to_dict(), indent=2))
-    meta = {
-        "fingerprint": fingerprint,
-        "data_uri": data_uri,
-        "files": [asdict(f) for f in files],
-        "rows": {s: int((splits == s).sum()) for s in SPLITS},
-    }
-    (root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
-    return Snapshot(root, schema, prep, fingerprint, data_uri, files)
+        prep = preprocessing_of(self.stats, self.schema.classes)
+        (self.root / "schema.json").write_text(json.dumps(asdict(self.schema), indent=2))
+        (self.root / "preprocessing.json").write_text(json.dumps(prep.to_dict(), indent=2))
+        write_reference_stats(self.root / "reference_stats.json", reference_stats_of(self.stats))
+        meta = {
+            "fingerprint": fingerprint,
+            "data_uri": data_uri,
+            "files": [asdict(f) for f in files],
+            "rows": {s: w.rows for s, w in self.writers.items()},
+        }
+        (self.root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
+        return Snapshot(self.root, self.schema, prep, fingerprint, data_uri, files)
 
 
 def load_snapshot(path: str | Path) -> Snapshot:

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from components.config import Config
-from components.data.reference_stats import compute_reference_stats, write_reference_stats
+from components.data.reference_stats import compute_reference_stats
 from components.data.snapshot import (
     PARTITION_COLUMN,
     SPLIT_COLUMN,
@@ -258,8 +258,6 @@ def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerp
                    data_uri=data_uri, files=inputs.files, fingerprint=fingerprint)
     root = Path(snapshot_dir)
     (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
-    train = inputs.data[splits == "train"]
-    write_reference_stats(root / "reference_stats.json", compute_reference_stats(train, inputs.schema))
 
 
 def _error_message(summary: ValidationSummary, report_path: str) -> str:
