@@ -51,9 +51,18 @@ class DataConfig:
     test_fraction: float = 0.1
     # Salt of the split hash: changing it reshuffles every split, so it is part of the fingerprint.
     split_salt: str = "ctpipe-v1"
+    # The training window (data/window.py): train on the train rows of the newest window_days days of
+    # partitions, at most max_train_rows of them, newest first; None (the default) trains on all of them.
+    # Validation and the val/test splits always cover every partition.
+    window_days: int | None = None
+    max_train_rows: int | None = None
 
     def __post_init__(self) -> None:
         _check(bool(self.label), "data.label", "must name the label column")
+        _check(self.window_days is None or self.window_days >= 1, "data.window_days",
+               f"{self.window_days!r} must be a number of days >= 1, or null for all partitions")
+        _check(self.max_train_rows is None or self.max_train_rows >= 1, "data.max_train_rows",
+               f"{self.max_train_rows!r} must be >= 1, or null for every train row")
         _check_fraction(self.val_fraction, "data.val_fraction")
         _check_fraction(self.test_fraction, "data.test_fraction")
         _check(

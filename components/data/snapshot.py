@@ -31,6 +31,7 @@ from components.data.splits import (
     split_keys,
 )
 from components.data.stream_stats import TableStats
+from components.data.window import TrainWindow, window_mask
 from components.errors import DataValidationError, UserError
 
 # Re-exported: the files layer lives in files.py, the stable splits in splits.py.
@@ -238,9 +239,19 @@ def write_snapshot(
     data_uri: str,
     files: list[DataFile],
     fingerprint: str,
+    window: TrainWindow | None = None,
 ) -> Snapshot:
-    """Write the split rows, schema, train-only statistics and fingerprint into ``out_dir``."""
+    """Write the split rows, schema, train-only statistics and fingerprint into ``out_dir``.
+
+    With a ``window`` (data/window.py) only the train rows inside it are written (val and test in full).
+    """
     writer = SnapshotWriter(out_dir, schema)
+    if window is not None and not window.is_all and PARTITION_COLUMN in data.columns:
+        is_train = np.asarray(splits) == "train"
+        keep = window_mask(data[PARTITION_COLUMN].to_numpy(), is_train, window)
+        writer.window = {**window.to_dict(), "excluded_train_rows": int(is_train.sum() - keep.sum()),
+                         "partitions": sorted(set(data.loc[keep, PARTITION_COLUMN].tolist()))}
+        splits = pd.Series(np.where(is_train & ~keep, "outside_window", np.asarray(splits)), index=data.index)
     writer.add(data, splits)
     return writer.close(data_uri=data_uri, files=files, fingerprint=fingerprint)
 
@@ -258,6 +269,8 @@ class SnapshotWriter:
         self.writers = {s: SplitWriter(self.root / f"{s}.parquet") for s in SPLITS}
         self.stats = TableStats.for_columns(schema.numeric, schema.categorical)
         self._columns: pd.DataFrame | None = None
+        # What the training window dropped (recorded in fingerprint.json and in the model's lineage).
+        self.window: dict[str, Any] | None = None
 
     def add(self, batch: pd.DataFrame, splits: pd.Series) -> None:
         keep = [c for c in batch.columns if c != SPLIT_COLUMN]
@@ -288,6 +301,8 @@ class SnapshotWriter:
             "files": [asdict(f) for f in files],
             "rows": {s: w.rows for s, w in self.writers.items()},
         }
+        if self.window is not None:
+            meta["train_window"] = self.window
         (self.root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
         return Snapshot(self.root, self.schema, prep, fingerprint, data_uri, files)
 
@@ -319,9 +334,13 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
             "not the ones this snapshot was split with (or its rows changed since). Use the config the data was "
             "validated with, or validate the data again."
         )
+    window = json.loads((snapshot.root / "fingerprint.json").read_text()).get("train_window") or {}
+    partitions = window.get("partitions") or sorted({_partition_of(f.path) for f in snapshot.files})
     return {
         **settings.to_dict(),
-        "partitions": sorted({_partition_of(f.path) for f in snapshot.files}),
+        "window_days": window.get("window_days"),
+        "max_train_rows": window.get("max_train_rows"),
+        "partitions": partitions,
         "train_rows": len(train),
         "train_keys_sha256": keys_digest(keys),
     }

@@ -24,6 +24,7 @@ from components.data.snapshot import (
     split_keys,
     write_snapshot,
 )
+from components.data.window import TrainWindow
 from components.errors import UserError
 from components.training.checkpointing import latest_complete, write_json_atomic
 from components.training.launch import train_model
@@ -51,7 +52,8 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
     )
     frame = data.drop(columns=[SPLIT_COLUMN], errors="ignore")
     return write_snapshot(
-        out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files)
+        out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files),
+        window=TrainWindow.from_config(config.data),
     )
 
 

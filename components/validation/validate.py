@@ -31,6 +31,7 @@ from components.data.snapshot import (
     split_keys,
     write_snapshot,
 )
+from components.data.window import TrainWindow, partition_date
 from components.errors import DataValidationError, UserError
 from components.step_results import VALIDATION_FILE
 from components.tracking import RetryPolicy, log_step
@@ -179,6 +180,21 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
     return found
 
 
+def _window_findings(config: Config, partitions: list[str]) -> list[Finding]:
+    """data.window_days needs a date in every partition's path (checked before any work is written)."""
+    if config.data.window_days is None:
+        return []
+    undated = [p for p in partitions if partition_date(p) is None]
+    if not undated:
+        return []
+    return [Finding(
+        check="train_window", passed=False, severity=ERROR, source="structure",
+        message=(f"data.window_days={config.data.window_days} needs a date (YYYY-MM-DD) in every partition path, but "
+                 f"{len(undated)} partition(s) have none: {', '.join(undated[:5])}. Partition the data as "
+                 "date=YYYY-MM-DD/ or set data.window_days=null (data.max_train_rows needs no dates)"),
+        observed=f"{len(undated)} undated partition(s)", expected="a date in every partition path")]
+
+
 def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary) -> _Outcome:
     timer = _Timer(summary.seconds)
     files = list_data_files(data_uri)
@@ -194,6 +210,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     parts = partition_rows(data, partitions)
     summary.partitions = parts.to_dict("records")
     summary.findings += _structure(data, config, reference_schema, parts)
+    summary.findings += _window_findings(config, partitions)
     if errors(summary.findings):
         return _Outcome(None, None)
     schema = _schema_for(data, config, reference_schema)
@@ -220,7 +237,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     summary.findings += checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
     summary.findings += _skew_findings(data, schema, ref, partitions)
     timer.lap("checks_beyond_suite")
-    return _Outcome(suite, _SnapshotInputs(data, schema, files))
+    return _Outcome(suite, _SnapshotInputs(data, schema, files, TrainWindow.from_config(config.data)))
 
 
 @dataclass
@@ -228,6 +245,7 @@ class _SnapshotInputs:
     data: pd.DataFrame
     schema: Schema
     files: list
+    window: TrainWindow | None = None
 
 
 @dataclass
@@ -255,7 +273,7 @@ def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerp
     inputs = outcome.inputs
     splits = inputs.data[SPLIT_COLUMN]
     write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), splits, inputs.schema,
-                   data_uri=data_uri, files=inputs.files, fingerprint=fingerprint)
+                   data_uri=data_uri, files=inputs.files, fingerprint=fingerprint, window=inputs.window)
     root = Path(snapshot_dir)
     (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
 
