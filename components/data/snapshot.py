@@ -19,7 +19,7 @@ import pandas as pd
 
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
 from components.data.reference_stats import reference_stats_of, table_stats, write_reference_stats
-from components.data.split_files import SplitWriter, iter_split_batches, split_rows
+from components.data.split_files import ROW_GROUP_ROWS, SplitWriter, iter_split_batches, split_rows
 from components.data.splits import (
     PARTITION_COLUMN,
     SPLIT_COLUMN,
@@ -263,10 +263,10 @@ class SnapshotWriter:
     preprocessing and reference statistics of the train rows (``stream_stats``) and the fingerprint.
     """
 
-    def __init__(self, out_dir: str | Path, schema: Schema) -> None:
+    def __init__(self, out_dir: str | Path, schema: Schema, *, row_group_rows: int = ROW_GROUP_ROWS) -> None:
         self.root, self.schema = Path(out_dir), schema
         self.root.mkdir(parents=True, exist_ok=True)
-        self.writers = {s: SplitWriter(self.root / f"{s}.parquet") for s in SPLITS}
+        self.writers = {s: SplitWriter(self.root / f"{s}.parquet", row_group_rows=row_group_rows) for s in SPLITS}
         self.stats = TableStats.for_columns(schema.numeric, schema.categorical)
         self._columns: pd.DataFrame | None = None
         # What the training window dropped (recorded in fingerprint.json and in the model's lineage).

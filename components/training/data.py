@@ -7,8 +7,10 @@ first batch the sanity gate shows (``first_batch_indices``) is the one rank 0 tr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 
 from components.errors import ConfigError
@@ -33,12 +35,32 @@ class Split:
         return tuple(p.pin_memory().to(device, non_blocking=True) for p in parts)
 
 
+def split_batches(snapshot, split: str) -> Iterator[pd.DataFrame]:
+    """The ``split`` rows of a snapshot as DataFrame record batches (one Parquet row group each), in order.
+
+    The one place training reads rows: whatever turns rows into model inputs works batch by batch, so
+    no rank ever holds a split as one DataFrame (only its encoded tensors).
+    """
+    return snapshot.batches(split)
+
+
 def load_split(snapshot, split: str) -> Split:
-    """The ``split`` rows of a loaded snapshot, encoded as training encodes them."""
-    x_num, x_cat, y = snapshot.tensors(split)
-    return Split(
-        torch.tensor(x_num), torch.tensor(x_cat), torch.tensor(y)
-    )  # copies: numpy views may be read-only
+    """The ``split`` rows of a loaded snapshot, encoded as training encodes them, a record batch at a time."""
+    from components.data.snapshot import encode_features, encode_labels
+
+    prep, label = snapshot.preprocessing, snapshot.schema.label
+    n = snapshot.rows(split)
+    x_num = torch.empty((n, len(prep.numeric)), dtype=torch.float32)
+    x_cat = torch.empty((n, len(prep.categorical)), dtype=torch.int64)
+    y = torch.empty(n, dtype=torch.int64)
+    start = 0
+    for batch in split_batches(snapshot, split):
+        num, cat = encode_features(batch, prep)
+        end = start + len(batch)
+        x_num[start:end], x_cat[start:end] = torch.tensor(num), torch.tensor(cat)  # copies: views may be read-only
+        y[start:end] = torch.tensor(encode_labels(batch, label, prep.classes))
+        start = end
+    return Split(x_num, x_cat, y)
 
 
 def _sampler(n: int, *, rank: int, world_size: int, seed: int):
