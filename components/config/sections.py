@@ -90,8 +90,14 @@ class ValidationConfig:
     use_champion_suite: bool = True
     # Share of val/test rows repeating a train row above which cross-split duplicates fail the run.
     max_duplicate_fraction: float = 0.01
+    # Above this many rows validation streams the data (validation/stream.py): exact counts, splits and
+    # duplicates over every row, the row checks and the GX suite on a stratified sample of sample_rows.
+    in_memory_rows: int = 500_000
+    sample_rows: int = 200_000
 
     def __post_init__(self) -> None:
+        _check(self.in_memory_rows >= 0, "validation.in_memory_rows", f"{self.in_memory_rows} must be >= 0")
+        _check(self.sample_rows >= 1000, "validation.sample_rows", f"{self.sample_rows} must be >= 1000")
         _check(self.range_margin >= 0, "validation.range_margin", f"{self.range_margin} must be >= 0")
         _check_fraction(self.null_fraction_allowance, "validation.null_fraction_allowance")
         _check(self.min_rows >= 1, "validation.min_rows", f"{self.min_rows} must be >= 1")

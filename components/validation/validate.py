@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from components.config import Config
+from components.data.batches import count_rows
 from components.data.reference_stats import compute_reference_stats
 from components.data.snapshot import (
     PARTITION_COLUMN,
@@ -31,11 +32,13 @@ from components.data.snapshot import (
     split_keys,
     write_snapshot,
 )
+from components.data.splits import SplitSettings
 from components.data.window import TrainWindow, partition_date
 from components.errors import DataValidationError, UserError
 from components.step_results import VALIDATION_FILE
 from components.tracking import RetryPolicy, log_step
-from components.validation import checks
+from components.validation import checks, stream
+from components.validation.exact import exact_overrides
 from components.validation.findings import ERROR, Finding, errors, warnings
 from components.validation.report import ValidationSummary, write_reports
 from components.validation.suite import (
@@ -200,7 +203,17 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     files = list_data_files(data_uri)
     summary.fingerprint = fingerprint_files(files)
     summary.files = len(files)
-    data = read_data(data_uri, files, config.data.format)
+    total = count_rows(data_uri, files, config.data.format)
+    scanned = None
+    if total is not None and total > config.validation.in_memory_rows:
+        # Too large for one frame: exact figures in one streaming pass, the row checks on a sample.
+        scanned = stream.scan(data_uri, files, config.data.format, label=config.data.label, key=config.data.key,
+                              features=list(config.data.features), settings=SplitSettings.from_config(config.data),
+                              sample_rows=config.validation.sample_rows)
+        data = scanned.sample
+        summary.judged_on = scanned.judged_on()
+    else:
+        data = read_data(data_uri, files, config.data.format)
     timer.lap("read")
     ref = resolve_reference(config, tracking_uri)
     summary.suite_source = ref.source
@@ -208,6 +221,8 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     reference_schema = suite_schema(ref.suite) if ref.suite else None
     partitions = sorted({_partition(f.path) for f in files})
     parts = partition_rows(data, partitions)
+    if scanned is not None:
+        parts["rows"] = [scanned.rows.get(p, 0) for p in partitions]
     summary.partitions = parts.to_dict("records")
     summary.findings += _structure(data, config, reference_schema, parts)
     summary.findings += _window_findings(config, partitions)
@@ -221,7 +236,8 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
                       "categorical": schema.categorical, "classes": schema.classes}
     data[SPLIT_COLUMN] = assign_splits(split_keys(data, schema), val_fraction=config.data.val_fraction,
                                        test_fraction=config.data.test_fraction, salt=config.data.split_salt)
-    summary.rows = {s: int((data[SPLIT_COLUMN] == s).sum()) for s in ("train", "val", "test")}
+    summary.rows = (scanned.split_rows() if scanned is not None
+                    else {s: int((data[SPLIT_COLUMN] == s).sum()) for s in ("train", "val", "test")})
     timer.lap("schema_and_splits")
     train = data[data[SPLIT_COLUMN] == "train"]
     suite = ref.suite or profile_suite(
@@ -236,8 +252,10 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     summary.findings += checks.check_id_like_columns(train, schema)
     summary.findings += checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
     summary.findings += _skew_findings(data, schema, ref, partitions)
+    if scanned is not None:
+        summary.findings = exact_overrides(summary.findings, scanned, suite, config)
     timer.lap("checks_beyond_suite")
-    return _Outcome(suite, _SnapshotInputs(data, schema, files, TrainWindow.from_config(config.data)))
+    return _Outcome(suite, _SnapshotInputs(data, schema, files, TrainWindow.from_config(config.data), config.data.format, scanned))
 
 
 @dataclass
@@ -246,6 +264,8 @@ class _SnapshotInputs:
     schema: Schema
     files: list
     window: TrainWindow | None = None
+    format: str = "auto"
+    scan: stream.Scan | None = None  # set when the data was streamed: the snapshot is written in a second pass
 
 
 @dataclass
@@ -271,11 +291,14 @@ def _partition(rel_path: str) -> str:
 
 def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str) -> None:
     inputs = outcome.inputs
-    splits = inputs.data[SPLIT_COLUMN]
-    write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), splits, inputs.schema,
-                   data_uri=data_uri, files=inputs.files, fingerprint=fingerprint, window=inputs.window)
-    root = Path(snapshot_dir)
-    (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
+    if inputs.scan is not None:  # streamed: a second pass writes the split files batch by batch
+        stream.write_snapshot_stream(snapshot_dir, data_uri, inputs.files, inputs.format, inputs.scan, inputs.schema,
+                                     fingerprint=fingerprint, window=inputs.window)
+    else:
+        write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), inputs.data[SPLIT_COLUMN],
+                       inputs.schema, data_uri=data_uri, files=inputs.files, fingerprint=fingerprint,
+                       window=inputs.window)
+    (Path(snapshot_dir) / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
 
 
 def _error_message(summary: ValidationSummary, report_path: str) -> str:
@@ -318,6 +341,7 @@ def summary_json(summary: ValidationSummary) -> dict[str, Any]:
         "fingerprint": summary.fingerprint,
         "rows": summary.rows,
         "suite_source": summary.suite_source,
+        "judged_on": summary.judged_on or "every row",
         "errors": [f.headline() for f in errors(summary.findings)],
         "warnings": [f.headline() for f in warnings(summary.findings)],
         "findings": [f.to_dict() for f in summary.findings],
