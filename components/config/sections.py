@@ -90,7 +90,7 @@ class ValidationConfig:
     use_champion_suite: bool = True
     # Share of val/test rows repeating a train row above which cross-split duplicates fail the run.
     max_duplicate_fraction: float = 0.01
-    # Above this many rows validation streams the data (validation/stream.py): exact counts, splits and
+    # Above this many rows validation streams the data (data/scan.py): exact counts, splits and
     # duplicates over every row, the row checks and the GX suite on a stratified sample of sample_rows.
     in_memory_rows: int = 500_000
     sample_rows: int = 200_000

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
+from components.data.batches import count_rows
+from components.data.scan import scan, write_snapshot_stream
 from components.data.snapshot import (
     SPLIT_COLUMN,
     Snapshot,
@@ -24,6 +26,7 @@ from components.data.snapshot import (
     split_keys,
     write_snapshot,
 )
+from components.data.splits import SplitSettings
 from components.data.window import TrainWindow
 from components.errors import UserError
 from components.training.checkpointing import latest_complete, write_json_atomic
@@ -36,6 +39,9 @@ SUMMARY_FILE = "train_summary.json"
 def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapshot:
     """Read, split (stable salted hash of the key, as in validation) and write a snapshot."""
     files = list_data_files(data_uri)
+    total = count_rows(data_uri, files, config.data.format)
+    if total is not None and total > config.validation.in_memory_rows:
+        return _build_snapshot_streamed(data_uri, config, out_dir, files)
     data = read_data(data_uri, files, config.data.format)
     schema = infer_schema(
         data,
@@ -55,6 +61,17 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
         out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files),
         window=TrainWindow.from_config(config.data),
     )
+
+
+def _build_snapshot_streamed(data_uri: str, config: Config, out_dir: str | Path, files: list) -> Snapshot:
+    """``build_snapshot`` for data above validation.in_memory_rows: schema from a sample, rows in two passes."""
+    scanned = scan(data_uri, files, config.data.format, label=config.data.label, key=config.data.key,
+                   features=list(config.data.features), settings=SplitSettings.from_config(config.data),
+                   sample_rows=config.validation.sample_rows)
+    schema = infer_schema(scanned.sample, label=config.data.label, key=config.data.key,
+                          features=list(config.data.features), categorical=list(config.data.categorical))
+    return write_snapshot_stream(str(out_dir), data_uri, files, config.data.format, scanned, schema,
+                                 fingerprint=fingerprint_files(files), window=TrainWindow.from_config(config.data))
 
 
 def _snapshot_for_resume(data_uri: str, config: Config, out: Path) -> Snapshot:

@@ -1,7 +1,7 @@
 """Exact verdicts for streamed data: the findings a sample cannot decide, recomputed over every row.
 
-When validation streams the data (``stream.py``), the checks run on a stratified sample. Some verdicts
-must not depend on a sample: the table's row count, label nulls and cross-split duplicates are
+When validation streams the data (``components/data/scan.py``), the checks run on a stratified sample.
+Some verdicts must not depend on a sample: the table's row count, label nulls and cross-split duplicates are
 recomputed from the exact figures of the streaming pass; every other finding of the row checks keeps
 its sample verdict and says so in its message.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from components.data.scan import Scan, duplicate_count
 from components.validation.findings import ERROR, Finding
-from components.validation.stream import Scan, duplicate_count
 
 ROW_COUNT = "expect_table_row_count_to_be_between"
 # Exact from the stream (or from the per-partition table, which is built from exact counts).

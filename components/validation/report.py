@@ -28,7 +28,7 @@ class ValidationSummary:
     schema: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    # Empty when every check saw every row; else which rows the row checks judged (validation/stream.py).
+    # Empty when every check saw every row; else which rows the row checks judged (data/scan.py).
     judged_on: str = ""
 
     @property

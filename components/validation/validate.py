@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from components.config import Config
+from components.data import scan as stream
 from components.data.batches import count_rows
 from components.data.reference_stats import compute_reference_stats
 from components.data.snapshot import (
@@ -37,7 +38,7 @@ from components.data.window import TrainWindow, partition_date
 from components.errors import DataValidationError, UserError
 from components.step_results import VALIDATION_FILE
 from components.tracking import RetryPolicy, log_step
-from components.validation import checks, stream
+from components.validation import checks
 from components.validation.exact import exact_overrides
 from components.validation.findings import ERROR, Finding, errors, warnings
 from components.validation.report import ValidationSummary, write_reports

@@ -96,3 +96,14 @@ def test_a_streamed_window_matches_the_in_memory_window(tmp_path):
     assert len(a.frame("train")) == 3000
     meta = [json.loads((tmp_path / n / "fingerprint.json").read_text())["train_window"] for n in ("memory", "streamed")]
     assert meta[0] == meta[1]
+
+
+def test_the_standalone_snapshot_streams_large_data_the_same_way(tmp_path):
+    from components.training.standalone import build_snapshot
+
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=3000)
+    memory = build_snapshot(str(tmp_path / "data"), config(), tmp_path / "memory")
+    streamed = build_snapshot(str(tmp_path / "data"), config(in_memory_rows=0, sample_rows=1000), tmp_path / "streamed")
+    assert memory.schema == streamed.schema
+    for split in ("train", "val", "test"):
+        pd.testing.assert_frame_equal(memory.frame(split), streamed.frame(split))

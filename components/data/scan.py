@@ -1,4 +1,4 @@
-"""Validation of data too large for one frame: one streaming pass for exact figures and a stratified sample.
+"""Data too large for one frame: one streaming pass for exact figures and a stratified sample, then the snapshot.
 
 Above ``validation.in_memory_rows`` rows, validation never holds the data. Pass 1 (``scan``) reads the
 partitions as record batches and keeps:
