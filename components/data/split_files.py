@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,6 +47,29 @@ class SplitWriter:
 def split_rows(path: str | Path) -> int:
     """Rows in a split file, from its footer (nothing else is read)."""
     return pq.ParquetFile(path).metadata.num_rows
+
+
+def read_column(path: str | Path, column: str) -> pd.Series:
+    """One column of a split file (only that column is read)."""
+    return pq.read_table(path, columns=[column]).to_pandas()[column]
+
+
+def take_rows(path: str | Path, positions: np.ndarray) -> pd.DataFrame:
+    """The rows at ``positions`` (from 0, any order) of a split file, in that order; only their row groups are read."""
+    handle = pq.ParquetFile(path)
+    sizes = [handle.metadata.row_group(i).num_rows for i in range(handle.num_row_groups)]
+    starts = np.concatenate([[0], np.cumsum(sizes)])[:-1].astype(np.int64)
+    positions = np.asarray(positions, dtype=np.int64)
+    if len(positions) == 0:
+        return handle.schema_arrow.empty_table().to_pandas()
+    group = np.searchsorted(starts, positions, side="right") - 1
+    pieces, order = [], []
+    for g in np.unique(group):
+        mine = np.flatnonzero(group == g)
+        pieces.append(handle.read_row_group(int(g)).to_pandas().iloc[positions[mine] - starts[g]])
+        order.append(mine)
+    frame = pd.concat(pieces, ignore_index=True)
+    return frame.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)
 
 
 def iter_split_batches(path: str | Path, *, columns: list[str] | None = None,

@@ -16,6 +16,7 @@ import pandas as pd
 
 from components.config import Config
 from components.data.snapshot import Snapshot, encode_features, encode_labels, label_text
+from components.data.split_files import read_column, take_rows
 
 SAMPLE_SEED = 0
 FIRST_BATCH_ROWS = 16
@@ -49,6 +50,15 @@ class SanityData:
     first_batch: FirstBatch
     # How the samples were drawn, for the report: rows per class in each.
     drawn: str = ""
+
+
+def _rows_of_rest(train_path, val_path, others: np.ndarray, chosen: np.ndarray) -> pd.DataFrame:
+    """Rows ``chosen`` of (the train rows ``others``, then every val row), read from the two split files."""
+    from_train = chosen < len(others)
+    parts = [take_rows(train_path, others[chosen[from_train]]), take_rows(val_path, chosen[~from_train] - len(others))]
+    frame = pd.concat([p for p in parts if len(p)], ignore_index=True) if len(chosen) else parts[0]
+    order = np.concatenate([np.flatnonzero(from_train), np.flatnonzero(~from_train)])
+    return frame.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
 
 
 def stratified_rows(labels: pd.Series, rows: int, *, seed: int, floor: int, cap: np.ndarray | None = None) -> np.ndarray:
@@ -90,17 +100,23 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED
 
     prep = snapshot.preprocessing
     label = snapshot.schema.label
-    full_train = snapshot.frame("train")
+    # Only the label column of the splits is read whole; the sampled rows are read by row group.
+    train_path, val_path = snapshot.root / "train.parquet", snapshot.root / "val.parquet"
+    train_labels = read_column(train_path, label)
+    n_train = len(train_labels)
     rows = cfg.sanity.sample_rows
     floor = class_floor(rows, len(prep.classes))
     # The models train on at most half of each class's train rows; the other half and the val split
     # are their held-out rows, so a rare class is present on both sides.
-    labels = label_text(full_train[label])
+    labels = label_text(train_labels)
     half = (labels.value_counts().reindex(sorted(labels.unique())).to_numpy() + 1) // 2
-    picked = stratified_rows(full_train[label], rows, seed=seed, floor=floor, cap=half)
-    train = full_train.iloc[picked].reset_index(drop=True)
-    rest = pd.concat([full_train.drop(index=full_train.index[picked]), snapshot.frame("val")], ignore_index=True)
-    val = rest.iloc[stratified_rows(rest[label], HELD_OUT_FACTOR * rows, seed=seed, floor=floor)].reset_index(drop=True)
+    picked = stratified_rows(train_labels, rows, seed=seed, floor=floor, cap=half)
+    train = take_rows(train_path, picked)
+    others = np.setdiff1d(np.arange(n_train), picked)  # the train rows not picked, in order
+    rest_labels = pd.concat([train_labels.iloc[others], read_column(val_path, label)], ignore_index=True)
+    chosen = stratified_rows(rest_labels, HELD_OUT_FACTOR * rows, seed=seed, floor=floor)
+    val = _rows_of_rest(train_path, val_path, others, chosen)
+    n_rest = len(rest_labels)
 
     def tensors(frame):
         x_num, x_cat = encode_features(frame, prep)
@@ -110,15 +126,15 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED
     xn, xc, y = tensors(train)
     vn, vc, vy = tensors(val) if len(val) else (xn[:0], xc[:0], y[:0])
     try:
-        first_rows = first_batch_indices(len(full_train), batch_size=cfg.train.batch_size,
+        first_rows = first_batch_indices(n_train, batch_size=cfg.train.batch_size,
                                          world_size=cfg.train.workers, seed=cfg.train.seed)
         drawn = (f"rank 0 of {cfg.train.workers}, epoch 0: DistributedSampler(shuffle=True, seed={cfg.train.seed}, "
-                 f"drop_last=True) over the {len(full_train)} train rows, first {cfg.train.batch_size}")
+                 f"drop_last=True) over the {n_train} train rows, first {cfg.train.batch_size}")
     except (ValueError, RuntimeError):
-        first_rows, drawn = list(range(min(FIRST_BATCH_ROWS, len(full_train)))), "the first train rows"
-    raw = full_train.iloc[first_rows].reset_index(drop=True)
+        first_rows, drawn = list(range(min(FIRST_BATCH_ROWS, n_train))), "the first train rows"
+    raw = take_rows(train_path, np.asarray(first_rows, dtype=np.int64))
     first = FirstBatch(raw, *tensors(raw), drawn=drawn)
-    sampled = (f"train sample {len(y)} of {len(full_train)} train rows ({_counts(y, prep.classes)}), held-out sample "
-               f"{len(vy)} of the other {len(rest)} train and val rows ({_counts(vy, prep.classes)}), stratified by "
+    sampled = (f"train sample {len(y)} of {n_train} train rows ({_counts(y, prep.classes)}), held-out sample "
+               f"{len(vy)} of the other {n_rest} train and val rows ({_counts(vy, prep.classes)}), stratified by "
                f"label (at least {floor} rows a class where there are)")
     return SanityData(xn, xc, y, vn, vc, vy, len(prep.classes), first, sampled)
