@@ -59,14 +59,20 @@ class Scan:
 
 
 def content_hashes(batch: pd.DataFrame, columns: list[str]) -> np.ndarray:
-    """A 64-bit hash of each row's values in ``columns`` (numbers as float64, so 5 and 5.0 agree; absent = null)."""
+    """A 64-bit hash of each row's values in ``columns``: the sum over its non-null cells of a hash of
+    (column, value), numbers as float64 (5 and 5.0 agree), so a column absent from a batch counts as null."""
     total = np.zeros(len(batch), dtype=np.uint64)
-    for i, col in enumerate(columns):
-        values = batch[col] if col in batch.columns else pd.Series(np.nan, index=batch.index)
+    for col in columns:
+        if col not in batch.columns:
+            continue
+        values = batch[col]
         if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
             values = values.astype("float64")
         hashed = pd.util.hash_pandas_object(values, index=False).to_numpy(dtype=np.uint64)
-        total = total * np.uint64(1_000_003) + hashed + np.uint64(i)  # ordered: wraps mod 2**64
+        salt = pd.util.hash_array(np.array([str(col)], dtype=object))[0]
+        cell = (hashed ^ salt) * np.uint64(0x9E3779B97F4A7C15)  # wraps mod 2**64
+        cell[values.isna().to_numpy()] = 0
+        total += cell
     return total
 
 
@@ -118,7 +124,7 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str, key: str
             out.label_nulls += int(batch[label].isna().sum())
         split = settings.assign(split_keys(batch, schema)).to_numpy()
         splits.append(pd.Categorical(split, categories=SPLITS).codes.astype(np.int8))
-        columns = sorted(features or [c for c in batch.columns if c not in (*INTERNAL_COLUMNS, key, "date")])
+        columns = features + [label] if features else [c for c in batch.columns if c not in (*INTERNAL_COLUMNS, key, "date")]
         content.append(content_hashes(batch, columns))
         labels = label_text(batch[label]) if label in batch.columns else pd.Series(None, index=batch.index)
         sampler.add(batch, labels, row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed),

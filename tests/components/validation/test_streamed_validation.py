@@ -107,3 +107,12 @@ def test_the_standalone_snapshot_streams_large_data_the_same_way(tmp_path):
     assert memory.schema == streamed.schema
     for split in ("train", "val", "test"):
         pd.testing.assert_frame_equal(memory.frame(split), streamed.frame(split))
+
+
+def test_content_hashes_ignore_column_order_and_absent_columns():
+    from components.data.scan import content_hashes
+
+    a = pd.DataFrame({"x": [1, 2], "y": ["u", "v"], "label": ["p", "q"]})
+    b = pd.DataFrame({"label": ["p", "q"], "y": ["u", "w"], "x": [1.0, 2.0], "new": [None, None]})
+    ha, hb = content_hashes(a, ["x", "y", "label"]), content_hashes(b, ["x", "y", "label", "new"])
+    assert ha[0] == hb[0] and ha[1] != hb[1]
