@@ -51,27 +51,45 @@ def value_hashes(values: pd.Series) -> np.ndarray:
 
 @dataclass
 class BottomK:
-    """The values of the ``k`` rows with the smallest priority (ties by value); see the module docstring."""
+    """The values of the ``k`` rows with the smallest priority (ties by value); see the module docstring.
+
+    Rows are buffered and cut back to ``k`` (a linear-time partition) only when the buffer passes ``2k``,
+    so a batch costs O(batch) amortised; ``finish`` sorts once.
+    """
 
     k: int = QUANTILE_SAMPLE
     priority: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
     values: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
+    _sorted: bool = True
 
     def add(self, values: np.ndarray, priority: np.ndarray) -> BottomK:
-        return self._keep(np.concatenate([self.priority, priority.astype(np.uint64)]),
-                          np.concatenate([self.values, values.astype(np.float64)]))
+        self.priority = np.concatenate([self.priority, priority.astype(np.uint64)])
+        self.values = np.concatenate([self.values, values.astype(np.float64)])
+        self._sorted = False
+        if len(self.priority) > 2 * self.k:
+            self._cut()
+        return self
 
     def merge(self, other: BottomK) -> BottomK:
-        return BottomK(self.k).add(self.values, self.priority).add(other.values, other.priority)
+        return BottomK(self.k, self.priority, self.values, self._sorted).add(other.values, other.priority)
 
-    def _keep(self, priority: np.ndarray, values: np.ndarray) -> BottomK:
-        order = np.lexsort((values, priority))[: self.k]
-        self.priority, self.values = priority[order], values[order]
+    def _cut(self) -> None:
+        if len(self.priority) > self.k:
+            # Equal priorities mean equal rows (a content hash), so which of them is kept does not matter.
+            keep = np.argpartition(self.priority, self.k - 1)[: self.k]
+            self.priority, self.values = self.priority[keep], self.values[keep]
+
+    def finish(self) -> BottomK:
+        """Cut to ``k`` and sort by (priority, value): the sample as a plain, comparable array."""
+        if not self._sorted:
+            self._cut()
+            order = np.lexsort((self.values, self.priority))
+            self.priority, self.values, self._sorted = self.priority[order], self.values[order], True
         return self
 
     def first(self, n: int) -> np.ndarray:
         """The bottom-``n`` sample (``n`` <= k): a uniform sample of ``n`` values, in priority order."""
-        return self.values[:n]
+        return self.finish().values[:n]
 
 
 # --- distinct values: KMV -------------------------------------------------------------------------
@@ -126,8 +144,7 @@ class NumericStats:
         return self._combine(batch)
 
     def merge(self, other: NumericStats) -> NumericStats:
-        return NumericStats(self.rows, self.count, self.mean, self.m2, self.min, self.max,
-                            BottomK(self.sample.k).merge(self.sample))._combine(other)
+        return NumericStats(self.rows, self.count, self.mean, self.m2, self.min, self.max, self.sample)._combine(other)
 
     def _combine(self, b: NumericStats) -> NumericStats:
         n = self.count + b.count
@@ -151,7 +168,7 @@ class NumericStats:
 
     def quantiles(self, qs: np.ndarray) -> list[float]:
         """Quantiles of the finite values (exact while they fit in the sample)."""
-        return [float(q) for q in np.quantile(self.sample.values, qs)] if self.count else []
+        return [float(q) for q in np.quantile(self.sample.finish().values, qs)] if self.count else []
 
 
 # --- categorical columns -----------------------------------------------------------------------

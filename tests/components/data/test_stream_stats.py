@@ -56,7 +56,7 @@ def test_merge_of_two_accumulators_equals_one_pass_over_both():
         m, o = merged.numeric[col], one.numeric[col]
         assert (m.rows, m.count, m.min, m.max) == (o.rows, o.count, o.min, o.max)
         assert m.mean == pytest.approx(o.mean, rel=1e-12) and m.m2 == pytest.approx(o.m2, rel=1e-12)
-        assert np.array_equal(m.sample.values, o.sample.values)  # the sample does not depend on batches
+        assert np.array_equal(m.sample.finish().values, o.sample.finish().values)  # the sample does not depend on batches
     for col in CATEGORICAL:
         assert merged.categorical[col] == one.categorical[col]
 
@@ -67,8 +67,10 @@ def test_the_bottom_k_sample_is_order_free_seeded_and_uniform():
     whole = BottomK(1000).add(data["x"].to_numpy(), priority)
     halves = BottomK(1000).add(data["x"].to_numpy()[25_000:], priority[25_000:]).merge(
         BottomK(1000).add(data["x"].to_numpy()[:25_000], priority[:25_000]))
+    whole, halves = whole.finish(), halves.finish()
     assert np.array_equal(whole.values, halves.values) and len(whole.values) == 1000
-    assert not np.array_equal(whole.values, BottomK(1000).add(data["x"].to_numpy(), row_priority(data, seed=1)).values)
+    other_seed = BottomK(1000).add(data["x"].to_numpy(), row_priority(data, seed=1)).finish()
+    assert not np.array_equal(whole.values, other_seed.values)
     # A uniform sample: its mean is within a few standard errors of the population's.
     assert abs(whole.values.mean() - data["x"].mean()) < 4 * data["x"].std() / np.sqrt(1000)
 
