@@ -206,6 +206,48 @@ class CategoricalStats:
         return dict(sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+# --- exact per-column totals for the validation gates --------------------------------------------
+
+MAX_TEXT_VALUES = 10_000
+
+
+@dataclass
+class ColumnTotals:
+    """Over every row of a column: nulls, min/max of numeric values, counts of text values (while few).
+
+    A column absent from a batch counts as null there. Text values are counted only while the column
+    has at most ``MAX_TEXT_VALUES`` distinct ones (``counts`` becomes None past it: too many to judge
+    a value set exactly, and the suite profiles no set that large).
+    """
+
+    rows: int = 0
+    nulls: int = 0
+    min: float = np.inf
+    max: float = -np.inf
+    counts: dict[str, int] | None = field(default_factory=dict)
+    numeric: bool = True
+
+    def add(self, series: pd.Series | None, rows: int) -> ColumnTotals:
+        self.rows += rows
+        if series is None:
+            self.nulls += rows
+            return self
+        self.nulls += int(series.isna().sum())
+        if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+            values = series.to_numpy(dtype="float64", na_value=np.nan)
+            if np.isfinite(values).any() or np.isinf(values).any():
+                self.min = min(self.min, float(np.nanmin(values)))
+                self.max = max(self.max, float(np.nanmax(values)))
+            return self
+        self.numeric = False
+        if self.counts is not None:
+            for value, n in series.dropna().astype(str).value_counts().items():
+                self.counts[value] = self.counts.get(value, 0) + int(n)
+            if len(self.counts) > MAX_TEXT_VALUES:
+                self.counts = None
+        return self
+
+
 # --- a table -------------------------------------------------------------------------------------
 
 

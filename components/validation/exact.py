@@ -1,9 +1,11 @@
 """Exact verdicts for streamed data: the findings a sample cannot decide, recomputed over every row.
 
 When validation streams the data (``components/data/scan.py``), the checks run on a stratified sample.
-Some verdicts must not depend on a sample: the table's row count, label nulls and cross-split duplicates are
-recomputed from the exact figures of the streaming pass; every other finding of the row checks keeps
-its sample verdict and says so in its message.
+Some verdicts must not depend on a sample, and are recomputed from the exact figures of the streaming pass: the
+table's row count, label nulls, cross-split duplicates, and the suite's column expectations that
+column totals decide (``stream_stats.ColumnTotals``): columns exist, null fractions, value sets of text
+columns, and numeric ranges when every value is inside (or, with ``mostly`` = 1, any is outside).
+Every other finding keeps its sample verdict and says so in its message.
 """
 
 from __future__ import annotations
@@ -16,21 +18,26 @@ from components.validation.findings import ERROR, Finding
 
 ROW_COUNT = "expect_table_row_count_to_be_between"
 # Exact from the stream (or from the per-partition table, which is built from exact counts).
-EXACT_CHECKS = {ROW_COUNT, "label_not_null", "cross_split_duplicates", "empty_partitions"}
+EXACT_CHECKS = {ROW_COUNT, "label_not_null", "cross_split_duplicates", "empty_partitions", "train_window"}
 SAMPLED_NOTE = " [judged on the stratified sample]"
 
 
 def exact_overrides(findings: list[Finding], scan: Scan, suite: dict[str, Any], config) -> list[Finding]:
     """``findings`` with the exact verdicts put in and the sample-based ones labelled."""
     out = []
+    kwargs = _column_kwargs(suite)
     for f in findings:
-        if f.check == ROW_COUNT and f.column is None and f.source == "suite":
+        exact = _column_expectation(f, scan, kwargs.get((f.check, f.column, f.severity))) if f.source == "suite" else None
+        if exact is not None:
+            f = exact
+        elif f.check == ROW_COUNT and f.column is None and f.source == "suite":
             f = _row_count(f, scan.total, suite)
         elif f.check == "label_not_null":
             continue  # replaced below, from the exact count
         elif f.check == "cross_split_duplicates":
             f = _duplicates(f, scan, config.validation.max_duplicate_fraction)
-        elif f.check not in EXACT_CHECKS and f.source in ("suite", "data", "structure") and not _partition_table(f):
+        elif exact is None and f.check not in EXACT_CHECKS and f.source in ("suite", "data", "structure") \
+                and not _partition_table(f):
             f = dataclasses.replace(f, message=f.message + SAMPLED_NOTE)
         out.append(f)
     if scan.label_nulls:
@@ -40,6 +47,50 @@ def exact_overrides(findings: list[Finding], scan: Scan, suite: dict[str, Any], 
             message=f"{scan.label_nulls} row(s) have no label in column '{label}'; drop or label them",
             observed=f"{scan.label_nulls} nulls", expected="no nulls"))
     return out
+
+
+def _column_kwargs(suite: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    from components.validation.suite import severity_of
+
+    return {(e.get("type"), (e.get("kwargs") or {}).get("column"), severity_of(e)): e.get("kwargs") or {}
+            for e in suite.get("expectations", []) if not (e.get("meta") or {}).get("ctpipe_table")}
+
+
+def _unexpected(f: Finding, passed: bool, unexpected: int, of: int) -> Finding:
+    share = 100.0 * unexpected / of if of else 0.0
+    return dataclasses.replace(f, passed=passed, observed=f"{unexpected} of {of} rows ({share:.3g}%) unexpected",
+                               examples=f.examples if not passed else [])
+
+
+def _column_expectation(f: Finding, scan: Scan, kw: dict[str, Any] | None) -> Finding | None:
+    """The exact verdict of a column expectation from the column totals, or None when they cannot decide it."""
+    if kw is None or f.column is None:
+        return None
+    totals = scan.columns.get(f.column)
+    if f.check == "expect_column_to_exist":
+        return dataclasses.replace(f, passed=totals is not None)
+    if totals is None or totals.rows == 0:
+        return None
+    mostly = float(kw.get("mostly") if kw.get("mostly") is not None else 1.0)
+    present = totals.rows - totals.nulls
+    if f.check == "expect_column_values_to_not_be_null":
+        return _unexpected(f, present / totals.rows >= mostly, totals.nulls, totals.rows)
+    if f.check == "expect_column_values_to_be_in_set" and not totals.numeric and totals.counts is not None:
+        allowed = kw.get("value_set") or []
+        if not all(isinstance(v, str) for v in allowed):
+            return None
+        unexpected = sum(n for v, n in totals.counts.items() if v not in set(allowed))
+        return _unexpected(f, present == 0 or (present - unexpected) / present >= mostly, unexpected, present)
+    if f.check == "expect_column_values_to_be_between" and totals.numeric and totals.min <= totals.max:
+        low, high = kw.get("min_value"), kw.get("max_value")
+        inside = (low is None or totals.min >= low) and (high is None or totals.max <= high)
+        if inside:
+            return _unexpected(f, True, 0, present)
+        if mostly >= 1.0:
+            return dataclasses.replace(f, passed=False, observed=(
+                f"values from {totals.min:.6g} to {totals.max:.6g} (exact over {present} rows); "
+                f"on the sample: {f.observed}"))
+    return None
 
 
 def _partition_table(f: Finding) -> bool:

@@ -21,7 +21,7 @@ def config(suite_path: str | None = None, **validation) -> Config:
 
 
 def verdict(data: Path, cfg: Config, out: Path) -> tuple[bool, set, dict]:
-    """(passed, {(check, column, severity, passed)}, summary) of one validation run."""
+    """(passed, {(report section, failed check's message, column)}, summary) of one validation run."""
     try:
         validate_data(str(data), cfg, snapshot_dir=str(out / "snapshot"), data_docs_path=str(out / "docs.html"),
                       report_path=str(out / "report.md"), tracking_uri="", mlflow_run_id="")
@@ -29,9 +29,14 @@ def verdict(data: Path, cfg: Config, out: Path) -> tuple[bool, set, dict]:
     except DataValidationError:
         passed = False
     summary = json.loads((out / "snapshot" / "validation.json").read_text()) if passed else {}
-    md = (out / "report.md").read_text()
-    checks = {line for line in md.splitlines() if line.startswith("| ") and "---" not in line and "check |" not in line}
-    return passed, {c.split("|")[1].split(" [judged")[0].strip() for c in checks}, summary
+    checks, heading = set(), ""
+    for line in (out / "report.md").read_text().splitlines():
+        if line.startswith("## "):
+            heading = line
+        elif line.startswith("| ") and "---" not in line and "check |" not in line and "column |" not in line:
+            cells = line.split(" | ")
+            checks.add((heading, cells[0].removeprefix("| ").split(" [judged")[0].strip(), cells[1].strip()))
+    return passed, checks, summary
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +121,22 @@ def test_content_hashes_ignore_column_order_and_absent_columns():
     b = pd.DataFrame({"label": ["p", "q"], "y": ["u", "w"], "x": [1.0, 2.0], "new": [None, None]})
     ha, hb = content_hashes(a, ["x", "y", "label"]), content_hashes(b, ["x", "y", "label", "new"])
     assert ha[0] == hb[0] and ha[1] != hb[1]
+
+
+def test_column_expectations_are_exact_even_when_the_sample_misses_the_bad_rows(tmp_path):
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=6000)
+    validate_data(str(tmp_path / "data"), config(), snapshot_dir=str(tmp_path / "ref"), data_docs_path="",
+                  report_path="", tracking_uri="", mlflow_run_id="")
+    part = sorted((tmp_path / "data").glob("date=*/part-0.parquet"))[2]
+    frame = pd.read_parquet(part)
+    frame.loc[frame.index[[10, 2000, 4000]], "tenure_months"] = None  # 3 of 18,000 rows
+    frame.loc[frame.index[[20, 30]], "region"] = "atlantis"
+    frame.to_parquet(part, index=False)
+    cfg = config(str(tmp_path / "ref" / "suite.json"), in_memory_rows=0, sample_rows=1000)
+    with pytest.raises(DataValidationError, match="not be null on column 'tenure_months'"):
+        validate_data(str(tmp_path / "data"), cfg, snapshot_dir=str(tmp_path / "s"), data_docs_path="",
+                      report_path=str(tmp_path / "report.md"), tracking_uri="", mlflow_run_id="")
+    report = (tmp_path / "report.md").read_text()
+    assert "3 of 18000 rows" in report
+    # The unseen category is a warning (at most 1% of rows), counted over every row, not the sample.
+    assert "2 of 18000 rows" in report and "'region'" in report
