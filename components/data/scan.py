@@ -10,6 +10,7 @@ partitions as record batches and keeps:
 - a seeded sample stratified by partition and label: in each partition, per label class, the rows with
   the smallest hash priority (``stream_stats.row_priority``), proportional to the class's share with a
   floor for rare classes, ``sample_rows / partitions`` rows per partition (at least ``MIN_PER_PARTITION``).
+  Rows with text in a mostly-numeric column are always taken (so the type check sees every one).
 
 The checks that judge rows (the GX suite's row expectations, types, schema changes, leakage, constant
 and id-like columns, skew) run on the sample, and their findings say so; the partition table, the row
@@ -79,6 +80,20 @@ def content_hashes(batch: pd.DataFrame, columns: list[str]) -> np.ndarray:
     return total
 
 
+def _stray_text(batch: pd.DataFrame) -> np.ndarray:
+    """Rows holding text in a column whose values are mostly numbers (what ``check_numeric_types`` reports)."""
+    stray = np.zeros(len(batch), dtype=bool)
+    for col in batch.columns:
+        series = batch[col]
+        if col == PARTITION_COLUMN or pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
+            continue
+        head = series.dropna().iloc[:1000]
+        if head.empty or pd.to_numeric(head, errors="coerce").notna().mean() < 0.5:
+            continue
+        stray |= (series.notna() & pd.to_numeric(series, errors="coerce").isna()).to_numpy()
+    return stray
+
+
 def _allocate(counts: dict[str, int], budget: int) -> dict[str, int]:
     """Rows per label class: proportional to its count, at least CLASS_FLOOR (or all it has)."""
     total = sum(counts.values())
@@ -135,8 +150,9 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str, key: str
         columns = features + [label] if features else [c for c in batch.columns if c not in (*INTERNAL_COLUMNS, key, "date")]
         content.append(content_hashes(batch, columns))
         labels = label_text(batch[label]) if label in batch.columns else pd.Series(None, index=batch.index)
-        sampler.add(batch, labels, row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed),
-                    np.arange(position, position + len(batch)))
+        priority = row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed).copy()
+        priority[_stray_text(batch)] = 0  # rows the type checks must see are always in the sample
+        sampler.add(batch, labels, priority, np.arange(position, position + len(batch)))
         position += len(batch)
     if sampler is not None:
         samples.append(sampler.rows())

@@ -140,3 +140,16 @@ def test_column_expectations_are_exact_even_when_the_sample_misses_the_bad_rows(
     assert "3 of 18000 rows" in report
     # The unseen category is a warning (at most 1% of rows), counted over every row, not the sample.
     assert "2 of 18000 rows" in report and "'region'" in report
+
+
+def test_stray_text_in_a_numeric_column_is_found_when_sampled(tmp_path):
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=6000)
+    part = sorted((tmp_path / "data").glob("date=*/part-0.parquet"))[1]
+    frame = pd.read_parquet(part)
+    frame["tenure_months"] = frame["tenure_months"].astype(str)
+    frame.loc[frame.index[[17, 4711]], "tenure_months"] = "twelve"
+    frame.to_parquet(part, index=False)
+    with pytest.raises(DataValidationError, match="holds 2 non-numeric value"):
+        validate_data(str(tmp_path / "data"), config(in_memory_rows=0, sample_rows=1000),
+                      snapshot_dir=str(tmp_path / "s"), data_docs_path="", report_path="", tracking_uri="",
+                      mlflow_run_id="")
