@@ -48,6 +48,7 @@ class Scan:
     content: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.uint64))
     # Exact per column over every row (nulls, numeric min/max, text value counts): stream_stats.ColumnTotals.
     columns: dict[str, ColumnTotals] = field(default_factory=dict)
+    train_columns: dict[str, ColumnTotals] = field(default_factory=dict)  # the same over the train rows
 
     @property
     def total(self) -> int:
@@ -138,15 +139,18 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str, key: str
         if part != current:
             current, sampler = part, _PartitionSample(budget)
         out.rows[part] = out.rows.get(part, 0) + len(batch)
-        for col in batch.columns:
-            if col not in out.columns and col != PARTITION_COLUMN:
-                out.columns[col] = ColumnTotals().add(None, position)  # absent from the batches before
-        for col, totals in out.columns.items():
-            totals.add(batch[col] if col in batch.columns else None, len(batch))
         if label in batch.columns:
             out.label_nulls += int(batch[label].isna().sum())
         split = settings.assign(split_keys(batch, schema)).to_numpy()
         splits.append(pd.Categorical(split, categories=SPLITS).codes.astype(np.int8))
+        train = batch[split == "train"]
+        for col in batch.columns:
+            if col not in out.columns and col != PARTITION_COLUMN:  # absent from the batches before: null there
+                out.columns[col] = ColumnTotals().add(None, position)
+                out.train_columns[col] = ColumnTotals().add(None, int((np.concatenate(splits)[:position] == 0).sum()))
+        for col, totals in out.columns.items():
+            totals.add(batch[col] if col in batch.columns else None, len(batch))
+            out.train_columns[col].add(train[col] if col in train.columns else None, len(train))
         columns = features + [label] if features else [c for c in batch.columns if c not in (*INTERNAL_COLUMNS, key, "date")]
         content.append(content_hashes(batch, columns))
         labels = label_text(batch[label]) if label in batch.columns else pd.Series(None, index=batch.index)

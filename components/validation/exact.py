@@ -93,6 +93,36 @@ def _column_expectation(f: Finding, scan: Scan, kw: dict[str, Any] | None) -> Fi
     return None
 
 
+def exact_profile(suite: dict[str, Any], scan: Scan, schema_label: str, *, range_margin: float,
+                  null_fraction_allowance: float) -> dict[str, Any]:
+    """A suite profiled from the sample, with what every train row knows put back: numeric ranges from the
+    exact min/max, text value sets from the exact values, null allowances from the exact null fractions."""
+    import pandas as pd
+
+    from components.validation.suite import ERROR_RANGE_MARGIN, MAX_VALUE_SET, _range_with_margin, severity_of
+
+    kept = []
+    for exp in suite["expectations"]:
+        kw, kind = exp.get("kwargs") or {}, exp.get("type")
+        totals = scan.train_columns.get(kw.get("column")) if not (exp.get("meta") or {}).get("ctpipe_table") else None
+        if totals is None or kw.get("column") == schema_label or totals.rows == 0:
+            kept.append(exp)
+            continue
+        if kind == "expect_column_values_to_be_between" and totals.numeric and totals.min <= totals.max:
+            margin = range_margin if severity_of(exp) != ERROR else max(range_margin, ERROR_RANGE_MARGIN)
+            kw["min_value"], kw["max_value"] = _range_with_margin(pd.Series([totals.min, totals.max]), margin)
+        elif kind == "expect_column_values_to_be_in_set" and not totals.numeric \
+                and all(isinstance(v, str) for v in kw.get("value_set") or []):
+            if totals.counts is None or len(totals.counts) > MAX_VALUE_SET:
+                continue  # as profiling does: a set this large is no expectation
+            kw["value_set"] = sorted(totals.counts)
+        elif kind == "expect_column_values_to_not_be_null" and kw.get("mostly") is not None:
+            null_fraction = totals.nulls / totals.rows
+            kw["mostly"] = 1.0 if null_fraction == 0 else round(max(0.0, 1.0 - null_fraction - null_fraction_allowance), 6)
+        kept.append(exp)
+    return {**suite, "expectations": kept}
+
+
 def _partition_table(f: Finding) -> bool:
     return f.source == "suite" and f.message.startswith("partition row count")
 

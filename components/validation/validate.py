@@ -39,7 +39,7 @@ from components.errors import DataValidationError, UserError
 from components.step_results import VALIDATION_FILE
 from components.tracking import RetryPolicy, log_step
 from components.validation import checks
-from components.validation.exact import exact_overrides
+from components.validation.exact import exact_overrides, exact_profile
 from components.validation.findings import ERROR, Finding, errors, warnings
 from components.validation.report import ValidationSummary, write_reports
 from components.validation.suite import (
@@ -244,6 +244,10 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     suite = ref.suite or profile_suite(
         train, parts, schema, range_margin=config.validation.range_margin,
         null_fraction_allowance=config.validation.null_fraction_allowance, min_rows=config.validation.min_rows)
+    if scanned is not None and ref.suite is None:
+        v = config.validation
+        suite = exact_profile(suite, scanned, schema.label, range_margin=v.range_margin,
+                              null_fraction_allowance=v.null_fraction_allowance)
     timer.lap("profile")
     summary.findings += run_suite(suite, data.drop(columns=[SPLIT_COLUMN]), parts)
     timer.lap("great_expectations")

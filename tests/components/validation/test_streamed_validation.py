@@ -153,3 +153,22 @@ def test_stray_text_in_a_numeric_column_is_found_when_sampled(tmp_path):
         validate_data(str(tmp_path / "data"), config(in_memory_rows=0, sample_rows=1000),
                       snapshot_dir=str(tmp_path / "s"), data_docs_path="", report_path="", tracking_uri="",
                       mlflow_run_id="")
+
+
+def test_a_suite_profiled_from_a_sample_keeps_every_category_and_the_exact_range(tmp_path):
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=6000)
+    part = sorted((tmp_path / "data").glob("date=*/part-0.parquet"))[0]
+    frame = pd.read_parquet(part)
+    frame.loc[frame.index[5], "region"] = "rare-island"  # one row in 18,000: a sample would miss it
+    frame.loc[frame.index[6], "monthly_spend"] = 5000.0
+    frame.to_parquet(part, index=False)
+    validate_data(str(tmp_path / "data"), config(in_memory_rows=0, sample_rows=1000),
+                  snapshot_dir=str(tmp_path / "s"), data_docs_path="", report_path="", tracking_uri="",
+                  mlflow_run_id="")
+    suite = json.loads((tmp_path / "s" / "suite.json").read_text())
+    sets = [e["kwargs"]["value_set"] for e in suite["expectations"]
+            if e["type"] == "expect_column_values_to_be_in_set" and e["kwargs"]["column"] == "region"]
+    highs = [e["kwargs"]["max_value"] for e in suite["expectations"]
+             if e["type"] == "expect_column_values_to_be_between" and e["kwargs"].get("column") == "monthly_spend"]
+    assert sets and all("rare-island" in s for s in sets)
+    assert highs and min(highs) >= 5000.0
