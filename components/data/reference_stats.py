@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from components.data.stream_stats import NumericStats, TableStats, row_priority
 
-if TYPE_CHECKING:
-    from components.data.snapshot import Schema
+
+class Schema(Protocol):
+    """The part of ``snapshot.Schema`` the statistics need (snapshot.py imports this module)."""
+
+    numeric: list[str]
+    categorical: list[str]
+
 
 SAMPLE_SIZE = 5000
 SAMPLE_SEED = 0
