@@ -15,8 +15,9 @@ step in a fresh interpreter, as a KFP step runs in its own pod:
 Memory is sampled every 50 ms over the step's whole process tree from ``/proc`` (Linux): ``peak_rss_mb`` is the
 largest resident set of any one process (what a pod's memory limit must hold: every rank is its own
 pod), ``peak_tree_rss_mb`` the largest sum over the tree at one moment. Timings on a shared machine are
-noisy; ``load_1m`` records the machine's load when each step started. The last line printed is one JSON
-object; ``linearity`` is (seconds at the largest size / seconds at the one before) / (rows ratio) per step.
+noisy; ``load_1m`` records the machine's load when each step started, and ``cpu_s`` the CPU seconds the
+step's processes used (user + system, from ``getrusage``), which load does not inflate. The last line printed is one JSON
+object; ``linearity`` is (CPU seconds at the largest size / at the one before) / (rows ratio) per step.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -46,7 +48,7 @@ if step == "validation":
     r = validate_data(data, cfg, snapshot_dir=out + "/snapshot", data_docs_path=out + "/docs.html",
                       report_path=out + "/report.md", tracking_uri="", mlflow_run_id="")
     summary = json.loads((Path(out) / "snapshot" / "validation.json").read_text())
-    extra = {"rows": r.rows, "warnings": len(r.warnings), "phases_s": {k: round(v, 2) for k, v in summary["seconds"].items()}}
+    extra = {"rows": r.rows, "warnings": [w[:160] for w in r.warnings], "phases_s": {k: round(v, 2) for k, v in summary["seconds"].items()}}
 elif step == "snapshot":
     from components.training.standalone import build_snapshot
     build_snapshot(data, cfg, out + "/snapshot-only")
@@ -94,6 +96,7 @@ def _tree_rss(pid: int) -> list[int]:
 def measure(step: str, data: Path, out: Path, overrides: dict) -> dict:
     """Run one step in a fresh interpreter; its wall time and the peak RSS of its process tree."""
     load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(
         ["nice", "-n", "10", sys.executable, "-c", STEP, step, str(data), str(out), json.dumps(overrides)],
@@ -106,11 +109,13 @@ def measure(step: str, data: Path, out: Path, overrides: dict) -> dict:
         time.sleep(0.05)
     stdout, stderr = proc.communicate()
     wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         raise SystemExit(f"{step} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
     result = json.loads(stdout.strip().splitlines()[-1])
     mb = 1024 * 1024
-    return {"step": step, "seconds": round(wall, 2), "peak_rss_mb": round(peak_one / mb),
+    return {"step": step, "seconds": round(wall, 2), "cpu_s": round(cpu, 1), "peak_rss_mb": round(peak_one / mb),
             "peak_tree_rss_mb": round(peak_tree / mb), "load_1m": round(load, 2), **result}
 
 
@@ -157,11 +162,11 @@ def main() -> None:
     if len(results) >= 2:
         a, b = results[-2], results[-1]
         for sa, sb in zip(a["steps"], b["steps"], strict=True):
-            linearity[sa["step"]] = round((sb["seconds"] / sa["seconds"]) / (b["rows"] / a["rows"]), 3)
+            linearity[sa["step"]] = round((sb["cpu_s"] / sa["cpu_s"]) / (b["rows"] / a["rows"]), 3)
     if not args.out and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({
-        "sizes": [{"rows": r["rows"], **{s["step"]: {k: s[k] for k in ("seconds", "peak_rss_mb", "peak_tree_rss_mb")}
+        "sizes": [{"rows": r["rows"], **{s["step"]: {k: s[k] for k in ("seconds", "cpu_s", "peak_rss_mb", "peak_tree_rss_mb")}
                                          for s in r["steps"]}} for r in results],
         "linearity": linearity, "cpus": os.cpu_count(),
     }))
