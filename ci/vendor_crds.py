@@ -81,7 +81,7 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str]]) -> None:
         "Upstream Kubernetes CustomResourceDefinitions of Kubeflow's training jobs, trimmed and kept in the",
         "package so that every install (wheel, images, a fork's CI) validates generated jobs strictly against",
         "them. Written by `python ci/vendor_crds.py UPSTREAM_DIR`; do not edit by hand",
-        "(`tests/test_crds_vendored.py` checks the hashes below).",
+        "(`tests/components/kube/test_crds_vendored.py` checks the hashes below).",
         "",
         "Trimming: every `description` text is removed and the CRD is stored as JSON with sorted keys; nothing",
         "that validation reads (types, properties, required, enums, patterns, formats, ranges, list types,",

@@ -9,7 +9,7 @@ noise, a constant prior predictor, an overconfident candidate), a clearly worse 
 on one slice only, a random-guess first model.
 
 An equal-quality candidate is, by design, blocked with probability of about 1-3% (two one-sided 2.5%
-tests; tests/test_evaluation_blessing.py measures it): another --seed may show one such false block.
+tests; tests/components/evaluation/test_blessing.py measures it): another --seed may show one such false block.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ MAX_STACK = 100
 MAX_HISTORY = 50
 
 
-# TEST-ONLY fault hook (tests/test_registration_faults.py, benchmarks/soak.py), never part of a user config:
+# TEST-ONLY fault hook (tests/components/registration/test_faults.py, benchmarks/soak.py), never part of a user config:
 # CTPIPE_TEST_REGISTRATION_FAULT=POINT sends this process a SIGKILL at POINT of a registration:
 # ``after_artifacts`` (artifacts logged, no version yet), ``after_create`` (the version exists with all its
 # tags, no alias yet), ``in_promotion_lock`` (holding the promotion lock, the champion not yet judged).

@@ -1,6 +1,6 @@
 """The TEST-ONLY fault hook: ``CTPIPE_TEST_FAULT`` makes one rank fail in a chosen way at a chosen step.
 
-It serves the tests (tests/test_training_*.py, the fake cluster of tests/fakes/k8s_api.py) and the fault
+It serves the tests (tests/components/training/, the fake cluster of tests/fakes/k8s_api.py) and the fault
 soak (benchmarks/soak.py); it is never part of a user config, and unset it costs nothing.
 
 ``nan@STEP`` makes the loss NaN at optimizer step STEP (0-based), ``raise@STEP:RANK`` raises on RANK at

@@ -1,0 +1,123 @@
+"""Schema anomalies against the reference schema, and columns judged on the rows where they are present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.config import Config
+from components.errors import DataValidationError
+from components.validation.validate import validate_data
+from tests.fixtures.corpus import KEY, write_clean
+
+
+def config(**validation) -> Config:
+    return Config.from_dict({"data": {"key": KEY}, "validation": validation})
+
+
+def run(data: Path, out: Path, cfg: Config):
+    return validate_data(str(data), cfg, snapshot_dir=str(out / "snapshot"), data_docs_path=str(out / "docs.html"),
+                         report_path=str(out / "report.md"), tracking_uri="", mlflow_run_id="")
+
+
+def edit_last(data: Path, edit) -> None:
+    part = sorted(data.glob("date=*/part-0.parquet"))[-1]
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+
+
+def edit_all(data: Path, edit) -> None:
+    for part in sorted(data.glob("date=*/part-0.parquet")):
+        edit(pd.read_parquet(part)).to_parquet(part, index=False)
+
+
+@pytest.fixture(scope="module")
+def reviewed_suite(tmp_path_factory) -> Path:
+    """The suite of clean data, as a champion stores it (its meta holds the schema it was profiled for)."""
+    tmp = tmp_path_factory.mktemp("suite")
+    run(write_clean(tmp / "data"), tmp / "out", config())
+    return tmp / "out" / "snapshot" / "suite.json"
+
+
+def test_a_new_column_is_a_warning_anomaly_named_in_the_report(tmp_path, reviewed_suite):
+    data = write_clean(tmp_path / "data")
+
+    def add_promo(frame):
+        frame["promo_code"] = np.where(np.arange(len(frame)) % 2 == 0, "spring", "none")
+        return frame
+
+    edit_last(data, add_promo)
+    result = run(data, tmp_path / "out", config(suite_path=str(reviewed_suite)))
+    new = [w for w in result.warnings if w.startswith("schema anomaly (new column): column 'promo_code'")]
+    assert new and "used as a feature" in new[0] and "300 of 900 rows (1 partition(s)" in new[0], result.warnings
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Schema anomalies (against the reference schema)" in report
+    assert "| promo_code | new column | warning |" in report
+    assert "Schema anomalies" in (tmp_path / "out" / "docs.html").read_text()
+
+
+def test_a_changed_type_is_an_error_anomaly(tmp_path, reviewed_suite):
+    data = write_clean(tmp_path / "data")
+
+    def plan_as_codes(frame):  # an export that now writes the plan as its numeric code
+        frame["plan"] = frame["plan"].map({"free": 0, "basic": 1, "pro": 2, "enterprise": 3}).astype("int64")
+        return frame
+
+    edit_all(data, plan_as_codes)
+    with pytest.raises(DataValidationError) as caught:
+        run(data, tmp_path / "out", config(suite_path=str(reviewed_suite)))
+    message = str(caught.value)
+    assert "schema anomaly (type changed): column 'plan' was categorical, text values" in message
+    assert "is number values (dtype int64) now" in message
+    assert "| plan | type changed | error |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_dropped_column_is_an_error_anomaly(tmp_path, reviewed_suite):
+    data = write_clean(tmp_path / "data")
+    edit_all(data, lambda f: f.drop(columns=["device"]))
+    with pytest.raises(DataValidationError) as caught:
+        run(data, tmp_path / "out", config(suite_path=str(reviewed_suite)))
+    assert "schema anomaly (column dropped): reference-suite column 'device' is missing" in str(caught.value)
+    assert "| device | column dropped | error |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_leakage_in_a_column_only_the_newest_partition_has_is_caught(tmp_path):
+    # Before: judged on all rows, the column's nulls in the older partitions hid it (accuracy ~0.7).
+    data = write_clean(tmp_path / "data")
+    codes = {"churn": 0, "downgrade": 1, "stay": 2, "upgrade": 3}
+
+    def add_outcome_code(frame):
+        frame["outcome_code"] = frame["label"].map(codes).astype("float64") + np.random.default_rng(1).normal(0, 0.05, len(frame))
+        return frame
+
+    edit_last(data, add_outcome_code)
+    with pytest.raises(DataValidationError) as caught:
+        run(data, tmp_path / "out", config())
+    message = str(caught.value)
+    assert "label leakage: feature 'outcome_code'" in message and "held-out rows where it is present" in message
+
+
+def test_id_like_numeric_columns_with_nulls_or_in_some_partitions_are_reported_with_the_fix(tmp_path):
+    # Before: one null made the integer ids float64, which the check skipped; and a column present in a
+    # third of the rows was unique on only a third of them.
+    data = write_clean(tmp_path / "data")
+
+    def add_ticket_id(frame):
+        frame["ticket_id"] = np.arange(len(frame), dtype="float64") + 10 * frame[KEY].to_numpy()
+        frame.loc[frame.index[0], "ticket_id"] = np.nan
+        return frame
+
+    def add_session_id(frame):
+        frame["session_id"] = frame[KEY] * 7 + 3
+        return frame
+
+    edit_all(data, add_ticket_id)
+    edit_last(data, add_session_id)
+    result = run(data, tmp_path / "out", config())
+    for column in ("ticket_id", "session_id"):
+        found = [w for w in result.warnings if f"feature '{column}' has a distinct value" in w]
+        assert found and f"set data.key={column}" in found[0] and "data.features=" in found[0], result.warnings
+    # A continuous measurement is unique on every row too, but it is no identifier.
+    assert not any("'monthly_spend' has a distinct value" in w for w in result.warnings)

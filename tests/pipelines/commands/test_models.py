@@ -1,0 +1,113 @@
+"""`ctpipe models list|show|promote|rollback` on a home with two registered versions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.evaluation.evaluate import evaluate_candidate
+from components.registration.register import register_candidate
+from components.registration.registry import Registry
+from components.tracking import local_tracking_uri
+from pipelines.cli import main
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """Version 1 champion (blessed), version 2 challenger (not blessed: floor out of reach).
+
+    Shared by the module: the promote/rollback test ends in this same state.
+    """
+    root = tmp_path_factory.mktemp("models-cli")
+    snap = make_snapshot(root)
+    home = root / "home"
+    uri = local_tracking_uri(home)
+    for i, floor in ((1, 0.5), (2, 0.999)):
+        config = fast_config()
+        config.evaluate.thresholds["accuracy"].value = floor
+        model = make_model(snap, root / f"m{i}.pt", steps=60, seed=i)
+        run_id = make_run(uri, config, f"p{i}")
+        blessing, card = root / f"b{i}.json", root / f"c{i}.md"
+        evaluate_candidate(str(model), str(snap), config, tracking_uri=uri, mlflow_run_id=run_id,
+                           blessing_path=str(blessing), card_path=str(card))  # fmt: skip
+        register_candidate(str(model), str(snap), str(blessing), config, tracking_uri=uri, mlflow_run_id=run_id,
+                           pipeline_run_id=f"p{i}", trigger="schedule", reports={})  # fmt: skip
+    return home
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_json_has_the_contract_fields_newest_first(home, capsys):
+    code, out, _ = _run(capsys, "models", "list", "--home", str(home), "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["version"] for r in rows] == ["2", "1"]
+    for row in rows:
+        assert {"version", "aliases", "blessed", "trigger", "data_fingerprint", "metrics"} <= set(row)
+        assert set(row["metrics"]) >= {"accuracy", "macro_f1", "log_loss"} and row["trigger"] == "schedule"
+    assert rows[0]["aliases"] == ["challenger"] and rows[0]["blessed"] is False
+    assert rows[1]["aliases"] == ["champion"] and rows[1]["blessed"] is True
+    code, out, _ = _run(capsys, "models", "list", "--tracking-uri", local_tracking_uri(home))
+    assert code == 0 and "champion" in out and "challenger" in out
+
+
+def test_show_prints_lineage_and_reasons(home, capsys):
+    code, out, _ = _run(capsys, "models", "show", "2", "--home", str(home), "--json")
+    record = json.loads(out)
+    assert code == 0 and record["version"] == "2" and record["compared_with"] == "1"
+    assert any("fails value threshold" in r for r in record["blessing_reasons"])
+    assert record["tags"]["ctpipe.pipeline_run_id"] == "p2" and record["config"]["evaluate"]
+
+
+def test_promote_by_hand_is_recorded_and_rollback_returns_to_the_previous_champion(home, capsys):
+    code, out, _ = _run(
+        capsys,
+        "models",
+        "promote",
+        "2",
+        "--reason",
+        "canary looked good",
+        "--by",
+        "alice",
+        "--home",
+        str(home),
+    )
+    assert code == 0 and out.strip().splitlines()[-1] == "2"
+    registry = Registry(local_tracking_uri(home), fast_config().registry)
+    tags = registry.get_version("2").tags
+    assert (tags["ctpipe.promotion"], tags["ctpipe.promoted_by"], tags["ctpipe.promotion_reason"]) == (
+        "manual",
+        "alice",
+        "canary looked good",
+    )
+    assert registry.alias_version("champion") == "2"
+    code, out, _ = _run(capsys, "models", "rollback", "--home", str(home), "--reason", "errors in prod")
+    assert code == 0 and out.strip().splitlines()[-1] == "1"
+    assert registry.alias_version("champion") == "1"
+    assert [e["kind"] for e in registry.champion_history()] == ["auto", "manual", "rollback"]
+    code, _, err = _run(capsys, "models", "rollback", "--home", str(home))
+    assert code == 2 and "no previous champion to roll back to" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["models", "promote", "9", "--reason", "x"], "has no version 9; existing versions: 1, 2"),
+        (["models", "show", "abc"], "is not a version number"),
+    ],
+)
+def test_unknown_versions_fail_clearly(home, capsys, argv, message):
+    code, _, err = _run(capsys, *argv, "--home", str(home))
+    assert code == 2 and message in err
+
+
+def test_a_home_without_a_registry_fails_clearly(tmp_path, capsys):
+    code, _, err = _run(capsys, "models", "list", "--home", str(tmp_path / "nowhere"))
+    assert code == 2 and "no MLflow registry" in err
+    assert not (tmp_path / "nowhere").exists()

@@ -1,0 +1,113 @@
+"""Compiling (and submitting) for a cluster gives a cluster pipeline: a Kubeflow training job, MLflow
+credentials from the secret manifests/ creates; a local backend or no credentials is refused."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from components.config import Config
+from components.errors import ConfigError, UserError
+from pipelines.cli import main
+from pipelines.compile import compile_pipeline
+
+CREDENTIALS = {"ctpipe-mlflow-client": ["MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"]}
+
+
+def _compiled(path) -> tuple[Config, dict]:
+    spec, platform = yaml.safe_load_all(path.read_text())
+    config = Config.from_json(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"])
+    return config, platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+
+
+def test_a_plain_compile_is_a_cluster_pipeline(tmp_path):
+    config, executors = _compiled(compile_pipeline(tmp_path / "p.yaml", None, [], image=None))
+    assert config.train.backend == "pytorchjob"
+    assert config.kubernetes.env_from_secrets == CREDENTIALS
+    for name, executor in executors.items():
+        secrets = {s["secretName"]: [k["envVar"] for k in s["keyToEnv"]] for s in executor["secretAsEnv"]}
+        assert secrets == CREDENTIALS, name
+
+
+def test_told_otherwise_the_cluster_defaults_give_way(tmp_path):
+    other = "{team-mlflow: [MLFLOW_TRACKING_TOKEN]}"
+    config, _ = _compiled(compile_pipeline(tmp_path / "p.yaml", None, ["train.backend=trainjob",
+                                                                       f"kubernetes.env_from_secrets={other}"], None))
+    assert config.train.backend == "trainjob"
+    assert config.kubernetes.env_from_secrets == {"team-mlflow": ["MLFLOW_TRACKING_TOKEN"]}
+
+
+def test_a_local_backend_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"train\.backend.*'local'.*pytorchjob"):
+        compile_pipeline(tmp_path / "p.yaml", None, ["train.backend=local"], image=None)
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("train:\n  backend: local\n")
+    with pytest.raises(ConfigError, match="step pod"):
+        compile_pipeline(tmp_path / "p.yaml", str(config_file), [], image=None)
+    assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("secrets", ["{}", "{ctpipe-object-store: [AWS_ACCESS_KEY_ID]}",
+                                     "{ctpipe-mlflow-client: [MLFLOW_TRACKING_USERNAME]}"])
+def test_missing_mlflow_credentials_are_refused(tmp_path, secrets):
+    with pytest.raises(ConfigError) as err:
+        compile_pipeline(tmp_path / "p.yaml", None, [f"kubernetes.env_from_secrets={secrets}"], image=None)
+    text = str(err.value)
+    assert "kubernetes.env_from_secrets" in text and "MLFLOW_TRACKING_PASSWORD" in text
+    assert "ctpipe-mlflow-client" in text  # the fix: the secret manifests/secrets creates
+
+
+def test_the_cli_exits_2_with_the_reason(tmp_path, capsys):
+    assert main(["compile", "--out", str(tmp_path / "p.yaml"), "--set", "train.backend=local"]) == 2
+    assert "train.backend" in capsys.readouterr().err
+
+
+def test_submit_to_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
+    """`ctpipe submit --host --config FILE` sends the file as config_json: it must not bring back `local`."""
+    from pipelines import deploy
+    from tests.fakes.kfp_api import FakeKfpServer
+
+    monkeypatch.setenv("KFP_TOKEN", "t")
+    package = compile_pipeline(tmp_path / "p.yaml", None, [], image=None)
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("train:\n  max_steps: 50\n")
+    with FakeKfpServer(token="t") as server:
+        deploy.deploy(deploy.connect(server.url), str(package), version_name="v1")
+        assert main(["submit", "--host", server.url, "--config", str(config_file)]) == 0
+        (run,) = server.state.runs.values()
+        sent = Config.from_json(run["runtime_config"]["parameters"]["config_json"])
+        assert sent.train.backend == "pytorchjob" and sent.train.max_steps == 50
+        assert sent.kubernetes.env_from_secrets == CREDENTIALS
+        config_file.write_text("train:\n  backend: local\n")
+        assert main(["submit", "--host", server.url, "--config", str(config_file)]) == 2
+        assert "train.backend" in capsys.readouterr().err
+        assert len(server.state.runs) == 1
+
+
+def test_credentials_in_the_tracking_uri_are_still_refused(tmp_path):
+    with pytest.raises(UserError, match="credentials"):
+        compile_pipeline(tmp_path / "p.yaml", None, ["registry.tracking_uri=http://admin:pw@mlflow:5000"], None)
+
+
+def test_watch_on_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
+    """`ctpipe watch --host --config FILE` starts runs with the file as config_json: cluster defaults, not `local`."""
+    import json
+
+    from components.data.demo import write_demo_data
+    from pipelines import deploy
+    from tests.fakes.kfp_api import FakeKfpServer
+
+    monkeypatch.setenv("KFP_TOKEN", "t")
+    package = compile_pipeline(tmp_path / "p.yaml", None, [], image=None)
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=50)
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("train:\n  max_steps: 50\n")
+    with FakeKfpServer(token="t") as server:
+        deploy.deploy(deploy.connect(server.url), str(package), version_name="v1")
+        assert main(["watch", "--data", str(tmp_path / "data"), "--home", str(tmp_path / "home"), "--once",
+                     "--host", server.url, "--config", str(config_file)]) == 0
+        assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["action"] == "run"
+        (run,) = server.state.runs.values()
+        sent = Config.from_json(run["runtime_config"]["parameters"]["config_json"])
+        assert sent.train.backend == "pytorchjob" and sent.train.max_steps == 50
+        assert sent.kubernetes.env_from_secrets == CREDENTIALS
