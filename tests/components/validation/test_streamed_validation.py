@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from corpus_data import CASES, KEY, Case, write_clean
 
 from components.config import Config
 from components.data.demo import write_demo_data
 from components.data.snapshot import load_snapshot
 from components.errors import DataValidationError
 from components.validation.validate import validate_data
+from tests.fixtures.corpus import CASES, KEY, Case, write_clean
 
 
 def config(suite_path: str | None = None, **validation) -> Config:
