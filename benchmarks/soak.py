@@ -30,28 +30,27 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from soak_audit import audit_checkpoints, audit_registry, audit_runs
+
 from components.data.demo import START_DATE, generate_day
+from components.tracking.server import LocalMlflowServer
 from pipelines.triggers.ledger import ACTIVE, Ledger
 from pipelines.triggers.new_data import data_state
 from pipelines.triggers.start import pid_alive, stop_leftovers
 
-MODEL = "ctpipe-classifier"
 ROWS_PER_DAY = 300
 FIRST_DAYS = 2
 MAX_STEPS = 60
@@ -68,72 +67,6 @@ RUN_SETTINGS = [
 ]  # fmt: skip
 FAULTS = ["kill_pipeline", "kill_rank", "crash_in_checkpoint_save", "kill_registration"]
 REGISTRATION_POINTS = ["after_artifacts", "after_create", "in_promotion_lock"]
-LINEAGE_TAGS = [
-    "ctpipe.data_fingerprint", "ctpipe.data_uri", "ctpipe.snapshot_uri", "ctpipe.git_commit", "ctpipe.image",
-    "ctpipe.pipeline_run_id", "ctpipe.trigger", "ctpipe.blessed", "ctpipe.blessing_reasons", "ctpipe.compared_with",
-    "ctpipe.validation_warnings", "ctpipe.sanity", "ctpipe.config", "ctpipe.evaluation", "ctpipe.model_sha256",
-    "ctpipe.registration_key", "ctpipe.registration",
-]  # fmt: skip
-ARTIFACTS = ["ctpipe/model.pt", "model/MLmodel", "reference/reference_stats.json", "reports/blessing.json"]
-
-
-# --- the MLflow server (``--mlflow server``) -------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """``mlflow server --workers 1`` on a SQLite backend, started in its own session, restartable."""
-
-    def __init__(self, root: Path) -> None:
-        self.root, self.port = root, free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-        self.restarts = 0
-
-    def start(self, timeout: float = 180.0) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
-            "--artifacts-destination", str(self.root / "artifacts"), "--host", "127.0.0.1", "--port", str(self.port),
-            "--workers", "1",
-        ]  # fmt: skip
-        with open(self.root / "server.log", "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited; see {self.root / 'server.log'}")
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError(f"mlflow server not healthy after {timeout:.0f} s")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)  # the session this soak started (server + its worker)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def restart(self, down_seconds: float) -> None:
-        self.stop()
-        time.sleep(down_seconds)
-        self.start()
-        self.restarts += 1
-
-
-# --- data, watchers, faults ------------------------------------------------------------------------
 
 
 def add_partition(data: Path, day: int, *, drifted: bool, seed: int) -> None:
@@ -207,7 +140,7 @@ def settled(record: dict[str, Any] | None) -> bool:
 
 
 def run_round(
-    r: int, fault: str, rng: random.Random, data: Path, ledger: Ledger, watchers: Watchers, server: Server | None,
+    r: int, fault: str, rng: random.Random, data: Path, ledger: Ledger, watchers: Watchers, server: LocalMlflowServer | None,
     seed: int, timeout: float, run_seconds: float,
 ) -> dict[str, Any]:
     """Add a partition, race two watchers (the first attempt with the round's fault), drive it to settled.
@@ -274,156 +207,6 @@ def run_round(
     }
 
 
-# --- the audit ---------------------------------------------------------------------------------------
-
-
-def run_dirs(home: Path) -> dict[int, Path]:
-    """The local runs' folders by the pid of their ``ctpipe submit`` process (``runs/<stamp>-<pid>``)."""
-    return {int(p.name.rsplit("-", 1)[1]): p for p in (home / "runs").glob("*-*") if p.is_dir()}
-
-
-def run_span(folder: Path) -> tuple[float | None, float]:
-    """When a run's first step started (from its step records) and the last write under its folder."""
-    starts = []
-    for path in (folder / "steps").glob("*.json"):
-        try:
-            starts.append(float(json.loads(path.read_text())["started"]))
-        except (OSError, ValueError, KeyError):
-            pass
-    last = max((p.stat().st_mtime for p in folder.rglob("*") if p.is_file()), default=folder.stat().st_mtime)
-    return (min(starts) if starts else None), last
-
-
-def audit_runs(home: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Runs per data version from the ledger, checked against the run folders on disk."""
-    folders = run_dirs(home)
-    known = {int(a["pid"]): r["fingerprint"] for r in records for a in r.get("attempts") or [] if a.get("pid")}
-    unknown = sorted(str(folders[pid]) for pid in folders if pid not in known)  # a run nobody recorded
-    overlaps, extra_successes = [], 0
-    for record in records:
-        attempts = [a for a in record.get("attempts") or [] if a.get("pid") in folders]
-        spans = [run_span(folders[a["pid"]]) for a in attempts]
-        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
-            if start is not None and end > start:
-                overlaps.append(record["fingerprint"][:12])
-        extra_successes += max(0, sum(a.get("status") == "succeeded" for a in record.get("attempts") or []) - 1)
-    return {
-        "runs_started_per_version": dict(sorted(Counter(len(r.get("attempts") or []) for r in records).items())),
-        "run_folders": len(folders),
-        "runs_not_in_ledger": unknown,
-        "overlapping_attempts": overlaps,
-        "duplicate_runs": len(unknown) + len(overlaps) + extra_successes,
-    }
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def audit_registry(uri: str) -> dict[str, Any]:
-    """Every model version complete (lineage tags, artifacts, model hash); the champion history consistent."""
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
-    versions = sorted(client.search_model_versions(f"name = '{MODEL}'", max_results=10000), key=lambda v: int(v.version))
-    problems: dict[str, list[str]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for v in versions:
-            tags, missing = v.tags or {}, []
-            # Every tag is set in the call that creates the version; only compared_with is empty (first model).
-            missing += [f"tag {t}" for t in LINEAGE_TAGS if t not in tags or (not tags[t] and t != "ctpipe.compared_with")]
-            if tags.get("ctpipe.registration") != "complete":
-                missing.append("ctpipe.registration != complete")
-            try:
-                present = {a.path for d in ("ctpipe", "model", "reference", "reports") for a in client.list_artifacts(v.run_id, d)}
-                missing += [f"artifact {a}" for a in ARTIFACTS if a not in present]
-                model = Path(
-                    mlflow.artifacts.download_artifacts(
-                        run_id=v.run_id, artifact_path="ctpipe/model.pt", dst_path=f"{tmp}/{v.version}", tracking_uri=uri
-                    )
-                )
-                if sha256_of(model) != tags.get("ctpipe.model_sha256"):
-                    missing.append("ctpipe/model.pt does not match ctpipe.model_sha256")
-            except Exception as err:  # an artifact that cannot be listed or read is a problem to report
-                missing.append(f"artifacts unreadable: {type(err).__name__}: {err}"[:200])
-            if missing:
-                problems[str(v.version)] = missing
-    model = client.get_registered_model(MODEL) if versions else None
-    aliases = {k: str(x) for k, x in ((model.aliases or {}) if model else {}).items()}
-    history = json.loads((model.tags or {}).get("ctpipe.champion_history", "[]")) if model else []
-    by_number = {str(v.version): v for v in versions}
-    violations = []
-    previous = None
-    for entry in history:
-        version = by_number.get(str(entry["version"]))
-        if version is None or (version.tags or {}).get("ctpipe.blessed") != "true":
-            violations.append(f"champion moved to version {entry['version']}, which is not a blessed version")
-        if str(entry.get("previous")) != str(previous):
-            violations.append(f"move to {entry['version']} replaced {entry.get('previous')}, but the champion was {previous}")
-        previous = entry["version"]
-    if aliases.get("champion") != (str(previous) if previous is not None else None):
-        violations.append(f"alias champion is {aliases.get('champion')}, the history ends at {previous}")
-    promoted = {str(v.version) for v in versions if (v.tags or {}).get("ctpipe.promotion")}
-    violations += [f"version {n} is tagged promoted but not in the history" for n in sorted(promoted - {str(e["version"]) for e in history})]
-    locks = [m.name for m in client.search_registered_models() if m.name.endswith("--promotion-lock")]
-    return {
-        "model_versions": len(versions),
-        "inconsistent_registry_entries": len(problems),
-        "registry_problems": problems,
-        "versions_without_promotion_decision": sorted(
-            str(v.version) for v in versions if not (v.tags or {}).get("ctpipe.promotion_decision")
-        ),  # created by an attempt killed before it judged the champion; complete, never aliased by it
-        "champion": aliases.get("champion"),
-        "champion_history": [str(e["version"]) for e in history],
-        "champion_violations": violations,
-        "promotion_locks_left": locks,
-        "fingerprints": {(v.tags or {}).get("ctpipe.data_fingerprint") for v in versions},
-    }
-
-
-def audit_checkpoints(home: Path) -> dict[str, Any]:
-    """Every complete checkpoint loads (DCP → one file → ``torch.load(weights_only=True)``, finite tensors)."""
-    import torch
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    from components.training import checkpointing as ckpt
-
-    complete = partial = 0
-    unreadable = []
-    roots = sorted({p.parent for p in (home / "pipeline_root").glob("*/train/checkpoints/step_*")})
-    with tempfile.TemporaryDirectory() as tmp:
-        for root in roots:
-            latest = ckpt.latest_complete(root)
-            for step_dir in ckpt.checkpoint_dirs(root):
-                if not ckpt.is_complete(step_dir):
-                    partial += 1  # a save that died before its marker: never read, by design
-                    if latest == step_dir:
-                        unreadable.append(f"{step_dir}: incomplete but taken as the latest")
-                    continue
-                try:
-                    out = Path(tmp) / "c.pt"
-                    dcp_to_torch_save(str(step_dir), str(out))
-                    state = torch.load(out, map_location="cpu", weights_only=True)
-                    tensors = [t for t in state["model"].values() if isinstance(t, torch.Tensor)]
-                    assert tensors and all(bool(torch.isfinite(t).all()) for t in tensors), "non-finite weights"
-                    ckpt.read_meta(step_dir)
-                    for rank_file in step_dir.glob("rank*.pt"):
-                        torch.load(rank_file, map_location="cpu", weights_only=True)
-                    complete += 1
-                except Exception as err:  # reported, and counted against the goal
-                    unreadable.append(f"{step_dir}: {type(err).__name__}: {err}"[:300])
-            if (root / ckpt.INDEX_FILE).exists():
-                try:
-                    ckpt.read_index(root)
-                except Exception as err:
-                    unreadable.append(f"{root / ckpt.INDEX_FILE}: {type(err).__name__}: {err}"[:300])
-    return {"checkpoint_roots": len(roots), "complete_loaded": complete, "partial_ignored": partial, "unreadable": unreadable}
-
-
 # --- main ------------------------------------------------------------------------------------------
 
 
@@ -445,7 +228,7 @@ def main() -> int:
     data, home = work / "data", work / "home"
     for day in range(FIRST_DAYS):
         add_partition(data, day, drifted=False, seed=args.seed)
-    server = Server(work / "mlflow-server") if args.mlflow == "server" else None
+    server = LocalMlflowServer(work / "mlflow-server") if args.mlflow == "server" else None
     settings = list(RUN_SETTINGS)
     if server is not None:
         server.start()

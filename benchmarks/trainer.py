@@ -1,12 +1,14 @@
 """Trainer benchmark: the ctpipe worker against a bare FSDP2 loop, same model, global batch and world size.
 
-    python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp]
+    python benchmarks/trainer.py [--repeats 3] [--set train.max_steps=300 ...] [--no-ddp] [--example digits]
+    python benchmarks/trainer.py --task causal_lm [--set task.options.size=small ...]
 
 In one run, interleaved (the order alternates per repetition, since this machine's speed swings), it
 measures (a) a bare FSDP2 loop — forward, backward, optimizer step (the same AdamW), nothing else — and (b) the ctpipe
 worker with its default instrumentation (MLflow from rank 0 into SQLite, clipping with the NaN check,
 the LR schedule, evaluation on the full validation split and checkpoints at the default intervals), and
-optionally (c) the worker with ``train.strategy=ddp``. Both time only the training loop (process start-up
+optionally (c) the worker with ``train.strategy=ddp`` and (d) the worker with every block its own FSDP2
+unit (``train.fsdp_unit_min_params=0``, the sharding before units were sized; ``--per-block``). Both time only the training loop (process start-up
 and imports excluded, for both). It reports:
 
 - ``overhead_ratio``: median over repetitions of (b samples/s) / (a samples/s), loop wall time
@@ -14,9 +16,17 @@ and imports excluded, for both). It reports:
 - ``step_overhead_ratio``: the same with (b)'s training-step time only (clipping with the NaN check,
   schedule, metrics), i.e. without evaluation and checkpoints;
 - ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
-- ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up).
+- ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up);
+- with ``--per-block``: ``sized_over_per_block``, the worker's samples/s with its sized units over
+  per-block units (medians of pairs).
 
-The last line printed is one JSON object.
+Both sides go through the run's task (``task.*`` config; ``--example digits`` trains the user's digits
+CNN of ``examples/digits`` on its Parquet partitions instead of the tabular demo). With ``--task NAME``
+(a built-in task with demo data of its own, e.g. ``causal_lm``) both loops train that task's model on
+its demo data with the task's ``demo_settings``; for a sequence task it also prints tokens/s and
+``lm_mfu`` from the task's analytic FLOPs per token (6 N + attention) over the same peak (on CPU that
+peak is the worker's measured matmul rate, a nominal figure, not a datasheet one). The last line
+printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -35,36 +45,38 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     """One rank of the bare loop: the same model, sharding and precision, and nothing else."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from components.config import Config
     from components.data.snapshot import load_snapshot
-    from components.models.tabular import InputSpec, build_model
-    from components.training.parallelize import resolve_precision
+    from components.tasks import load_task
+    from components.training.parallelize import apply_fsdp, resolve_precision
 
     cfg = Config.from_json(config_json)
     torch.set_num_threads(cfg.train.threads_per_worker)
-    dist.init_process_group("gloo")
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     snapshot = load_snapshot(snapshot_dir)
-    x_num, x_cat, y = (torch.tensor(a) for a in snapshot.tensors("train"))
-    spec = InputSpec(
-        x_num.shape[1], snapshot.preprocessing.cardinalities, len(snapshot.preprocessing.classes)
-    )
+    task = load_task(cfg.task)
+    examples = task.encode(snapshot.frame("train"), snapshot.state)
     torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model, spec)
-    policy = MixedPrecisionPolicy(
-        param_dtype=resolve_precision(cfg.train.mixed_precision, torch.device("cpu")),
-        reduce_dtype=torch.float32,
+    model = task.build_model(cfg, snapshot.state)
+    task.init_model(model, snapshot.state, examples.targets)
+    model.to(device)
+    # The same FSDP2 units as the worker (train.fsdp_unit_min_params), from the same function.
+    apply_fsdp(
+        model,
+        task.shard_units(model),
+        param_dtype=resolve_precision(cfg.train.mixed_precision, device),
+        min_unit_params=cfg.train.fsdp_unit_min_params,
     )
-    for block in model.blocks:
-        fully_shard(block, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
     opt = torch.optim.AdamW(
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, foreach=True
     )
-    shard = torch.arange(rank, len(y), world)
+    shard = torch.arange(rank, len(examples), world)
     batch = cfg.train.batch_size
     per_epoch = len(shard) // batch
     generator = torch.Generator().manual_seed(cfg.train.seed)
@@ -75,10 +87,14 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
         if step % per_epoch == 0:
             order = shard[torch.randperm(len(shard), generator=generator)]
         idx = order[(step % per_epoch) * batch : (step % per_epoch + 1) * batch]
-        loss = F.cross_entropy(model(x_num[idx], x_cat[idx]).float(), y[idx])
+        part = examples.select(idx)
+        inputs = tuple(x.to(device, non_blocking=True) for x in part.inputs)
+        loss = task.loss(model(*inputs), part.targets.to(device, non_blocking=True))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    if cuda:
+        torch.cuda.synchronize(device)
     dist.barrier()
     seconds = time.perf_counter() - start
     if rank == 0:
@@ -142,6 +158,8 @@ def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: st
         "step_seconds": step_seconds,
         "mfu": result.mfu,
         "val_accuracy": result.final_metrics.get("val_accuracy"),
+        "val_loss": result.final_metrics.get("val_loss"),
+        "peak_flops": result.raw.get("peak_flops_per_device", 0.0),
     }
 
 
@@ -153,24 +171,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-ddp", action="store_true", help="skip the DDP comparison")
+    parser.add_argument(
+        "--per-block", action="store_true", help="also run the worker with every block its own FSDP2 unit"
+    )
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--rows-per-day", type=int, default=1000)
+    parser.add_argument("--task", default=None, metavar="NAME", help="a built-in task with its own demo data")
+    parser.add_argument("--example", choices=["digits"], default=None,
+                        help="benchmark the user task of examples/<name> on its own data")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from components.config import load_config
     from components.data.demo import write_demo_data
+    from components.tasks import load_task
     from components.training.standalone import build_snapshot
 
-    config = load_config(None, args.overrides)
-    ddp_config = load_config(None, args.overrides + ["train.strategy=ddp"])
-    rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": []}
+    base: list[str] = []
+    if args.example:
+        # The example's task module must import here and in every worker process, as an installed package would.
+        folder = str(Path(__file__).resolve().parents[1] / "examples" / args.example)
+        sys.path.insert(0, folder)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
+        base = ["data.key=id", "task.entrypoint=digits_task:make_task"]
+    elif args.task:
+        base = [f"task.name={args.task}", *getattr(load_task({"name": args.task}), "demo_settings", [])]
+    config = load_config(None, base + args.overrides)
+    ddp_config = load_config(None, base + args.overrides + ["train.strategy=ddp"])
+    task = load_task(config.task)
+    per_block_config = load_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
+    variant_config = {"ctpipe": config, "ddp": ddp_config, "perblock": per_block_config}
+    rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": [], "perblock": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
         work = Path(tmp)
-        write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
+        if args.example:
+            from write_partitions import write_partitions
+
+            write_partitions(work / "data", days=args.days)
+        elif args.task:
+            task.write_demo_data(str(work / "data"), days=args.days)
+        else:
+            write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
         snapshot_dir = str(build_snapshot(str(work / "data"), config, work / "snapshot").root)
         tracking_uri = f"sqlite:///{work / 'mlflow.db'}"
-        variants = ["bare", "ctpipe"] + ([] if args.no_ddp else ["ddp"])
+        variants = ["bare", "ctpipe"] + ([] if args.no_ddp else ["ddp"]) + (["perblock"] if args.per_block else [])
         for rep in range(args.repeats):
             order = variants if rep % 2 == 0 else variants[::-1]
             for name in order:
@@ -178,12 +222,10 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "bare":
                     row = run_bare(snapshot_dir, config, work, tag)
                 else:
-                    row = run_ctpipe(
-                        snapshot_dir, ddp_config if name == "ddp" else config, work, tag, tracking_uri
-                    )
+                    row = run_ctpipe(snapshot_dir, variant_config[name], work, tag, tracking_uri)
                 rows[name].append(row)
                 print(
-                    f"rep {rep} {name:6s} {row['samples_per_second']:8.1f} samples/s (loop {row['loop_seconds']:.2f} s"
+                    f"rep {rep} {name:8s} {row['samples_per_second']:8.1f} samples/s (loop {row['loop_seconds']:.2f} s"
                     + (
                         f", eval {row['eval_seconds']:.2f} s, {row['checkpoint_seconds']:.3f} s per checkpoint)"
                         if name != "bare"
@@ -212,12 +254,14 @@ def main(argv: list[str] | None = None) -> int:
         "mfu": statistics.median(c["mfu"] for c in rows["ctpipe"]),
         "bare_samples_per_second": statistics.median(b["samples_per_second"] for b in rows["bare"]),
         "ctpipe_samples_per_second": statistics.median(c["samples_per_second"] for c in rows["ctpipe"]),
-        "ctpipe_val_accuracy": statistics.median(c["val_accuracy"] for c in rows["ctpipe"]),
+        "ctpipe_val_accuracy": _median_or_none(c["val_accuracy"] for c in rows["ctpipe"]),
+        "ctpipe_val_loss": _median_or_none(c["val_loss"] for c in rows["ctpipe"]),
         "world_size": config.train.workers,
         "global_batch_size": config.train.batch_size * config.train.workers * config.train.grad_accum_steps,
         "steps": config.train.max_steps,
         "mixed_precision": config.train.mixed_precision,
         "repeats": args.repeats,
+        "task": config.task.entrypoint or config.task.name,
     }
     if rows["ddp"]:
         summary["ddp_samples_per_second"] = statistics.median(d["samples_per_second"] for d in rows["ddp"])
@@ -225,8 +269,51 @@ def main(argv: list[str] | None = None) -> int:
             d["samples_per_second"] / c["samples_per_second"]
             for c, d in zip(rows["ctpipe"], rows["ddp"], strict=True)
         )
+    tokens_per_example = _tokens_per_example(task, config)
+    if tokens_per_example:
+        summary.update(_sequence_figures(task, config, summary, rows, tokens_per_example))
+    if rows["perblock"]:
+        summary["per_block_samples_per_second"] = statistics.median(
+            r["samples_per_second"] for r in rows["perblock"]
+        )
+        summary["sized_over_per_block"] = statistics.median(
+            c["samples_per_second"] / r["samples_per_second"]
+            for c, r in zip(rows["ctpipe"], rows["perblock"], strict=True)
+        )
+    summary["fsdp_unit_min_params"] = config.train.fsdp_unit_min_params
     print(json.dumps(summary))
     return 0
+
+
+def _median_or_none(values) -> float | None:
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if found else None
+
+
+def _tokens_per_example(task, config) -> int:
+    """Positions per example of a sequence task that states its FLOPs per token (0 otherwise)."""
+    if task.sanity.sequence_dim is None or not hasattr(task, "flops_per_token"):
+        return 0
+    return int(task.model_config.seq_len)
+
+
+def _sequence_figures(task, config, summary: dict, rows: dict, tokens: int) -> dict:
+    """tokens/s of both loops and the model's MFU from the task's analytic FLOPs per token over the workers' peak."""
+    import torch
+
+    peak = statistics.median(c["peak_flops"] for c in rows["ctpipe"])
+    ctpipe_tps = summary["ctpipe_samples_per_second"] * tokens
+    per_token = task.flops_per_token()
+    return {
+        "tokens_per_example": tokens,
+        "bare_tokens_per_second": summary["bare_samples_per_second"] * tokens,
+        "ctpipe_tokens_per_second": ctpipe_tps,
+        "flops_per_token": per_token,
+        "parameters": task.parameter_count(),
+        "peak_flops_per_worker": peak,
+        "peak_is_nominal": not torch.cuda.is_available(),  # CPU: the measured matmul rate, not a datasheet peak
+        "lm_mfu": per_token * ctpipe_tps / config.train.workers / peak if peak > 0 else 0.0,
+    }
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import logging
 import os
 import sys
 import threading
@@ -50,6 +49,21 @@ def ensure_demo_data(home: Path) -> str:
     if not any(root.glob("date=*/part-0.parquet")):
         write_demo_data(root)
     return str(root.resolve())
+
+
+def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
+    """The configured task's demo data under the home (its ``write_demo_data``, else the tabular demo)
+    and the config settings that go with it (the key column; the task's ``demo_settings``)."""
+    from components.tasks import load_task
+
+    task = load_task(config.task)
+    writer = getattr(task, "write_demo_data", None)
+    if writer is None:
+        return ensure_demo_data(home), ([f"data.key={DEMO_KEY_COLUMN}"] if config.data.key is None else [])
+    root = home / f"data-{task.name}"
+    if not any(root.glob("date=*/part-0.parquet")):
+        writer(str(root))
+    return str(root.resolve()), list(getattr(task, "demo_settings", ()))
 
 
 def _new_run_dir(home: Path) -> Path:
@@ -139,7 +153,9 @@ def _output_to(log_path: Path) -> Iterator[Any]:
 def _preflight(config: Config, data_uri: str) -> None:
     """Cheap checks that give a clear error before any subprocess starts."""
     from components.data.snapshot import list_data_files
+    from components.tasks import load_task
 
+    load_task(config.task)  # the task's module imports and its factory returns a complete task
     list_data_files(data_uri, with_hashes=False)
 
 
@@ -151,30 +167,37 @@ def run_local(
     overrides: list[str] | None = None,
     trigger: str = "manual",
     quiet: bool = False,
+    process_started: float | None = None,
 ) -> dict[str, Any]:
-    """Run the pipeline locally end to end and return its summary (also written to summary.json)."""
+    """Run the pipeline locally end to end and return its summary (also written to summary.json).
+
+    ``process_started`` (the ``ctpipe`` process's start, from the CLI) is where the summary's
+    ``timing.total_seconds`` counts from; without it, from this call.
+    """
+    called = time.time()
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     home_dir = Path(home) if home else default_home()
     overrides = list(overrides or [])
     config = load_config(config_path, overrides)
     home_dir.mkdir(parents=True, exist_ok=True)
+    setup = {"cli_start_seconds": round(called - process_started, 3) if process_started else None}
     if data_uri is None:
-        data_uri = ensure_demo_data(home_dir)
-        if config.data.key is None and not any(o.startswith("data.key=") for o in overrides):
-            config = load_config(config_path, overrides + [f"data.key={DEMO_KEY_COLUMN}"])
+        clock = time.time()
+        data_uri, demo_settings = ensure_demo_data_for(home_dir, config)
+        setup["demo_data_seconds"] = round(time.time() - clock, 3)
+        unset = [s for s in demo_settings if not any(o.startswith(s.split("=")[0] + "=") for o in overrides)]
+        if unset:
+            config = load_config(config_path, unset + overrides)
     elif "://" not in data_uri:
         data_uri = str(Path(data_uri).resolve())
     _preflight(config, data_uri)
 
-    from components.tracking import ensure_experiment, local_tracking_uri
+    from components.tracking import local_tracking_uri
 
+    # No MLflow here: importing it costs the CLI a second or more. The first step (prepare_run) runs
+    # alone and creates the SQLite database before any other step writes to it.
     tracking_uri = config.registry.tracking_uri or local_tracking_uri(home_dir)
-    # MLflow announces its SQLite schema migrations at INFO; they are noise in the progress view.
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    # Create the SQLite schema once here, before the steps write to it from several processes.
-    ensure_experiment(tracking_uri, config.registry.experiment)
 
     run_dir = _new_run_dir(home_dir)
     status_dir = run_dir / "steps"
@@ -190,6 +213,8 @@ def run_local(
         trigger=trigger,
         seconds=time.time() - started,
         runner_error=outcome,
+        total_seconds=time.time() - (process_started or called),
+        setup_seconds=setup,
     )
     summary_path = run_dir / "summary.json"
     summary["summary_path"] = str(summary_path.resolve())
@@ -255,8 +280,15 @@ def build_summary(
     trigger: str,
     seconds: float,
     runner_error: str | None,
+    total_seconds: float | None = None,
+    setup_seconds: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
-    """The run's summary from the step records: statuses, selection, metrics, blessing, registration."""
+    """The run's summary from the step records: statuses, selection, metrics, blessing, registration.
+
+    ``seconds`` is the pipeline's own time; ``total_seconds`` the ``ctpipe`` process's, from its start
+    (CLI, demo data and MLflow set-up included), against which ``timing`` puts the steps' compute;
+    ``setup_seconds`` are the parts before the pipeline starts (CLI start, demo data, MLflow set-up).
+    """
     from pipelines.continuous_training import STEP_NAMES
 
     records = _read_status(status_dir)
@@ -290,6 +322,11 @@ def build_summary(
         "validation_warnings": result["validate_data"].get("warnings", []),
         "steps": steps,
         "step_seconds": {s: records[s].get("seconds") for s in STEP_NAMES if s in records},
+        "step_timing": {s: records[s]["timing"] for s in STEP_NAMES if records.get(s, {}).get("timing")},
+        "timing": {
+            **run_timing(records, seconds if total_seconds is None else total_seconds),
+            "setup": dict(setup_seconds or {}),
+        },
         "seconds": round(seconds, 2),
         "sanity": result["sanity_checks"],
         "training": result["train"],
@@ -315,12 +352,39 @@ def build_summary(
     }
 
 
+def run_timing(records: dict[str, dict[str, Any]], total_seconds: float) -> dict[str, float]:
+    """Orchestration against compute: everything but the steps' own compute is orchestration.
+
+    That is process starts, imports, the KFP local runner between steps, the CLI's own start, the
+    demo data and the MLflow set-up (each step's split is in its record's ``timing``).
+    """
+    compute = sum((r.get("timing") or {}).get("compute_seconds") or 0.0 for r in records.values())
+    orchestration = max(total_seconds - compute, 0.0)
+    return {
+        "total_seconds": round(total_seconds, 2),
+        "compute_seconds": round(compute, 2),
+        "orchestration_seconds": round(orchestration, 2),
+        "orchestration_share": round(orchestration / total_seconds, 3) if total_seconds > 0 else 0.0,
+    }
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A human-readable end-of-run summary."""
     lines = ["", f"ctpipe run {summary['run_id']}: {summary['status'].upper()} in {summary['seconds']:.0f}s"]
     for step, status in summary["steps"].items():
         secs = summary["step_seconds"].get(step)
-        lines.append(f"  {step:<18} {status:<8}" + (f" {secs:6.1f}s" if secs is not None else ""))
+        split = summary.get("step_timing", {}).get(step)
+        lines.append(
+            f"  {step:<18} {status:<8}"
+            + (f" {secs:6.1f}s" if secs is not None else "")
+            + (f"  (compute {split['compute_seconds']:.1f}s, overhead {split['overhead_seconds']:.1f}s)" if split else "")
+        )
+    timing = summary.get("timing")
+    if timing:
+        lines.append(
+            f"  orchestration      {timing['orchestration_seconds']:.1f}s of {timing['total_seconds']:.1f}s "
+            f"({timing['orchestration_share']:.0%}: process starts, imports, KFP runner, MLflow set-up)"
+        )
     if summary.get("data_fingerprint"):
         lines.append(f"  data fingerprint   {summary['data_fingerprint'][:16]}…  rows {summary.get('rows')}")
     if summary.get("selected_checkpoint_step") is not None:

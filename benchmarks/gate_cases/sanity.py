@@ -18,15 +18,24 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 from components.config import Config
 from components.data.demo import write_demo_data
 from components.data.simulate import rare_positive_day, weak_signal_day, write_partitions
 from components.data.snapshot import load_snapshot
 from components.errors import SanityCheckError
 from components.models.tabular import InputSpec, build_model
+from components.sanity.bugs import (
+    AddsFirstRow,
+    BatchMean,
+    DetachedBody,
+    IgnoresInput,
+    MixesRowsInTrainMode,
+    ReturnsProbabilities,
+    clipped_loss,
+    nan_loss,
+    only_the_bias_trains,
+    zeroing_clip,
+)
 from components.sanity.gate import run_sanity_checks
 from components.validation.validate import validate_data
 
@@ -34,57 +43,6 @@ KEY = "customer_id"
 
 
 # --- the bugs --------------------------------------------------------------------------------------
-
-
-class _Wrapper(nn.Module):
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner, self.head = inner, inner.head
-
-
-class AddsFirstRow(_Wrapper):
-    def forward(self, x_num, x_cat):  # x[0] where x[:, 0] was meant
-        return self.inner(x_num + x_num[:1], x_cat)
-
-
-class MixesRowsInTrainMode(_Wrapper):
-    def forward(self, x_num, x_cat):
-        return self.inner(x_num - x_num.mean(dim=0, keepdim=True) if self.training else x_num, x_cat)
-
-
-class BatchMean(_Wrapper):
-    def forward(self, x_num, x_cat):
-        return self.inner(x_num - x_num.mean(dim=0, keepdim=True), x_cat)
-
-
-class DetachedBody(_Wrapper):
-    def forward(self, x_num, x_cat):
-        m = self.inner
-        h = m.stem(torch.cat([x_num] + [emb(x_cat[:, i]) for i, emb in enumerate(m.embeddings)], dim=1))
-        for block in m.blocks:
-            h = block(h)
-        return self.head(m.norm(h).detach())
-
-
-class ReturnsProbabilities(_Wrapper):
-    def forward(self, x_num, x_cat):
-        return self.inner(x_num, x_cat).softmax(dim=-1)
-
-
-class IgnoresInput(nn.Module):
-    def __init__(self, n_classes: int) -> None:
-        super().__init__()
-        self.head = nn.Linear(1, n_classes)
-
-    def forward(self, x_num, x_cat):
-        return self.head(torch.ones(x_num.shape[0], 1))
-
-
-def only_the_bias_trains(model: nn.Module) -> nn.Module:
-    for p in model.parameters():
-        p.requires_grad_(False)
-    model.head.bias.requires_grad_(True)
-    return model
 
 
 @contextmanager
@@ -96,18 +54,6 @@ def patched(module: Any, name: str, value: Any):
         yield
     finally:
         setattr(module, name, original)
-
-
-def _zeroing_clip(parameters, max_norm):
-    """The bug: 'clipping' that scales every gradient to zero (returns the true norm, so nothing looks odd)."""
-    from components.training.parallelize import clip_grad_norm_
-
-    params = list(parameters)
-    norm = clip_grad_norm_(params, max_norm)
-    for p in params:
-        if p.grad is not None:
-            p.grad.zero_()
-    return norm
 
 
 # --- running a case --------------------------------------------------------------------------------
@@ -180,14 +126,14 @@ def cases(seed: int) -> list[dict]:
             _case(root, "trainer schedule stuck at learning rate 0", "demo", seed, broken=True,
                   bug=lambda: patched(schedule, "lr_multiplier", lambda step, **_: 0.0)),
             _case(root, "trainer clipping zeroes the gradients", "demo", seed, broken=True,
-                  bug=lambda: patched(step, "clip_grad_norm_", _zeroing_clip)),
+                  bug=lambda: patched(step, "clip_grad_norm_", zeroing_clip)),
             _case(root, "softmax applied twice", "demo", seed, broken=True,
                   model=lambda spec, cfg: ReturnsProbabilities(build_model(cfg.model, spec))),
             _case(root, "output ignores the input", "demo", seed, broken=True,
                   model=lambda spec, cfg: IgnoresInput(spec.n_classes)),
             _case(root, "loss clamped instead of gradients clipped", "demo", seed, broken=True,
-                  loss_fn=lambda logits, y: nn.functional.cross_entropy(logits, y).clamp(max=0.5)),
+                  loss_fn=clipped_loss),
             _case(root, "NaN loss", "demo", seed, broken=True,
-                  loss_fn=lambda logits, y: nn.functional.cross_entropy(logits, y) * float("nan")),
+                  loss_fn=nan_loss),
         ]
         return found

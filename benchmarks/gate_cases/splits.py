@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from components.data.simulate import mixed_type_rows, write_partition
 from components.data.snapshot import (
     PARTITION_COLUMN,
     assign_splits,
@@ -31,27 +32,6 @@ from components.evaluation.leakage import champion_training_overlap
 SALT, VAL, TEST = "gates", 0.1, 0.2
 
 
-def _rows(rng: np.random.Generator, n: int, first_id: int) -> pd.DataFrame:
-    return pd.DataFrame({
-        "customer_id": np.arange(first_id, first_id + n, dtype="int64"),
-        "tickets": rng.integers(0, 6, n).astype("int64"),
-        "spend": rng.lognormal(3, 0.5, n).round(2),
-        "ratio": rng.random(n),
-        "region": rng.choice(["north", "south", "east"], n),
-        "active": rng.random(n) < 0.5,
-        "label": rng.choice(["a", "b"], n),
-    })
-
-
-def _write(root: Path, day: str, frame: pd.DataFrame, fmt: str = "parquet") -> None:
-    part = root / f"date={day}"
-    part.mkdir(parents=True)
-    if fmt == "csv":
-        frame.to_csv(part / "part-0.csv", index=False)
-    else:
-        frame.to_parquet(part / "part-0.parquet", index=False)
-
-
 def _split(root: Path, key: str | None) -> tuple[pd.DataFrame, pd.Series]:
     data = read_data(str(root), list_data_files(str(root)))
     schema = infer_schema(data, label="label", key=key, features=[], categorical=[])
@@ -59,9 +39,9 @@ def _split(root: Path, key: str | None) -> tuple[pd.DataFrame, pd.Series]:
 
 
 def _moved(tmp: Path, old: pd.DataFrame, new: pd.DataFrame, key: str | None, fmt: str = "parquet") -> int:
-    _write(tmp / "before", "2026-01-01", old)
-    _write(tmp / "after", "2026-01-01", old)
-    _write(tmp / "after", "2026-01-02", new, fmt)
+    write_partition(tmp / "before", "2026-01-01", old)
+    write_partition(tmp / "after", "2026-01-01", old)
+    write_partition(tmp / "after", "2026-01-02", new, fmt)
     _, before = _split(tmp / "before", key)
     data, after = _split(tmp / "after", key)
     after = after[(data[PARTITION_COLUMN] == "date=2026-01-01").to_numpy()].reset_index(drop=True)
@@ -116,21 +96,21 @@ def cases(seed: int) -> list[dict]:
     out = []
     with tempfile.TemporaryDirectory(prefix="ctpipe-gates-splits-") as tmp_dir:
         tmp = Path(tmp_dir)
-        old = _rows(rng, 400, 0)
+        old = mixed_type_rows(rng, 400, 0)
         for key in (None, "customer_id"):
             for i, (name, change) in enumerate(EVOLUTIONS.items()):
-                out.append(_healthy(name, tmp / f"{key}-{i}", old, change(_rows(rng, 100, 10_000)), key))
-        out.append(_healthy("CSV instead of Parquet", tmp / "csv", old, _rows(rng, 100, 20_000), None, "csv"))
+                out.append(_healthy(name, tmp / f"{key}-{i}", old, change(mixed_type_rows(rng, 100, 10_000)), key))
+        out.append(_healthy("CSV instead of Parquet", tmp / "csv", old, mixed_type_rows(rng, 100, 20_000), None, "csv"))
 
-        null_key = _rows(rng, 50, 30_000).astype({"customer_id": "float64"})
+        null_key = mixed_type_rows(rng, 50, 30_000).astype({"customer_id": "float64"})
         null_key.loc[[3, 17], "customer_id"] = np.nan
         out.append(_data_error("a null key", null_key))
-        conflict = _rows(rng, 50, 40_000)
+        conflict = mixed_type_rows(rng, 50, 40_000)
         conflict.loc[5, "customer_id"] = conflict.loc[4, "customer_id"]
         conflict.loc[5, "label"] = "b" if conflict.loc[4, "label"] == "a" else "a"
         out.append(_data_error("a key repeated with another label", conflict))
 
-        _write(tmp / "today", "2026-01-01", old)
+        write_partition(tmp / "today", "2026-01-01", old)
         data, splits = _split(tmp / "today", "customer_id")
         test = data[(splits == "test").to_numpy()]
         schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])

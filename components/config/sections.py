@@ -142,6 +142,31 @@ class SanityConfig:
                f"{self.baseline_min_improvement} must be in (-1, 1)")
 
 
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(kw_only=True)
+class TaskConfig:
+    """Which task (the model and how it reads the data) a run trains: a built-in by name or the user's own.
+
+    ``entrypoint`` ("package.module:factory") wins over ``name``; the factory is called with ``options``
+    as keyword arguments. Both are resolved by ``components/tasks/registry.py`` in every step and in the
+    trainer pods, and checked there before any work.
+    """
+
+    name: str = "tabular_classification"
+    entrypoint: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check(bool(re.fullmatch(r"[a-z][a-z0-9_]*", self.name or "")), "task.name",
+               f"{self.name!r} must be a built-in task's name (lower case, digits and _), e.g. 'tabular_classification'")
+        if self.entrypoint is not None:
+            _check(bool(_ENTRYPOINT.fullmatch(self.entrypoint)), "task.entrypoint",
+                   f"{self.entrypoint!r} must be 'package.module:factory' (an importable module, a colon, the "
+                   "name of a function in it that returns the task)")
+
+
 @dataclass(kw_only=True)
 class ModelConfig:
     """The network; it knows nothing of devices or parallelism."""
@@ -172,6 +197,11 @@ class TrainConfig:
     backend: Literal["local", "pytorchjob", "trainjob"] = "local"
     workers: int = 2
     strategy: Literal["fsdp", "ddp"] = "fsdp"
+    # FSDP2 units: a model block with at least this many parameters is its own unit (sharded per block);
+    # smaller consecutive blocks are grouped into units of at least this size, and a smaller rest is
+    # sharded with the root. Each unit costs collectives every step, pure latency for small blocks.
+    # 0 shards every block on its own.
+    fsdp_unit_min_params: int = 1_000_000
     # auto: bf16 parameters with fp32 reduction on GPUs with bf16, fp32 on CPU (for the small default
     # model bf16 is slower on this CPU, 0.85x, measured); bf16 forces it anywhere, fp32 everywhere.
     mixed_precision: Literal["auto", "bf16", "fp32"] = "auto"
@@ -202,6 +232,11 @@ class TrainConfig:
         _check(self.max_steps >= 1, "train.max_steps", f"{self.max_steps} must be >= 1")
         _check(self.batch_size >= 1, "train.batch_size", f"{self.batch_size} must be >= 1")
         _check(self.grad_accum_steps >= 1, "train.grad_accum_steps", "must be >= 1")
+        _check(
+            self.fsdp_unit_min_params >= 0,
+            "train.fsdp_unit_min_params",
+            f"{self.fsdp_unit_min_params} must be >= 0 (0 makes every block its own FSDP2 unit)",
+        )
         _check(0 < self.lr < 10, "train.lr", f"{self.lr} must be in (0, 10)")
         _check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
         _check(0 <= self.warmup_steps < self.max_steps, "train.warmup_steps", "must be in [0, max_steps)")
@@ -266,7 +301,8 @@ class SelectionConfig:
 
 
 # Metrics the evaluation computes; roc_auc only for two classes. log_loss is lower-is-better.
-EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc")
+# Every built-in task's test metrics (Task.metrics): classification's, then causal_lm's.
+EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc", "loss", "bits_per_byte")
 
 
 @dataclass(kw_only=True)
@@ -514,6 +550,7 @@ class Config:
     """Everything a run needs, by section."""
 
     data: DataConfig = field(default_factory=DataConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     sanity: SanityConfig = field(default_factory=SanityConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

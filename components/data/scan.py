@@ -21,6 +21,7 @@ reads the batches again and writes the snapshot's split files row group by row g
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -195,7 +196,7 @@ def window_quota(scan_result: Scan, partitions: list[str], window: TrainWindow) 
 
 
 def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fmt: str, scan_result: Scan,
-                          schema: Schema, *, fingerprint: str, window: TrainWindow) -> Snapshot:
+                          schema: Schema, *, fingerprint: str, window: TrainWindow, task: Any = None) -> Snapshot:
     """Pass 2: the split files written batch by batch, in the sample's column order and dtypes."""
     partitions = list(scan_result.rows)
     quota = window_quota(scan_result, partitions, window) if not window.is_all else None
@@ -205,7 +206,7 @@ def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fm
     for i, p in enumerate(partitions):
         train_total[p] = int((scan_result.splits[per_part == i] == 0).sum())
     dtypes = scan_result.sample.dtypes
-    writer = SnapshotWriter(out_dir, schema)
+    writer = SnapshotWriter(out_dir, schema, task=task)
     start, excluded = 0, 0
     for batch in iter_batches(data_uri, files, fmt):
         batch = batch.reindex(columns=list(scan_result.sample.columns))

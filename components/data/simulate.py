@@ -8,6 +8,8 @@ are the ones where a gate's false alarms hide:
 * ``rare_positive_day``: about 0.6% positives, with a real signal in two features.
 
 Both have a key (``customer_id``), numeric noise features and a categorical column, like the demo data.
+Beside them: ``mixed_type_rows`` and ``write_partition`` for the stable-split tests and gate cases, and
+``drift_window`` for the drift tests.
 """
 
 from __future__ import annotations
@@ -85,6 +87,37 @@ def write_partitions(out: str | Path, day_frame: Callable[[int, int, int], pd.Da
 
 DRIFT_SHIFTS = ("none", "numeric", "categories", "unseen", "nulls")
 MANY_CATEGORIES = 200
+
+
+def mixed_type_rows(rng: np.random.Generator, rows: int, first_id: int) -> pd.DataFrame:
+    """Rows with int, float, string and bool columns, a unique int ``customer_id`` and a two-class label.
+
+    The raw material of the stable-split tests and gate cases: each column type is one that a later
+    partition may store differently (a null turning int into float, category vs object, CSV vs Parquet).
+    """
+    return pd.DataFrame({
+        "customer_id": np.arange(first_id, first_id + rows, dtype="int64"),
+        "tickets": rng.integers(0, 6, rows).astype("int64"),
+        "spend": rng.lognormal(3, 0.5, rows).round(2),
+        "ratio": rng.random(rows),
+        "region": rng.choice(["north", "south", "east"], rows),
+        "active": rng.random(rows) < 0.5,
+        "label": rng.choice(["a", "b"], rows),
+    })
+
+
+def write_partition(root: str | Path, day: str, frame: pd.DataFrame, fmt: str = "parquet") -> Path:
+    """Write ``frame`` as the one file of partition ``root/date=DAY`` (``part-0.parquet`` or ``part-0.csv``)."""
+    if fmt not in ("parquet", "csv"):
+        raise ValueError(f"fmt must be 'parquet' or 'csv', not {fmt!r}")
+    part = Path(root) / f"date={day}"
+    part.mkdir(parents=True)
+    path = part / f"part-0.{fmt}"
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)
+    return path
 
 
 def drift_window(rows: int, seed: int, shift: str = "none") -> pd.DataFrame:

@@ -79,10 +79,31 @@ class Schema:
     numeric: list[str]
     categorical: list[str]
     classes: list[str]
+    # Feature columns the task decodes itself (an image, a text: ``Task.own_columns``), kept out of the
+    # tabular profiling; the task's own expectations check them.
+    other: list[str] = field(default_factory=list)
 
     @property
     def features(self) -> list[str]:
+        """The tabular feature columns (profiled, drift- and leakage-checked column by column)."""
         return self.numeric + self.categorical
+
+    @property
+    def all_features(self) -> list[str]:
+        """Every feature column a model reads, the task's own included."""
+        return self.numeric + self.categorical + self.other
+
+    def with_task_columns(self, own: list[str]) -> Schema:
+        """This schema with the task's ``own`` columns moved out of numeric/categorical into ``other``."""
+        if not own:
+            return self
+        unknown = [c for c in own if c not in self.features and c not in self.other]
+        if unknown:
+            raise UserError(f"the task reads column(s) {', '.join(unknown)}, which are not feature columns of the data; "
+                            f"feature columns: {', '.join(self.all_features)}")
+        return Schema(label=self.label, key=self.key, numeric=[c for c in self.numeric if c not in own],
+                      categorical=[c for c in self.categorical if c not in own], classes=self.classes,
+                      other=[*self.other, *[c for c in own if c not in self.other]])
 
 
 def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: list[str], categorical: list[str]) -> Schema:
@@ -164,6 +185,16 @@ def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
     return preprocessing_of(table_stats(train, schema), schema.classes)
 
 
+def tabular_state_of(stats: TableStats, schema: Schema) -> dict[str, Any]:
+    """The tabular task's state from streamed train statistics: the preprocessing and the label column."""
+    return {**preprocessing_of(stats, schema.classes).to_dict(), "label": schema.label}
+
+
+def tabular_state(train: pd.DataFrame, schema: Schema) -> dict[str, Any]:
+    """The tabular task's train-split state: the preprocessing statistics and the label column."""
+    return tabular_state_of(table_stats(train, schema), schema)
+
+
 def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray, np.ndarray]:
     """Numeric features standardised (missing → mean → 0) and categorical ones as vocabulary indices."""
     n = len(data)
@@ -200,14 +231,23 @@ def encode_labels(data: pd.DataFrame, label: str, classes: list[str]) -> np.ndar
 
 @dataclass
 class Snapshot:
-    """A validated, split dataset as written by the validation step."""
+    """A validated, split dataset as written by the validation step.
+
+    ``state`` is what the run's task fitted on the train split (``Task.fit``; for the tabular task the
+    preprocessing statistics), stored as ``preprocessing.json``.
+    """
 
     root: Path
     schema: Schema
-    preprocessing: Preprocessing
+    state: dict[str, Any]
     fingerprint: str
     data_uri: str
     files: list[DataFile]
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """The tabular task's statistics (numeric mean/std, vocabularies, classes)."""
+        return Preprocessing.from_dict(self.state)
 
     def frame(self, split: str) -> pd.DataFrame:
         if split not in SPLITS:
@@ -224,7 +264,7 @@ class Snapshot:
         return split_rows(self.root / f"{split}.parquet")
 
     def tensors(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(x_num, x_cat, y) of a split, encoded with the train split's statistics."""
+        """(x_num, x_cat, y) of a split, encoded with the train split's statistics (tabular task)."""
         frame = self.frame(split)
         x_num, x_cat = encode_features(frame, self.preprocessing)
         return x_num, x_cat, encode_labels(frame, self.schema.label, self.preprocessing.classes)
@@ -240,12 +280,14 @@ def write_snapshot(
     files: list[DataFile],
     fingerprint: str,
     window: TrainWindow | None = None,
+    task: Any = None,
 ) -> Snapshot:
-    """Write the split rows, schema, train-only statistics and fingerprint into ``out_dir``.
+    """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
 
     With a ``window`` (data/window.py) only the train rows inside it are written (val and test in full).
+    ``task`` fits the statistics (``SnapshotWriter``); None gives the tabular task's (``tabular_state``).
     """
-    writer = SnapshotWriter(out_dir, schema)
+    writer = SnapshotWriter(out_dir, schema, task=task)
     if window is not None and not window.is_all and PARTITION_COLUMN in data.columns:
         is_train = np.asarray(splits) == "train"
         keep = window_mask(data[PARTITION_COLUMN].to_numpy(), is_train, window)
@@ -260,11 +302,14 @@ class SnapshotWriter:
     """Writes a snapshot batch by batch: split rows as Parquet row groups, train statistics in one pass.
 
     ``add`` takes any number of record batches (with their splits); ``close`` writes the schema, the
-    preprocessing and reference statistics of the train rows (``stream_stats``) and the fingerprint.
+    task's state and the reference statistics of the train rows (``stream_stats``) and the fingerprint.
+    The state comes from ``task.fit_streamed`` on the streamed statistics when the task offers it (the
+    tabular task: the same numbers as its ``fit``), otherwise from ``task.fit`` on the written train split.
     """
 
-    def __init__(self, out_dir: str | Path, schema: Schema, *, row_group_rows: int = ROW_GROUP_ROWS) -> None:
-        self.root, self.schema = Path(out_dir), schema
+    def __init__(self, out_dir: str | Path, schema: Schema, *, row_group_rows: int = ROW_GROUP_ROWS,
+                 task: Any = None) -> None:
+        self.root, self.schema, self.task = Path(out_dir), schema, task
         self.root.mkdir(parents=True, exist_ok=True)
         self.writers = {s: SplitWriter(self.root / f"{s}.parquet", row_group_rows=row_group_rows) for s in SPLITS}
         self.stats = TableStats.for_columns(schema.numeric, schema.categorical)
@@ -291,9 +336,9 @@ class SnapshotWriter:
             writer.close(columns)
         if self.writers["train"].rows == 0:
             raise DataValidationError("the train split is empty: the data has too few rows to split")
-        prep = preprocessing_of(self.stats, self.schema.classes)
+        state = self._state()
         (self.root / "schema.json").write_text(json.dumps(asdict(self.schema), indent=2))
-        (self.root / "preprocessing.json").write_text(json.dumps(prep.to_dict(), indent=2))
+        (self.root / "preprocessing.json").write_text(json.dumps(state, indent=2))
         write_reference_stats(self.root / "reference_stats.json", reference_stats_of(self.stats))
         meta = {
             "fingerprint": fingerprint,
@@ -304,16 +349,26 @@ class SnapshotWriter:
         if self.window is not None:
             meta["train_window"] = self.window
         (self.root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
-        return Snapshot(self.root, self.schema, prep, fingerprint, data_uri, files)
+        return Snapshot(self.root, self.schema, state, fingerprint, data_uri, files)
+
+    def _state(self) -> dict[str, Any]:
+        if self.task is None:
+            return tabular_state_of(self.stats, self.schema)
+        fit_streamed = getattr(self.task, "fit_streamed", None)
+        state = fit_streamed(self.stats, self.schema) if fit_streamed is not None else None
+        if state is None:
+            # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
+            state = self.task.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)
+        return state
 
 
 def load_snapshot(path: str | Path) -> Snapshot:
     root = Path(path)
     schema = Schema(**json.loads((root / "schema.json").read_text()))
-    prep = Preprocessing.from_dict(json.loads((root / "preprocessing.json").read_text()))
+    state = json.loads((root / "preprocessing.json").read_text())
     meta = json.loads((root / "fingerprint.json").read_text())
     files = [DataFile(**f) for f in meta["files"]]
-    return Snapshot(root, schema, prep, meta["fingerprint"], meta["data_uri"], files)
+    return Snapshot(root, schema, state, meta["fingerprint"], meta["data_uri"], files)
 
 
 # --- the split a model is trained on ------------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -35,6 +36,25 @@ from components.evaluation.metrics import (
     paired_bootstrap,
     percentile_interval,
 )
+
+
+class Scorer(Protocol):
+    """What the blessing needs from a task: its metrics, and the same metrics on paired resamples of the rows."""
+
+    def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]: ...
+
+    def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
+                         seed: int) -> dict[str, dict[str, np.ndarray]]: ...
+
+
+class _ClassProbabilities:
+    """The default scorer: class-probability metrics (``metrics.py``), for callers that pass no task."""
+
+    compute_metrics = staticmethod(compute_metrics)
+    paired_bootstrap = staticmethod(paired_bootstrap)
+
+
+CLASSIFICATION: Scorer = _ClassProbabilities()
 
 
 @dataclass
@@ -172,23 +192,27 @@ def collect_evidence(
     y: np.ndarray,
     p_candidate: np.ndarray,
     p_champion: np.ndarray | None,
-    p_baseline: np.ndarray,
+    p_baseline: np.ndarray | None,
     *,
     samples: int,
     seed: int,
     confidence: float,
     normal: bool = False,
+    scorer: Scorer | None = None,
 ) -> dict[str, Evidence]:
     """Every metric's evidence from ONE paired bootstrap of candidate, champion and baseline on these rows.
 
     ``normal`` uses the bootstrap standard error with the normal quantile instead of percentiles (for the
     extreme levels of a multiple-comparison correction).
     """
-    models = {"candidate": p_candidate, "baseline": p_baseline}
+    scorer = scorer or CLASSIFICATION
+    models = {"candidate": p_candidate}
+    if p_baseline is not None:
+        models["baseline"] = p_baseline
     if p_champion is not None:
         models["champion"] = p_champion
-    points = {name: compute_metrics(y, p) for name, p in models.items()}
-    draws = paired_bootstrap(y, models, samples=samples, seed=seed)
+    points = {name: scorer.compute_metrics(y, p) for name, p in models.items()}
+    draws = scorer.paired_bootstrap(y, models, samples=samples, seed=seed)
     interval = normal_interval if normal else percentile_interval
     empty = np.array([])
 
@@ -202,7 +226,7 @@ def collect_evidence(
             candidate=interval(value, draws["candidate"].get(metric, empty), confidence),
             champion=points["champion"][metric] if p_champion is not None else None,
             vs_champion=paired(metric, "champion") if p_champion is not None else None,
-            baseline=points["baseline"][metric],
-            vs_baseline=paired(metric, "baseline"),
+            baseline=points["baseline"][metric] if p_baseline is not None else None,
+            vs_baseline=paired(metric, "baseline") if p_baseline is not None else None,
         )
     return evidence

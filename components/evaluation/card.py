@@ -152,6 +152,7 @@ def write_model_card(
         f"- categorical features: {', '.join(snapshot.schema.categorical) or '-'}",
         "",
         "## Training and selection",
+        f"- task: `{json.dumps(blessing.get('task') or {'name': config.task.name, 'entrypoint': config.task.entrypoint})}`",
         f"- model: `{json.dumps(blessing.get('model_config') or vars(config.model))}`",
         f"- selected checkpoint: {json.dumps(meta, default=str)}",
         "",

@@ -25,10 +25,11 @@ def evaluate(
     from collections import namedtuple
 
     from components.config import Config
-    from components.evaluation.evaluate import evaluate_candidate
     from components.kfp_support import step_status
 
     with step_status("evaluate") as record:
+        # Imported inside the step, so its record counts the import time (components/kfp_support.py).
+        from components.evaluation.evaluate import evaluate_candidate
         result = evaluate_candidate(
             model.path,
             snapshot.path,

@@ -19,13 +19,13 @@ import pandas as pd
 
 from components.config import Config
 from components.data.files import sha256_local
-from components.data.snapshot import encode_labels, load_snapshot
+from components.data.snapshot import load_snapshot
 from components.errors import DataValidationError
 from components.evaluation.blessing import Check
 from components.evaluation.card import Lineage, write_model_card
 from components.evaluation.judgement import judge_candidate
 from components.evaluation.leakage import champion_training_overlap
-from components.evaluation.metrics import Interval, compute_metrics, confusion_matrix, roc_curve
+from components.evaluation.metrics import Interval, confusion_matrix, roc_curve
 from components.models.export import ExportedModel, load_model_export
 from components.step_results import read_sanity, read_validation
 
@@ -108,10 +108,11 @@ def evaluate_candidate(
             "add data or raise data.test_fraction"
         )
     candidate = load_model_export(model_path)
-    classes = list(candidate.classes)
-    y = encode_labels(frame, snapshot.schema.label, classes)
-    p_cand = score_export(candidate, frame, classes)
-    champion = score_champion(tracking_uri, config, frame, classes)
+    task, reference = candidate.task, candidate.state
+    classes = list(task.class_names(reference) or [])
+    y = task.targets(frame, reference)
+    p_cand = score_export(candidate, frame, reference)
+    champion = score_champion(tracking_uri, config, frame, reference)
     p_champ = champion.probabilities
     split_check = None
     if p_champ is not None:
@@ -121,10 +122,11 @@ def evaluate_candidate(
         if not split_check.ok:
             champion.error = split_check.message  # reported and compared, but nothing is blessed against it
 
-    cand_metrics = compute_metrics(y, p_cand)
+    cand_metrics = task.compute_metrics(y, p_cand)
     if p_champ is not None:
-        champion.metrics = compute_metrics(y, p_champ)
-    judgement = judge_candidate(y, p_cand, p_champ, config, frame, snapshot.schema.numeric)
+        champion.metrics = task.compute_metrics(y, p_champ)
+    judgement = judge_candidate(y, p_cand, p_champ, config, frame, snapshot.schema.numeric, scorer=task,
+                                baseline=task.baseline(y, reference))
     all_checks = judgement.checks
     has_rules = bool(ev.thresholds)
     blessed = judgement.passed and champion.error is None
@@ -138,7 +140,8 @@ def evaluate_candidate(
     evidence = judgement.evidence
     slices = judgement.slices
 
-    pred = p_cand.argmax(axis=1)
+    # Class-probability predictions (a task that names its classes) get a confusion matrix and, for two, a ROC.
+    cm = confusion_matrix(y, p_cand.argmax(axis=1), len(classes)).tolist() if classes else []
     roc = roc_curve(y == 1, p_cand[:, 1]) if len(classes) == 2 else None
     result = EvaluationResult(
         blessed=blessed,
@@ -147,7 +150,7 @@ def evaluate_candidate(
         champion_metrics=champion.metrics,
         champion_version=champion.version,
         class_names=classes,
-        confusion_matrix=confusion_matrix(y, pred, len(classes)).tolist(),
+        confusion_matrix=cm,
         roc=roc,
         intervals={k: e.candidate.to_dict() for k, e in evidence.items()},
         differences={k: e.vs_champion.to_dict() for k, e in evidence.items() if e.vs_champion}
@@ -172,6 +175,7 @@ def evaluate_candidate(
         "data_fingerprint": snapshot.fingerprint,
         "model_metadata": candidate.metadata,
         "model_config": vars(candidate.model_config),
+        "task": candidate.task_record,
         "mlflow_run_id": mlflow_run_id,
         "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 3),
@@ -186,30 +190,13 @@ def evaluate_candidate(
 # --- scoring --------------------------------------------------------------------------------------
 
 
-def align_probabilities(probs: np.ndarray, model_classes: list[str], target_classes: list[str]) -> np.ndarray:
-    """Reorder a model's class probabilities into ``target_classes``; classes it never saw get 0."""
-    out = np.zeros((len(probs), len(target_classes)), dtype=np.float64)
-    index = {c: i for i, c in enumerate(model_classes)}
-    for j, name in enumerate(target_classes):
-        if name in index:
-            out[:, j] = probs[:, index[name]]
-    return out
-
-
-def score_export(model: ExportedModel, frame: pd.DataFrame, classes: list[str]) -> np.ndarray:
-    """Probabilities over ``classes`` with the model's own preprocessing statistics."""
-    missing = [
-        c for c in [*model.preprocessing.numeric, *model.preprocessing.categorical] if c not in frame.columns
-    ]
-    if missing:
-        raise DataValidationError(
-            f"the test split lacks feature column(s) {', '.join(missing)} that the model was trained on"
-        )
-    return align_probabilities(model.predict_proba(frame).astype(np.float64), model.classes, classes)
+def score_export(model: ExportedModel, frame: pd.DataFrame, reference: dict[str, Any]) -> np.ndarray:
+    """The model's predictions for every row (its own task and statistics), against the candidate's state."""
+    return np.asarray(model.task.predict(model.model, frame, model.state, reference))
 
 
 def score_champion(
-    tracking_uri: str, config: Config, frame: pd.DataFrame, classes: list[str]
+    tracking_uri: str, config: Config, frame: pd.DataFrame, reference: dict[str, Any]
 ) -> ChampionScore:
     """Find the champion, download its export and score it; a champion that cannot be scored says why."""
     from components.tracking import fetch_champion_files
@@ -225,7 +212,7 @@ def score_champion(
             )
         try:
             champion = load_model_export(path)
-            probs = score_export(champion, frame, classes)
+            probs = score_export(champion, frame, reference)
         except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
             return ChampionScore(
                 found.version, error=f"champion version {found.version} cannot score the current test split: {err}"

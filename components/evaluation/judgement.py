@@ -16,14 +16,16 @@ import pandas as pd
 from components.config import Config
 from components.errors import UserError
 from components.evaluation.blessing import (
+    CLASSIFICATION,
     Check,
     Evidence,
+    Scorer,
     collect_evidence,
     interval_checks,
     judge,
     slice_rules,
 )
-from components.evaluation.metrics import compute_metrics, prior_probabilities
+from components.evaluation.metrics import prior_probabilities
 
 MISSING_SLICE = "<missing>"
 
@@ -46,15 +48,26 @@ def judge_candidate(
     config: Config,
     frame: pd.DataFrame,
     numeric_columns: list[str],
+    *,
+    scorer: Scorer | None = None,
+    baseline: np.ndarray | None = None,
 ) -> Judgement:
-    """Paired evidence of candidate vs champion vs the prior predictor, judged by ``config.evaluate``."""
+    """Paired evidence of candidate vs champion vs the trivial predictor, judged by ``config.evaluate``.
+
+    ``scorer`` computes and resamples the metrics (the task; by default class-probability metrics) and
+    ``baseline`` holds the trivial predictor's predictions (by default the class prior); with a scorer
+    and no baseline, "baseline" value rules have nothing to compare with and fail."""
     ev = config.evaluate
-    baseline = prior_probabilities(y, p_candidate.shape[1])
+    scorer = scorer or CLASSIFICATION
+    if baseline is None and scorer is CLASSIFICATION:
+        baseline = prior_probabilities(y, p_candidate.shape[1])
     evidence = collect_evidence(
-        y, p_candidate, p_champion, baseline, samples=ev.bootstrap_samples, seed=ev.seed, confidence=ev.confidence
+        y, p_candidate, p_champion, baseline, samples=ev.bootstrap_samples, seed=ev.seed, confidence=ev.confidence,
+        scorer=scorer,
     )
     checks = judge(ev.thresholds, evidence)
-    slices, slice_checks = evaluate_slices(frame, y, p_candidate, p_champion, config, numeric_columns)
+    slices, slice_checks = evaluate_slices(frame, y, p_candidate, p_champion, config, numeric_columns,
+                                           scorer=scorer, baseline=baseline)
     # A first model under change-only rules meets no rule at all: that is not a blessing either.
     applied = bool(checks)
     passed = bool(ev.thresholds) and applied and all(c.passed for c in checks + slice_checks)
@@ -86,6 +99,9 @@ def evaluate_slices(
     champion: np.ndarray | None,
     config: Config,
     numeric_columns: list[str],
+    *,
+    scorer: Scorer | None = None,
+    baseline: np.ndarray | None = None,
 ) -> tuple[list[dict[str, Any]], list[Check]]:
     """Per-slice metrics for every configured column, and the slice checks, each on its own paired interval.
 
@@ -95,7 +111,9 @@ def evaluate_slices(
     """
     ev = config.evaluate
     rules = slice_rules(ev.thresholds, ev.slice_thresholds)
-    baseline = prior_probabilities(y, candidate.shape[1])  # the same constant predictor as overall
+    scorer = scorer or CLASSIFICATION
+    if baseline is None and scorer is CLASSIFICATION:
+        baseline = prior_probabilities(y, candidate.shape[1])  # the same constant predictor as overall
     groups = []
     for column in ev.slices:
         labels = slice_labels(frame, column, column in numeric_columns).to_numpy()
@@ -107,14 +125,15 @@ def evaluate_slices(
     rows, checks = [], []
     for i, (column, value, mask, judged) in enumerate(groups):
         name = f"{column}={value}"
-        cand = compute_metrics(y[mask], candidate[mask])
-        champ = compute_metrics(y[mask], champion[mask]) if champion is not None else None
+        cand = scorer.compute_metrics(y[mask], candidate[mask])
+        champ = scorer.compute_metrics(y[mask], champion[mask]) if champion is not None else None
         slice_checks: list[Check] = []
         evidence: dict[str, Evidence] = {}
         if judged and rules:
             evidence = collect_evidence(
-                y[mask], candidate[mask], champion[mask] if champion is not None else None, baseline[mask],
-                samples=ev.bootstrap_samples, seed=ev.seed + 1 + i, confidence=level, normal=True,
+                y[mask], candidate[mask], champion[mask] if champion is not None else None,
+                baseline[mask] if baseline is not None else None,
+                samples=ev.bootstrap_samples, seed=ev.seed + 1 + i, confidence=level, normal=True, scorer=scorer,
             )
             slice_checks = judge(rules, evidence, where=name)
         checks.extend(slice_checks)

@@ -1,7 +1,8 @@
-"""The single-file model export: weights, model config, input spec, preprocessing and class names.
+"""The single-file model export: weights, the task that built the model, its config and train-split statistics.
 
 Everything in the file is a plain container of str/int/float/bool/list/dict and tensors, so it loads
-with ``torch.load(weights_only=True)``: reading a model never executes code from the file.
+with ``torch.load(weights_only=True)``: reading a model never executes code from the file. Loading does
+import the task's module (``task.entrypoint``) to rebuild the network, as every step does.
 """
 
 from __future__ import annotations
@@ -12,52 +13,59 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import numpy as np  # noqa: F401  (the annotation below)
 import pandas as pd
 import torch
 from torch import nn
 
-from components.config import ModelConfig
-from components.data.snapshot import Preprocessing, encode_features
-from components.models.tabular import InputSpec, build_model
+from components.config import Config, ModelConfig
+from components.data.snapshot import Preprocessing
+from components.tasks import Task, load_task
+from components.tasks.registry import DEFAULT_TASK
 
 EXPORT_FORMAT = "ctpipe.model/v1"
 
 
 @dataclass
 class ExportedModel:
-    """A model loaded from an export, ready to score frames."""
+    """A model loaded from an export, with its task and the statistics it was trained with."""
 
     model: nn.Module
     model_config: ModelConfig
-    spec: InputSpec
-    preprocessing: Preprocessing
+    task: Task
+    state: dict[str, Any]
     metadata: dict[str, Any]
+    task_record: dict[str, Any]
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """The tabular task's statistics."""
+        return Preprocessing.from_dict(self.state)
+
+    @preprocessing.setter
+    def preprocessing(self, prep: Preprocessing) -> None:
+        self.state = {**self.state, **prep.to_dict()}
 
     @property
     def classes(self) -> list[str]:
-        return self.preprocessing.classes
+        return list(self.task.class_names(self.state) or [])
 
-    @torch.no_grad()
-    def predict_proba(self, frame: pd.DataFrame, batch_size: int = 8192) -> np.ndarray:
-        """Class probabilities for every row, preprocessed with this model's own statistics."""
+    def serve(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """What the registered pyfunc returns for these raw rows (the task's ``serve``)."""
         self.model.eval()
-        x_num, x_cat = encode_features(frame, self.preprocessing)
-        out = []
-        for start in range(0, len(frame), batch_size):
-            logits = self.model(
-                torch.from_numpy(x_num[start : start + batch_size]), torch.from_numpy(x_cat[start : start + batch_size])
-            )
-            out.append(torch.softmax(logits.float(), dim=1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, len(self.classes)), dtype=np.float32)
+        return self.task.serve(self.model, frame, self.state)
+
+    def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
+        """The served output as an array: class probabilities in this model's own class order for a classifier."""
+        return self.serve(frame).to_numpy()
 
 
 def save_model_export(
     path: str | Path,
     state_dict: dict[str, torch.Tensor],
     model_config: ModelConfig,
-    spec: InputSpec,
-    preprocessing: Preprocessing,
+    task_record: dict[str, Any],
+    state: dict[str, Any],
     metadata: dict[str, Any] | None = None,
 ) -> str:
     """Write the export atomically and return its SHA-256."""
@@ -65,8 +73,9 @@ def save_model_export(
         "format": EXPORT_FORMAT,
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in state_dict.items()},
         "model_config": asdict(model_config),
-        "input_spec": asdict(spec),
-        "preprocessing": preprocessing.to_dict(),
+        "task": dict(task_record),
+        # The task's train-split statistics (for the tabular task: the preprocessing).
+        "preprocessing": state,
         "metadata": dict(metadata or {}),
     }
     target = Path(path)
@@ -77,14 +86,21 @@ def save_model_export(
     return hashlib.sha256(target.read_bytes()).hexdigest()
 
 
+def build_exported_network(task: Task, model_config: ModelConfig, state: dict[str, Any]) -> nn.Module:
+    """The task's network for this model config and state (the task may also read its own options)."""
+    return task.build_model(Config(model=model_config), state)
+
+
 def load_model_export(path: str | Path) -> ExportedModel:
     """Load an export safely (weights_only) and rebuild the model in eval mode, fp32, on CPU."""
     payload = torch.load(Path(path), map_location="cpu", weights_only=True)
     if payload.get("format") != EXPORT_FORMAT:
         raise ValueError(f"'{path}' is not a ctpipe model export (format {payload.get('format')!r})")
     cfg = ModelConfig(**payload["model_config"])
-    spec = InputSpec(**payload["input_spec"])
-    model = build_model(cfg, spec)
+    record = payload.get("task") or {"name": DEFAULT_TASK, "entrypoint": None, "options": {}}
+    task = load_task(record)
+    state = payload["preprocessing"]
+    model = build_exported_network(task, cfg, state)
     model.load_state_dict(payload["state_dict"])
     model.float().eval()
-    return ExportedModel(model, cfg, spec, Preprocessing.from_dict(payload["preprocessing"]), payload["metadata"])
+    return ExportedModel(model, cfg, task, state, payload["metadata"], record)

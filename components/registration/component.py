@@ -28,9 +28,10 @@ def register(
 
     from components.config import Config
     from components.kfp_support import step_status
-    from components.registration.register import register_candidate
 
     with step_status("register") as record:
+        # Imported inside the step, so its record counts the import time (components/kfp_support.py).
+        from components.registration.register import register_candidate
         result = register_candidate(
             model.path,
             snapshot.path,

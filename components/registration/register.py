@@ -198,11 +198,9 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
     frame = snapshot.frame("test")
     if frame.empty:
         frame = snapshot.frame("train")
-    example = frame[snapshot.schema.features].head(5).reset_index(drop=True)
+    example = frame[snapshot.schema.all_features].head(5).reset_index(drop=True)
     exported = load_model_export(model_file)
-    import pandas as pd
-
-    output = pd.DataFrame(exported.predict_proba(example), columns=list(exported.classes))
+    output = exported.serve(example)
     target = out_dir / PYFUNC_ARTIFACT_PATH
     mlflow.pyfunc.save_model(
         path=str(target),

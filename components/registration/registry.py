@@ -1,10 +1,6 @@
-"""Safe operations on the MLflow model registry: a promotion lock, compare-and-set, champion history.
+"""Safe operations on the MLflow model registry: compare-and-set promotions, rollback, champion history.
 
-MLflow has no compare-and-set on aliases, so promotions take a lock first. The lock is a registered
-model named ``<model>--promotion-lock``: the registry refuses to create a name that exists (a unique
-key in its database), which makes creation an atomic test-and-set that works the same over SQLite
-and over an MLflow server. A lock whose holder crashed expires after ``lock_ttl_seconds``.
-
+Every alias move happens under the promotion lock (``lock.py``) and re-checks what it compares against.
 Champion history is a stack of versions kept as a tag on the registered model; automatic and manual
 promotions push, rollback pops. Each promotion is also recorded on the version itself.
 """
@@ -13,22 +9,22 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from components.config import RegistryConfig
 from components.errors import UserError
-from components.tracking import RetryPolicy  # also sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
+from components.registration.lock import PromotionLock
+from components.tracking import (  # also sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
+    RetryPolicy,
+    error_code,
+)
 
 T = TypeVar("T")
 
-LOCK_SUFFIX = "--promotion-lock"
 STACK_TAG = "ctpipe.champion_stack"
 HISTORY_TAG = "ctpipe.champion_history"
 COMPLETE_TAG = "ctpipe.registration"  # "complete" on every version ctpipe created
@@ -48,14 +44,6 @@ def fault_point(name: str) -> None:
     """Die here, abruptly, when the test-only fault names this point (see REGISTRATION_FAULT_ENV)."""
     if os.environ.get(REGISTRATION_FAULT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-class RegistryBusyError(RuntimeError):
-    """The promotion lock stayed taken longer than we were willing to wait."""
-
-
-def _error_code(err: BaseException) -> str:
-    return str(getattr(err, "error_code", "") or "")
 
 
 def _now_iso() -> str:
@@ -82,7 +70,7 @@ class Registry:
         self.config = config
         self.name = config.model_name
         self.client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-        self._token: str | None = None  # the promotion lock's token while we hold it
+        self.lock = PromotionLock(self.client, self.name, config, self.call)
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -101,7 +89,7 @@ class Registry:
                     description="Tabular classifier trained by the ctpipe continuous-training pipeline.",
                 )
             except MlflowException as err:
-                if _error_code(err) != "RESOURCE_ALREADY_EXISTS":
+                if error_code(err) != "RESOURCE_ALREADY_EXISTS":
                     raise
 
         self.call(create, f"create registered model '{self.name}'")
@@ -114,7 +102,7 @@ class Registry:
             try:
                 model = self.client.get_registered_model(self.name)
             except MlflowException as err:
-                if _error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
                     return {}
                 raise
             return {alias: str(version) for alias, version in (model.aliases or {}).items()}
@@ -131,7 +119,7 @@ class Registry:
             try:
                 return dict(self.client.get_registered_model(self.name).tags or {})
             except MlflowException as err:
-                if _error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
                     return {}
                 raise
 
@@ -151,7 +139,7 @@ class Registry:
             try:
                 return self.client.get_model_version(self.name, text)
             except MlflowException as err:
-                if _error_code(err) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                if error_code(err) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                     return None
                 raise
 
@@ -186,89 +174,15 @@ class Registry:
         matches = [v for v in found if (v.tags or {}).get(KEY_TAG) == key]
         return min(matches, key=lambda v: int(v.version)) if matches else None
 
-    # --- the lock --------------------------------------------------------------------------------
+    # --- the lock (lock.py) ------------------------------------------------------------------------
 
     @property
     def lock_name(self) -> str:
-        return f"{self.name}{LOCK_SUFFIX}"
+        return self.lock.name
 
-    def _try_lock(self, token: str) -> bool:
-        from mlflow.exceptions import MlflowException
-
-        expires = time.time() + self.config.lock_ttl_seconds
-        try:
-            self.client.create_registered_model(
-                self.lock_name,
-                tags={"ctpipe.lock_owner": token, "ctpipe.lock_expires_at": f"{expires:.3f}"},
-                description=f"Held while ctpipe changes the aliases of '{self.name}'; deleted when done.",
-            )
-            return True
-        except MlflowException as err:
-            if _error_code(err) != "RESOURCE_ALREADY_EXISTS":
-                raise
-        owner, expires_at = self._lock_state()
-        if owner == token:
-            return True  # our create succeeded but its response was lost; the retry sees our own lock
-        if owner is not None and expires_at < time.time():
-            # Re-read right before deleting so we only break the lock we judged stale.
-            if self._lock_state()[0] == owner:
-                try:
-                    self.client.delete_registered_model(self.lock_name)
-                except MlflowException:
-                    pass  # someone else broke or released it first
-        return False
-
-    def _lock_state(self) -> tuple[str | None, float]:
-        """(owner token, expiry epoch) of the lock, or (None, 0) when nobody holds it."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            held = self.client.get_registered_model(self.lock_name)
-        except MlflowException as err:
-            if _error_code(err) == "RESOURCE_DOES_NOT_EXIST":
-                return None, 0.0
-            raise
-        tags = held.tags or {}
-        return tags.get("ctpipe.lock_owner"), float(tags.get("ctpipe.lock_expires_at", "0") or 0)
-
-    def _assert_lock_held(self) -> None:
-        """Fencing: refuse to move an alias if our lock expired and someone else took it."""
-        owner, _ = self.call(self._lock_state, "check the promotion lock")
-        if self._token is None or owner != self._token:
-            raise RegistryBusyError(
-                f"lost the promotion lock '{self.lock_name}' (held longer than registry.lock_ttl_seconds="
-                f"{self.config.lock_ttl_seconds:.0f}s, probably while MLflow was slow); no alias was moved. "
-                "Run the step again."
-            )
-
-    def _unlock(self, token: str) -> None:
-        from mlflow.exceptions import MlflowException
-
-        try:
-            held = self.client.get_registered_model(self.lock_name)
-        except MlflowException:
-            return
-        if (held.tags or {}).get("ctpipe.lock_owner") == token:
-            self.client.delete_registered_model(self.lock_name)
-
-    @contextmanager
-    def locked(self, wait_seconds: float = 120.0) -> Iterator[None]:
-        """Hold the promotion lock inside the block."""
-        token = uuid.uuid4().hex
-        deadline = time.monotonic() + wait_seconds
-        while not self.call(lambda: self._try_lock(token), f"take the promotion lock of '{self.name}'"):
-            if time.monotonic() > deadline:
-                raise RegistryBusyError(
-                    f"the promotion lock '{self.lock_name}' stayed taken for {wait_seconds:.0f}s; another ctpipe "
-                    f"process is changing aliases. If none is, delete that registered model in MLflow and retry."
-                )
-            time.sleep(random.uniform(0.05, 0.3))
-        self._token = token
-        try:
-            yield
-        finally:
-            self._token = None
-            self.call(lambda: self._unlock(token), f"release the promotion lock of '{self.name}'")
+    def locked(self, wait_seconds: float = 120.0):
+        """Hold the promotion lock inside the block (see ``PromotionLock``)."""
+        return self.lock.held(wait_seconds)
 
     # --- champion history ------------------------------------------------------------------------
 
@@ -307,7 +221,7 @@ class Registry:
             "ctpipe.promoted_by": by,
             "ctpipe.promotion_reason": reason,
         }
-        self._assert_lock_held()
+        self.lock.assert_held()
         # Record on the version first: if we die between the calls the alias never points at an unrecorded promotion.
         for key, value in tags.items():
             self.call(

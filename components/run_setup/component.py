@@ -20,9 +20,10 @@ def prepare_run(
     from collections import namedtuple
 
     from components.kfp_support import step_status
-    from components.run_setup.prepare import prepare_run as prepare
 
     with step_status("prepare_run") as record:
+        # Imported inside the step, so its record counts the import time (components/kfp_support.py).
+        from components.run_setup.prepare import prepare_run as prepare
         prepared = prepare(
             config_json,
             config_overrides,
@@ -31,5 +32,6 @@ def prepare_run(
             trigger=trigger,
             data_uri=data_uri,
         )
+        record.setup_seconds = prepared.mlflow_setup_seconds
         record.result = {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": pipeline_run_id}
     return namedtuple("PreparedRun", ["config_json", "mlflow_run_id"])(prepared.config_json, prepared.mlflow_run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from dataclasses import dataclass
 
 from components.config import TRIGGERS, Config, apply_override, merge_values
@@ -13,6 +14,9 @@ from components.errors import ConfigError
 class PreparedRun:
     config_json: str
     mlflow_run_id: str
+    # Opening the experiment and the run, imports excluded: on a new local home this creates the MLflow
+    # database with all its migrations (orchestration, not the step's work: components/kfp_support.py).
+    mlflow_setup_seconds: float = 0.0
 
 
 def resolve_config(config_json: str, overrides: str) -> Config:
@@ -46,6 +50,10 @@ def prepare_run(
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     config = resolve_config(config_json, overrides)
+    from components.tasks import load_task
+
+    load_task(config.task)  # the first step of a run: a missing or incomplete task stops it here
+    from components.timing import import_clock
     from components.tracking import (
         RetryPolicy,
         bounded_mlflow_http,
@@ -56,7 +64,9 @@ def prepare_run(
 
     policy = RetryPolicy.of(config.registry)
     tags = {"ctpipe.trigger": trigger, "ctpipe.data_uri": data_uri, "ctpipe.git_commit": git_commit()}
-    with bounded_mlflow_http():
+    started = time.perf_counter()
+    # The first step, alone: it creates a new local SQLite database before any other step writes to it.
+    with bounded_mlflow_http(), import_clock() as imports:
         experiment_id = policy.call(lambda: ensure_experiment(tracking_uri, config.registry.experiment),
                                     f"open experiment '{config.registry.experiment}'")
         # Search before create on every attempt: a create whose response was lost may have succeeded.
@@ -65,6 +75,7 @@ def prepare_run(
                                        key=pipeline_run_id, run_name=f"ctpipe-{pipeline_run_id}", tags=tags),
             f"open the MLflow run of pipeline run {pipeline_run_id}",
         )
+    setup_seconds = time.perf_counter() - started - imports.seconds
     if created:
         log_step(tracking_uri, run_id, "prepare_run", documents={"config/config.json": config.to_dict()}, retry=policy)
-    return PreparedRun(config_json=config.to_json(), mlflow_run_id=run_id)
+    return PreparedRun(config_json=config.to_json(), mlflow_run_id=run_id, mlflow_setup_seconds=setup_seconds)

@@ -2,10 +2,10 @@
 
 They follow the seed guides' "trustworthy skeleton" advice and fail the run on a hard failure:
 
-* ``init_loss_uniform``: with the output layer initialised to a uniform prior the loss at init is
-  ln C = -log(1/C) for C classes (torch's default init is reported as ``init_loss_default``);
-* ``init_loss_prior``: with the head bias set to the log class prior (``init_output_bias``, which the
-  trainer uses), the loss at init is the label entropy H(prior) of the sample;
+* the task's ``init_losses`` (``Task.init_losses``), e.g. for classification ``init_loss_uniform``: with
+  the output layer initialised to a uniform prior the loss at init is ln C = -log(1/C) for C classes
+  (torch's default init is reported as ``init_loss_default``); ``init_loss_prior``: with the head bias
+  set to the log class prior (which the trainer uses), the loss at init is the label entropy H(prior);
 * ``input_dependence``: the output changes with the input;
 * ``gradients_flow``: every trainable parameter gets a non-zero, finite gradient at init;
 * ``batch_independence`` (eval mode) and ``batch_independence_train_mode``: no row's output depends on
@@ -20,6 +20,7 @@ They follow the seed guides' "trustworthy skeleton" advice and fail the run on a
 Every training here is the trainer's own optimizer step (``short_training.run_steps``: AdamW, the
 warmup + cosine schedule, clipping, accumulation) on one process, so a bug there is gated too.
 ``check_model`` runs them all; ``gate.run_sanity_checks`` is the step around it (sample, dump, report).
+Models are called ``model(*inputs)`` on the task's examples; examples are indexed along dimension 0.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from components.sanity.sample import SanityData
 from components.sanity.short_training import (
     LossFn,
     StepTracker,
-    class_prior,
     eval_logits,
     eval_loss,
     row_losses,
@@ -50,17 +50,15 @@ INDEPENDENCE_ROWS = 8
 INDEPENDENCE_TOL = 1e-6
 INPUT_DEPENDENCE_MIN = 1e-6
 GRADIENT_ROWS = 64
-# Torch's default init leaves logits with a spread of their own: a loose bound, and a warning only.
-DEFAULT_INIT_TOLERANCE = 0.25
 
 
-def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, *, loss_fn: LossFn | None = None) -> list[CheckResult]:
-    """Run every model check with fresh models from ``factory`` (each seeded) and ``loss_fn``."""
-    import torch
-
-    loss_fn = loss_fn or torch.nn.functional.cross_entropy
+def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task: Any, *,
+                loss_fn: LossFn | None = None) -> list[CheckResult]:
+    """Run every model check with fresh models from ``factory`` (each seeded), the task and ``loss_fn``
+    (None: the task's own loss)."""
     tracker = StepTracker()
     timed: list[CheckResult] = []
+    ctx = _Context(factory, data, task, loss_fn or task.loss, loss_fn)
 
     def timed_run(fn, *args):
         start = time.perf_counter()
@@ -70,72 +68,73 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, *, lo
             item.seconds = (time.perf_counter() - start) / len(items)
         timed.extend(items)
 
-    timed_run(check_init_loss, factory, data, loss_fn, cfg.sanity.init_loss_tolerance)
-    timed_run(check_input_dependence, factory, data)
-    timed_run(check_gradients_flow, factory, data, loss_fn)
-    timed_run(check_batch_independence, factory, data)
-    timed_run(check_overfit_one_batch, factory, data, loss_fn, cfg, tracker)
-    timed_run(check_short_training, factory, data, loss_fn, cfg, tracker)
+    timed_run(check_init_loss, ctx, cfg.sanity.init_loss_tolerance)
+    timed_run(check_input_dependence, ctx)
+    timed_run(check_gradients_flow, ctx)
+    timed_run(check_batch_independence, ctx)
+    timed_run(task_checks, ctx)
+    timed_run(check_overfit_one_batch, ctx, cfg, tracker)
+    timed_run(check_short_training, ctx, cfg, tracker)
     timed.append(check_finite(tracker))
     return timed
+
+
+def task_checks(ctx: _Context) -> list[CheckResult]:
+    """The task's own checks (``Task.extra_checks``), e.g. causality and next-token targets for a language model."""
+    return list(ctx.task.extra_checks(ctx.factory, ctx.data.train, ctx.data.state))
+
+
+class _Context:
+    """What every check needs: fresh models, the sample, the task, the training loss and the per-row loss."""
+
+    def __init__(self, factory, data: SanityData, task, loss_fn, custom_loss) -> None:
+        self.factory, self.data, self.task, self.loss_fn, self.custom_loss = factory, data, task, loss_fn, custom_loss
+
+    def trained_init(self):
+        """A fresh model initialised as the trainer does it, on the train sample's targets."""
+        return trainer_init(self.factory(), self.task, self.data.state, self.data.train.targets)
+
+    def row_losses(self, model, batch):
+        return row_losses(model, self.task, batch, self.custom_loss)
 
 
 # --- the checks, in the order check_model runs them ------------------------------------------------
 
 
-def check_init_loss(factory, data: SanityData, loss_fn, tol: float) -> list[CheckResult]:
-    """Loss at init: ln C with a uniform output layer, H(prior) with the prior bias, and the raw default init.
+def check_init_loss(ctx: _Context, tol: float) -> list[CheckResult]:
+    """The task's expected losses at initialisation (``Task.init_losses``), each on a fresh model.
 
-    The head is initialised as the trainer does (``init_output_bias``: small weights, bias = log prior).
-    With a uniform prior the output is uniform and the loss must be ln C = -log(1/C); with the label
-    prior it must be the label entropy. Torch's default init (which the trainer does not use) is
-    reported as a warning: its logits have a spread of their own, so its loss sits above ln C.
+    For classification: ln C with a uniform output layer, H(prior) with the prior bias (the trainer's
+    initialisation), and torch's raw default init as a warning (its logits have a spread of their own).
     """
-    import torch
-
-    c = data.n_classes
-    ln_c = math.log(c)
-    bound = tol * ln_c
-    prior = class_prior(data.y, c)
-    entropy = float(-(prior[prior > 0] * prior[prior > 0].log()).sum())
     out = []
-    model = factory()
-    loss = eval_loss(model, loss_fn, data.x_num, data.x_cat, data.y)
-    ok = abs(loss - ln_c) <= DEFAULT_INIT_TOLERANCE * ln_c
-    out.append(CheckResult(
-        "init_loss_default", ok, loss, f"abs(loss - ln C) <= {DEFAULT_INIT_TOLERANCE * ln_c:.4f} (ln {c} = {ln_c:.4f})",
-        f"loss at init {loss:.4f} vs ln {c} = {ln_c:.4f} with torch's default initialisation (reported only: "
-        "the trainer initialises the head itself)", severity="warning"))
-    if not hasattr(model, "head"):
-        return out
-    for name, target_prior, target, label in (
-        ("init_loss_uniform", torch.full((c,), 1.0 / c), ln_c, f"ln {c} = {ln_c:.4f}"),
-        ("init_loss_prior", prior.float(), entropy, f"the label entropy H = {entropy:.4f}"),
-    ):
-        model = trainer_init(factory(), target_prior)
-        loss = eval_loss(model, loss_fn, data.x_num, data.x_cat, data.y)
-        ok = abs(loss - target) <= bound
-        which = "a uniform" if name == "init_loss_uniform" else "the class"
+    for case in ctx.task.init_losses(ctx.data.train.targets, ctx.data.state, tol):
+        model = ctx.factory()
+        if not case.applies(model):
+            continue
+        case.initialise(model)
+        loss = eval_loss(model, ctx.loss_fn, ctx.data.train)
+        ok = abs(loss - case.expected) <= case.tolerance
         out.append(CheckResult(
-            name, ok, loss, f"abs(loss - {target:.4f}) <= {bound:.4f}",
-            f"loss at init {loss:.4f} vs {label} with the head bias set to {which} prior"
-            + ("" if ok else "; the loss at init is not what the initial output implies: check that the loss takes "
-               "logits (not probabilities), that labels are class indices, and the model's output layer")))
+            case.name, ok, loss, f"abs(loss - {case.expected:.4f}) <= {case.tolerance:.4f}",
+            f"loss at init {loss:.4f} vs {case.what}" + ("" if ok or case.severity == "warning" else case.hint),
+            severity=case.severity))
     return out
 
 
-def check_input_dependence(factory, data: SanityData) -> CheckResult:
+def check_input_dependence(ctx: _Context) -> CheckResult:
     """The output at init varies across examples (a model that ignores its input does not)."""
-    logits = eval_logits(factory(), data.x_num[:256], data.x_cat[:256])
+    sample = ctx.data.train.select(slice(0, 256))
+    logits = eval_logits(ctx.factory(), sample.inputs)
     spread = float(logits.std(dim=0).max()) if len(logits) > 1 else 0.0
     ok = spread > INPUT_DEPENDENCE_MIN
     return CheckResult(
         "input_dependence", ok, spread, f"> {INPUT_DEPENDENCE_MIN:g}",
-        f"largest per-class std of the logits across {len(logits)} examples at init is {spread:.3g}"
-        + ("" if ok else "; the output ignores the input: check that forward() uses x_num and x_cat"))
+        f"largest per-output std of the model's output across {len(logits)} examples at init is {spread:.3g}"
+        + ("" if ok else "; the output ignores the input: check that forward() uses its inputs"))
 
 
-def check_gradients_flow(factory, data: SanityData, loss_fn) -> CheckResult:
+def check_gradients_flow(ctx: _Context) -> CheckResult:
     """Every trainable parameter gets a non-zero, finite gradient from the loss at init (trainer's init).
 
     A parameter tensor counts as reached when any of its entries has a non-zero gradient (an embedding
@@ -143,10 +142,10 @@ def check_gradients_flow(factory, data: SanityData, loss_fn) -> CheckResult:
     """
     import torch
 
-    model = trainer_init(factory(), class_prior(data.y, data.n_classes)).train()
-    n = min(GRADIENT_ROWS, len(data.y))
+    model = ctx.trained_init().train()
+    part = ctx.data.train.select(slice(0, GRADIENT_ROWS))
     torch.manual_seed(0)
-    loss_fn(model(data.x_num[:n], data.x_cat[:n]).float(), data.y[:n]).backward()
+    ctx.loss_fn(model(*part.inputs).float(), part.targets).backward()
     trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     norms = [p.grad.detach().float().norm() for _, p in trainable if p.grad is not None]
     norm = float(torch.stack(norms).norm()) if norms else 0.0
@@ -169,23 +168,33 @@ def check_gradients_flow(factory, data: SanityData, loss_fn) -> CheckResult:
     return CheckResult("gradients_flow", ok, reached, "every trainable parameter > 0, norm finite", text)
 
 
-def _gradient_leak(model, x_num, x_cat) -> tuple[float, tuple[int, int]]:
-    """Largest abs(d out_i / d x_j) over rows j != i, and (i, j) where it is: one backward per output row."""
+def _per_example_max(values, example_dim: int = 0):
+    """Largest absolute value of each example's slice (examples along dimension 0)."""
+    return values.abs().reshape(values.shape[0], -1).amax(dim=1) if values[0].numel() else values.new_zeros(len(values))
+
+
+def _gradient_leak(model, inputs: tuple) -> tuple[float, tuple[int, int]]:
+    """Largest abs(d out_i / d x_j) over examples j != i, and (i, j) where it is: one backward per output
+    example, over every floating-point input (integer inputs are covered by the perturbation check)."""
     import torch
 
-    if x_num.shape[1] == 0 or len(x_num) < 2:
+    n = len(inputs[0]) if inputs else 0
+    differentiable = [k for k, x in enumerate(inputs) if x.is_floating_point() and x[0].numel() > 0]
+    if not differentiable or n < 2:
         return 0.0, (0, 0)
-    x = x_num.clone().requires_grad_(True)
+    leaves = [x.clone().requires_grad_(True) if k in differentiable else x for k, x in enumerate(inputs)]
     torch.manual_seed(0)
-    out = model(x, x_cat).float()
+    out = model(*leaves).float()
     if not out.requires_grad:
         return 0.0, (0, 0)
+    targets = [leaves[k] for k in differentiable]
     worst, where = 0.0, (0, 0)
-    for i in range(len(x)):
-        (grad,) = torch.autograd.grad(out[i].sum(), x, retain_graph=True, allow_unused=True)
-        if grad is None:
+    for i in range(n):
+        grads = torch.autograd.grad(out[i].sum(), targets, retain_graph=True, allow_unused=True)
+        found = [_per_example_max(g) for g in grads if g is not None]
+        if not found:
             continue
-        grad = grad.abs().amax(dim=1)
+        grad = torch.stack(found).amax(dim=0)
         grad[i] = 0.0
         j = int(grad.argmax())
         if float(grad[j]) > worst:
@@ -193,22 +202,33 @@ def _gradient_leak(model, x_num, x_cat) -> tuple[float, tuple[int, int]]:
     return worst, where
 
 
-def _perturbation_leak(model, x_num, x_cat) -> tuple[float, tuple[int, int]]:
-    """Largest change of row i's output when only row j's input changes (j in turn, same dropout masks)."""
+def _perturbed(inputs: tuple, j: int) -> tuple:
+    """The inputs with example j changed alone: +1 on float inputs, the next example's values on the others."""
+    out = []
+    for x in inputs:
+        changed = x.clone()
+        if x.is_floating_point():
+            changed[j] += 1.0
+        else:
+            changed[j] = x[(j + 1) % len(x)]
+        out.append(changed)
+    return tuple(out)
+
+
+def _perturbation_leak(model, inputs: tuple) -> tuple[float, tuple[int, int]]:
+    """Largest change of example i's output when only example j's input changes (j in turn, same dropout masks)."""
     import torch
 
-    if len(x_num) < 2:
+    n = len(inputs[0]) if inputs else 0
+    if n < 2:
         return 0.0, (0, 0)
     with torch.no_grad():
         torch.manual_seed(0)
-        base = model(x_num, x_cat).float()
+        base = model(*inputs).float()
         worst, where = 0.0, (0, 0)
-        for j in range(len(x_num)):
-            x_num2, x_cat2 = x_num.clone(), x_cat.clone()
-            x_num2[j] += 1.0
-            x_cat2[j] = x_cat[(j + 1) % len(x_cat)]
+        for j in range(n):
             torch.manual_seed(0)
-            change = (model(x_num2, x_cat2).float() - base).abs().amax(dim=1)
+            change = _per_example_max(model(*_perturbed(inputs, j)).float() - base)
             change[j] = 0.0
             i = int(change.argmax())
             if float(change[i]) > worst:
@@ -216,23 +236,24 @@ def _perturbation_leak(model, x_num, x_cat) -> tuple[float, tuple[int, int]]:
     return worst, where
 
 
-def check_batch_independence(factory, data: SanityData) -> list[CheckResult]:
-    """No row's output depends on another row's input: all pairs of a small batch, in eval and in train mode.
+def check_batch_independence(ctx: _Context) -> list[CheckResult]:
+    """No example's output depends on another example's input: all pairs of a small batch, in eval and in
+    train mode.
 
-    Train mode mixes rows legitimately only through batch normalisation: a model with a BatchNorm
+    Train mode mixes examples legitimately only through batch normalisation: a model with a BatchNorm
     layer gets a warning there instead of an error.
     """
     from torch import nn
 
-    model = trainer_init(factory(), class_prior(data.y, data.n_classes))
-    rows = min(INDEPENDENCE_ROWS, len(data.y))
-    x_num, x_cat = data.x_num[:rows], data.x_cat[:rows]
+    model = ctx.trained_init()
+    sample = ctx.data.train.select(slice(0, INDEPENDENCE_ROWS))
+    rows = len(sample)
     batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     out = []
     for name, train_mode in (("batch_independence", False), ("batch_independence_train_mode", True)):
         model.train(train_mode)
-        grad_leak, (gi, gj) = _gradient_leak(model, x_num, x_cat)
-        change, (pi, pj) = _perturbation_leak(model, x_num, x_cat)
+        grad_leak, (gi, gj) = _gradient_leak(model, sample.inputs)
+        change, (pi, pj) = _perturbation_leak(model, sample.inputs)
         leak = max(grad_leak, change)
         ok = leak <= INDEPENDENCE_TOL
         mode = "train" if train_mode else "eval"
@@ -252,9 +273,13 @@ def check_batch_independence(factory, data: SanityData) -> list[CheckResult]:
 
 
 def overfit_batch_rows(y, size: int):
-    """``size`` rows of the sample taking the classes in turn (rarest first): at least two classes when there are."""
+    """``size`` examples taking the classes in turn (rarest first): at least two classes when there are.
+
+    Targets that are not one class index per example (e.g. token sequences) take the first ``size``."""
     import torch
 
+    if y.dim() != 1 or y.is_floating_point():
+        return torch.arange(min(size, len(y)))
     by_class = [torch.nonzero(y == c).flatten() for c in torch.bincount(y).argsort() if (y == c).any()]
     picked: list[int] = []
     depth = 0
@@ -266,27 +291,35 @@ def overfit_batch_rows(y, size: int):
     return torch.tensor(picked, dtype=torch.long)
 
 
-def check_overfit_one_batch(factory, data: SanityData, loss_fn, cfg: Config, tracker: StepTracker) -> CheckResult:
-    """Memorise ``sanity.overfit_batch_size`` rows of at least two classes: 100% accuracy, loss below the bound."""
+def check_overfit_one_batch(ctx: _Context, cfg: Config, tracker: StepTracker) -> CheckResult:
+    """Memorise ``sanity.overfit_batch_size`` examples (of at least two classes for class targets): loss
+    below the bound and, where the task has an ``accuracy`` metric, 100% of it."""
     s = cfg.sanity
-    model = trainer_init(factory(), class_prior(data.y, data.n_classes))
-    idx = overfit_batch_rows(data.y, s.overfit_batch_size)
-    xb, cb, yb = data.x_num[idx], data.x_cat[idx], data.y[idx]
-    classes = int(len(set(yb.tolist())))
+    model = ctx.trained_init()
+    batch = ctx.data.train.select(overfit_batch_rows(ctx.data.train.targets, s.overfit_batch_size))
+    yb = batch.targets
+    class_targets = yb.dim() == 1 and not yb.is_floating_point()
+    classes = int(len(set(yb.tolist()))) if class_targets else 0
+
+    def scores() -> tuple[float, float | None]:
+        logits = eval_logits(model, batch.inputs)
+        metrics = ctx.task.row_metrics(logits, yb)
+        accuracy = float(metrics["accuracy"].double().mean()) if "accuracy" in metrics else None
+        return float(ctx.loss_fn(logits, yb)), accuracy
 
     def memorised() -> bool:
-        logits = eval_logits(model, xb, cb)
-        return bool((logits.argmax(dim=1) == yb).all()) and float(loss_fn(logits, yb)) < s.overfit_max_loss
+        loss, accuracy = scores()
+        return (accuracy is None or accuracy == 1.0) and loss < s.overfit_max_loss
 
-    steps = run_steps(model, loss_fn, xb, cb, yb, cfg, steps=s.overfit_steps, batch=len(yb), seed=1,
+    steps = run_steps(model, ctx.loss_fn, batch, cfg, steps=s.overfit_steps, batch_size=len(batch), seed=1,
                        tracker=tracker, where="overfit", stop=memorised)
-    logits = eval_logits(model, xb, cb)
-    final = float(loss_fn(logits, yb))
-    accuracy = float((logits.argmax(dim=1) == yb).double().mean())
-    ok = math.isfinite(final) and final < s.overfit_max_loss and accuracy == 1.0 and classes >= 2
-    text = (f"a batch of {len(yb)} rows of {classes} classes after {steps} steps of the trainer's optimizer step: "
-            f"loss {final:.4g}, accuracy {accuracy:.0%}")
-    if classes < 2:
+    final, accuracy = scores()
+    ok = (math.isfinite(final) and final < s.overfit_max_loss and accuracy in (None, 1.0)
+          and (classes >= 2 or not class_targets))
+    what = f"of {classes} classes " if class_targets else ""
+    text = (f"a batch of {len(batch)} rows {what}after {steps} steps of the trainer's optimizer step: "
+            f"loss {final:.4g}" + (f", accuracy {accuracy:.0%}" if accuracy is not None else ""))
+    if class_targets and classes < 2:
         text += "; the sample holds a single class, so memorising it proves nothing: check the label column"
     elif not ok:
         text += ("; the model cannot memorise a handful of examples: check the loss, the learning rate, that "
@@ -295,7 +328,7 @@ def check_overfit_one_batch(factory, data: SanityData, loss_fn, cfg: Config, tra
                        f"< {s.overfit_max_loss} and 100% accuracy within {s.overfit_steps} steps", text)
 
 
-def check_short_training(factory, data: SanityData, loss_fn, cfg: Config, tracker: StepTracker) -> list[CheckResult]:
+def check_short_training(ctx: _Context, cfg: Config, tracker: StepTracker) -> list[CheckResult]:
     """The same short training twice, on the data and on zeroed inputs, each judged by an interval.
 
     ``loss_decreases``: the per-row drop of the train sample's loss, relative to the loss at init, against
@@ -307,26 +340,27 @@ def check_short_training(factory, data: SanityData, loss_fn, cfg: Config, tracke
     """
     import torch
 
+    from components.tasks import Batch
+
     s, t = cfg.sanity, cfg.train
-    prior = class_prior(data.y, data.n_classes)
-    held_out = len(data.val_y) > 1
-    vx, vc, vy = (data.val_x_num, data.val_x_cat, data.val_y) if held_out else (data.x_num, data.x_cat, data.y)
-    variants = {
-        "real": (data.x_num, data.x_cat, data.y),
-        "zeroed": (torch.zeros_like(data.x_num), torch.zeros_like(data.x_cat), data.y),
-    }
+    train = ctx.data.train
+    held_out = len(ctx.data.val) > 1
+    val = ctx.data.val if held_out else train
+
+    def zeroed(batch):
+        return Batch(tuple(torch.zeros_like(x) for x in batch.inputs), batch.targets)
+
+    variants = {"real": train, "zeroed": zeroed(train)}
     rows = {}
-    for name, (xn, xc, y) in variants.items():
-        model = trainer_init(factory(), prior)
+    for name, batch in variants.items():
+        model = ctx.trained_init()
         if name == "real":
-            before = row_losses(model, loss_fn, xn, xc, y)
-        run_steps(model, loss_fn, xn, xc, y, cfg, steps=s.short_train_steps, batch=t.batch_size, seed=2,
+            before = ctx.row_losses(model, batch)
+        run_steps(model, ctx.loss_fn, batch, cfg, steps=s.short_train_steps, batch_size=t.batch_size, seed=2,
                    tracker=tracker, where=f"short training ({name})")
         if name == "real":
-            rows["train_after"] = row_losses(model, loss_fn, xn, xc, y)
-        zero = name == "zeroed"
-        rows[name] = row_losses(model, loss_fn, torch.zeros_like(vx) if zero else vx,
-                                 torch.zeros_like(vc) if zero else vc, vy)
+            rows["train_after"] = ctx.row_losses(model, batch)
+        rows[name] = ctx.row_losses(model, zeroed(val) if name == "zeroed" else val)
     level = f"{s.confidence:.0%}"
     drop = paired_gain(before, rows["train_after"], s.confidence)
     out = [_judged(

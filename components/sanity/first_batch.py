@@ -1,4 +1,4 @@
-"""The first batch as the model sees it: its exact tensors decoded back to column names and values."""
+"""The tabular task's first batch as the model sees it: its exact tensors decoded back to column names and values."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 from components.data.snapshot import Preprocessing
 from components.sanity.report import CheckResult
-from components.sanity.sample import FirstBatch
 
 
-def decode_first_batch(batch: FirstBatch, prep: Preprocessing, label: str) -> dict[str, Any]:
-    """The exact tensors of the first batch, decoded back to column names and values."""
+def decode_first_batch(batch: Any, prep: Preprocessing, label: str) -> dict[str, Any]:
+    """The exact tensors of the tabular task's first batch (``x_num``, ``x_cat``, ``y``, ``drawn``), decoded
+    back to column names and values."""
     n = len(batch.y)
     numeric_cols, cat_cols = list(prep.numeric), list(prep.categorical)
     records = []
@@ -39,8 +39,9 @@ def decode_first_batch(batch: FirstBatch, prep: Preprocessing, label: str) -> di
     }
 
 
-def check_first_batch_roundtrip(dump: dict[str, Any], raw, label: str) -> CheckResult:
-    """Decoded tensors match the raw rows (missing numbers decode to the train mean, by design)."""
+def first_batch_mismatches(dump: dict[str, Any], raw, label: str) -> list[str]:
+    """Where the tabular dump's decoded tensors differ from the raw rows (missing numbers decode to the
+    train mean, by design)."""
     mismatches = []
     for i, rec in enumerate(dump["rows"]):
         row = raw.iloc[i]
@@ -55,6 +56,11 @@ def check_first_batch_roundtrip(dump: dict[str, Any], raw, label: str) -> CheckR
                 mismatches.append(f"row {i} {col}: tensor decodes to {v['decoded']!r}, raw {raw_v!r}")
         if str(row[label]) != rec["label"]["decoded"]:
             mismatches.append(f"row {i} label: tensor decodes to {rec['label']['decoded']!r}, raw {row[label]!r}")
+    return mismatches
+
+
+def check_first_batch_roundtrip(dump: dict[str, Any], mismatches: list[str]) -> CheckResult:
+    """The first batch's tensors decode back to the raw rows (the task's ``batch_mismatches`` found none)."""
     ok = not mismatches
     return CheckResult(
         "first_batch_roundtrip", ok, float(len(mismatches)), "0 mismatches",

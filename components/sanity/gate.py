@@ -15,7 +15,7 @@ from components.config import Config
 from components.data.snapshot import load_snapshot
 from components.errors import SanityCheckError
 from components.sanity.checks import check_model
-from components.sanity.first_batch import check_first_batch_roundtrip, decode_first_batch
+from components.sanity.first_batch import check_first_batch_roundtrip
 from components.sanity.report import SanityResult, failure_message, log_to_mlflow, render_report, write_text
 from components.sanity.sample import load_sanity_data
 from components.sanity.short_training import LossFn
@@ -42,15 +42,14 @@ def run_sanity_checks(
         return result
     import torch
 
-    from components.models.tabular import InputSpec, build_model
+    from components.tasks import load_task
 
+    task = load_task(config.task)
     snapshot = load_snapshot(snapshot_dir)
-    data = load_sanity_data(snapshot, config)
-    prep = snapshot.preprocessing
-    spec = InputSpec(n_numeric=len(prep.numeric), cardinalities=prep.cardinalities, n_classes=len(prep.classes))
+    data = load_sanity_data(snapshot, config, task)
 
     def default_factory():
-        return build_model(config.model, spec)
+        return task.build_model(config, snapshot.state)
 
     build = model_factory or default_factory
 
@@ -58,14 +57,16 @@ def run_sanity_checks(
         torch.manual_seed(config.train.seed)  # every check starts from the same initial weights
         return build()
 
-    dump = decode_first_batch(data.first_batch, prep, snapshot.schema.label)
-    write_text(first_batch_path, json.dumps(dump, indent=1))
-    checks = [check_first_batch_roundtrip(dump, data.first_batch.raw, snapshot.schema.label)]
+    first = data.first_batch
+    described = task.describe_batch(first.examples, first.raw, snapshot.state, snapshot.schema)
+    dump = {"drawn": first.drawn, **{k: v for k, v in described.items() if k != "drawn"}}
+    write_text(first_batch_path, json.dumps(dump, indent=1, default=str))
+    checks = [check_first_batch_roundtrip(dump, task.batch_mismatches(dump, first.raw, snapshot.schema))]
     # Tiny models: one thread is as fast, and far faster when the CPU is shared (2 threads spin-wait).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        checks += check_model(seeded_factory, data, config, loss_fn=loss_fn)
+        checks += check_model(seeded_factory, data, config, task, loss_fn=loss_fn)
     finally:
         torch.set_num_threads(threads)
     result = SanityResult(checks=checks, seconds=time.perf_counter() - started, sample=data.drawn)

@@ -111,7 +111,8 @@ DIAGNOSIS_ORDER = ("finite", "gradients_flow", "input_dependence", "batch_indepe
 def failure_message(result: SanityResult, report_path: str) -> str:
     """One paragraph: the most specific failed check in full, then the others by name and figure."""
     rank = {name: i for i, name in enumerate(DIAGNOSIS_ORDER)}
-    failed = sorted(result.failures, key=lambda c: rank.get(c.name, len(rank)))
+    # A task's own checks (Task.extra_checks, e.g. causality) are the most specific diagnosis: named first.
+    failed = sorted(result.failures, key=lambda c: rank.get(c.name, -1))
     first = failed[0]
     value = "n/a" if first.value is None else f"{first.value:.4g}"
     text = (f"sanity check '{first.name}' failed before training, so the run stops here: {first.name}: "

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from components.config import Config
-from components.data.snapshot import Snapshot, encode_features, encode_labels, label_text
-from components.data.split_files import read_column, take_rows
+from components.data.snapshot import Snapshot
+from components.data.split_files import take_rows
 
 SAMPLE_SEED = 0
 FIRST_BATCH_ROWS = 16
@@ -27,28 +27,22 @@ HELD_OUT_FACTOR = 4
 
 @dataclass
 class FirstBatch:
-    """The trainer's first batch on rank 0: its raw rows, the tensors made from them, and how it was drawn."""
+    """The trainer's first batch on rank 0: its raw rows, the examples the task made from them, how it was drawn."""
 
     raw: Any
-    x_num: Any
-    x_cat: Any
-    y: Any
+    examples: Any  # a tasks.Batch
     drawn: str
 
 
 @dataclass
 class SanityData:
-    """Encoded tensors of a train sample and a held-out sample (other train rows and val), plus what decodes them."""
+    """The task's examples of a train sample and a held-out sample (other train rows and val), and its state."""
 
-    x_num: Any
-    x_cat: Any
-    y: Any
-    val_x_num: Any
-    val_x_cat: Any
-    val_y: Any
-    n_classes: int
+    train: Any  # a tasks.Batch
+    val: Any  # a tasks.Batch
+    state: dict[str, Any]
     first_batch: FirstBatch
-    # How the samples were drawn, for the report: rows per class in each.
+    # How the samples were drawn, for the report: rows per stratum in each.
     drawn: str = ""
 
 
@@ -87,44 +81,51 @@ def class_floor(rows: int, n_classes: int) -> int:
     return max(1, rows // (4 * max(n_classes, 1)))
 
 
-def _counts(y, classes: list[str]) -> str:
-    counts = np.bincount(np.asarray(y), minlength=len(classes))
-    return ", ".join(f"{c} {int(n)}" for c, n in zip(classes, counts, strict=True))
+def _counts(strata: pd.Series | None) -> str:
+    if strata is None:
+        return "not stratified"
+    counts = strata.astype(str).value_counts().sort_index()
+    return ", ".join(f"{c} {int(n)}" for c, n in counts.items())
 
 
-def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED) -> SanityData:
-    """Stratified samples of the train and val splits, encoded exactly as training encodes them."""
-    import torch
+def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = SAMPLE_SEED) -> SanityData:
+    """Samples of the train and val splits (stratified by ``task.strata``), encoded exactly as training does.
 
+    The splits are read a record batch at a time for the strata; only the sampled rows are read whole.
+    """
     from components.training.data import first_batch_indices
 
-    prep = snapshot.preprocessing
-    label = snapshot.schema.label
-    # Only the label column of the splits is read whole; the sampled rows are read by row group.
+    schema, state = snapshot.schema, snapshot.state
     train_path, val_path = snapshot.root / "train.parquet", snapshot.root / "val.parquet"
-    train_labels = read_column(train_path, label)
-    n_train = len(train_labels)
     rows = cfg.sanity.sample_rows
-    floor = class_floor(rows, len(prep.classes))
-    # The models train on at most half of each class's train rows; the other half and the val split
+
+    def strata_of(split: str) -> tuple[pd.Series, bool]:
+        """Each row's stratum in ``split`` (0 throughout when the task does not stratify), and whether it does."""
+        parts, stratified = [], True
+        for frame in snapshot.batches(split):
+            found = task.strata(frame, schema)
+            stratified = stratified and found is not None
+            parts.append(pd.Series(0, index=frame.index) if found is None else found)
+        return (pd.concat(parts, ignore_index=True) if parts else pd.Series([], dtype=object)), stratified
+
+    train_strata, stratified = strata_of("train")
+    n_train = len(train_strata)
+    n_strata = int(train_strata.astype(str).nunique())
+    floor = class_floor(rows, n_strata)
+    # The models train on at most half of each stratum's train rows; the other half and the val split
     # are their held-out rows, so a rare class is present on both sides.
-    labels = label_text(train_labels)
+    labels = train_strata.astype(str)
     half = (labels.value_counts().reindex(sorted(labels.unique())).to_numpy() + 1) // 2
-    picked = stratified_rows(train_labels, rows, seed=seed, floor=floor, cap=half)
+    picked = stratified_rows(train_strata, rows, seed=seed, floor=floor, cap=half)
     train = take_rows(train_path, picked)
     others = np.setdiff1d(np.arange(n_train), picked)  # the train rows not picked, in order
-    rest_labels = pd.concat([train_labels.iloc[others], read_column(val_path, label)], ignore_index=True)
-    chosen = stratified_rows(rest_labels, HELD_OUT_FACTOR * rows, seed=seed, floor=floor)
+    rest_strata = pd.concat([train_strata.iloc[others], strata_of("val")[0]], ignore_index=True)
+    chosen = stratified_rows(rest_strata, HELD_OUT_FACTOR * rows, seed=seed, floor=floor)
     val = _rows_of_rest(train_path, val_path, others, chosen)
-    n_rest = len(rest_labels)
+    n_rest = len(rest_strata)
 
-    def tensors(frame):
-        x_num, x_cat = encode_features(frame, prep)
-        y = encode_labels(frame, label, prep.classes)
-        return torch.tensor(x_num), torch.tensor(x_cat), torch.tensor(y)
-
-    xn, xc, y = tensors(train)
-    vn, vc, vy = tensors(val) if len(val) else (xn[:0], xc[:0], y[:0])
+    train_examples = task.encode(train, state)
+    val_examples = task.encode(val, state) if len(val) else train_examples.select(slice(0, 0))
     try:
         first_rows = first_batch_indices(n_train, batch_size=cfg.train.batch_size,
                                          world_size=cfg.train.workers, seed=cfg.train.seed)
@@ -133,8 +134,9 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, *, seed: int = SAMPLE_SEED
     except (ValueError, RuntimeError):
         first_rows, drawn = list(range(min(FIRST_BATCH_ROWS, n_train))), "the first train rows"
     raw = take_rows(train_path, np.asarray(first_rows, dtype=np.int64))
-    first = FirstBatch(raw, *tensors(raw), drawn=drawn)
-    sampled = (f"train sample {len(y)} of {n_train} train rows ({_counts(y, prep.classes)}), held-out sample "
-               f"{len(vy)} of the other {n_rest} train and val rows ({_counts(vy, prep.classes)}), stratified by "
-               f"label (at least {floor} rows a class where there are)")
-    return SanityData(xn, xc, y, vn, vc, vy, len(prep.classes), first, sampled)
+    first = FirstBatch(raw, task.encode(raw, state), drawn=drawn)
+    sampled = (f"train sample {len(train)} of {n_train} train rows ({_counts(task.strata(train, schema))}), "
+               f"held-out sample {len(val)} of the other {n_rest} train and val rows "
+               f"({_counts(task.strata(val, schema)) if len(val) else 'none'}){', stratified' if stratified else ''} "
+               f"by label (at least {floor} rows a class where there are)")
+    return SanityData(train_examples, val_examples, state, first, sampled)

@@ -1,5 +1,7 @@
 """Short trainings for the sanity checks: the trainer's own optimizer step on a sample, and eval-mode losses.
 
+Samples are ``tasks.Batch`` values (``model(*inputs)``, targets) made by the run's task.
+
 Every training in the checks goes through ``run_steps`` (``components.training.step``: AdamW, the
 warmup + cosine schedule, clipping, accumulation) on one process, so a bug in the step is gated too;
 ``StepTracker`` counts the steps whose loss or gradient was NaN/Inf for the ``finite`` check.
@@ -18,49 +20,38 @@ LossFn = Callable[[Any, Any], Any]
 OVERFIT_CHECK_EVERY = 10
 
 
-def eval_logits(model, x_num, x_cat):
-    """The model's logits in eval mode, without gradients (the model's mode is restored)."""
+def eval_logits(model, inputs: tuple):
+    """The model's output in eval mode, without gradients (the model's mode is restored)."""
     import torch
 
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        logits = model(x_num, x_cat).float()
+        logits = model(*inputs).float()
     model.train(was_training)
     return logits
 
 
-def eval_loss(model, loss_fn: LossFn, x_num, x_cat, y) -> float:
-    """The mean loss in eval mode."""
-    return float(loss_fn(eval_logits(model, x_num, x_cat), y))
+def eval_loss(model, loss_fn: LossFn, batch) -> float:
+    """The mean loss of a ``tasks.Batch`` in eval mode."""
+    return float(loss_fn(eval_logits(model, batch.inputs), batch.targets))
 
 
-def row_losses(model, loss_fn: LossFn, x_num, x_cat, y):
-    """Each row's loss in eval mode (cross-entropy at once; any other loss row by row)."""
+def row_losses(model, task, batch, loss_fn: LossFn | None = None):
+    """Each example's loss in eval mode: the task's ``row_losses``, or any other loss example by example."""
     import torch
-    import torch.nn.functional as F
 
-    logits = eval_logits(model, x_num, x_cat)
-    if loss_fn is F.cross_entropy:
-        return F.cross_entropy(logits, y, reduction="none").double()
+    logits = eval_logits(model, batch.inputs)
+    y = batch.targets
+    if loss_fn is None:
+        return task.row_losses(logits, y).double()
     with torch.no_grad():
         return torch.stack([loss_fn(logits[i : i + 1], y[i : i + 1]) for i in range(len(y))]).double()
 
 
-def class_prior(y, n_classes: int):
-    """Each class's share of the labels ``y``."""
-    import torch
-
-    counts = torch.bincount(y, minlength=n_classes).double()
-    return counts / counts.sum()
-
-
-def trainer_init(model, prior) -> Any:
-    """The head initialised as the trainer does: small weights, bias at the log class prior."""
-    from components.models.tabular import init_output_bias
-
-    if hasattr(model, "head"):
-        init_output_bias(model, prior.float())
+def trainer_init(model, task, state, targets) -> Any:
+    """The model initialised as the trainer does (the task's ``init_model``, e.g. bias at the log prior)."""
+    task.init_model(model, state, targets)
     return model
 
 
@@ -101,9 +92,10 @@ class BatchOrder:
         return idx
 
 
-def run_steps(model, loss_fn: LossFn, x_num, x_cat, y, cfg: Config, *, steps: int, batch: int, seed: int,
+def run_steps(model, loss_fn: LossFn, batch, cfg: Config, *, steps: int, batch_size: int, seed: int,
                tracker: StepTracker, where: str, stop: Callable[[], bool] | None = None) -> int:
-    """``steps`` optimizer steps of the trainer's own step function (AdamW, schedule, clipping, accumulation).
+    """``steps`` optimizer steps of the trainer's own step function (AdamW, schedule, clipping, accumulation)
+    on the examples of ``batch`` (a ``tasks.Batch``).
 
     The schedule is the trainer's, with its warmup capped at half of ``steps`` so that a long warmup does
     not leave the short run at a tiny learning rate. Returns the steps taken.
@@ -114,14 +106,14 @@ def run_steps(model, loss_fn: LossFn, x_num, x_cat, y, cfg: Config, *, steps: in
 
     t = cfg.train
     optimizer, scheduler = build_optimizer(model, t, warmup_steps=min(t.warmup_steps, steps // 2), max_steps=steps)
-    order = BatchOrder(len(y), batch, seed)
+    order = BatchOrder(len(batch), batch_size, seed)
     torch.manual_seed(seed)  # dropout masks: the same in every training of the checks
     model.train()
     for step in range(steps):
         micro = []
         for _ in range(t.grad_accum_steps):
-            idx = order.next()
-            micro.append((x_num[idx], x_cat[idx], y[idx]))
+            part = batch.select(order.next())
+            micro.append((part.inputs, part.targets))
         result = optimizer_step(model, micro, optimizer, scheduler, accum=t.grad_accum_steps,
                                 grad_clip=t.grad_clip, loss_fn=loss_fn)
         if not tracker.record(result.loss, result.grad_norm, where):

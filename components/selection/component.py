@@ -20,9 +20,10 @@ def select_checkpoint(
 
     from components.config import Config
     from components.kfp_support import step_status
-    from components.selection.select import select_and_export
 
     with step_status("select_checkpoint") as record:
+        # Imported inside the step, so its record counts the import time (components/kfp_support.py).
+        from components.selection.select import select_and_export
         selected = select_and_export(checkpoints.path, snapshot.path, Config.from_json(config_json), model.path)
         model.metadata.update(
             {"step": selected.step, "metric": selected.metric_name, "value": selected.metric_value, "sha256": selected.sha256}

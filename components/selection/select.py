@@ -11,19 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from components.config import Config, ModelConfig
 from components.data.snapshot import load_snapshot, training_split_record
 from components.data.splits import SplitSettings
 from components.errors import TrainingError
-from components.models.export import load_model_export, save_model_export
-from components.models.tabular import InputSpec, build_model
+from components.models.export import build_exported_network, load_model_export, save_model_export
+from components.tasks import load_task, task_record
 from components.training import checkpointing as ckpt
 
 # An export of an fp32-trained model must reproduce the indexed metric to this tolerance (after bf16
 # training a few borderline rows may flip; the re-scored metrics are then recorded, not enforced).
 FP32_TOLERANCE = 1e-6
+SCORE_BATCH = 2048
 
 
 @dataclass
@@ -53,17 +52,23 @@ def select_best_checkpoint(checkpoint_dir: str | Path, metric: str, mode: str) -
 
 
 def score_export(model_path: str | Path, snapshot_dir: str | Path) -> dict[str, float]:
-    """Validation loss and accuracy of an exported model, computed from the snapshot's raw rows."""
+    """Validation loss and the task's metrics of an exported model, from the snapshot's raw rows, as the
+    trainer computes them (``val_loss``, ``val_<metric>``)."""
+    import torch
+
     exported = load_model_export(model_path)
     snapshot = load_snapshot(snapshot_dir)
-    frame = snapshot.frame("val")
-    _, _, y = snapshot.tensors("val")
-    proba = exported.predict_proba(frame)
-    p_true = np.clip(proba[np.arange(len(y)), y], 1e-12, 1.0)
-    return {
-        "val_accuracy": float((proba.argmax(axis=1) == y).mean()),
-        "val_loss": float(-np.log(p_true).mean()),
-    }
+    task = exported.task
+    examples = task.encode(snapshot.frame("val"), exported.state)
+    sums: dict[str, float] = {}
+    with torch.no_grad():
+        for start in range(0, len(examples), SCORE_BATCH):
+            part = examples.select(torch.arange(start, min(start + SCORE_BATCH, len(examples))))
+            outputs = exported.model(*part.inputs)
+            per_row = {"loss": task.row_losses(outputs.float(), part.targets)} | task.row_metrics(outputs, part.targets)
+            for name, values in per_row.items():
+                sums[name] = sums.get(name, 0.0) + float(values.double().sum())
+    return {f"val_{name}": total / max(len(examples), 1) for name, total in sums.items()}
 
 
 def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, model_path: str) -> Selected:
@@ -71,12 +76,12 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
     metric, mode = config.select.metric, config.select.direction
     best = select_best_checkpoint(checkpoint_dir, metric, mode)
     index = ckpt.read_index(checkpoint_dir)
-    # The index records the model the checkpoints were trained with; rebuild exactly that one.
+    # The index records the task and model the checkpoints were trained with; rebuild exactly that one.
     model_config = ModelConfig(**index["model_config"])
-    spec = InputSpec(**index["input_spec"])
-    model = build_model(model_config, spec)
-    ckpt.load_model_weights(ckpt.checkpoint_path(checkpoint_dir, best.step), model)
+    record = index.get("task") or task_record(config.task)
     snapshot = load_snapshot(snapshot_dir)
+    model = build_exported_network(load_task(record), model_config, snapshot.state)
+    ckpt.load_model_weights(ckpt.checkpoint_path(checkpoint_dir, best.step), model)
     metadata = {
         "step": best.step,
         "metric": metric,
@@ -91,7 +96,7 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
     state = {
         k: v.detach().float() if v.is_floating_point() else v.detach() for k, v in model.state_dict().items()
     }
-    save_model_export(model_path, state, model_config, spec, snapshot.preprocessing, metadata)
+    save_model_export(model_path, state, model_config, record, snapshot.state, metadata)
     rescored = score_export(model_path, snapshot_dir)
     drift = abs(rescored.get(metric, best.metrics[metric]) - best.metrics[metric])
     if index.get("dtype") == "float32" and metric in rescored and drift > FP32_TOLERANCE:
@@ -101,5 +106,5 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
         )
     # Record the re-scored metrics in the export itself, then hash the final file.
     metadata["export_val_metrics"] = rescored
-    sha256 = save_model_export(model_path, state, model_config, spec, snapshot.preprocessing, metadata)
+    sha256 = save_model_export(model_path, state, model_config, record, snapshot.state, metadata)
     return Selected(step=best.step, metric_name=metric, metric_value=best.metrics[metric], sha256=sha256)

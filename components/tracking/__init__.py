@@ -22,12 +22,14 @@ from components.tracking.retry import (  # noqa: E402
     RetryPolicy,
     bounded_mlflow_http,
     call_with_retries,
+    error_code,
     is_transient,
 )
 from components.tracking.store import (  # noqa: E402
     VersionFiles,
     artifact_location,
     download_version_file,
+    end_run,
     ensure_experiment,
     fetch_champion_files,
     find_or_create_run,
@@ -44,6 +46,8 @@ __all__ = [
     "bounded_mlflow_http",
     "call_with_retries",
     "download_version_file",
+    "end_run",
+    "error_code",
     "VersionFiles",
     "ensure_experiment",
     "fetch_champion_files",

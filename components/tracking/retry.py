@@ -73,11 +73,15 @@ def is_transient(err: BaseException) -> bool:
             return True
     except ImportError:  # pragma: no cover - requests comes with mlflow
         pass
-    code = str(getattr(err, "error_code", "") or "")
-    if code in _TRANSIENT_CODES:
+    if error_code(err) in _TRANSIENT_CODES:
         return True
     text = str(err).lower()
     return any(fragment in text for fragment in _TRANSIENT_TEXT)
+
+
+def error_code(err: BaseException) -> str:
+    """MLflow's error code of ``err`` (``RESOURCE_DOES_NOT_EXIST`` …), or "" for any other exception."""
+    return str(getattr(err, "error_code", "") or "")
 
 
 def call_with_retries(

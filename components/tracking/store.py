@@ -107,6 +107,13 @@ def find_or_create_run(
     return run.info.run_id, True
 
 
+def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED") -> None:
+    """Mark run ``run_id`` as ended with ``status`` (a run logged to by hand, not by ``mlflow.start_run``)."""
+    import mlflow
+
+    mlflow.MlflowClient(tracking_uri=tracking_uri).set_terminated(run_id, status)
+
+
 def run_tags(tracking_uri: str, run_id: str) -> dict[str, str]:
     """The tags of run ``run_id``."""
     import mlflow

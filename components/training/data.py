@@ -14,53 +14,67 @@ import pandas as pd
 import torch
 
 from components.errors import ConfigError
+from components.tasks.protocol import Batch, Task
 
 
 @dataclass
 class Split:
-    """One split's encoded features and labels as host tensors."""
+    """One split's examples as host tensors: the task's encoding of its rows (``Task.encode``)."""
 
-    x_num: torch.Tensor
-    x_cat: torch.Tensor
-    y: torch.Tensor
+    examples: Batch
 
     def __len__(self) -> int:
-        return len(self.y)
+        return len(self.examples)
 
-    def batch(self, idx: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, ...]:
-        parts = (self.x_num[idx], self.x_cat[idx], self.y[idx])
+    @property
+    def targets(self) -> torch.Tensor:
+        return self.examples.targets
+
+    def batch(self, idx: torch.Tensor, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """``(inputs, targets)`` of the examples at ``idx`` on ``device``: ``model(*inputs)``."""
+        part = self.examples.select(idx)
         if device.type == "cpu":
-            return parts
+            return part.inputs, part.targets
         # As DataLoader(pin_memory=True) does: page-locked batches copy to the GPU asynchronously.
-        return tuple(p.pin_memory().to(device, non_blocking=True) for p in parts)
+        inputs = tuple(x.pin_memory().to(device, non_blocking=True) for x in part.inputs)
+        return inputs, part.targets.pin_memory().to(device, non_blocking=True)
 
 
 def split_batches(snapshot, split: str) -> Iterator[pd.DataFrame]:
     """The ``split`` rows of a snapshot as DataFrame record batches (one Parquet row group each), in order.
 
-    The one place training reads rows: whatever turns rows into model inputs works batch by batch, so
-    no rank ever holds a split as one DataFrame (only its encoded tensors).
+    The one place training reads rows batch by batch: a task with ``rowwise_encoding`` is fed these, so
+    no rank holds such a split as one DataFrame (only its encoded tensors).
     """
     return snapshot.batches(split)
 
 
-def load_split(snapshot, split: str) -> Split:
-    """The ``split`` rows of a loaded snapshot, encoded as training encodes them, a record batch at a time."""
-    from components.data.snapshot import encode_features, encode_labels
+def load_split(snapshot, split: str, task: Task) -> Split:
+    """The ``split`` rows of a loaded snapshot, encoded by the task as training encodes them.
 
-    prep, label = snapshot.preprocessing, snapshot.schema.label
+    A task whose encoding is row-wise (``rowwise_encoding``: one example per row) is fed one record batch
+    at a time into preallocated tensors; any other (e.g. packing texts into sequences) gets the whole split,
+    since encoding chunks separately would change its examples.
+    """
     n = snapshot.rows(split)
-    x_num = torch.empty((n, len(prep.numeric)), dtype=torch.float32)
-    x_cat = torch.empty((n, len(prep.categorical)), dtype=torch.int64)
-    y = torch.empty(n, dtype=torch.int64)
+    if not getattr(task, "rowwise_encoding", False) or n == 0:
+        return Split(task.encode(snapshot.frame(split), snapshot.state))
+    inputs: list[torch.Tensor] = []
+    targets = torch.empty(0)
     start = 0
-    for batch in split_batches(snapshot, split):
-        num, cat = encode_features(batch, prep)
-        end = start + len(batch)
-        x_num[start:end], x_cat[start:end] = torch.tensor(num), torch.tensor(cat)  # copies: views may be read-only
-        y[start:end] = torch.tensor(encode_labels(batch, label, prep.classes))
+    for frame in split_batches(snapshot, split):
+        part = task.encode(frame, snapshot.state)
+        if start == 0:
+            inputs = [torch.empty((n, *x.shape[1:]), dtype=x.dtype) for x in part.inputs]
+            targets = torch.empty((n, *part.targets.shape[1:]), dtype=part.targets.dtype)
+        end = start + len(part)
+        for whole, x in zip(inputs, part.inputs, strict=True):
+            whole[start:end] = x
+        targets[start:end] = part.targets
         start = end
-    return Split(x_num, x_cat, y)
+    if start != n:
+        raise ValueError(f"task {task.name!r} declares rowwise_encoding but encoded {start} examples from {n} rows")
+    return Split(Batch(tuple(inputs), targets))
 
 
 def _sampler(n: int, *, rank: int, world_size: int, seed: int):

@@ -17,9 +17,10 @@ from typing import Any
 
 from components.config import Config
 from components.errors import TrainingError
-from components.training.launchers.base import Launcher, WorkerLaunch
+
+# Not the worker module: it imports torch, which this process (it only launches the ranks) never needs.
+from components.training.launchers.base import RESULT_FILE, Launcher, WorkerLaunch
 from components.training.launchers.factory import launcher_for
-from components.training.worker import RESULT_FILE
 
 
 def train_model(

@@ -1,8 +1,9 @@
-"""The one place that applies parallelism to a model: FSDP2 (``fully_shard`` per block, then the root) or DDP.
+"""The one place that applies parallelism to a model: FSDP2 (``fully_shard`` on units that fit it, then the root) or DDP.
 
 Models know nothing of ranks or devices (components/models); this module wraps them after they are
 built, following torchtitan's ``parallelize.py``: optional activation checkpointing and
-``torch.compile`` per block first, then sharding, so every block is its own FSDP unit.
+``torch.compile`` per block first, then sharding. A block is its own FSDP unit only when it is large
+(``train.fsdp_unit_min_params``); small blocks are grouped, or left to the root (``plan_fsdp_units``).
 """
 
 from __future__ import annotations
@@ -44,25 +45,63 @@ def _checkpointed_forward(forward, *args, **kwargs):
     return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 
-def apply_activation_checkpointing(model: nn.Module) -> None:
-    """Recompute each block's activations in backward; parameter names stay unchanged."""
-    for block in model.blocks:
+def apply_activation_checkpointing(units: list[nn.Module]) -> None:
+    """Recompute each unit's activations in backward; parameter names stay unchanged."""
+    for block in units:
         block.forward = functools.partial(_checkpointed_forward, block.forward)
 
 
-def apply_compile(model: nn.Module) -> None:
-    """Compile each block in place (names unchanged), as torchtitan does before sharding."""
-    for block in model.blocks:
+def apply_compile(units: list[nn.Module]) -> None:
+    """Compile each unit in place (names unchanged), as torchtitan does before sharding."""
+    for block in units:
         block.compile()
 
 
-def apply_fsdp(model: nn.Module, *, param_dtype: torch.dtype) -> nn.Module:
-    """Shard every block, then the root; bf16 parameters keep fp32 gradient reduction."""
+def plan_fsdp_units(block_params: list[int], min_unit_params: int) -> list[list[int]]:
+    """Which blocks (by index) form each FSDP2 unit; blocks in no unit are sharded with the root.
+
+    Every FSDP2 unit costs an all-gather in forward (and again in backward when it reshards) and a
+    reduce-scatter in backward. For a small block each one is pure latency: the default ~0.2M-parameter
+    MLP spent most of its step in a dozen collectives over two gloo ranks. So a block of at least
+    ``min_unit_params`` parameters is its own unit (torchtitan's per-block sharding, which bounds memory
+    for large models); runs of consecutive smaller blocks are grouped until a group reaches
+    ``min_unit_params``; a group that stays below it joins the root. ``min_unit_params=0`` shards every block.
+    """
+    units: list[list[int]] = []
+    group: list[int] = []
+    group_params = 0
+    for index, params in enumerate(block_params):
+        if params >= min_unit_params:
+            units.append([index])
+            group, group_params = [], 0  # groups hold consecutive blocks only; a short one joins the root
+            continue
+        group.append(index)
+        group_params += params
+        if group_params >= min_unit_params:
+            units.append(group)
+            group, group_params = [], 0
+    return units
+
+
+def apply_fsdp(
+    model: nn.Module, units: list[nn.Module], *, param_dtype: torch.dtype, min_unit_params: int = 0
+) -> nn.Module:
+    """Shard the task's ``shard_units`` as ``plan_fsdp_units`` groups them, then the root; bf16 parameters keep fp32 gradient reduction.
+
+    A large block reshards after forward (its memory is what sharding saves); a group of small blocks
+    keeps its parameters until backward (``reshard_after_forward=False``): it is at most about twice
+    ``min_unit_params``, and that saves one all-gather per step.
+    """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    for block in model.blocks:
-        fully_shard(block, mp_policy=policy)
+    blocks = list(units)
+    sizes = [sum(p.numel() for p in block.parameters()) for block in blocks]
+    for unit in plan_fsdp_units(sizes, min_unit_params):
+        if len(unit) == 1 and sizes[unit[0]] >= min_unit_params:
+            fully_shard(blocks[unit[0]], mp_policy=policy)
+        else:
+            fully_shard([blocks[i] for i in unit], mp_policy=policy, reshard_after_forward=False)
     fully_shard(model, mp_policy=policy)
     return model
 
@@ -79,20 +118,25 @@ def apply_ddp(model: nn.Module, device: torch.device) -> nn.Module:
 def parallelize(
     model: nn.Module,
     *,
+    units: list[nn.Module],
     strategy: str,
     device: torch.device,
     compute_dtype: torch.dtype,
     activation_checkpointing: bool = False,
     compile: bool = False,
+    fsdp_unit_min_params: int = 0,
 ) -> nn.Module:
-    """Move the model to ``device`` and wrap it for data-parallel training across the process group."""
+    """Move the model to ``device`` and wrap it for data-parallel training across the process group.
+
+    ``units`` are the submodules the task shards one by one (``Task.shard_units``); activation
+    checkpointing and compilation apply per unit too."""
     model.to(device)
     if activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(units)
     if compile:
-        apply_compile(model)
+        apply_compile(units)
     if strategy == "fsdp":
-        return apply_fsdp(model, param_dtype=compute_dtype)
+        return apply_fsdp(model, units, param_dtype=compute_dtype, min_unit_params=fsdp_unit_min_params)
     if strategy == "ddp":
         return apply_ddp(model, device)
     raise ValueError(f"unknown strategy {strategy!r}")

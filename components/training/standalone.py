@@ -37,11 +37,15 @@ SUMMARY_FILE = "train_summary.json"
 
 
 def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapshot:
-    """Read, split (stable salted hash of the key, as in validation) and write a snapshot."""
+    """Read, split (stable salted hash of the key, as in validation) and write a snapshot with the task's
+    statistics."""
+    from components.tasks import load_task
+
+    task = load_task(config.task)
     files = list_data_files(data_uri)
     total = count_rows(data_uri, files, config.data.format)
     if total is not None and total > config.validation.in_memory_rows:
-        return _build_snapshot_streamed(data_uri, config, out_dir, files)
+        return _build_snapshot_streamed(data_uri, config, out_dir, files, task)
     data = read_data(data_uri, files, config.data.format)
     schema = infer_schema(
         data,
@@ -50,6 +54,7 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
         features=list(config.data.features),
         categorical=list(config.data.categorical),
     )
+    schema = schema.with_task_columns(task.own_columns(schema))
     splits = assign_splits(
         split_keys(data, schema),
         val_fraction=config.data.val_fraction,
@@ -59,19 +64,21 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
     frame = data.drop(columns=[SPLIT_COLUMN], errors="ignore")
     return write_snapshot(
         out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files),
-        window=TrainWindow.from_config(config.data),
+        window=TrainWindow.from_config(config.data), task=task,
     )
 
 
-def _build_snapshot_streamed(data_uri: str, config: Config, out_dir: str | Path, files: list) -> Snapshot:
+def _build_snapshot_streamed(data_uri: str, config: Config, out_dir: str | Path, files: list, task: Any) -> Snapshot:
     """``build_snapshot`` for data above validation.in_memory_rows: schema from a sample, rows in two passes."""
     scanned = scan(data_uri, files, config.data.format, label=config.data.label, key=config.data.key,
                    features=list(config.data.features), settings=SplitSettings.from_config(config.data),
                    sample_rows=config.validation.sample_rows)
     schema = infer_schema(scanned.sample, label=config.data.label, key=config.data.key,
                           features=list(config.data.features), categorical=list(config.data.categorical))
+    schema = schema.with_task_columns(task.own_columns(schema))
     return write_snapshot_stream(str(out_dir), data_uri, files, config.data.format, scanned, schema,
-                                 fingerprint=fingerprint_files(files), window=TrainWindow.from_config(config.data))
+                                 fingerprint=fingerprint_files(files), window=TrainWindow.from_config(config.data),
+                                 task=task)
 
 
 def _snapshot_for_resume(data_uri: str, config: Config, out: Path) -> Snapshot:

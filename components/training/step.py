@@ -57,7 +57,7 @@ def _no_sync_needed(last_micro_batch: bool) -> AbstractContextManager[Any]:
 
 def optimizer_step(
     model: nn.Module,
-    micro_batches: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    micro_batches: Iterable[tuple[tuple[torch.Tensor, ...], torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     *,
@@ -69,14 +69,17 @@ def optimizer_step(
 ) -> StepResult:
     """Forward/backward over ``accum`` micro-batches (loss / accum each), clip, step AdamW and the schedule.
 
+    Each micro-batch is ``(inputs, targets)``: the model is called as ``model(*inputs)`` and ``loss_fn``
+    (the task's loss) takes its output and the targets.
+
     A non-finite loss or gradient norm skips the update and clears the gradients; the caller decides
     what that means (the trainer stops the run, the sanity gate records it).
     """
     device = next(model.parameters()).device
     loss_total = torch.zeros((), device=device)
-    for micro, (x_num, x_cat, y) in enumerate(micro_batches):
+    for micro, (inputs, y) in enumerate(micro_batches):
         with grad_sync(micro == accum - 1), autocast():
-            logits = model(x_num, x_cat)
+            logits = model(*inputs)
         loss = loss_fn(logits.float(), y) / accum
         loss.backward()
         loss_total += loss.detach()

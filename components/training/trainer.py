@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from components.config import Config
 from components.errors import TrainingError
+from components.tasks import load_task
 from components.training import checkpointing as ckpt
 from components.training.data import BatchStream, load_split
 from components.training.device import Dist
@@ -72,6 +72,7 @@ class Trainer:
     ) -> None:
         self.cfg, self.t, self.d, self.tracker = cfg, cfg.train, d, tracker
         self.root = Path(checkpoint_dir)
+        self.task = load_task(cfg.task)
         self.fault = Fault.from_env()
         self._load_data(snapshot_dir)
         self._build_model()
@@ -103,35 +104,34 @@ class Trainer:
     def _load_data(self, snapshot_dir: str) -> None:
         """The train and validation splits as host tensors (batches are pinned on their way to a GPU)."""
         from components.data.snapshot import load_snapshot
-        from components.models.tabular import InputSpec
 
         snapshot = load_snapshot(snapshot_dir)
         self.fingerprint = snapshot.fingerprint
-        self.train_data, self.val = load_split(snapshot, "train"), load_split(snapshot, "val")
+        self.state = snapshot.state
+        self.train_data = load_split(snapshot, "train", self.task)
+        self.val = load_split(snapshot, "val", self.task)
         if len(self.val) == 0:
             raise TrainingError("the validation split is empty: add data or raise data.val_fraction")
-        n_classes = len(snapshot.preprocessing.classes)
-        self.spec = InputSpec(self.train_data.x_num.shape[1], snapshot.preprocessing.cardinalities, n_classes)
 
     def _build_model(self) -> None:
-        """The model from the same seed on every rank, head bias at the class prior, then parallelised."""
-        from components.models.tabular import build_model, init_output_bias
-
+        """The model from the same seed on every rank, initialised by the task (e.g. head bias at the class
+        prior), then parallelised with the task's units."""
         torch.manual_seed(self.t.seed)  # identical initial weights on every rank before sharding
-        model = build_model(self.cfg.model, self.spec)
-        n_classes = self.spec.n_classes
-        prior = torch.bincount(self.train_data.y, minlength=n_classes).double() / len(self.train_data)
-        init_output_bias(model, prior.float())
+        model = self.task.build_model(self.cfg, self.state)
+        self.task.init_model(model, self.state, self.train_data.targets)
         self.n_params = sum(p.numel() for p in model.parameters())
-        self.flops_per_sample = _flops_or_zero(model, (self.train_data.x_num[:8], self.train_data.x_cat[:8]))
+        example = tuple(x[:8] for x in self.train_data.examples.inputs)
+        self.flops_per_sample = _flops_or_zero(model, example)
         self.dtype = resolve_precision(self.t.mixed_precision, self.d.device)
         self.model = parallelize(
             model,
+            units=self.task.shard_units(model),
             strategy=self.t.strategy,
             device=self.d.device,
             compute_dtype=self.dtype,
             activation_checkpointing=self.t.activation_checkpointing,
             compile=self.t.compile,
+            fsdp_unit_min_params=self.t.fsdp_unit_min_params,
         )
         autocast_on = uses_autocast(self.t.strategy, self.d.device, self.dtype)
         device_type, dtype = self.d.device.type, self.dtype
@@ -190,7 +190,7 @@ class Trainer:
         """One optimizer step over grad_accum_steps micro-batches; returns (local loss, global grad norm)."""
         accum, step = self.t.grad_accum_steps, self.progress.step
         micro_batches = (self.train_data.batch(self.stream.next_indices(), self.d.device) for _ in range(accum))
-        loss_fn = self.fault.loss_fn(step, self.d.rank, F.cross_entropy)
+        loss_fn = self.fault.loss_fn(step, self.d.rank, self.task.loss)
         result = optimizer_step(
             self.model, micro_batches, self.optimizer, self.scheduler, accum=accum, grad_clip=self.t.grad_clip,
             loss_fn=loss_fn, autocast=self.autocast, grad_sync=self._grad_sync,
@@ -237,7 +237,7 @@ class Trainer:
             due_ckpt = prog.step % t.checkpoint_every == 0 or prog.step == t.max_steps
             if prog.step % t.eval_every == 0 or due_ckpt:
                 start = time.perf_counter()
-                prog.last_metrics = evaluate(self.model, self.val, self.d, self.autocast)
+                prog.last_metrics = evaluate(self.model, self.val, self.d, self.autocast, self.task)
                 stats["eval_seconds"] += time.perf_counter() - start
                 self.tracker.log_metrics(prog.last_metrics, prog.step)
                 log_rank0(
@@ -333,9 +333,11 @@ class Trainer:
     def _index_extra(self) -> dict[str, Any]:
         from dataclasses import asdict
 
+        from components.tasks import task_record
+
         return {
             "model_config": asdict(self.cfg.model),
-            "input_spec": asdict(self.spec),
+            "task": task_record(self.cfg.task),
             "data_fingerprint": self.fingerprint,
             "world_size": self.d.world_size,
             "dtype": str(self.dtype).replace("torch.", ""),

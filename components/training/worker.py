@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import sys
 import time
@@ -31,13 +32,12 @@ import torch.distributed as dist
 
 from components.config import Config
 from components.errors import TrainingError, UserError
+from components.timing import process_start_time
 from components.training import checkpointing as ckpt
 from components.training.device import Dist, choose_device, gpus_per_rank
-from components.training.launchers.base import ERROR_FILE_ENV, PERMANENT_FAILURE_EXIT_CODE
+from components.training.launchers.base import ERROR_FILE_ENV, PERMANENT_FAILURE_EXIT_CODE, RESULT_FILE
 from components.training.tracker import NullTracker, flatten, make_tracker
 from components.training.trainer import Trainer
-
-RESULT_FILE = "train_result.json"
 
 
 def init_distributed(timeout_minutes: float, gpus: int | None = None) -> Dist:
@@ -72,6 +72,10 @@ def train(
     tracker: NullTracker = NullTracker()
     try:
         tracker = make_tracker(d.rank, tracking_uri, mlflow_run_id)
+        # Interpreter start, imports, joining the group and (rank 0) MLflow: the job's start-up, apart
+        # from its training; the train step counts it as set-up, not compute (components/kfp_support.py).
+        process_start = process_start_time()
+        startup_seconds = time.time() - process_start if process_start is not None else None
         Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
         trainer = Trainer(cfg, snapshot_dir, checkpoint_dir, d, tracker)
         tracker.log_params({**flatten(cfg.to_dict()), **trainer.system_facts()})
@@ -82,6 +86,7 @@ def train(
         gc.freeze()
         result = trainer.run()
         result["final_weights_sha256"] = trainer.final_weights_sha256()
+        result["worker_startup_seconds"] = startup_seconds
         if d.rank == 0:
             ckpt.write_json_atomic(Path(checkpoint_dir) / RESULT_FILE, result)
             tracker.log_artifact(Path(checkpoint_dir) / ckpt.INDEX_FILE, "training")
@@ -159,5 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_without_teardown(code: int) -> None:
+    """Exit with ``code`` now: the rank has cleaned up (tracker closed, group destroyed, files written),
+    and tearing down an interpreter holding torch and MLflow costs seconds that every step waits for."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())

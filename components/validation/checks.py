@@ -42,7 +42,8 @@ def check_required_columns(data: pd.DataFrame, reference: dict[str, Any] | None,
     columns = set(data.columns)
     required = [label]
     if reference:
-        required += [c for c in [reference.get("key")] + reference["numeric"] + reference["categorical"] if c]
+        required += [c for c in [reference.get("key")] + reference["numeric"] + reference["categorical"]
+                     + reference.get("other", []) if c]
     findings = []
     present = ", ".join(str(c) for c in data.columns if c != PARTITION_COLUMN)
     for col in dict.fromkeys(required):
@@ -68,6 +69,8 @@ def _kind_in(reference: dict[str, Any], col: str) -> str:
         return "key"
     if col == reference.get("label"):
         return "label"
+    if col in reference.get("other", []):
+        return "the task's own column"
     return "numeric" if col in reference.get("numeric", []) else "categorical"
 
 
@@ -81,7 +84,7 @@ def check_schema_changes(data: pd.DataFrame, reference: dict[str, Any] | None, s
     if not reference:
         return []
     known = {reference.get("label"), reference.get("key"), *reference.get("numeric", []),
-             *reference.get("categorical", [])}
+             *reference.get("categorical", []), *reference.get("other", [])}
     findings = []
     for col in data.columns:
         if col in known or col in (PARTITION_COLUMN, SPLIT_COLUMN, schema.key, "date"):
@@ -337,7 +340,7 @@ def check_id_like_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
 
 def check_cross_split_duplicates(data: pd.DataFrame, schema: Schema, max_fraction: float) -> list[Finding]:
     """Rows whose features and label repeat in another split (they leak the held-out sets into training)."""
-    content = data[sorted(schema.features + [schema.label])]
+    content = data[sorted(schema.all_features + [schema.label])]
     hashes = pd.util.hash_pandas_object(content, index=False).to_numpy()
     splits = data[SPLIT_COLUMN].to_numpy()
     held = splits != "train"

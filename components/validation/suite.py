@@ -131,6 +131,7 @@ def profile_suite(
         "expectations": exps,
         "meta": {"ctpipe": {"schema": {"label": schema.label, "key": schema.key, "numeric": schema.numeric,
                                        "categorical": schema.categorical, "classes": schema.classes,
+                                       "other": schema.other,
                                        "column_types": {c: column_type(train[c]) for c in columns}},
                             "profiled_rows": int(len(train)), "range_margin": range_margin}},
         "notes": "Profiled by ctpipe from the train split. Review it, then commit it and set validation.suite_path.",

@@ -20,11 +20,17 @@ import pandas as pd
 from components.config import Config
 from components.data import scan as stream
 from components.data.batches import count_rows
-from components.data.reference_stats import compute_reference_stats
+from components.data.reference_stats import (
+    compute_reference_stats,
+    reference_stats_of,
+    table_stats,
+    write_reference_stats,
+)
 from components.data.snapshot import (
     PARTITION_COLUMN,
     SPLIT_COLUMN,
     Schema,
+    Snapshot,
     assign_splits,
     fingerprint_files,
     infer_schema,
@@ -34,6 +40,7 @@ from components.data.snapshot import (
     write_snapshot,
 )
 from components.data.splits import SplitSettings
+from components.data.stream_stats import TableStats
 from components.data.window import TrainWindow, partition_date
 from components.errors import DataValidationError, UserError
 from components.step_results import VALIDATION_FILE
@@ -75,17 +82,20 @@ def validate_data(
     tracking_uri: str, mlflow_run_id: str,
 ) -> ValidationResult:
     """Validate the data under ``data_uri`` and write the snapshot; raise DataValidationError on errors."""
+    from components.tasks import load_task
+
     started = time.perf_counter()
+    task = load_task(config.task)  # a missing or incomplete task fails here, before any data is read
     summary = ValidationSummary(data_uri=data_uri)
     try:
-        outcome = _run(data_uri, config, tracking_uri, summary)
+        outcome = _run(data_uri, config, tracking_uri, summary, task)
     except UserError as err:  # unreadable root/file, unknown label, broken suite: still write the reports
         summary.findings.append(Finding(check="read_data", passed=False, severity=ERROR, source="structure",
                                         message=str(err).rstrip(".")))
         outcome = _Outcome(None, None)
     if not errors(summary.findings) and outcome.inputs is not None:
         t = time.perf_counter()
-        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint)
+        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task)
         summary.seconds["write_snapshot"] = time.perf_counter() - t
         # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
         (Path(snapshot_dir) / VALIDATION_FILE).write_text(json.dumps(summary_json(summary), default=str))
@@ -199,7 +209,7 @@ def _window_findings(config: Config, partitions: list[str]) -> list[Finding]:
         observed=f"{len(undated)} undated partition(s)", expected="a date in every partition path")]
 
 
-def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary) -> _Outcome:
+def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary, task: Any) -> _Outcome:
     timer = _Timer(summary.seconds)
     files = list_data_files(data_uri)
     summary.fingerprint = fingerprint_files(files)
@@ -230,6 +240,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     if errors(summary.findings):
         return _Outcome(None, None)
     schema = _schema_for(data, config, reference_schema)
+    schema = schema.with_task_columns(task.own_columns(schema))
     summary.findings += checks.check_schema_changes(data, reference_schema, schema)
     if errors(summary.findings):
         return _Outcome(None, None)
@@ -249,7 +260,14 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
         suite = exact_profile(suite, scanned, schema.label, range_margin=v.range_margin,
                               null_fraction_allowance=v.null_fraction_allowance)
     timer.lap("profile")
-    summary.findings += run_suite(suite, data.drop(columns=[SPLIT_COLUMN]), parts)
+    # The task's own expectations (an image decodes, a text is valid UTF-8) run in the same suite, over
+    # columns it derives from the rows; they are added at every run, not stored in the profiled suite.
+    task_suite = {**suite, "expectations": [*suite["expectations"], *task.expectations(schema)]}
+    checked = data.drop(columns=[SPLIT_COLUMN])
+    derived = task.check_columns(checked, schema)
+    if len(derived.columns):
+        checked = pd.concat([checked, derived], axis=1)
+    summary.findings += run_suite(task_suite, checked, parts)
     timer.lap("great_expectations")
     v = config.validation
     summary.findings += checks.check_label_leakage(data, schema, v.leakage_threshold)
@@ -294,16 +312,47 @@ def _partition(rel_path: str) -> str:
     return "/".join(parts) if parts else rel_path
 
 
-def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str) -> None:
+def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str, task: Any) -> None:
     inputs = outcome.inputs
     if inputs.scan is not None:  # streamed: a second pass writes the split files batch by batch
-        stream.write_snapshot_stream(snapshot_dir, data_uri, inputs.files, inputs.format, inputs.scan, inputs.schema,
-                                     fingerprint=fingerprint, window=inputs.window)
+        snapshot = stream.write_snapshot_stream(snapshot_dir, data_uri, inputs.files, inputs.format, inputs.scan,
+                                                inputs.schema, fingerprint=fingerprint, window=inputs.window,
+                                                task=task)
     else:
-        write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), inputs.data[SPLIT_COLUMN],
-                       inputs.schema, data_uri=data_uri, files=inputs.files, fingerprint=fingerprint,
-                       window=inputs.window)
-    (Path(snapshot_dir) / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
+        snapshot = write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), inputs.data[SPLIT_COLUMN],
+                                  inputs.schema, data_uri=data_uri, files=inputs.files, fingerprint=fingerprint,
+                                  window=inputs.window, task=task)
+    root = Path(snapshot_dir)
+    (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
+    _add_task_drift_stats(snapshot, task)
+
+
+def _task_table_stats(train: pd.DataFrame, schema: Schema, task: Any) -> TableStats:
+    derived = task.drift_columns(train, schema)
+    if not len(derived.columns):
+        return table_stats(train, schema)
+    extended = Schema(label=schema.label, key=schema.key, numeric=[*schema.numeric, *derived.columns],
+                      categorical=schema.categorical, classes=schema.classes, other=schema.other)
+    return table_stats(pd.concat([train, derived], axis=1), extended)
+
+
+def task_reference_stats(train: pd.DataFrame, schema: Schema, task: Any) -> dict[str, Any]:
+    """The train split's reference statistics, with the task's drift columns (``Task.drift_columns``)
+    judged like numeric columns by the watcher."""
+    return reference_stats_of(_task_table_stats(train, schema, task))
+
+
+def _add_task_drift_stats(snapshot: Snapshot, task: Any) -> None:
+    """Rewrite the snapshot's reference_stats.json (the writer's, of its train rows) with the task's drift
+    columns, computed over the train split a record batch at a time; nothing to do when it has none."""
+    stats = None
+    for frame in snapshot.batches("train"):
+        if stats is None and not len(task.drift_columns(frame.iloc[:1], snapshot.schema).columns):
+            return
+        part = _task_table_stats(frame, snapshot.schema, task)
+        stats = part if stats is None else stats.merge(part)
+    if stats is not None:
+        write_reference_stats(snapshot.root / "reference_stats.json", reference_stats_of(stats))
 
 
 def _error_message(summary: ValidationSummary, report_path: str) -> str:

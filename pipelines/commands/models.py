@@ -101,7 +101,7 @@ def _print_record(record: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from components.registration.registry import RegistryBusyError
+    from components.registration.lock import RegistryBusyError
     from components.tracking import RegistryUnavailableError
 
     try:

@@ -2,6 +2,7 @@
 
     ctpipe run                                   # on generated demo data
     ctpipe run --data DIR --set data.label=target
+    ctpipe run --task causal_lm                  # a built-in task on its own demo data (text)
 
 Prints one line per step, then the summary; the path of ``summary.json`` is the last line. Exit code 0
 only when the pipeline succeeded, 2 for a user error (bad data, a bad ``--set``).
@@ -27,19 +28,22 @@ def register(subparsers) -> None:
         choices=list(TRIGGERS),
         help="why this run starts; recorded on the model (default manual)",
     )
+    parser.add_argument("--task", metavar="NAME", help="a built-in task (same as --set task.name=NAME)")
     add_config_args(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline locally end to end; print the summary and its path last."""
+    from components.timing import process_start_time
     from pipelines.local_run import format_summary, run_local
 
     summary = run_local(
+        process_started=process_start_time(),
         home=args.home,
         data_uri=args.data,
         config_path=args.config,
-        overrides=args.overrides,
+        overrides=([f"task.name={args.task}"] if args.task else []) + args.overrides,
         trigger=args.trigger,
         quiet=False,
     )

@@ -3,6 +3,10 @@
     ctpipe train --data DATA --out DIR [--config FILE] [--set train.max_steps=100 ...] [--tracking-uri URI]
 
 Run again with the same --out and it resumes from the latest complete checkpoint.
+
+FSDP2 units: --set train.fsdp_unit_min_params=N (default 1000000) makes a model block with at least N
+parameters its own unit; smaller consecutive blocks are grouped, a small rest goes to the root (the
+default MLP: root only); 0 shards every block on its own.
 """
 
 from __future__ import annotations

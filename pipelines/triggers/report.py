@@ -7,6 +7,7 @@ import html
 import json
 from pathlib import Path
 
+from components.tracking import end_run, ensure_experiment, find_or_create_run, log_step
 from pipelines.triggers.atomic import atomic_write_text
 from pipelines.triggers.drift import ColumnDrift, DriftReport
 
@@ -95,14 +96,10 @@ def write_drift_report(report: DriftReport, json_path: str | Path, html_path: st
 
 
 def log_drift_report(tracking_uri: str, mlflow_run_id: str, report_json: str | Path) -> None:
-    """Log the report's JSON and HTML (beside it) on an MLflow run, under ``drift/``."""
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    """Log the report's JSON and HTML (beside it) on an MLflow run, under ``drift/``, retried."""
     json_path = Path(report_json)
-    for path in (json_path, json_path.with_suffix(".html")):
-        if path.is_file():
-            client.log_artifact(mlflow_run_id, str(path), "drift")
+    files = {f"drift/{path.name}": path for path in (json_path, json_path.with_suffix(".html"))}
+    log_step(tracking_uri, mlflow_run_id, "drift report", files=files)
 
 
 def log_drift_report_for_pipeline_run(tracking_uri: str, experiment: str, pipeline_run_id: str, report_json: str | Path) -> str:
@@ -112,17 +109,14 @@ def log_drift_report_for_pipeline_run(tracking_uri: str, experiment: str, pipeli
     ``ctpipe.drift_report_for`` keeps the two apart (prepare_run looks its run up by
     ``ctpipe.pipeline_run_id``, which this one does not carry).
     """
-    import mlflow
-
-    from components.tracking import ensure_experiment
-
-    experiment_id = ensure_experiment(tracking_uri, experiment)
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    run = client.create_run(
-        experiment_id,
+    run_id, _ = find_or_create_run(
+        tracking_uri,
+        ensure_experiment(tracking_uri, experiment),
+        key_tag="ctpipe.drift_report_for",
+        key=pipeline_run_id,
         run_name=f"drift-report-{pipeline_run_id}",
-        tags={"ctpipe.drift_report_for": pipeline_run_id, "ctpipe.trigger": "drift"},
+        tags={"ctpipe.trigger": "drift"},
     )
-    log_drift_report(tracking_uri, run.info.run_id, report_json)
-    client.set_terminated(run.info.run_id)
-    return run.info.run_id
+    log_drift_report(tracking_uri, run_id, report_json)
+    end_run(tracking_uri, run_id)
+    return run_id

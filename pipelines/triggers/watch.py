@@ -19,25 +19,19 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from components.config import Config
-from pipelines.triggers.atomic import atomic_write_text, private_name
+from pipelines.triggers.champion import (
+    REFERENCE_FILE,
+    Champion,
+    ensure_local_store,
+    find_champion,
+    load_reference,
+)
 from pipelines.triggers.ledger import ACTIVE, Ledger
 from pipelines.triggers.new_data import DataState, cache_path_for, data_state
 from pipelines.triggers.retry import already_started, next_step, settle, stale_claim
-
-REFERENCE_FILE = "reference/reference_stats.json"
-
-
-@dataclass
-class Champion:
-    """What the watcher needs to know about the champion model version."""
-
-    version: str
-    run_id: str | None
-    fingerprint: str | None
 
 
 @dataclass
@@ -64,96 +58,6 @@ class Decision:
         return json.dumps(asdict(self), sort_keys=False, default=str)
 
 
-# --- champion, with a cache keyed by the local tracking database's state -------------------------
-
-
-def _store_key(tracking_uri: str) -> list[Any] | None:
-    """A cheap identity of a local SQLite store's content (size and mtime of its files); None otherwise."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    db = Path(tracking_uri[len("sqlite:///") :])
-    key = []
-    for suffix in ("", "-wal", "-journal"):
-        path = db.with_name(db.name + suffix)
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            key.append(None)
-            continue
-        key.append([st.st_size, st.st_mtime_ns])
-    return key if key[0] is not None else None
-
-
-def ensure_local_store(tracking_uri: str, watch_dir: Path) -> None:
-    """Create a new SQLite tracking store once, under the home's lock, before any watcher reads it.
-
-    Watchers racing on a fresh home would each run MLflow's schema migrations on the same new file, and
-    all but one fail ("duplicate column name"). A marker file makes the later checks skip this for free.
-    """
-    if not tracking_uri.startswith("sqlite:///"):
-        return
-    marker = watch_dir / f"store-ready-{hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]}"
-    if marker.exists():
-        return
-    ledger = Ledger(watch_dir.parent)
-    with ledger.locked():
-        if marker.exists():
-            return
-        import mlflow
-
-        mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).search_registered_models(max_results=1)
-        marker.write_text(tracking_uri + "\n")
-
-
-def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Path | None = None) -> Champion | None:
-    """The version behind ``alias`` with its data fingerprint tag; None when there is no champion yet."""
-    key = _store_key(tracking_uri)
-    ident = [tracking_uri, model_name, alias, key]
-    if cache_file is not None and key is not None:
-        try:
-            cached = json.loads(cache_file.read_text())
-            if cached.get("ident") == ident:
-                return Champion(**cached["champion"]) if cached["champion"] else None
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    from components.tracking import get_alias_version
-
-    version = get_alias_version(tracking_uri, model_name, alias)
-    champion = (
-        Champion(version=str(version.version), run_id=version.run_id, fingerprint=(version.tags or {}).get("ctpipe.data_fingerprint"))
-        if version is not None
-        else None
-    )
-    if cache_file is not None and key is not None:
-        # Re-read the key: it must describe the store as it was when we read it.
-        if _store_key(tracking_uri) == key:
-            _write_json(cache_file, {"ident": ident, "champion": asdict(champion) if champion else None})
-    return champion
-
-
-def load_reference(tracking_uri: str, model_name: str, champion: Champion, cache_dir: Path) -> dict[str, Any] | None:
-    """The champion's reference statistics (downloaded once per version), or None when it has none."""
-    local = cache_dir / model_name / champion.version / "reference_stats.json"
-    if not local.exists():
-        from components.tracking import download_version_file
-
-        if champion.run_id is None:
-            return None
-        # The watcher's output is its JSON line; keep MLflow's download progress bar out of it.
-        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        tmp = cache_dir / model_name / champion.version / private_name(".download")
-        path = download_version_file(tracking_uri, SimpleNamespace(run_id=champion.run_id), REFERENCE_FILE, tmp)
-        if path is None:
-            return None
-        local.parent.mkdir(parents=True, exist_ok=True)
-        Path(path).replace(local)
-    return json.loads(local.read_text())
-
-
-def _write_json(path: Path, payload: Any) -> None:
-    atomic_write_text(path, json.dumps(payload))
-
-
 # --- drift of the newest window, cached per (window, champion, thresholds) ---------------------
 
 
@@ -177,9 +81,26 @@ def window_drift(
     if len(frame) < config.watch.min_rows:
         return None, f"drift not judged: the newest window has {len(frame)} rows (< watch.min_rows={config.watch.min_rows})"
     partitions = sorted({f.path.rsplit("/", 1)[0] for f in window})
+    frame = with_task_drift_columns(frame, reference, config)
     report = compute_drift(frame, reference, config.watch, window=partitions, champion_version=champion.version)
     write_drift_report(report, json_path, html_path)
     return report.to_dict() | {"json_path": str(json_path), "html_path": str(html_path)}, "computed"
+
+
+def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
+    """The window's rows plus the task's per-row drift statistics (``Task.drift_columns``), which the
+    reference holds as numeric columns."""
+    import pandas as pd
+
+    from components.data.snapshot import Schema
+    from components.tasks import load_task
+
+    task = load_task(config.task)
+    schema = Schema(label=config.data.label, key=config.data.key, numeric=list(reference.get("numeric") or {}),
+                    categorical=list(reference.get("categorical") or {}), classes=[])
+    schema = schema.with_task_columns([c for c in task.own_columns(schema) if c in schema.features])
+    derived = task.drift_columns(frame, schema)
+    return pd.concat([frame, derived], axis=1) if len(derived.columns) else frame
 
 
 # --- one check -----------------------------------------------------------------------------------

@@ -97,6 +97,28 @@ def test_first_run_succeeds_and_becomes_champion(first_run, home):
     assert champion.tags["ctpipe.blessed"] == "true"
 
 
+def test_first_run_records_each_steps_time_split_and_what_it_imported(first_run):
+    assert first_run.returncode == 0
+    summary = _summary(first_run)
+    assert set(summary["step_timing"]) == set(summary["steps"])
+    for step, split in summary["step_timing"].items():
+        assert split["compute_seconds"] >= 0 and split["import_seconds"] >= 0, step
+        assert split["overhead_seconds"] >= split["import_seconds"] + split["setup_seconds"], step
+    # The train step only launches the ranks: their start-up is overhead, and its own process loads
+    # neither torch nor MLflow; Great Expectations loads in validation only.
+    assert summary["step_timing"]["train"]["setup_seconds"] > 0
+    libraries = {step: set(split["libraries"]) for step, split in summary["step_timing"].items()}
+    assert libraries["train"].isdisjoint({"torch", "mlflow", "great_expectations"})
+    assert "great_expectations" in libraries["validate_data"]
+    assert all("great_expectations" not in libs for step, libs in libraries.items() if step != "validate_data")
+    assert "mlflow" not in libraries["select_checkpoint"]  # it logs nothing
+    timing = summary["timing"]
+    assert timing["total_seconds"] >= timing["compute_seconds"] > 0
+    assert 0 < timing["orchestration_share"] < 1
+    assert "cli_start_seconds" in timing["setup"]
+    assert summary["step_timing"]["prepare_run"]["setup_seconds"] > 0  # the MLflow database, created there
+
+
 def test_second_run_is_compared_with_the_first_model(first_run, home, data):
     assert first_run.returncode == 0
     second = ctpipe("run", "--data", str(data), *sets(), home=home)

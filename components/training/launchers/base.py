@@ -12,6 +12,9 @@ from typing import Protocol
 # A worker exits with this code when a restart would fail the same way (bad input or config, a non-finite
 # loss); any other failure (a crash, a lost peer, a killed pod) may be restarted from the latest checkpoint.
 PERMANENT_FAILURE_EXIT_CODE = 2
+# Rank 0 writes its result here, beside the checkpoints; the launching step reads it back.
+RESULT_FILE = "train_result.json"
+
 # A launcher may set this to a file path per rank; a failing worker writes its error there as JSON.
 ERROR_FILE_ENV = "CTPIPE_ERROR_FILE"
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from components.data.simulate import mixed_type_rows, write_partition
 from components.data.snapshot import (
     PARTITION_COLUMN,
     assign_splits,
@@ -23,30 +24,6 @@ from components.data.snapshot import (
 from components.errors import DataValidationError
 
 SEEDS = range(12)
-
-
-def _frame(rng: np.random.Generator, rows: int, first_id: int) -> pd.DataFrame:
-    """Rows with int, float, string and bool columns, a unique int id, and a label."""
-    return pd.DataFrame(
-        {
-            "customer_id": np.arange(first_id, first_id + rows, dtype="int64"),
-            "tickets": rng.integers(0, 6, rows).astype("int64"),
-            "spend": rng.lognormal(3, 0.5, rows).round(2),
-            "ratio": rng.random(rows),
-            "region": rng.choice(["north", "south", "east"], rows),
-            "active": rng.random(rows) < 0.5,
-            "label": rng.choice(["a", "b"], rows),
-        }
-    )
-
-
-def _write(root, name: str, frame: pd.DataFrame, fmt: str = "parquet") -> None:
-    part = root / f"date={name}"
-    part.mkdir(parents=True)
-    if fmt == "parquet":
-        frame.to_parquet(part / "part-0.parquet", index=False)
-    else:
-        frame.to_csv(part / "part-0.csv", index=False)
 
 
 def _splits(root, key: str | None) -> pd.DataFrame:
@@ -61,9 +38,9 @@ def _splits(root, key: str | None) -> pd.DataFrame:
 
 def _old_rows_moved(tmp_path, old: pd.DataFrame, new: pd.DataFrame, key: str | None, fmt_new: str = "parquet") -> int:
     before_root, after_root = tmp_path / "before", tmp_path / "after"
-    _write(before_root, "2026-01-01", old)
-    _write(after_root, "2026-01-01", old)
-    _write(after_root, "2026-01-02", new, fmt_new)
+    write_partition(before_root, "2026-01-01", old)
+    write_partition(after_root, "2026-01-01", old)
+    write_partition(after_root, "2026-01-02", new, fmt_new)
     before = _splits(before_root, key).set_index("id")["split"]
     after = _splits(after_root, key)
     after = after[after["part"] == "date=2026-01-01"].set_index("id")["split"]
@@ -123,8 +100,8 @@ TRANSFORMS = {
 def test_old_rows_keep_their_split_when_a_new_partition_changes_dtypes(tmp_path, transform, key):
     for seed in SEEDS:
         rng = np.random.default_rng(seed)
-        old = _frame(rng, 120, 0)
-        new = TRANSFORMS[transform](_frame(rng, 40, 1000))
+        old = mixed_type_rows(rng, 120, 0)
+        new = TRANSFORMS[transform](mixed_type_rows(rng, 40, 1000))
         moved = _old_rows_moved(tmp_path / str(seed), old, new, key)
         assert moved == 0, f"seed {seed}: {moved} of {len(old)} old rows changed split ({transform}, key={key})"
 
@@ -133,12 +110,12 @@ def test_old_rows_keep_their_split_when_a_new_partition_changes_dtypes(tmp_path,
 def test_csv_and_parquet_of_the_same_rows_split_alike(tmp_path, key):
     for seed in SEEDS:
         rng = np.random.default_rng(seed)
-        rows = _frame(rng, 150, 0)
+        rows = mixed_type_rows(rng, 150, 0)
         # Digit-only string ids read back from CSV as integers; float32 values come back as float64.
         rows = rows.assign(ratio=rows["ratio"].astype("float32"))
         parquet_root, csv_root = tmp_path / f"p{seed}", tmp_path / f"c{seed}"
-        _write(parquet_root, "2026-01-01", rows.assign(customer_id=rows["customer_id"].astype(str)))
-        _write(csv_root, "2026-01-01", rows, "csv")
+        write_partition(parquet_root, "2026-01-01", rows.assign(customer_id=rows["customer_id"].astype(str)))
+        write_partition(csv_root, "2026-01-01", rows, "csv")
         from_parquet = _splits(parquet_root, key).set_index("id")["split"]
         from_csv = _splits(csv_root, key).set_index("id")["split"]
         assert (from_parquet == from_csv.loc[from_parquet.index]).all(), f"seed {seed}"
@@ -147,7 +124,7 @@ def test_csv_and_parquet_of_the_same_rows_split_alike(tmp_path, key):
 def test_a_csv_partition_appended_to_parquet_moves_no_old_row(tmp_path):
     for seed in range(4):
         rng = np.random.default_rng(seed)
-        old, new = _frame(rng, 100, 0), _frame(rng, 30, 500)
+        old, new = mixed_type_rows(rng, 100, 0), mixed_type_rows(rng, 30, 500)
         assert _old_rows_moved(tmp_path / str(seed), old, new, None, fmt_new="csv") == 0
 
 
@@ -200,7 +177,7 @@ def test_a_key_splits_by_the_documented_salted_hash():
 
 
 def test_a_null_key_is_a_data_error_naming_the_column_and_rows():
-    data = _frame(np.random.default_rng(0), 10, 0).astype({"customer_id": "float64"})
+    data = mixed_type_rows(np.random.default_rng(0), 10, 0).astype({"customer_id": "float64"})
     data.loc[[3, 7], "customer_id"] = np.nan
     data[PARTITION_COLUMN] = "date=2026-01-02"
     schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])
@@ -211,7 +188,7 @@ def test_a_null_key_is_a_data_error_naming_the_column_and_rows():
 
 
 def test_a_key_repeated_with_another_label_is_a_data_error_naming_the_key_and_rows():
-    data = _frame(np.random.default_rng(0), 10, 0)
+    data = mixed_type_rows(np.random.default_rng(0), 10, 0)
     data.loc[4, "customer_id"] = 2
     data.loc[4, "label"] = "b" if data.loc[2, "label"] == "a" else "a"
     data[PARTITION_COLUMN] = "date=2026-01-01"

@@ -168,15 +168,9 @@ def _rare_positive_snapshot(root):
     """A snapshot of 90/10 data (a label the features barely predict), split as the pipeline splits."""
     import pandas as pd
 
-    from components.data.snapshot import (
-        assign_splits,
-        fingerprint_files,
-        infer_schema,
-        list_data_files,
-        read_data,
-        split_keys,
-        write_snapshot,
-    )
+    from components.data.splits import SplitSettings
+    from components.training.standalone import build_snapshot
+    from tests.fixtures.registry import split_config
 
     rng = np.random.default_rng(0)
     n = 3000
@@ -186,12 +180,8 @@ def _rare_positive_snapshot(root):
     )
     (root / "data" / "date=2026-01-01").mkdir(parents=True)
     frame.to_parquet(root / "data" / "date=2026-01-01" / "part-0.parquet", index=False)
-    files = list_data_files(str(root / "data"))
-    data = read_data(str(root / "data"), files)
-    schema = infer_schema(data, label="label", key="id", features=[], categorical=[])
-    splits = assign_splits(split_keys(data, schema), val_fraction=0.1, test_fraction=0.3, salt="t")
-    write_snapshot(root / "snapshot", data, splits, schema, data_uri=str(root / "data"), files=files,
-                   fingerprint=fingerprint_files(files))
+    split = SplitSettings(key="id", salt="t", val_fraction=0.1, test_fraction=0.3)
+    build_snapshot(str(root / "data"), split_config(split), root / "snapshot")
     return root / "snapshot"
 
 
@@ -212,7 +202,9 @@ def test_a_constant_prior_predictor_is_not_blessed_as_a_first_model(tmp_path):
     with torch.no_grad():  # what a model that learnt only the class prior is: a constant output
         model.head.weight.zero_()
         model.head.bias.copy_(torch.log(torch.tensor(prior, dtype=torch.float32)))
-    save_model_export(tmp_path / "prior.pt", model.state_dict(), TINY_MODEL, spec, prep, {"step": 0})
+    task = {"name": "tabular_classification", "entrypoint": None, "options": {}}
+    state = {**prep.to_dict(), "label": snap.schema.label}
+    save_model_export(tmp_path / "prior.pt", model.state_dict(), TINY_MODEL, task, state, {"step": 0})
     config = fast_config()
     uri = local_tracking_uri(tmp_path)
     result = evaluate_candidate(

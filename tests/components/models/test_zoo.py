@@ -48,7 +48,9 @@ def test_export_round_trip_loads_with_weights_only(tmp_path):
     spec = InputSpec(n_numeric=1, cardinalities=[3], n_classes=2)
     model = build_model(cfg, spec).eval()
     prep = Preprocessing(numeric={"x": {"mean": 1.0, "std": 2.0}}, categorical={"c": ["a", "b"]}, classes=["no", "yes"])
-    digest = save_model_export(tmp_path / "m.pt", model.state_dict(), cfg, spec, prep, {"step": 7})
+    task = {"name": "tabular_classification", "entrypoint": None, "options": {}}
+    state = {**prep.to_dict(), "label": "y"}
+    digest = save_model_export(tmp_path / "m.pt", model.state_dict(), cfg, task, state, {"step": 7})
     assert len(digest) == 64
     loaded = load_model_export(tmp_path / "m.pt")
     assert loaded.metadata == {"step": 7} and loaded.classes == ["no", "yes"]

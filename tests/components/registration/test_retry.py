@@ -10,7 +10,8 @@ import pytest
 from mlflow.exceptions import MlflowException
 
 from components.config import RegistryConfig
-from components.registration.registry import Registry, RegistryBusyError
+from components.registration.lock import RegistryBusyError
+from components.registration.registry import Registry
 from components.tracking.retry import RegistryUnavailableError, call_with_retries, is_transient
 
 
@@ -113,3 +114,64 @@ def test_an_alias_is_never_moved_by_a_holder_that_lost_its_lock(registry, tmp_pa
             registry._move_champion("1", kind="manual", by="me", reason="x", previous=None, pop=False)
     assert registry.alias_version("champion") is None
     assert registry.lock_name in {m.name for m in client.search_registered_models()}  # not ours to delete
+
+
+def test_releasing_a_lock_that_is_already_gone_is_not_an_error(registry):
+    # Between our read of the lock (our token) and our delete, it disappears: another process broke it as
+    # stale, or our own earlier delete landed and only its response was lost. Either way it is released.
+    other = mlflow.MlflowClient(registry.uri, registry_uri=registry.uri)
+    read_lock = registry.client.get_registered_model
+
+    def read_then_lose(name):
+        held = read_lock(name)
+        if name == registry.lock_name:
+            other.delete_registered_model(name)
+        return held
+
+    with registry.locked():
+        registry.client.get_registered_model = read_then_lose
+    registry.client.get_registered_model = read_lock
+    assert registry.lock_name not in {m.name for m in registry.client.search_registered_models()}
+
+
+def test_a_transient_failure_while_releasing_the_lock_is_retried_not_ignored(registry):
+    read_lock = registry.client.get_registered_model
+    failures = []
+
+    def locked_once(name):
+        if name == registry.lock_name and not failures:
+            failures.append(name)
+            raise MlflowException("(sqlite3.OperationalError) database is locked")
+        return read_lock(name)
+
+    registry.config.lock_ttl_seconds = 60  # a lock left behind would block others for a minute
+    with registry.locked():
+        registry.client.get_registered_model = locked_once
+    assert failures
+    assert registry.lock_name not in {m.name for m in registry.client.search_registered_models()}
+
+
+def test_a_lock_released_while_we_try_to_take_it_is_taken_on_the_next_try(registry, monkeypatch):
+    # The flaky "Registered Model ...--promotion-lock not found": our create of the lock fails on the
+    # unique name, MLflow's store then reads the existing lock to say so, and the holder released it in
+    # between, so the create raises RESOURCE_DOES_NOT_EXIST. That is a lock just freed, not an error.
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore
+
+    holder = mlflow.MlflowClient(registry.uri, registry_uri=registry.uri)
+    holder.create_registered_model(
+        registry.lock_name, tags={"ctpipe.lock_owner": "other", "ctpipe.lock_expires_at": str(time.time() + 60)}
+    )
+    read_existing = SqlAlchemyStore.get_registered_model
+    released = []
+
+    def released_before_the_read(store, name):
+        if name == registry.lock_name and not released:
+            released.append(name)
+            holder.delete_registered_model(name)
+        return read_existing(store, name)
+
+    monkeypatch.setattr(SqlAlchemyStore, "get_registered_model", released_before_the_read)
+    with registry.locked(wait_seconds=10):
+        owner = registry.client.get_registered_model(registry.lock_name).tags["ctpipe.lock_owner"]
+    assert released and owner != "other"
+    assert registry.lock_name not in {m.name for m in registry.client.search_registered_models()}

@@ -15,7 +15,8 @@ from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.registration.registry import COMPLETE_TAG, Registry
 from components.tracking.retry import RegistryUnavailableError
-from tests.fixtures.registry import MlflowServer, fast_config, free_port, make_model, make_run, make_snapshot
+from components.tracking.server import LocalMlflowServer, free_port
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,7 @@ def _evaluate(uri, snap, i, config, work):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     # One server for the module: a start costs ~7 s idle and over 30 s on a loaded 2-core machine.
-    running = MlflowServer(tmp_path_factory.mktemp("server")).start()
+    running = LocalMlflowServer(tmp_path_factory.mktemp("server")).start()
     yield running
     running.stop()
 

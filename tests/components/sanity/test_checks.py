@@ -15,6 +15,18 @@ from components.config import Config
 from components.data.snapshot import load_snapshot
 from components.errors import ConfigError, SanityCheckError
 from components.models.tabular import InputSpec, build_model
+from components.sanity.bugs import (
+    AddsFirstRow,
+    BatchMean,
+    DetachedBody,
+    ForcedTrainBatchNorm,
+    IgnoresInput,
+    MixesRowsInTrainMode,
+    ReturnsProbabilities,
+    clipped_loss,
+    nan_loss,
+    only_the_bias_trains,
+)
 from components.sanity.gate import run_sanity_checks
 from components.tracking import ensure_experiment, local_tracking_uri
 from components.validation.validate import validate_data
@@ -106,62 +118,8 @@ def test_disabled_sanity_is_skipped_and_says_so(snapshot, tmp_path):
 # --- the model-bug corpus -----------------------------------------------------------------------
 
 
-class BatchMeanModel(nn.Module):
-    """Subtracts the batch mean of the hidden features: predictions depend on the rest of the batch."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner, self.head = inner, inner.head
-
-    def forward(self, x_num, x_cat):
-        return self.inner(x_num - x_num.mean(dim=0, keepdim=True), x_cat)
-
-
-class ForcedTrainBatchNorm(nn.Module):
-    """BatchNorm that always uses batch statistics, even in eval mode."""
-
-    def __init__(self, inner: nn.Module, n_numeric: int) -> None:
-        super().__init__()
-        self.inner, self.head = inner, inner.head
-        self.norm = nn.BatchNorm1d(n_numeric)
-
-    def forward(self, x_num, x_cat):
-        return self.inner(nn.functional.batch_norm(x_num, None, None, self.norm.weight, self.norm.bias, training=True), x_cat)
-
-
-class IgnoresInput(nn.Module):
-    """Learns only a bias: its output is the same for every example."""
-
-    def __init__(self, n_classes: int) -> None:
-        super().__init__()
-        self.head = nn.Linear(1, n_classes)
-
-    def forward(self, x_num, x_cat):
-        return self.head(torch.ones(x_num.shape[0], 1))
-
-
-def clipped_loss(logits, y):
-    """The bug: the loss is clamped (meant as gradient clipping), which zeroes its gradient."""
-    return nn.functional.cross_entropy(logits, y).clamp(max=0.5)
-
-
-class ReturnsProbabilities(nn.Module):
-    """The bug: softmax inside the model, so cross-entropy applies a second softmax to probabilities."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner, self.head = inner, inner.head
-
-    def forward(self, x_num, x_cat):
-        return self.inner(x_num, x_cat).softmax(dim=-1)
-
-
-def nan_loss(logits, y):
-    return nn.functional.cross_entropy(logits, y) * torch.tensor(float("nan"))
-
-
 BUGS = {
-    "mixes the batch (explicit batch mean)": (lambda spec, cfg: BatchMeanModel(build_model(cfg.model, spec)), None,
+    "mixes the batch (explicit batch mean)": (lambda spec, cfg: BatchMean(build_model(cfg.model, spec)), None,
                                               "batch_independence", "information flows between examples"),
     "mixes the batch (BatchNorm forced to train mode)": (
         lambda spec, cfg: ForcedTrainBatchNorm(build_model(cfg.model, spec), spec.n_numeric), None,
@@ -207,52 +165,6 @@ def test_first_batch_is_the_trainers_first_batch(snapshot, tmp_path):
 
 
 # --- blind spots: every row, every parameter, a stratified overfit batch, the trainer's own step ----------
-
-
-class AddsFirstRow(nn.Module):
-    """The x[0]-for-x[:, 0] bug: every row's input gets the batch's first row added."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner, self.head = inner, inner.head
-
-    def forward(self, x_num, x_cat):
-        return self.inner(x_num + x_num[:1], x_cat)
-
-
-class MixesRowsInTrainMode(nn.Module):
-    """Mixes rows only while training (a batch statistic without BatchNorm): eval mode looks clean."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner, self.head = inner, inner.head
-
-    def forward(self, x_num, x_cat):
-        return self.inner(x_num - x_num.mean(dim=0, keepdim=True) if self.training else x_num, x_cat)
-
-
-class DetachedBody(nn.Module):
-    """The body's output is detached: only the head ever gets a gradient."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner, self.head = inner, inner.head
-
-    def forward(self, x_num, x_cat):
-        inner = self.inner
-        parts = [x_num] + [emb(x_cat[:, i]) for i, emb in enumerate(inner.embeddings)]
-        h = inner.stem(torch.cat(parts, dim=1))
-        for block in inner.blocks:
-            h = block(h)
-        return self.head(inner.norm(h).detach())
-
-
-def only_the_bias_trains(inner: nn.Module) -> nn.Module:
-    """Every parameter frozen but the head's bias (a fine-tuning setup gone wrong)."""
-    for p in inner.parameters():
-        p.requires_grad_(False)
-    inner.head.bias.requires_grad_(True)
-    return inner
 
 
 def test_a_row_leaking_into_other_rows_is_caught_whichever_row_it_is(snapshot, tmp_path):

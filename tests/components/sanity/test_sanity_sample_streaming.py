@@ -9,6 +9,7 @@ from components.config import Config
 from components.data.demo import generate_day
 from components.data.snapshot import SnapshotWriter, assign_splits, infer_schema, load_snapshot, split_keys
 from components.sanity.sample import HELD_OUT_FACTOR, class_floor, load_sanity_data, stratified_rows
+from components.tasks.tabular import make_task
 from components.training.data import first_batch_indices
 
 
@@ -21,7 +22,7 @@ def test_streamed_samples_equal_the_whole_frame_draw(tmp_path):
     writer.close(data_uri="mem://", files=[], fingerprint="f")
     snap = load_snapshot(tmp_path)
     cfg = Config.from_dict({"sanity": {"sample_rows": 256}, "train": {"batch_size": 32}})
-    got = load_sanity_data(snap, cfg)
+    got = load_sanity_data(snap, cfg, make_task())
 
     # The same draw on whole frames, as the step did before it streamed.
     train, val = snap.frame("train"), snap.frame("val")
@@ -33,7 +34,7 @@ def test_streamed_samples_equal_the_whole_frame_draw(tmp_path):
     held = rest.iloc[stratified_rows(rest["label"], HELD_OUT_FACTOR * 256, seed=0, floor=floor)]
     first = train.iloc[first_batch_indices(len(train), batch_size=32, world_size=2, seed=cfg.train.seed)]
     index = {c: i for i, c in enumerate(snap.preprocessing.classes)}
-    assert torch.equal(got.y, torch.tensor(train.iloc[picked]["label"].map(index).to_numpy()))
-    assert torch.equal(got.val_y, torch.tensor(held["label"].map(index).to_numpy()))
+    assert torch.equal(got.train.targets, torch.tensor(train.iloc[picked]["label"].map(index).to_numpy()))
+    assert torch.equal(got.val.targets, torch.tensor(held["label"].map(index).to_numpy()))
     pd.testing.assert_frame_equal(got.first_batch.raw, first.reset_index(drop=True))
-    assert got.val_x_num.shape[0] == len(held)
+    assert got.val.inputs[0].shape[0] == len(held)

@@ -8,6 +8,7 @@ import torch
 
 from components.data.demo import generate_day
 from components.data.snapshot import SnapshotWriter, assign_splits, infer_schema, load_snapshot, split_keys
+from components.tasks.tabular import make_task
 from components.training.data import load_split, split_batches
 
 
@@ -20,7 +21,10 @@ def test_batched_loading_equals_encoding_the_whole_split(tmp_path):
     writer.close(data_uri="mem://", files=[], fingerprint="f")
     snap = load_snapshot(tmp_path)
     assert len(list(split_batches(snap, "train"))) > 5
-    loaded = load_split(snap, "train")
+    loaded = load_split(snap, "train", make_task()).examples
     x_num, x_cat, y = snap.tensors("train")
-    assert torch.equal(loaded.x_num, torch.tensor(x_num)) and torch.equal(loaded.x_cat, torch.tensor(x_cat))
-    assert torch.equal(loaded.y, torch.tensor(np.asarray(y)))
+    whole = make_task().encode(snap.frame("train"), snap.state)
+    assert torch.equal(loaded.inputs[0], torch.tensor(x_num)) and torch.equal(loaded.inputs[1], torch.tensor(x_cat))
+    assert torch.equal(loaded.targets, torch.tensor(np.asarray(y)))
+    assert all(torch.equal(a, b) for a, b in zip(loaded.inputs, whole.inputs, strict=True))
+    assert torch.equal(loaded.targets, whole.targets)

@@ -1,0 +1,137 @@
+"""Pipeline benchmark: a newcomer's first `ctpipe run` (demo data, default config, fresh home), split by step.
+
+    python benchmarks/pipeline.py [--set train.max_steps=300 ...] [--keep DIR]
+
+It runs ``ctpipe run`` as a new process on a fresh temporary home (so the demo data and the MLflow
+database are created, as on a first run), times it from outside, and reads the step records of the
+run (``runs/<id>/summary.json``, ``step_timing``). Each step's split (components/kfp_support.py):
+
+- ``import_seconds``: imports during the step;
+- ``compute_seconds``: the step's own work (for training: the ranks' work after they joined the group);
+- ``overhead_seconds``: everything else of the step: its interpreter's start with the KFP executor and
+  the adapter (``process_seconds``), its imports, and set-up inside the step (``setup_seconds``: the training ranks' start-up, MLflow's
+  experiment and, on a new home, database set-up).
+
+**Orchestration is everything but the steps' own compute**: process starts, imports, the KFP local
+runner between steps, the CLI's own start, the demo data and the MLflow set-up. ``orchestration_share``
+= (``seconds`` − Σ ``compute_seconds``) / ``seconds``, with ``seconds`` the wall time of the whole
+``ctpipe run`` process. ``before_first_step_seconds`` is the CLI's own part before the first step's
+process starts. The figures depend on the machine and its load (``load_average`` is reported, before
+and after): compare runs on the same machine. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def ctpipe_command() -> list[str]:
+    """The installed ``ctpipe`` script beside this interpreter, else the CLI module."""
+    script = Path(sys.executable).with_name("ctpipe")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "pipelines.cli"]
+
+
+def step_split(summary: dict) -> dict[str, dict]:
+    """Each step's wall time (from its process start) and its split, as the run recorded them."""
+    steps = {}
+    for step, split in summary.get("step_timing", {}).items():
+        in_step = summary["step_seconds"].get(step) or 0.0
+        steps[step] = {
+            "seconds": round(in_step + (split.get("process_seconds") or 0.0), 2),
+            "import_seconds": split["import_seconds"],
+            "compute_seconds": split["compute_seconds"],
+            "overhead_seconds": split["overhead_seconds"],
+            "process_seconds": split.get("process_seconds"),
+            "setup_seconds": split.get("setup_seconds", 0.0),
+            "slowest_imports": split.get("slowest_imports", {}),
+        }
+    return steps
+
+
+def test_metrics(home: Path) -> dict:
+    """The candidate's test accuracy and macro F1 with their bootstrap intervals (the blessing file)."""
+    blessings = sorted(home.glob("pipeline_root/**/blessing"), key=lambda p: p.stat().st_mtime)
+    if not blessings:
+        return {}
+    intervals = json.loads(blessings[-1].read_text()).get("intervals", {})
+    return {
+        name: {k: round(intervals[name][k], 4) for k in ("value", "low", "high")}
+        for name in ("accuracy", "macro_f1")
+        if name in intervals
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--keep", metavar="DIR", help="use DIR (must not exist) as the home and keep it")
+    args = parser.parse_args(argv)
+
+    tmp = None if args.keep else tempfile.mkdtemp(prefix="ctpipe-pipeline-bench-")
+    home = Path(args.keep) if args.keep else Path(tmp) / "home"
+    if home.exists():
+        parser.error(f"--keep {home}: the directory exists; the benchmark needs a fresh home")
+    command = ctpipe_command() + ["run", "--home", str(home)]
+    for override in args.overrides:
+        command += ["--set", override]
+    env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    load_before = os.getloadavg()
+    try:
+        launched = time.time()
+        started = time.perf_counter()
+        proc = subprocess.run(command, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+        load_after = os.getloadavg()
+        sys.stdout.write(proc.stdout)
+        sys.stderr.write(proc.stderr)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines or not Path(lines[-1]).is_file():
+            print(json.dumps({"status": "failed", "returncode": proc.returncode, "seconds": round(seconds, 2)}))
+            return 1
+        summary = json.loads(Path(lines[-1]).read_text())
+        steps = step_split(summary)
+        compute = sum(s["compute_seconds"] for s in steps.values())
+        first = min(
+            (summary_started(summary, step) for step in steps if summary_started(summary, step) is not None),
+            default=None,
+        )
+        result = {
+            "status": summary["status"],
+            "seconds": round(seconds, 2),
+            # None when the run recorded no split (code from before step timing).
+            "orchestration_share": round((seconds - compute) / seconds, 3) if steps else None,
+            "compute_seconds": round(compute, 2),
+            "orchestration_seconds": round(seconds - compute, 2),
+            "before_first_step_seconds": None if first is None else round(first - launched, 2),
+            "steps": steps,
+            "test": test_metrics(home),
+            "training_samples_per_second": round(summary["training"].get("samples_per_second", 0.0), 1),
+            "overrides": args.overrides,
+            "cpus": os.cpu_count(),
+            "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
+        }
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(result))
+    return 0
+
+
+def summary_started(summary: dict, step: str) -> float | None:
+    """When the step's process started (Unix time), from its record in the run's folder."""
+    record = Path(summary["run_dir"]) / "steps" / f"{step}.json"
+    data = json.loads(record.read_text())
+    process = (data.get("timing") or {}).get("process_seconds")
+    return None if process is None else data["started"] - process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Tasks: the protocol a model and its data reading follow, the built-ins, and resolving one from config.
+
+    from components.tasks import load_task
+    task = load_task(config.task)   # tabular_classification by default, or task.entrypoint's factory
+
+``protocol.py`` is the interface (``Task``, ``Batch``, ``Metric``, ``SanitySpec``, ``InitLoss``,
+``TaskBase``); ``registry.py`` registers the built-ins and loads the configured task; ``tabular.py`` is
+the built-in tabular classification task.
+"""
+
+from components.tasks.protocol import (
+    Batch,
+    InitLoss,
+    Metric,
+    SanitySpec,
+    Task,
+    TaskBase,
+    TaskState,
+)
+from components.tasks.registry import BUILTIN_TASKS, TaskError, complete_task, load_task, task_record
+
+__all__ = [
+    "BUILTIN_TASKS",
+    "Batch",
+    "InitLoss",
+    "Metric",
+    "SanitySpec",
+    "Task",
+    "TaskBase",
+    "TaskError",
+    "TaskState",
+    "complete_task",
+    "load_task",
+    "task_record",
+]

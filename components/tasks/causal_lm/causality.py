@@ -1,0 +1,158 @@
+"""The sequence checks of the sanity gate: the model is causal, targets are the next token, rows are apart.
+
+The seeds' worst silent bug is an autoregressive model that sees the token it must predict (a missing or
+wrong mask, an off-by-one in the shift): it trains "beautifully" and is useless. These checks catch it
+on a small packed batch, before training:
+
+* ``next_token_targets``: wherever a target is set, it is the next input token (targets = inputs shifted
+  by one); targets equal to the inputs themselves, or to the previous token, are named as such;
+* ``causal_gradient``: the gradient of the output at position t with respect to the input embeddings
+  at positions s > t is zero (and at s = t it is not: the model reads its input);
+* ``document_isolation`` (only for a model that claims ``isolates_documents``): no gradient from a
+  position to earlier positions of another packed document;
+* ``sequence_independence``: no gradient from one row (sequence) of the batch to another.
+
+Gradients are taken at the output of the token embedding (the first ``nn.Embedding`` whose output has
+the tokens' shape), so they work for integer inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from components.sanity.report import CheckResult
+from components.tasks.causal_lm.packing import IGNORE
+
+LEAK_TOL = 1e-7
+POSITIONS = 12  # output positions probed (spread over the sequence, the last one included)
+
+
+def _embedding_grads(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor):
+    """The model's output and the token embeddings' output (a leaf that gradients reach)."""
+    captured: list[torch.Tensor] = []
+
+    def hook(module, args, output):
+        if output.shape[:2] == tokens.shape and not captured:
+            output = output.detach().requires_grad_(True)
+            captured.append(output)
+            return output
+        return None
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Embedding)]
+    try:
+        torch.manual_seed(0)
+        out = model(tokens, doc_ids).float()
+    finally:
+        for h in handles:
+            h.remove()
+    if not captured:
+        raise ValueError("no nn.Embedding in the model maps the tokens [batch, seq] to vectors: the causality "
+                         "checks need the token embedding's output to take gradients at")
+    return out, captured[0]
+
+
+def _probe_positions(seq: int) -> list[int]:
+    return sorted({int(round(i * (seq - 1) / max(POSITIONS - 1, 1))) for i in range(POSITIONS)})
+
+
+def check_next_token_targets(inputs: torch.Tensor, targets: torch.Tensor) -> CheckResult:
+    """Where a target is set (not IGNORE) and the next input is in the row, target[t] == input[t + 1]."""
+    set_ = targets[:, :-1] != IGNORE
+    n = int(set_.sum())
+    nxt = float((targets[:, :-1] == inputs[:, 1:])[set_].float().mean()) if n else 0.0
+    same = float((targets[:, :-1] == inputs[:, :-1])[set_].float().mean()) if n else 0.0
+    prev = float((targets[:, 1:-1] == inputs[:, :-2])[set_[:, 1:]].float().mean()) if n else 0.0
+    ok = n > 0 and nxt == 1.0
+    text = f"{nxt:.1%} of {n} set targets are the next input token"
+    if n == 0:
+        text += "; no target is set: every target is ignored, nothing would be learned"
+    elif not ok and same > 0.5:
+        text += (f"; {same:.1%} equal the input at the SAME position: the targets are not shifted, the model "
+                 "would be trained to copy the token it already sees. Use targets = tokens[1:], inputs = tokens[:-1]")
+    elif not ok and prev > 0.5:
+        text += (f"; {prev:.1%} equal the PREVIOUS input token: the targets are shifted the wrong way "
+                 "(targets = tokens[:-1] for inputs = tokens[1:]); the model would predict the past")
+    elif not ok:
+        text += "; the targets are not the next token: check how encode() builds inputs and targets"
+    return CheckResult("next_token_targets", ok, nxt, "== 100% of set targets", text)
+
+
+def check_causal_gradient(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult:
+    """d output[t] / d embedding[s] is zero for every s > t, and non-zero at s = t."""
+    out, emb = _embedding_grads(model, tokens, doc_ids)
+    seq = tokens.shape[1]
+    future, worst, own_min = 0.0, (0, 0), float("inf")
+    for t in _probe_positions(seq):
+        (grad,) = torch.autograd.grad(out[:, t].sum(), emb, retain_graph=True)
+        per_pos = grad.abs().amax(dim=(0, 2))  # [seq]
+        own_min = min(own_min, float(per_pos[t]))
+        if t + 1 < seq:
+            s = t + 1 + int(per_pos[t + 1 :].argmax())
+            if float(per_pos[s]) > future:
+                future, worst = float(per_pos[s]), (t, s)
+    ok = future <= LEAK_TOL and own_min > LEAK_TOL
+    text = f"largest |d output[t] / d input[s]| over s > t is {future:.3g}"
+    if future > LEAK_TOL:
+        t, s = worst
+        text += (f" (output at position {t} depends on the input at position {s}): the model sees FUTURE tokens, "
+                 "so it can read the token it must predict. A missing or wrong causal mask (is_causal=True / a "
+                 "lower-triangular mask) or an off-by-one in the shift; this trains 'beautifully' and is useless")
+    elif own_min <= LEAK_TOL:
+        text += "; the output at a position does not depend on the input at that position: the model ignores its input"
+    return CheckResult("causal_gradient", ok, future, f"<= {LEAK_TOL:g} for s > t", text)
+
+
+def check_document_isolation(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult | None:
+    """For a model that claims ``isolates_documents``: no gradient to earlier positions of another document."""
+    if not getattr(model, "isolates_documents", False):
+        return None
+    out, emb = _embedding_grads(model, tokens, doc_ids)
+    leak, where = 0.0, (0, 0, 0)
+    for t in _probe_positions(tokens.shape[1]):
+        (grad,) = torch.autograd.grad(out[:, t].sum(), emb, retain_graph=True)
+        per = grad.abs().amax(dim=2)  # [batch, seq]
+        other = doc_ids != doc_ids[:, t : t + 1]
+        masked = torch.where(other, per, torch.zeros_like(per))
+        value = float(masked.max())
+        if value > leak:
+            flat = int(masked.argmax())
+            leak, where = value, (flat // per.shape[1], t, flat % per.shape[1])
+    ok = leak <= LEAK_TOL
+    text = f"largest gradient from a position to another packed document's inputs is {leak:.3g}"
+    if not ok:
+        row, t, s = where
+        text += (f" (row {row}: position {t} depends on position {s} of another document): attention crosses "
+                 "packed documents although the model claims to isolate them (isolates_documents=True); "
+                 "mask attention by document (doc_ids) or drop the claim")
+    return CheckResult("document_isolation", ok, leak, f"<= {LEAK_TOL:g}", text)
+
+
+def check_sequence_independence(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult:
+    """No row's output depends on another row's inputs (gradient through the token embeddings)."""
+    out, emb = _embedding_grads(model, tokens, doc_ids)
+    leak, where = 0.0, (0, 0)
+    for i in range(tokens.shape[0]):
+        (grad,) = torch.autograd.grad(out[i].sum(), emb, retain_graph=True)
+        per_row = grad.abs().amax(dim=(1, 2))
+        per_row[i] = 0.0
+        j = int(per_row.argmax())
+        if float(per_row[j]) > leak:
+            leak, where = float(per_row[j]), (i, j)
+    ok = leak <= LEAK_TOL
+    text = f"largest |d output[row i] / d input[row j]| over j != i is {leak:.3g}"
+    if not ok:
+        text += (f" (row {where[0]} depends on row {where[1]}): sequences of a batch mix (a batch-wide norm or "
+                 "attention over the batch dimension; check reshapes and transposes)")
+    return CheckResult("sequence_independence", ok, leak, f"<= {LEAK_TOL:g}", text)
+
+
+def sequence_checks(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, doc_ids: torch.Tensor) -> list[CheckResult]:
+    """Every check of this module on one packed batch, with the model in eval mode (no dropout noise)."""
+    model.eval()
+    results = [check_next_token_targets(tokens, targets), check_causal_gradient(model, tokens, doc_ids)]
+    isolation = check_document_isolation(model, tokens, doc_ids)
+    if isolation is not None:
+        results.append(isolation)
+    results.append(check_sequence_independence(model, tokens, doc_ids))
+    return results

@@ -1,0 +1,124 @@
+"""The demo text corpus: CPython's help topics (``pydoc_data.topics``) as dated Parquet partitions.
+
+The text ships with every CPython (``Lib/pydoc_data/topics.py``, ~465 KB, the Python Software
+Foundation License), so demos and tests need no download. Each help topic is cut into documents of a
+few paragraphs; documents are dealt to ``days`` daily partitions ``date=YYYY-MM-DD/part-0.parquet``
+with columns ``doc_id`` (the split key), ``kind`` and ``text``. ``kind`` says whether a document holds a
+code example (``code``) or not (``prose``): the language model ignores it, but validation still needs a
+label column with at least two classes in every split, which a per-topic column cannot give. From ``drift_from_day`` on, the
+partitions hold the docstrings of standard-library modules instead: another register of English
+(API prose, more code), so the watcher's text drift has something real to see.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+from pathlib import Path
+
+import pandas as pd
+
+TEXT_COLUMN = "text"
+KEY_COLUMN = "doc_id"
+KIND_COLUMN = "kind"
+START_DATE = dt.date(2026, 1, 1)
+MIN_DOC_CHARS = 300
+MAX_DOC_CHARS = 1500
+# Standard-library modules whose docstrings make the drifted partitions (pure Python, always present).
+DRIFT_MODULES = (
+    "argparse", "asyncio", "collections", "contextlib", "csv", "dataclasses", "datetime", "decimal",
+    "email", "enum", "fractions", "functools", "heapq", "http.client", "inspect", "ipaddress", "itertools",
+    "json", "logging", "pathlib", "pickle", "random", "re", "shutil", "statistics", "string",
+    "subprocess", "tarfile", "textwrap", "threading", "typing", "unittest", "urllib.parse", "uuid",
+    "zipfile",
+)
+
+
+def chunk_paragraphs(text: str, *, min_chars: int = MIN_DOC_CHARS, max_chars: int = MAX_DOC_CHARS) -> list[str]:
+    """Consecutive paragraphs joined into documents of about ``min_chars``..``max_chars`` characters."""
+    docs, current = [], ""
+    for para in (p.strip("\n") for p in text.split("\n\n")):
+        if not para.strip():
+            continue
+        para = para[:max_chars]
+        if current and len(current) + 2 + len(para) > max_chars:
+            docs.append(current)
+            current = ""
+        current = f"{current}\n\n{para}" if current else para
+        if len(current) >= min_chars:
+            docs.append(current)
+            current = ""
+    if current.strip():
+        if docs and len(current) < min_chars // 3:
+            docs[-1] = f"{docs[-1]}\n\n{current}"
+        else:
+            docs.append(current)
+    return docs
+
+
+def document_kind(text: str) -> str:
+    """``code`` for a document with an interactive example or an indented code line, else ``prose``."""
+    return "code" if ">>>" in text or "\n      " in text else "prose"
+
+
+def help_topic_documents() -> pd.DataFrame:
+    """Every help topic of this Python, cut into documents: columns doc_id, kind, text."""
+    from pydoc_data.topics import topics
+
+    rows = [
+        {KEY_COLUMN: f"{name}/{i}", KIND_COLUMN: document_kind(doc), TEXT_COLUMN: doc}
+        for name in sorted(topics)
+        for i, doc in enumerate(chunk_paragraphs(topics[name]))
+    ]
+    return _unique_texts(pd.DataFrame(rows))
+
+
+def _unique_texts(frame: pd.DataFrame) -> pd.DataFrame:
+    """The first of documents with the same text: the help topics repeat passages (``customization`` and
+    ``specialnames`` share many), and a repeated text in two splits leaks the test set into training."""
+    return frame.drop_duplicates(TEXT_COLUMN, keep="first").reset_index(drop=True)
+
+
+def module_docstring_documents() -> pd.DataFrame:
+    """Docstrings of DRIFT_MODULES and their public classes and functions, cut into documents (same columns)."""
+    rows = []
+    for module_name in DRIFT_MODULES:
+        module = importlib.import_module(module_name)
+        texts = [module.__doc__ or ""]
+        for attr in sorted(dir(module)):
+            obj = getattr(module, attr, None)
+            if not attr.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == module_name:
+                texts.append(obj.__doc__ or "")
+        for i, doc in enumerate(chunk_paragraphs("\n\n".join(t for t in texts if t))):
+            rows.append({KEY_COLUMN: f"module:{module_name}/{i}", KIND_COLUMN: document_kind(doc), TEXT_COLUMN: doc})
+    return _unique_texts(pd.DataFrame(rows))
+
+
+def _deal(frame: pd.DataFrame, parts: int) -> list[pd.DataFrame]:
+    """Documents dealt round-robin to ``parts`` partitions, so every day covers every topic."""
+    return [frame.iloc[i::parts].reset_index(drop=True) for i in range(parts)]
+
+
+def write_text_demo_data(out: str | Path, *, days: int = 4, drift_from_day: int | None = None) -> list[Path]:
+    """Write ``days`` partitions of the corpus under ``out``; return their paths.
+
+    Without drift all help-topic documents are dealt over the days; with ``drift_from_day=D`` days
+    0..D-1 hold the help topics and days D.. the module docstrings.
+    """
+    if days < 1:
+        raise ValueError("days must be >= 1")
+    if drift_from_day is not None and not 0 <= drift_from_day < days:
+        raise ValueError(f"drift_from_day must be in [0, {days - 1}]")
+    clean_days = days if drift_from_day is None else drift_from_day
+    frames = _deal(help_topic_documents(), clean_days) if clean_days else []
+    if drift_from_day is not None:
+        frames += _deal(module_docstring_documents(), days - drift_from_day)
+    root, paths = Path(out), []
+    for day, frame in enumerate(frames):
+        part = root / f"date={(START_DATE + dt.timedelta(days=day)).isoformat()}" / "part-0.parquet"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        tmp = part.with_suffix(".parquet.tmp")
+        frame.to_parquet(tmp, index=False)
+        tmp.replace(part)  # a watcher never sees a half-written partition
+        paths.append(part)
+    return paths

@@ -1,0 +1,261 @@
+"""The task protocol: everything a task (a model and how it reads the data) gives ctpipe, and nothing more.
+
+A task turns a snapshot's rows (a pandas DataFrame, any batch of them) into model inputs and targets,
+builds the model, says how it is trained, evaluated, sanity-checked, sharded and served. Every step of
+the pipeline reaches the model and the data's meaning only through this protocol, so a user's own task
+(``task.entrypoint: "package.module:factory"``) gets validation, the sanity gate, FSDP2 training,
+checkpoint selection, blessing and registration unchanged. ``TaskBase`` holds the optional parts'
+defaults; ``components/tasks/registry.py`` resolves a task from config and checks it is complete.
+
+Shapes: ``Batch.inputs`` is a tuple of tensors, the model is called as ``model(*inputs)``; every input,
+the output and the targets index independent examples along ``SanitySpec.example_dim`` (0: the batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # heavy imports stay out of the module's import time (the CLI imports the registry)
+    import numpy as np
+    import pandas as pd
+    import torch
+    from torch import nn
+
+    from components.config import Config
+    from components.data.snapshot import Schema
+
+# Statistics a task fits on the train split only (vocabularies, normalisation, classes): plain JSON
+# values, stored in the snapshot (``preprocessing.json``) and in every model export.
+TaskState = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A test-split metric that ``compute_metrics`` returns, and whether higher is better."""
+
+    name: str
+    higher_is_better: bool
+
+    @property
+    def direction(self) -> Literal["max", "min"]:
+        return "max" if self.higher_is_better else "min"
+
+
+@dataclass
+class Batch:
+    """Model inputs (``model(*inputs)``) and targets for a set of examples, as ``encode`` makes them."""
+
+    inputs: tuple[Any, ...]
+    targets: Any
+
+    def __len__(self) -> int:
+        return int(self.targets.shape[0])
+
+    def select(self, index: Any) -> Batch:
+        """The examples at ``index`` (a tensor of positions along the example dimension 0)."""
+        return Batch(tuple(x[index] for x in self.inputs), self.targets[index])
+
+
+@dataclass(frozen=True)
+class SanitySpec:
+    """What the sanity gate needs to know about the model's shapes.
+
+    ``example_dim``: the dimension of every input, output and target that indexes independent examples
+    (the batch-independence checks perturb one example and watch the others). ``sequence_dim``: the
+    input dimension along which the model must be causal (output at position t depends only on inputs at
+    positions <= t), or None for a model with no such dimension.
+    """
+
+    example_dim: int = 0
+    sequence_dim: int | None = None
+
+
+@dataclass(frozen=True)
+class InitLoss:
+    """One expectation about the loss at initialisation: initialise the model so, expect that loss.
+
+    ``initialise`` is applied to a freshly built model (skipped when ``applies(model)`` is false); the mean
+    ``loss`` on the sanity sample must lie within ``tolerance`` (absolute) of ``expected``. ``what`` says where the expected value comes from
+    (e.g. "ln 10 = 2.3026 with a uniform output layer").
+    """
+
+    name: str
+    expected: float
+    tolerance: float
+    what: str
+    # What to check when it fails (appended to the report's text).
+    hint: str = ""
+    initialise: Callable[[Any], None] = field(default=lambda model: None)
+    severity: Literal["error", "warning"] = "error"
+    # Whether the expectation holds for this model at all (e.g. only a model with a ``head`` layer).
+    applies: Callable[[Any], bool] = field(default=lambda model: True)
+
+
+@runtime_checkable
+class Task(Protocol):
+    """The required parts of a task. See ``TaskBase`` for the optional ones and their defaults."""
+
+    name: str
+    # Test-split metrics (``compute_metrics``'s keys) with their direction, in the order reports show them.
+    metrics: Sequence[Metric]
+    sanity: SanitySpec
+
+    # -- data: snapshot rows -> model inputs and targets ------------------------------------------
+    def fit(self, train: pd.DataFrame, schema: Schema) -> TaskState:
+        """Statistics from the train split only (JSON values): what ``encode`` needs besides the rows."""
+
+    def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
+        """Any batch of snapshot rows as model inputs and targets (a streaming reader feeds it chunks)."""
+
+    # -- model ------------------------------------------------------------------------------------
+    def build_model(self, config: Config, state: TaskState) -> nn.Module:
+        """A fresh model from the current torch RNG state; it knows nothing of devices or ranks."""
+
+    def shard_units(self, model: nn.Module) -> list[nn.Module]:
+        """The submodules FSDP2 shards one by one (``fully_shard`` each, then the root)."""
+
+    # -- objective --------------------------------------------------------------------------------
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The scalar (mean) loss the trainer minimises."""
+
+    def row_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Each example's loss, shape [examples] (the sanity gate's paired intervals; validation loss)."""
+
+    def row_metrics(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-example validation metrics ([examples] each); their means are logged as ``val_<name>``."""
+
+    # -- sanity gate ------------------------------------------------------------------------------
+    def init_losses(self, targets: torch.Tensor, state: TaskState, tolerance: float) -> list[InitLoss]:
+        """Expected losses at initialisation on a sample with these ``targets`` (``sanity.init_loss_tolerance``
+        is relative; scale it to your loss, e.g. ``tolerance * ln C``)."""
+
+    # -- evaluation and the registry's pyfunc -----------------------------------------------------
+    def targets(self, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
+        """The rows' targets as ``compute_metrics`` takes them (first axis: rows)."""
+
+    def predict(self, model: nn.Module, frame: pd.DataFrame, state: TaskState,
+                reference: TaskState) -> np.ndarray:
+        """Predictions for every row (first axis: rows) by ``model`` (fitted with ``state``), expressed
+        against ``reference`` (the candidate's state), so a champion and a candidate score the same targets."""
+
+    def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+        """Every metric in ``metrics`` from row-aligned targets and predictions (bootstrap resamples rows)."""
+
+    def serve(self, model: nn.Module, frame: pd.DataFrame, state: TaskState) -> pd.DataFrame:
+        """What the registered MLflow pyfunc returns for raw rows (one output row per input row)."""
+
+
+REQUIRED_PARTS: tuple[str, ...] = (
+    "name", "metrics", "sanity", "fit", "encode", "build_model", "shard_units", "loss", "row_losses",
+    "row_metrics", "init_losses", "targets", "predict", "compute_metrics", "serve",
+)
+
+
+class TaskBase:
+    """Defaults for the optional parts of a task; subclass it (or define the same methods yourself).
+
+    Optional parts: ``init_model`` (the trainer's initialisation after ``build_model``), ``own_columns``
+    (feature columns the task reads itself, e.g. an image or a text, which the tabular profiling skips),
+    ``expectations`` and ``check_columns`` (extra Great Expectations checks), ``drift_columns`` (per-row
+    statistics the watcher judges for drift), ``strata`` (the sanity sample's stratification),
+    ``baseline`` (the trivial predictor behind ``evaluate.thresholds.<metric>.value=baseline``),
+    ``paired_bootstrap`` (the blessing's resampled metrics; the default calls ``compute_metrics``),
+    ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and
+    ``describe_batch`` / ``batch_mismatches`` (the sanity gate's first-batch dump and its round trip) and
+    ``extra_checks`` (the task's own sanity checks, e.g. causality for a sequence model),
+    ``rowwise_encoding`` / ``fit_streamed`` (streamed snapshot and loading without whole-split frames).
+    """
+
+    sanity: SanitySpec = SanitySpec()
+    # True when ``encode`` of a frame equals the concatenation of ``encode`` of its row chunks (one example
+    # per row, no packing): the data loader may then encode a split record batch by record batch.
+    rowwise_encoding: bool = False
+
+    def fit_streamed(self, stats: Any, schema: Schema) -> TaskState | None:
+        """``fit``'s result from the train split's streamed statistics (``components.data.stream_stats.TableStats``
+        of the tabular columns), or None when the task needs the rows themselves (then ``fit`` gets them)."""
+        return None
+
+    def init_model(self, model: nn.Module, state: TaskState, train_targets: torch.Tensor) -> None:
+        """Initialise a built model as the trainer does before step 1 (e.g. output bias at the log prior)."""
+
+    def own_columns(self, schema: Schema) -> list[str]:
+        """Feature columns this task decodes itself (images, texts): kept out of tabular profiling."""
+        return []
+
+    def expectations(self, schema: Schema) -> list[dict[str, Any]]:
+        """Extra expectations for the validation suite, as ``{"type", "kwargs", "meta"}`` dicts.
+
+        They may name columns that ``check_columns`` derives (e.g. ``image__decodable``)."""
+        return []
+
+    def check_columns(self, frame: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+        """Columns derived from the rows for ``expectations`` to check (same index as ``frame``)."""
+        import pandas as pd
+
+        return pd.DataFrame(index=frame.index)
+
+    def drift_columns(self, frame: pd.DataFrame, schema: Schema) -> pd.DataFrame:
+        """Numeric per-row statistics (same index as ``frame``) that the watcher judges for drift like
+        numeric columns (e.g. ``image__mean_intensity``, ``text__length``)."""
+        import pandas as pd
+
+        return pd.DataFrame(index=frame.index)
+
+    def strata(self, frame: pd.DataFrame, schema: Schema) -> pd.Series | None:
+        """Values the sanity sample is stratified by (the label by default; None samples uniformly)."""
+        return frame[schema.label] if schema.label in frame.columns else None
+
+    def baseline(self, targets: np.ndarray, state: TaskState) -> np.ndarray | None:
+        """Predictions of the trivial input-blind predictor on these rows, or None when there is none."""
+        return None
+
+    def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
+                         seed: int) -> dict[str, dict[str, np.ndarray]]:
+        """Each metric of each model's predictions on the SAME ``samples`` resamples of the rows:
+        ``draws[model][metric]`` (an array of ``samples`` values). The default resamples rows and calls
+        ``compute_metrics``; a task may give a faster equivalent."""
+        import numpy as np
+
+        if len(targets) == 0 or samples <= 0:
+            return {name: {} for name in models}
+        rng = np.random.default_rng(seed)
+        draws: dict[str, dict[str, list[float]]] = {name: {} for name in models}
+        for _ in range(samples):
+            rows = rng.integers(0, len(targets), len(targets))
+            for name, predictions in models.items():
+                for metric, value in self.compute_metrics(targets[rows], predictions[rows]).items():
+                    draws[name].setdefault(metric, []).append(value)
+        return {name: {m: np.asarray(v, dtype=np.float64) for m, v in per.items()} for name, per in draws.items()}
+
+    def class_names(self, state: TaskState) -> list[str] | None:
+        """Class names when ``predict`` returns class probabilities [rows, classes] (else None)."""
+        return None
+
+    def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Schema) -> dict[str, Any]:
+        """The first batch as JSON: the exact tensors going into ``model(*inputs)``, decoded where possible."""
+        return {
+            "model_input": f"model(*inputs) with {len(batch.inputs)} input tensor(s)",
+            "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype)} for x in batch.inputs],
+            "targets": {"shape": list(batch.targets.shape), "dtype": str(batch.targets.dtype),
+                        "values": batch.targets.flatten()[:64].tolist()},
+            "rows": [],
+        }
+
+    def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:
+        """Where the dumped tensors do not decode back to the raw rows (empty: they round-trip)."""
+        return []
+
+
+    def extra_checks(self, factory: Callable[[], Any], batch: Batch, state: TaskState) -> list[Any]:
+        """The task's own sanity checks (``components.sanity.report.CheckResult`` each) on the encoded train
+        sample ``batch`` with fresh seeded models from ``factory``; an error-severity failure stops the run."""
+        return []
+
+
+OPTIONAL_PARTS: tuple[str, ...] = (
+    "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "strata", "baseline",
+    "paired_bootstrap", "class_names", "describe_batch", "batch_mismatches", "extra_checks",
+)

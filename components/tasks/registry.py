@@ -1,0 +1,114 @@
+"""Resolve a run's task from config: the built-ins by name, the user's own by ``package.module:factory``.
+
+    task = load_task(config.task)          # every step, and every trainer pod, calls this first
+
+``BUILTIN_TASKS`` is the one place a built-in task is registered (as an import path, so the CLI does not
+import torch to read it). A missing module, a factory that raises or returns an object lacking a required
+part is a ``TaskError`` naming what is missing, before any work. Optional parts a task leaves out get
+``TaskBase``'s defaults.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import types
+from typing import Any
+
+from components.errors import ConfigError
+from components.tasks.protocol import OPTIONAL_PARTS, REQUIRED_PARTS, Metric, SanitySpec, Task, TaskBase
+
+# name -> "module:factory" of the task; the factory takes the config's task.options as keyword arguments.
+BUILTIN_TASKS: dict[str, str] = {
+    "tabular_classification": "components.tasks.tabular:make_task",
+    "causal_lm": "components.tasks.causal_lm:make_task",
+}
+DEFAULT_TASK = "tabular_classification"
+
+_CACHE: dict[str, Task] = {}
+
+
+class TaskError(ConfigError):
+    """The configured task cannot be loaded or is incomplete; the message names what is missing."""
+
+
+def task_record(settings: Any) -> dict[str, Any]:
+    """What identifies a task (stored in exports and checkpoint indexes): name, entrypoint, options."""
+    return {"name": settings.name, "entrypoint": settings.entrypoint, "options": dict(settings.options or {})}
+
+
+def load_task(settings: Any) -> Task:
+    """The task that ``settings`` (``config.task``, or a ``task_record`` dict) names, checked complete."""
+    record = settings if isinstance(settings, dict) else task_record(settings)
+    key = json.dumps(record, sort_keys=True, default=str)
+    if key not in _CACHE:
+        _CACHE[key] = _resolve(record)
+    return _CACHE[key]
+
+
+def _resolve(record: dict[str, Any]) -> Task:
+    entrypoint, name = record.get("entrypoint"), record.get("name") or DEFAULT_TASK
+    if entrypoint:
+        where = f"task.entrypoint '{entrypoint}'"
+    else:
+        if name not in BUILTIN_TASKS:
+            raise TaskError(
+                f"invalid config value for 'task.name': {name!r} is not a built-in task; built-ins: "
+                f"{', '.join(sorted(BUILTIN_TASKS))}. For your own task set task.entrypoint=package.module:factory"
+            )
+        entrypoint, where = BUILTIN_TASKS[name], f"built-in task '{name}' ({BUILTIN_TASKS[name]})"
+    factory = _import_factory(entrypoint, where)
+    options = dict(record.get("options") or {})
+    try:
+        task = factory(**options)
+    except Exception as err:  # the user's code: any error is theirs to see, with where it came from
+        raise TaskError(
+            f"{where}: calling the factory with task.options {options} raised {type(err).__name__}: {err}"
+        ) from err
+    return complete_task(task, where)
+
+
+def _import_factory(entrypoint: str, where: str):
+    module_name, _, attr = entrypoint.partition(":")
+    if not module_name or not attr:
+        raise TaskError(f"{where}: expected 'package.module:factory', got {entrypoint!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise TaskError(
+            f"{where}: module '{module_name}' cannot be imported ({err}). Install the package that holds it "
+            "into the image (FROM ctpipe's image, see README 'Bring your own model') or put it on PYTHONPATH"
+        ) from err
+    except Exception as err:
+        raise TaskError(f"{where}: importing module '{module_name}' raised {type(err).__name__}: {err}") from err
+    factory = getattr(module, attr, None)
+    if factory is None or not callable(factory):
+        raise TaskError(f"{where}: module '{module_name}' has no callable '{attr}'")
+    return factory
+
+
+def complete_task(task: Any, where: str = "the task") -> Task:
+    """``task`` with TaskBase's defaults for the optional parts it lacks; TaskError if a required one is missing."""
+    missing = [part for part in REQUIRED_PARTS if not hasattr(task, part) or getattr(task, part) is None]
+    if missing:
+        raise TaskError(
+            f"{where} returned {type(task).__name__}, which lacks the required part(s) {', '.join(missing)} "
+            "of the task protocol (components/tasks/protocol.py: Task)"
+        )
+    not_callable = [p for p in REQUIRED_PARTS if p not in ("name", "metrics", "sanity") and not callable(getattr(task, p))]
+    if not_callable:
+        raise TaskError(f"{where}: {', '.join(not_callable)} must be method(s) of the task")
+    if not isinstance(task.sanity, SanitySpec):
+        raise TaskError(f"{where}: 'sanity' must be a SanitySpec, got {type(task.sanity).__name__}")
+    metrics = list(task.metrics)
+    if not metrics or not all(isinstance(m, Metric) for m in metrics):
+        raise TaskError(f"{where}: 'metrics' must be a non-empty sequence of Metric(name, higher_is_better)")
+    for part in OPTIONAL_PARTS:
+        if not hasattr(task, part):
+            setattr(task, part, types.MethodType(getattr(TaskBase, part), task))
+    return task
+
+
+def metric_directions(task: Task) -> dict[str, bool]:
+    """Name -> True when higher is better, for the task's test metrics."""
+    return {m.name: m.higher_is_better for m in task.metrics}

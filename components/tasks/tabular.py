@@ -1,0 +1,216 @@
+"""The built-in ``tabular_classification`` task: numeric and categorical columns in, class probabilities out.
+
+Rows become ``(x_num, x_cat)`` (standardised numerics, vocabulary indices; ``components/data/snapshot.py``)
+and class-index targets; the models are ``components/models/tabular.py`` (MLP or FT-Transformer); the
+loss is cross-entropy with the head's bias at the log class prior; metrics are accuracy, macro F1 and
+log loss (ROC AUC with two classes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from components.data.snapshot import (
+    Preprocessing,
+    Schema,
+    encode_features,
+    encode_labels,
+    tabular_state,
+    tabular_state_of,
+)
+from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
+
+PREDICT_BATCH = 8192
+# Torch's default init leaves logits with a spread of their own: a loose bound, and a warning only.
+DEFAULT_INIT_TOLERANCE = 0.25
+
+
+def preprocessing_of(state: TaskState) -> Preprocessing:
+    return Preprocessing.from_dict(state)
+
+
+def class_prior(y: torch.Tensor, n_classes: int) -> torch.Tensor:
+    """Each class's share of the labels ``y`` (float64)."""
+    counts = torch.bincount(y, minlength=n_classes).double()
+    return counts / counts.sum()
+
+
+def align_probabilities(probs: np.ndarray, model_classes: list[str], target_classes: list[str]) -> np.ndarray:
+    """Reorder a model's class probabilities into ``target_classes``; classes it never saw get 0."""
+    out = np.zeros((len(probs), len(target_classes)), dtype=np.float64)
+    index = {c: i for i, c in enumerate(model_classes)}
+    for j, name in enumerate(target_classes):
+        if name in index:
+            out[:, j] = probs[:, index[name]]
+    return out
+
+
+@dataclass
+class _TabularFirstBatch:
+    """The first batch's tensors by name, as ``decode_first_batch`` reads them."""
+
+    raw: Any
+    x_num: Any
+    x_cat: Any
+    y: Any
+    drawn: str
+
+
+class TabularClassification(TaskBase):
+    """Classification of tabular rows by an MLP or an FT-Transformer (``model.kind``)."""
+
+    name = "tabular_classification"
+    metrics = (Metric("accuracy", True), Metric("macro_f1", True), Metric("log_loss", False),
+               Metric("roc_auc", True))
+    sanity = SanitySpec(example_dim=0, sequence_dim=None)
+    rowwise_encoding = True  # one example per row: a split may be encoded record batch by record batch
+
+    # -- data -------------------------------------------------------------------------------------
+    def fit(self, train: pd.DataFrame, schema: Schema) -> TaskState:
+        return tabular_state(train, schema)
+
+    def fit_streamed(self, stats: Any, schema: Schema) -> TaskState:
+        # the same numbers as ``fit``: tabular_state is tabular_state_of the frame's statistics
+        return tabular_state_of(stats, schema)
+
+    def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
+        prep = preprocessing_of(state)
+        x_num, x_cat = encode_features(frame, prep)
+        y = encode_labels(frame, state["label"], prep.classes)
+        # copies: numpy views may be read-only
+        return Batch((torch.tensor(x_num), torch.tensor(x_cat)), torch.tensor(y))
+
+    # -- model ------------------------------------------------------------------------------------
+    def build_model(self, config: Any, state: TaskState) -> nn.Module:
+        from components.models.tabular import build_model
+
+        return build_model(config.model, self.input_spec(state))
+
+    @staticmethod
+    def input_spec(state: TaskState):
+        from components.models.tabular import InputSpec
+
+        prep = preprocessing_of(state)
+        return InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
+
+    def init_model(self, model: nn.Module, state: TaskState, train_targets: torch.Tensor) -> None:
+        from components.models.tabular import init_output_bias
+
+        if hasattr(model, "head"):
+            prior = torch.bincount(train_targets, minlength=len(state["classes"])).double() / len(train_targets)
+            init_output_bias(model, prior.float())
+
+    def shard_units(self, model: nn.Module) -> list[nn.Module]:
+        return list(model.blocks)
+
+    # -- objective --------------------------------------------------------------------------------
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(outputs, targets)
+
+    def row_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(outputs.float(), targets, reduction="none")
+
+    def row_metrics(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"accuracy": (outputs.argmax(dim=1) == targets).double()}
+
+    # -- sanity -----------------------------------------------------------------------------------
+    def init_losses(self, targets: torch.Tensor, state: TaskState, tolerance: float) -> list[InitLoss]:
+        from components.models.tabular import init_output_bias
+
+        c = len(state["classes"])
+        ln_c = math.log(c)
+        prior = class_prior(targets, c)
+        entropy = float(-(prior[prior > 0] * prior[prior > 0].log()).sum())
+
+        def with_prior(p: torch.Tensor):
+            return lambda model: init_output_bias(model, p.float())
+
+        def has_head(model) -> bool:
+            return hasattr(model, "head")
+
+        hint = ("; the loss at init is not what the initial output implies: check that the loss takes logits (not "
+                "probabilities), that labels are class indices, and the model's output layer")
+        return [
+            InitLoss("init_loss_default", ln_c, DEFAULT_INIT_TOLERANCE * ln_c,
+                     f"ln {c} = {ln_c:.4f} with torch's default initialisation (reported only: the trainer "
+                     "initialises the head itself)", severity="warning"),
+            InitLoss("init_loss_uniform", ln_c, tolerance * ln_c,
+                     f"ln {c} = {ln_c:.4f} with the head bias set to a uniform prior", hint=hint,
+                     initialise=with_prior(torch.full((c,), 1.0 / c)), applies=has_head),
+            InitLoss("init_loss_prior", entropy, tolerance * ln_c,
+                     f"the label entropy H = {entropy:.4f} with the head bias set to the class prior", hint=hint,
+                     initialise=with_prior(prior), applies=has_head),
+        ]
+
+    # -- evaluation and serving -------------------------------------------------------------------
+    def targets(self, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
+        return encode_labels(frame, state["label"], list(state["classes"]))
+
+    @torch.no_grad()
+    def probabilities(self, model: nn.Module, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
+        """Class probabilities for every row, preprocessed with this model's own statistics."""
+        from components.errors import DataValidationError
+
+        prep = preprocessing_of(state)
+        missing = [c for c in [*prep.numeric, *prep.categorical] if c not in frame.columns]
+        if missing:
+            raise DataValidationError(f"the rows to score lack feature column(s) {', '.join(missing)} that the model was trained on")
+        model.eval()
+        x_num, x_cat = encode_features(frame, prep)
+        out = []
+        for start in range(0, len(frame), PREDICT_BATCH):
+            logits = model(torch.from_numpy(x_num[start : start + PREDICT_BATCH]),
+                           torch.from_numpy(x_cat[start : start + PREDICT_BATCH]))
+            out.append(torch.softmax(logits.float(), dim=1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, len(prep.classes)), dtype=np.float32)
+
+    def predict(self, model: nn.Module, frame: pd.DataFrame, state: TaskState, reference: TaskState) -> np.ndarray:
+        probs = self.probabilities(model, frame, state).astype(np.float64)
+        return align_probabilities(probs, list(state["classes"]), list(reference["classes"]))
+
+    def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+        from components.evaluation.metrics import compute_metrics
+
+        return compute_metrics(targets, predictions)
+
+    def serve(self, model: nn.Module, frame: pd.DataFrame, state: TaskState) -> pd.DataFrame:
+        return pd.DataFrame(self.probabilities(model, frame, state), columns=list(state["classes"]))
+
+    def baseline(self, targets: np.ndarray, state: TaskState) -> np.ndarray | None:
+        from components.evaluation.metrics import prior_probabilities
+
+        return prior_probabilities(targets, len(state["classes"]))
+
+    def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
+                         seed: int) -> dict[str, dict[str, np.ndarray]]:
+        from components.evaluation.metrics import paired_bootstrap
+
+        return paired_bootstrap(targets, models, samples=samples, seed=seed)
+
+    def class_names(self, state: TaskState) -> list[str] | None:
+        return list(state["classes"])
+
+    def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Schema) -> dict[str, Any]:
+        from components.sanity.first_batch import decode_first_batch
+
+        x_num, x_cat = batch.inputs
+        return decode_first_batch(_TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), preprocessing_of(state),
+                                  schema.label)
+
+    def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:
+        from components.sanity.first_batch import first_batch_mismatches
+
+        return first_batch_mismatches(dump, raw, schema.label)
+
+
+def make_task() -> TabularClassification:
+    """The factory ``task.name: tabular_classification`` resolves to."""
+    return TabularClassification()

@@ -1,0 +1,115 @@
+"""The task registry: built-ins by name, the user's own by entrypoint, clear errors before any work."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from components.config import Config, ConfigError, load_config
+from components.tasks import BUILTIN_TASKS, Task, TaskError, load_task
+from components.tasks.registry import _CACHE
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """Write a module named ``name`` with ``source`` onto sys.path, as a user's package would be."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    written = []
+
+    def write(name: str, source: str) -> str:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        written.append(name)
+        return name
+
+    yield write
+    for name in written:
+        sys.modules.pop(name, None)
+    _CACHE.clear()
+
+
+def test_default_task_is_tabular_classification():
+    config = Config()
+    assert config.task.name == "tabular_classification" and config.task.entrypoint is None
+    task = load_task(config.task)
+    assert isinstance(task, Task)
+    assert task.name == "tabular_classification"
+    assert "tabular_classification" in BUILTIN_TASKS
+
+
+def test_unknown_builtin_names_the_builtins():
+    config = load_config(None, ["task.name=no_such_task"])
+    with pytest.raises(TaskError, match="'no_such_task' is not a built-in task; built-ins: .*tabular_classification"):
+        load_task(config.task)
+
+
+def test_entrypoint_must_look_like_module_colon_factory():
+    with pytest.raises(ConfigError, match="task.entrypoint.*package.module:factory"):
+        load_config(None, ["task.entrypoint=not-a-path"])
+
+
+def test_missing_module_is_named(user_module):
+    config = load_config(None, ["task.entrypoint=nowhere_to_be_found.tasks:make_task"])
+    with pytest.raises(TaskError, match="module 'nowhere_to_be_found.tasks' cannot be imported.*Bring your own model"):
+        load_task(config.task)
+
+
+def test_missing_factory_is_named(user_module):
+    user_module("user_task_nofactory", "X = 1\n")
+    config = load_config(None, ["task.entrypoint=user_task_nofactory:make_task"])
+    with pytest.raises(TaskError, match="has no callable 'make_task'"):
+        load_task(config.task)
+
+
+def test_raising_factory_is_reported_with_its_error(user_module):
+    user_module("user_task_raises", """
+        def make_task(**options):
+            raise RuntimeError("no GPU here")
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_raises:make_task"])
+    with pytest.raises(TaskError, match="raised RuntimeError: no GPU here"):
+        load_task(config.task)
+
+
+def test_incomplete_task_names_the_missing_parts(user_module):
+    user_module("user_task_partial", """
+        from components.tasks import TaskBase, Metric
+        class Partial(TaskBase):
+            name = "partial"
+            metrics = (Metric("accuracy", True),)
+            def fit(self, train, schema):
+                return {}
+        def make_task():
+            return Partial()
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_partial:make_task"])
+    with pytest.raises(TaskError, match="lacks the required part\\(s\\) encode, build_model, shard_units, loss"):
+        load_task(config.task)
+
+
+def test_options_reach_the_factory_and_optional_parts_get_defaults(user_module):
+    user_module("user_task_options", """
+        from components.tasks import Metric, SanitySpec
+        class Minimal:  # not a TaskBase subclass: the optional parts come from the registry
+            name = "minimal"
+            metrics = (Metric("accuracy", True),)
+            sanity = SanitySpec()
+            def __init__(self, width):
+                self.width = width
+        for part in ("fit", "encode", "build_model", "shard_units", "loss", "row_losses", "row_metrics",
+                     "init_losses", "targets", "predict", "compute_metrics", "serve"):
+            setattr(Minimal, part, lambda self, *a, **k: None)
+        def make_task(width=1):
+            return Minimal(width)
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_options:make_task", "task.options.width=32"])
+    task = load_task(config.task)
+    assert task.width == 32
+    assert task.expectations(None) == [] and task.class_names({}) is None
+
+
+def test_task_section_survives_the_json_round_trip():
+    config = load_config(None, ["task.entrypoint=pkg.mod:factory", "task.options.width=8"])
+    again = Config.from_json(config.to_json())
+    assert again.task.entrypoint == "pkg.mod:factory" and again.task.options == {"width": 8}

@@ -1,0 +1,47 @@
+"""The run summary splits the run into the steps' compute and orchestration (everything else)."""
+
+from __future__ import annotations
+
+from components.config import Config
+from components.kfp_support import STATUS_DIR_ENV, step_status
+from pipelines.local_run import build_summary, format_summary
+
+
+def test_summary_adds_timing_keys_and_keeps_the_old_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv(STATUS_DIR_ENV, str(tmp_path))
+    for step in ("prepare_run", "validate_data"):
+        with step_status(step):
+            pass
+    summary = build_summary(
+        tmp_path,
+        run_dir=tmp_path,
+        data_uri="/data",
+        config=Config(),
+        tracking_uri="sqlite:///x.db",
+        trigger="manual",
+        seconds=8.0,
+        runner_error=None,
+        total_seconds=10.0,
+    )
+    assert {"steps", "step_seconds", "seconds", "status", "metrics"} <= set(summary)
+    assert set(summary["step_timing"]) == {"prepare_run", "validate_data"}
+    for split in summary["step_timing"].values():
+        assert {"import_seconds", "compute_seconds", "overhead_seconds", "process_seconds"} <= set(split)
+    compute = sum(s["compute_seconds"] for s in summary["step_timing"].values())
+    timing = summary["timing"]
+    assert timing["total_seconds"] == 10.0
+    assert abs(timing["compute_seconds"] - compute) < 0.01
+    assert abs(timing["orchestration_seconds"] - (10.0 - compute)) < 0.01
+    assert abs(timing["orchestration_share"] - (10.0 - compute) / 10.0) < 0.001
+    assert summary["timing"]["setup"] == {}
+    assert "orchestration" in format_summary(summary)
+
+
+def test_the_cli_leaves_mlflow_to_the_steps():
+    """`ctpipe run` itself never imports MLflow (a second or more): prepare_run creates the database."""
+    import subprocess
+    import sys
+
+    code = "import sys, pipelines.cli, pipelines.local_run, pipelines.commands.run; print('mlflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
