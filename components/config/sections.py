@@ -51,9 +51,18 @@ class DataConfig:
     test_fraction: float = 0.1
     # Salt of the split hash: changing it reshuffles every split, so it is part of the fingerprint.
     split_salt: str = "ctpipe-v1"
+    # The training window (data/window.py): train on the train rows of the newest window_days days of
+    # partitions, at most max_train_rows of them, newest first; None (the default) trains on all of them.
+    # Validation and the val/test splits always cover every partition.
+    window_days: int | None = None
+    max_train_rows: int | None = None
 
     def __post_init__(self) -> None:
         _check(bool(self.label), "data.label", "must name the label column")
+        _check(self.window_days is None or self.window_days >= 1, "data.window_days",
+               f"{self.window_days!r} must be a number of days >= 1, or null for all partitions")
+        _check(self.max_train_rows is None or self.max_train_rows >= 1, "data.max_train_rows",
+               f"{self.max_train_rows!r} must be >= 1, or null for every train row")
         _check_fraction(self.val_fraction, "data.val_fraction")
         _check_fraction(self.test_fraction, "data.test_fraction")
         _check(
@@ -81,8 +90,14 @@ class ValidationConfig:
     use_champion_suite: bool = True
     # Share of val/test rows repeating a train row above which cross-split duplicates fail the run.
     max_duplicate_fraction: float = 0.01
+    # Above this many rows validation streams the data (data/scan.py): exact counts, splits and
+    # duplicates over every row, the row checks and the GX suite on a stratified sample of sample_rows.
+    in_memory_rows: int = 500_000
+    sample_rows: int = 200_000
 
     def __post_init__(self) -> None:
+        _check(self.in_memory_rows >= 0, "validation.in_memory_rows", f"{self.in_memory_rows} must be >= 0")
+        _check(self.sample_rows >= 1000, "validation.sample_rows", f"{self.sample_rows} must be >= 1000")
         _check(self.range_margin >= 0, "validation.range_margin", f"{self.range_margin} must be >= 0")
         _check_fraction(self.null_fraction_allowance, "validation.null_fraction_allowance")
         _check(self.min_rows >= 1, "validation.min_rows", f"{self.min_rows} must be >= 1")

@@ -9,6 +9,7 @@ train split only) and the fingerprint of the files it was read from.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,20 @@ import numpy as np
 import pandas as pd
 
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
+from components.data.reference_stats import reference_stats_of, table_stats, write_reference_stats
+from components.data.split_files import ROW_GROUP_ROWS, SplitWriter, iter_split_batches, split_rows
 from components.data.splits import (
     PARTITION_COLUMN,
     SPLIT_COLUMN,
     SPLITS,
     SplitSettings,
     assign_splits,
+    canonical_text,
     keys_digest,
     split_keys,
 )
+from components.data.stream_stats import TableStats
+from components.data.window import TrainWindow, window_mask
 from components.errors import DataValidationError, UserError
 
 # Re-exported: the files layer lives in files.py, the stable splits in splits.py.
@@ -136,7 +142,7 @@ def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: l
             numeric.append(col)
     if not chosen:
         raise UserError("the data has no feature columns besides the label and key; configure data.features")
-    classes = sorted(str(v) for v in data[label].dropna().unique())
+    classes = sorted(set(label_text(data[label]).dropna()))
     return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes)
 
 
@@ -164,23 +170,29 @@ class Preprocessing:
         return [len(v) + 1 for v in self.categorical.values()]
 
 
-def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
+def preprocessing_of(stats: TableStats, classes: list[str]) -> Preprocessing:
+    """Preprocessing from streamed train statistics: mean/std of the finite values, vocabularies by frequency."""
     numeric = {}
-    for col in schema.numeric:
-        values = pd.to_numeric(train[col], errors="coerce").astype("float64")
-        mean = float(values.mean()) if values.notna().any() else 0.0
-        std = float(values.std(ddof=0)) if values.notna().sum() > 1 else 1.0
-        numeric[col] = {"mean": mean, "std": std if std > 1e-12 else 1.0}
-    categorical = {}
-    for col in schema.categorical:
-        counts = train[col].dropna().astype(str).value_counts()
-        categorical[col] = sorted(counts.index.tolist(), key=lambda v: (-counts[v], v))
-    return Preprocessing(numeric=numeric, categorical=categorical, classes=list(schema.classes))
+    for col, acc in stats.numeric.items():
+        std = acc.std if acc.count > 1 else 1.0
+        numeric[col] = {"mean": acc.mean if acc.count else 0.0, "std": std if std > 1e-12 else 1.0}
+    categorical = {col: list(acc.frequencies()) for col, acc in stats.categorical.items()}
+    return Preprocessing(numeric=numeric, categorical=categorical, classes=list(classes))
+
+
+def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
+    """``preprocessing_of`` the statistics of one frame of train rows."""
+    return preprocessing_of(table_stats(train, schema), schema.classes)
+
+
+def tabular_state_of(stats: TableStats, schema: Schema) -> dict[str, Any]:
+    """The tabular task's state from streamed train statistics: the preprocessing and the label column."""
+    return {**preprocessing_of(stats, schema.classes).to_dict(), "label": schema.label}
 
 
 def tabular_state(train: pd.DataFrame, schema: Schema) -> dict[str, Any]:
     """The tabular task's train-split state: the preprocessing statistics and the label column."""
-    return {**fit_preprocessing(train, schema).to_dict(), "label": schema.label}
+    return tabular_state_of(table_stats(train, schema), schema)
 
 
 def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray, np.ndarray]:
@@ -199,11 +211,17 @@ def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray
     return x_num, x_cat
 
 
+def label_text(labels: pd.Series) -> pd.Series:
+    """Class names of label values: their canonical text (splits.py), so ``1`` and ``1.0`` are class ``1``."""
+    return canonical_text(labels)
+
+
 def encode_labels(data: pd.DataFrame, label: str, classes: list[str]) -> np.ndarray:
     index = {c: i for i, c in enumerate(classes)}
-    mapped = data[label].astype(str).map(index)
+    names = label_text(data[label])
+    mapped = names.map(index)
     if mapped.isna().any():
-        unseen = sorted(set(data[label].astype(str)[mapped.isna()]))[:5]
+        unseen = sorted(set(names[mapped.isna()].astype(str)))[:5]
         raise DataValidationError(f"label values {unseen} are not among the model's classes {classes}")
     return mapped.astype("int64").to_numpy()
 
@@ -236,6 +254,15 @@ class Snapshot:
             raise ValueError(f"unknown split {split!r}; one of {SPLITS}")
         return pd.read_parquet(self.root / f"{split}.parquet")
 
+    def batches(self, split: str, *, row_groups: list[int] | None = None) -> Iterator[pd.DataFrame]:
+        """The ``split`` rows one Parquet row group at a time (all, or ``row_groups`` in that order)."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; one of {SPLITS}")
+        return iter_split_batches(self.root / f"{split}.parquet", row_groups=row_groups)
+
+    def rows(self, split: str) -> int:
+        return split_rows(self.root / f"{split}.parquet")
+
     def tensors(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(x_num, x_cat, y) of a split, encoded with the train split's statistics (tabular task)."""
         frame = self.frame(split)
@@ -252,32 +279,87 @@ def write_snapshot(
     data_uri: str,
     files: list[DataFile],
     fingerprint: str,
+    window: TrainWindow | None = None,
     task: Any = None,
 ) -> Snapshot:
     """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
 
-    ``task`` fits the statistics (``Task.fit`` on the train rows); None gives the tabular task's
-    (``tabular_state``)."""
-    root = Path(out_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    keep = [c for c in data.columns if c != SPLIT_COLUMN]
-    for split in SPLITS:
-        part = data.loc[splits == split, keep].reset_index(drop=True)
-        if split == "train" and part.empty:
+    With a ``window`` (data/window.py) only the train rows inside it are written (val and test in full).
+    ``task`` fits the statistics (``SnapshotWriter``); None gives the tabular task's (``tabular_state``).
+    """
+    writer = SnapshotWriter(out_dir, schema, task=task)
+    if window is not None and not window.is_all and PARTITION_COLUMN in data.columns:
+        is_train = np.asarray(splits) == "train"
+        keep = window_mask(data[PARTITION_COLUMN].to_numpy(), is_train, window)
+        writer.window = {**window.to_dict(), "excluded_train_rows": int(is_train.sum() - keep.sum()),
+                         "partitions": sorted(set(data.loc[keep, PARTITION_COLUMN].tolist()))}
+        splits = pd.Series(np.where(is_train & ~keep, "outside_window", np.asarray(splits)), index=data.index)
+    writer.add(data, splits)
+    return writer.close(data_uri=data_uri, files=files, fingerprint=fingerprint)
+
+
+class SnapshotWriter:
+    """Writes a snapshot batch by batch: split rows as Parquet row groups, train statistics in one pass.
+
+    ``add`` takes any number of record batches (with their splits); ``close`` writes the schema, the
+    task's state and the reference statistics of the train rows (``stream_stats``) and the fingerprint.
+    The state comes from ``task.fit_streamed`` on the streamed statistics when the task offers it (the
+    tabular task: the same numbers as its ``fit``), otherwise from ``task.fit`` on the written train split.
+    """
+
+    def __init__(self, out_dir: str | Path, schema: Schema, *, row_group_rows: int = ROW_GROUP_ROWS,
+                 task: Any = None) -> None:
+        self.root, self.schema, self.task = Path(out_dir), schema, task
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.writers = {s: SplitWriter(self.root / f"{s}.parquet", row_group_rows=row_group_rows) for s in SPLITS}
+        self.stats = TableStats.for_columns(schema.numeric, schema.categorical)
+        self._columns: pd.DataFrame | None = None
+        # What the training window dropped (recorded in fingerprint.json and in the model's lineage).
+        self.window: dict[str, Any] | None = None
+
+    def add(self, batch: pd.DataFrame, splits: pd.Series) -> None:
+        keep = [c for c in batch.columns if c != SPLIT_COLUMN]
+        if self._columns is None:
+            self._columns = batch[keep].iloc[:0]
+        split_of = np.asarray(splits)
+        for split, writer in self.writers.items():
+            mask = split_of == split
+            if mask.any():
+                part = batch.loc[mask, keep].reset_index(drop=True)
+                writer.write(part)
+                if split == "train":
+                    self.stats = self.stats.merge(table_stats(part, self.schema))
+
+    def close(self, *, data_uri: str, files: list[DataFile], fingerprint: str) -> Snapshot:
+        columns = self._columns if self._columns is not None else pd.DataFrame()
+        for writer in self.writers.values():
+            writer.close(columns)
+        if self.writers["train"].rows == 0:
             raise DataValidationError("the train split is empty: the data has too few rows to split")
-        part.to_parquet(root / f"{split}.parquet", index=False)
-    train = data.loc[splits == "train"]
-    state = tabular_state(train, schema) if task is None else task.fit(train, schema)
-    (root / "schema.json").write_text(json.dumps(asdict(schema), indent=2))
-    (root / "preprocessing.json").write_text(json.dumps(state, indent=2))
-    meta = {
-        "fingerprint": fingerprint,
-        "data_uri": data_uri,
-        "files": [asdict(f) for f in files],
-        "rows": {s: int((splits == s).sum()) for s in SPLITS},
-    }
-    (root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
-    return Snapshot(root, schema, state, fingerprint, data_uri, files)
+        state = self._state()
+        (self.root / "schema.json").write_text(json.dumps(asdict(self.schema), indent=2))
+        (self.root / "preprocessing.json").write_text(json.dumps(state, indent=2))
+        write_reference_stats(self.root / "reference_stats.json", reference_stats_of(self.stats))
+        meta = {
+            "fingerprint": fingerprint,
+            "data_uri": data_uri,
+            "files": [asdict(f) for f in files],
+            "rows": {s: w.rows for s, w in self.writers.items()},
+        }
+        if self.window is not None:
+            meta["train_window"] = self.window
+        (self.root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
+        return Snapshot(self.root, self.schema, state, fingerprint, data_uri, files)
+
+    def _state(self) -> dict[str, Any]:
+        if self.task is None:
+            return tabular_state_of(self.stats, self.schema)
+        fit_streamed = getattr(self.task, "fit_streamed", None)
+        state = fit_streamed(self.stats, self.schema) if fit_streamed is not None else None
+        if state is None:
+            # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
+            state = self.task.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)
+        return state
 
 
 def load_snapshot(path: str | Path) -> Snapshot:
@@ -307,9 +389,13 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
             "not the ones this snapshot was split with (or its rows changed since). Use the config the data was "
             "validated with, or validate the data again."
         )
+    window = json.loads((snapshot.root / "fingerprint.json").read_text()).get("train_window") or {}
+    partitions = window.get("partitions") or sorted({_partition_of(f.path) for f in snapshot.files})
     return {
         **settings.to_dict(),
-        "partitions": sorted({_partition_of(f.path) for f in snapshot.files}),
+        "window_days": window.get("window_days"),
+        "max_train_rows": window.get("max_train_rows"),
+        "partitions": partitions,
         "train_rows": len(train),
         "train_keys_sha256": keys_digest(keys),
     }

@@ -16,6 +16,7 @@ import pandas as pd
 
 from components.config import Config
 from components.data.snapshot import Snapshot
+from components.data.split_files import take_rows
 
 SAMPLE_SEED = 0
 FIRST_BATCH_ROWS = 16
@@ -43,6 +44,15 @@ class SanityData:
     first_batch: FirstBatch
     # How the samples were drawn, for the report: rows per stratum in each.
     drawn: str = ""
+
+
+def _rows_of_rest(train_path, val_path, others: np.ndarray, chosen: np.ndarray) -> pd.DataFrame:
+    """Rows ``chosen`` of (the train rows ``others``, then every val row), read from the two split files."""
+    from_train = chosen < len(others)
+    parts = [take_rows(train_path, others[chosen[from_train]]), take_rows(val_path, chosen[~from_train] - len(others))]
+    frame = pd.concat([p for p in parts if len(p)], ignore_index=True) if len(chosen) else parts[0]
+    order = np.concatenate([np.flatnonzero(from_train), np.flatnonzero(~from_train)])
+    return frame.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
 
 
 def stratified_rows(labels: pd.Series, rows: int, *, seed: int, floor: int, cap: np.ndarray | None = None) -> np.ndarray:
@@ -79,18 +89,27 @@ def _counts(strata: pd.Series | None) -> str:
 
 
 def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = SAMPLE_SEED) -> SanityData:
-    """Samples of the train and val splits (stratified by ``task.strata``), encoded exactly as training does."""
+    """Samples of the train and val splits (stratified by ``task.strata``), encoded exactly as training does.
+
+    The splits are read a record batch at a time for the strata; only the sampled rows are read whole.
+    """
     from components.training.data import first_batch_indices
 
     schema, state = snapshot.schema, snapshot.state
-    full_train = snapshot.frame("train")
+    train_path, val_path = snapshot.root / "train.parquet", snapshot.root / "val.parquet"
     rows = cfg.sanity.sample_rows
 
-    def strata_of(frame: pd.DataFrame) -> pd.Series:
-        found = task.strata(frame, schema)
-        return pd.Series(0, index=frame.index) if found is None else found
+    def strata_of(split: str) -> tuple[pd.Series, bool]:
+        """Each row's stratum in ``split`` (0 throughout when the task does not stratify), and whether it does."""
+        parts, stratified = [], True
+        for frame in snapshot.batches(split):
+            found = task.strata(frame, schema)
+            stratified = stratified and found is not None
+            parts.append(pd.Series(0, index=frame.index) if found is None else found)
+        return (pd.concat(parts, ignore_index=True) if parts else pd.Series([], dtype=object)), stratified
 
-    train_strata = strata_of(full_train)
+    train_strata, stratified = strata_of("train")
+    n_train = len(train_strata)
     n_strata = int(train_strata.astype(str).nunique())
     floor = class_floor(rows, n_strata)
     # The models train on at most half of each stratum's train rows; the other half and the val split
@@ -98,24 +117,26 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = 
     labels = train_strata.astype(str)
     half = (labels.value_counts().reindex(sorted(labels.unique())).to_numpy() + 1) // 2
     picked = stratified_rows(train_strata, rows, seed=seed, floor=floor, cap=half)
-    train = full_train.iloc[picked].reset_index(drop=True)
-    rest = pd.concat([full_train.drop(index=full_train.index[picked]), snapshot.frame("val")], ignore_index=True)
-    val = rest.iloc[stratified_rows(strata_of(rest), HELD_OUT_FACTOR * rows, seed=seed, floor=floor)].reset_index(drop=True)
+    train = take_rows(train_path, picked)
+    others = np.setdiff1d(np.arange(n_train), picked)  # the train rows not picked, in order
+    rest_strata = pd.concat([train_strata.iloc[others], strata_of("val")[0]], ignore_index=True)
+    chosen = stratified_rows(rest_strata, HELD_OUT_FACTOR * rows, seed=seed, floor=floor)
+    val = _rows_of_rest(train_path, val_path, others, chosen)
+    n_rest = len(rest_strata)
 
     train_examples = task.encode(train, state)
     val_examples = task.encode(val, state) if len(val) else train_examples.select(slice(0, 0))
     try:
-        first_rows = first_batch_indices(len(full_train), batch_size=cfg.train.batch_size,
+        first_rows = first_batch_indices(n_train, batch_size=cfg.train.batch_size,
                                          world_size=cfg.train.workers, seed=cfg.train.seed)
         drawn = (f"rank 0 of {cfg.train.workers}, epoch 0: DistributedSampler(shuffle=True, seed={cfg.train.seed}, "
-                 f"drop_last=True) over the {len(full_train)} train rows, first {cfg.train.batch_size}")
+                 f"drop_last=True) over the {n_train} train rows, first {cfg.train.batch_size}")
     except (ValueError, RuntimeError):
-        first_rows, drawn = list(range(min(FIRST_BATCH_ROWS, len(full_train)))), "the first train rows"
-    raw = full_train.iloc[first_rows].reset_index(drop=True)
+        first_rows, drawn = list(range(min(FIRST_BATCH_ROWS, n_train))), "the first train rows"
+    raw = take_rows(train_path, np.asarray(first_rows, dtype=np.int64))
     first = FirstBatch(raw, task.encode(raw, state), drawn=drawn)
-    stratified = "" if task.strata(full_train, schema) is None else ", stratified"
-    sampled = (f"train sample {len(train)} of {len(full_train)} train rows ({_counts(task.strata(train, schema))}), "
-               f"held-out sample {len(val)} of the other {len(rest)} train and val rows "
-               f"({_counts(task.strata(val, schema)) if len(val) else 'none'}){stratified} by label (at least {floor} "
-               "rows a class where there are)")
+    sampled = (f"train sample {len(train)} of {n_train} train rows ({_counts(task.strata(train, schema))}), "
+               f"held-out sample {len(val)} of the other {n_rest} train and val rows "
+               f"({_counts(task.strata(val, schema)) if len(val) else 'none'}){', stratified' if stratified else ''} "
+               f"by label (at least {floor} rows a class where there are)")
     return SanityData(train_examples, val_examples, state, first, sampled)

@@ -164,10 +164,19 @@ class TaskBase:
     ``paired_bootstrap`` (the blessing's resampled metrics; the default calls ``compute_metrics``),
     ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and
     ``describe_batch`` / ``batch_mismatches`` (the sanity gate's first-batch dump and its round trip) and
-    ``extra_checks`` (the task's own sanity checks, e.g. causality for a sequence model).
+    ``extra_checks`` (the task's own sanity checks, e.g. causality for a sequence model),
+    ``rowwise_encoding`` / ``fit_streamed`` (streamed snapshot and loading without whole-split frames).
     """
 
     sanity: SanitySpec = SanitySpec()
+    # True when ``encode`` of a frame equals the concatenation of ``encode`` of its row chunks (one example
+    # per row, no packing): the data loader may then encode a split record batch by record batch.
+    rowwise_encoding: bool = False
+
+    def fit_streamed(self, stats: Any, schema: Schema) -> TaskState | None:
+        """``fit``'s result from the train split's streamed statistics (``components.data.stream_stats.TableStats``
+        of the tabular columns), or None when the task needs the rows themselves (then ``fit`` gets them)."""
+        return None
 
     def init_model(self, model: nn.Module, state: TaskState, train_targets: torch.Tensor) -> None:
         """Initialise a built model as the trainer does before step 1 (e.g. output bias at the log prior)."""

@@ -18,7 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from components.data.snapshot import Preprocessing, Schema, encode_features, encode_labels, tabular_state
+from components.data.snapshot import (
+    Preprocessing,
+    Schema,
+    encode_features,
+    encode_labels,
+    tabular_state,
+    tabular_state_of,
+)
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 PREDICT_BATCH = 8192
@@ -64,10 +71,15 @@ class TabularClassification(TaskBase):
     metrics = (Metric("accuracy", True), Metric("macro_f1", True), Metric("log_loss", False),
                Metric("roc_auc", True))
     sanity = SanitySpec(example_dim=0, sequence_dim=None)
+    rowwise_encoding = True  # one example per row: a split may be encoded record batch by record batch
 
     # -- data -------------------------------------------------------------------------------------
     def fit(self, train: pd.DataFrame, schema: Schema) -> TaskState:
         return tabular_state(train, schema)
+
+    def fit_streamed(self, stats: Any, schema: Schema) -> TaskState:
+        # the same numbers as ``fit``: tabular_state is tabular_state_of the frame's statistics
+        return tabular_state_of(stats, schema)
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
         prep = preprocessing_of(state)

@@ -7,8 +7,10 @@ first batch the sanity gate shows (``first_batch_indices``) is the one rank 0 tr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 
 from components.errors import ConfigError
@@ -38,9 +40,41 @@ class Split:
         return inputs, part.targets.pin_memory().to(device, non_blocking=True)
 
 
+def split_batches(snapshot, split: str) -> Iterator[pd.DataFrame]:
+    """The ``split`` rows of a snapshot as DataFrame record batches (one Parquet row group each), in order.
+
+    The one place training reads rows batch by batch: a task with ``rowwise_encoding`` is fed these, so
+    no rank holds such a split as one DataFrame (only its encoded tensors).
+    """
+    return snapshot.batches(split)
+
+
 def load_split(snapshot, split: str, task: Task) -> Split:
-    """The ``split`` rows of a loaded snapshot, encoded by the task as training encodes them."""
-    return Split(task.encode(snapshot.frame(split), snapshot.state))
+    """The ``split`` rows of a loaded snapshot, encoded by the task as training encodes them.
+
+    A task whose encoding is row-wise (``rowwise_encoding``: one example per row) is fed one record batch
+    at a time into preallocated tensors; any other (e.g. packing texts into sequences) gets the whole split,
+    since encoding chunks separately would change its examples.
+    """
+    n = snapshot.rows(split)
+    if not getattr(task, "rowwise_encoding", False) or n == 0:
+        return Split(task.encode(snapshot.frame(split), snapshot.state))
+    inputs: list[torch.Tensor] = []
+    targets = torch.empty(0)
+    start = 0
+    for frame in split_batches(snapshot, split):
+        part = task.encode(frame, snapshot.state)
+        if start == 0:
+            inputs = [torch.empty((n, *x.shape[1:]), dtype=x.dtype) for x in part.inputs]
+            targets = torch.empty((n, *part.targets.shape[1:]), dtype=part.targets.dtype)
+        end = start + len(part)
+        for whole, x in zip(inputs, part.inputs, strict=True):
+            whole[start:end] = x
+        targets[start:end] = part.targets
+        start = end
+    if start != n:
+        raise ValueError(f"task {task.name!r} declares rowwise_encoding but encoded {start} examples from {n} rows")
+    return Split(Batch(tuple(inputs), targets))
 
 
 def _sampler(n: int, *, rank: int, world_size: int, seed: int):

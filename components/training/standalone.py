@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
+from components.data.batches import count_rows
+from components.data.scan import scan, write_snapshot_stream
 from components.data.snapshot import (
     SPLIT_COLUMN,
     Snapshot,
@@ -24,6 +26,8 @@ from components.data.snapshot import (
     split_keys,
     write_snapshot,
 )
+from components.data.splits import SplitSettings
+from components.data.window import TrainWindow
 from components.errors import UserError
 from components.training.checkpointing import latest_complete, write_json_atomic
 from components.training.launch import train_model
@@ -39,6 +43,9 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
 
     task = load_task(config.task)
     files = list_data_files(data_uri)
+    total = count_rows(data_uri, files, config.data.format)
+    if total is not None and total > config.validation.in_memory_rows:
+        return _build_snapshot_streamed(data_uri, config, out_dir, files, task)
     data = read_data(data_uri, files, config.data.format)
     schema = infer_schema(
         data,
@@ -57,8 +64,21 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
     frame = data.drop(columns=[SPLIT_COLUMN], errors="ignore")
     return write_snapshot(
         out_dir, frame, splits, schema, data_uri=data_uri, files=files, fingerprint=fingerprint_files(files),
-        task=task,
+        window=TrainWindow.from_config(config.data), task=task,
     )
+
+
+def _build_snapshot_streamed(data_uri: str, config: Config, out_dir: str | Path, files: list, task: Any) -> Snapshot:
+    """``build_snapshot`` for data above validation.in_memory_rows: schema from a sample, rows in two passes."""
+    scanned = scan(data_uri, files, config.data.format, label=config.data.label, key=config.data.key,
+                   features=list(config.data.features), settings=SplitSettings.from_config(config.data),
+                   sample_rows=config.validation.sample_rows)
+    schema = infer_schema(scanned.sample, label=config.data.label, key=config.data.key,
+                          features=list(config.data.features), categorical=list(config.data.categorical))
+    schema = schema.with_task_columns(task.own_columns(schema))
+    return write_snapshot_stream(str(out_dir), data_uri, files, config.data.format, scanned, schema,
+                                 fingerprint=fingerprint_files(files), window=TrainWindow.from_config(config.data),
+                                 task=task)
 
 
 def _snapshot_for_resume(data_uri: str, config: Config, out: Path) -> Snapshot:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from components.data.snapshot import PARTITION_COLUMN, SPLIT_COLUMN, Schema
+from components.data.splits import canonical_text
 from components.validation.findings import ERROR, SCHEMA_ANOMALY, WARNING, Finding
 from components.validation.suite import column_type
 
@@ -140,6 +141,9 @@ def check_numeric_types(data: pd.DataFrame, reference: dict[str, Any] | None, ca
         parsed = pd.to_numeric(non_null, errors="coerce")
         bad = parsed.isna()
         share_numeric = 1.0 - float(bad.mean())
+        if col in expected_numeric and not bad.any():
+            findings.append(_numbers_as_text(data, col, non_null))
+            continue
         if col in expected_numeric or (share_numeric >= MOSTLY_NUMERIC and bad.any()):
             why = ("the reference suite says it is numeric" if col in expected_numeric
                    else f"{share_numeric:.1%} of its values are numbers")
@@ -157,6 +161,19 @@ def check_numeric_types(data: pd.DataFrame, reference: dict[str, Any] | None, ca
     return findings
 
 
+def _numbers_as_text(data: pd.DataFrame, col: str, non_null: pd.Series) -> Finding:
+    """A column the reference says is numeric whose every value is a number written as text."""
+    values = [str(v) for v in non_null.head(EXAMPLES)]
+    return Finding(
+        check=SCHEMA_ANOMALY, passed=False, severity=ERROR, column=col, source="structure",
+        message=(f"schema anomaly (type changed): column '{col}' should be numeric (the reference suite says it is "
+                 f"numeric) but arrives as text (dtype {data[col].dtype}): all {len(non_null)} non-null values are "
+                 f"numbers written as text, e.g. {values}. Fix the export to write the column as numbers (a CSV "
+                 "reader or a schema cast upstream turned it into strings)"),
+        observed=f"dtype {data[col].dtype} (numbers as text)", expected="a numeric dtype",
+        examples=_examples(data, data[col].notna(), [col, PARTITION_COLUMN]))
+
+
 def check_empty_partitions(partitions: pd.DataFrame) -> list[Finding]:
     empty = partitions.loc[partitions["rows"] == 0, "partition"].tolist()
     if not empty:
@@ -172,7 +189,7 @@ def check_empty_partitions(partitions: pd.DataFrame) -> list[Finding]:
 
 def check_label_classes(labels: pd.Series) -> list[Finding]:
     """A classifier needs at least two label classes in the data."""
-    counts = labels.dropna().astype(str).value_counts()
+    counts = canonical_text(labels).dropna().value_counts()
     ok = len(counts) >= 2
     top = f"'{counts.index[0]}'" if len(counts) else "(none)"
     return [Finding(

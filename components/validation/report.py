@@ -28,6 +28,8 @@ class ValidationSummary:
     schema: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    # Empty when every check saw every row; else which rows the row checks judged (data/scan.py).
+    judged_on: str = ""
 
     @property
     def passed(self) -> bool:
@@ -63,6 +65,7 @@ def render_markdown(s: ValidationSummary) -> str:
         f"- data: `{s.data_uri}` ({s.files} files, fingerprint `{s.fingerprint[:16]}`)",
         f"- rows: {', '.join(f'{k} {v}' for k, v in s.rows.items()) or 'n/a'}",
         f"- suite: {s.suite_source or 'n/a'}",
+        f"- judged on: {s.judged_on or 'every row'}",
         f"- checks: {len(s.findings)} — {len(passed)} passed, {len(errs)} failed (error), {len(warns)} warnings",
         "",
     ]
@@ -150,6 +153,7 @@ def render_html(s: ValidationSummary) -> str:
 <p>Data <code>{_e(s.data_uri)}</code> — {s.files} files, fingerprint <code>{_e(s.fingerprint)}</code><br>
 Rows: {_e(', '.join(f'{k} {v}' for k, v in s.rows.items()) or 'n/a')}<br>
 Suite: {_e(s.suite_source or 'n/a')}<br>
+Judged on: {_e(s.judged_on or 'every row')}<br>
 Checks: {len(s.findings)} — <span class="passed">{len(s.findings) - len(errs) - len(warns)} passed</span>,
 <span class="FAILED">{len(errs)} errors</span>, <span class="warning">{len(warns)} warnings</span></p>
 <h2>Checks</h2>

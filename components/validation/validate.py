@@ -18,11 +18,19 @@ from typing import Any
 import pandas as pd
 
 from components.config import Config
-from components.data.reference_stats import compute_reference_stats, write_reference_stats
+from components.data import scan as stream
+from components.data.batches import count_rows
+from components.data.reference_stats import (
+    compute_reference_stats,
+    reference_stats_of,
+    table_stats,
+    write_reference_stats,
+)
 from components.data.snapshot import (
     PARTITION_COLUMN,
     SPLIT_COLUMN,
     Schema,
+    Snapshot,
     assign_splits,
     fingerprint_files,
     infer_schema,
@@ -31,10 +39,14 @@ from components.data.snapshot import (
     split_keys,
     write_snapshot,
 )
+from components.data.splits import SplitSettings
+from components.data.stream_stats import TableStats
+from components.data.window import TrainWindow, partition_date
 from components.errors import DataValidationError, UserError
 from components.step_results import VALIDATION_FILE
 from components.tracking import RetryPolicy, log_step
 from components.validation import checks
+from components.validation.exact import exact_overrides, exact_profile
 from components.validation.findings import ERROR, Finding, errors, warnings
 from components.validation.report import ValidationSummary, write_reports
 from components.validation.suite import (
@@ -182,12 +194,37 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
     return found
 
 
+def _window_findings(config: Config, partitions: list[str]) -> list[Finding]:
+    """data.window_days needs a date in every partition's path (checked before any work is written)."""
+    if config.data.window_days is None:
+        return []
+    undated = [p for p in partitions if partition_date(p) is None]
+    if not undated:
+        return []
+    return [Finding(
+        check="train_window", passed=False, severity=ERROR, source="structure",
+        message=(f"data.window_days={config.data.window_days} needs a date (YYYY-MM-DD) in every partition path, but "
+                 f"{len(undated)} partition(s) have none: {', '.join(undated[:5])}. Partition the data as "
+                 "date=YYYY-MM-DD/ or set data.window_days=null (data.max_train_rows needs no dates)"),
+        observed=f"{len(undated)} undated partition(s)", expected="a date in every partition path")]
+
+
 def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary, task: Any) -> _Outcome:
     timer = _Timer(summary.seconds)
     files = list_data_files(data_uri)
     summary.fingerprint = fingerprint_files(files)
     summary.files = len(files)
-    data = read_data(data_uri, files, config.data.format)
+    total = count_rows(data_uri, files, config.data.format)
+    scanned = None
+    if total is not None and total > config.validation.in_memory_rows:
+        # Too large for one frame: exact figures in one streaming pass, the row checks on a sample.
+        scanned = stream.scan(data_uri, files, config.data.format, label=config.data.label, key=config.data.key,
+                              features=list(config.data.features), settings=SplitSettings.from_config(config.data),
+                              sample_rows=config.validation.sample_rows)
+        data = scanned.sample
+        summary.judged_on = scanned.judged_on()
+    else:
+        data = read_data(data_uri, files, config.data.format)
     timer.lap("read")
     ref = resolve_reference(config, tracking_uri)
     summary.suite_source = ref.source
@@ -195,8 +232,11 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     reference_schema = suite_schema(ref.suite) if ref.suite else None
     partitions = sorted({_partition(f.path) for f in files})
     parts = partition_rows(data, partitions)
+    if scanned is not None:
+        parts["rows"] = [scanned.rows.get(p, 0) for p in partitions]
     summary.partitions = parts.to_dict("records")
     summary.findings += _structure(data, config, reference_schema, parts)
+    summary.findings += _window_findings(config, partitions)
     if errors(summary.findings):
         return _Outcome(None, None)
     schema = _schema_for(data, config, reference_schema)
@@ -208,12 +248,17 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
                       "categorical": schema.categorical, "classes": schema.classes}
     data[SPLIT_COLUMN] = assign_splits(split_keys(data, schema), val_fraction=config.data.val_fraction,
                                        test_fraction=config.data.test_fraction, salt=config.data.split_salt)
-    summary.rows = {s: int((data[SPLIT_COLUMN] == s).sum()) for s in ("train", "val", "test")}
+    summary.rows = (scanned.split_rows() if scanned is not None
+                    else {s: int((data[SPLIT_COLUMN] == s).sum()) for s in ("train", "val", "test")})
     timer.lap("schema_and_splits")
     train = data[data[SPLIT_COLUMN] == "train"]
     suite = ref.suite or profile_suite(
         train, parts, schema, range_margin=config.validation.range_margin,
         null_fraction_allowance=config.validation.null_fraction_allowance, min_rows=config.validation.min_rows)
+    if scanned is not None and ref.suite is None:
+        v = config.validation
+        suite = exact_profile(suite, scanned, schema.label, range_margin=v.range_margin,
+                              null_fraction_allowance=v.null_fraction_allowance)
     timer.lap("profile")
     # The task's own expectations (an image decodes, a text is valid UTF-8) run in the same suite, over
     # columns it derives from the rows; they are added at every run, not stored in the profiled suite.
@@ -230,8 +275,10 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     summary.findings += checks.check_id_like_columns(train, schema)
     summary.findings += checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
     summary.findings += _skew_findings(data, schema, ref, partitions)
+    if scanned is not None:
+        summary.findings = exact_overrides(summary.findings, scanned, suite, config)
     timer.lap("checks_beyond_suite")
-    return _Outcome(suite, _SnapshotInputs(data, schema, files))
+    return _Outcome(suite, _SnapshotInputs(data, schema, files, TrainWindow.from_config(config.data), config.data.format, scanned))
 
 
 @dataclass
@@ -239,6 +286,9 @@ class _SnapshotInputs:
     data: pd.DataFrame
     schema: Schema
     files: list
+    window: TrainWindow | None = None
+    format: str = "auto"
+    scan: stream.Scan | None = None  # set when the data was streamed: the snapshot is written in a second pass
 
 
 @dataclass
@@ -264,24 +314,45 @@ def _partition(rel_path: str) -> str:
 
 def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str, task: Any) -> None:
     inputs = outcome.inputs
-    splits = inputs.data[SPLIT_COLUMN]
-    write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), splits, inputs.schema,
-                   data_uri=data_uri, files=inputs.files, fingerprint=fingerprint, task=task)
+    if inputs.scan is not None:  # streamed: a second pass writes the split files batch by batch
+        snapshot = stream.write_snapshot_stream(snapshot_dir, data_uri, inputs.files, inputs.format, inputs.scan,
+                                                inputs.schema, fingerprint=fingerprint, window=inputs.window,
+                                                task=task)
+    else:
+        snapshot = write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), inputs.data[SPLIT_COLUMN],
+                                  inputs.schema, data_uri=data_uri, files=inputs.files, fingerprint=fingerprint,
+                                  window=inputs.window, task=task)
     root = Path(snapshot_dir)
     (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
-    train = inputs.data[splits == "train"]
-    write_reference_stats(root / "reference_stats.json", task_reference_stats(train, inputs.schema, task))
+    _add_task_drift_stats(snapshot, task)
+
+
+def _task_table_stats(train: pd.DataFrame, schema: Schema, task: Any) -> TableStats:
+    derived = task.drift_columns(train, schema)
+    if not len(derived.columns):
+        return table_stats(train, schema)
+    extended = Schema(label=schema.label, key=schema.key, numeric=[*schema.numeric, *derived.columns],
+                      categorical=schema.categorical, classes=schema.classes, other=schema.other)
+    return table_stats(pd.concat([train, derived], axis=1), extended)
 
 
 def task_reference_stats(train: pd.DataFrame, schema: Schema, task: Any) -> dict[str, Any]:
     """The train split's reference statistics, with the task's drift columns (``Task.drift_columns``)
     judged like numeric columns by the watcher."""
-    derived = task.drift_columns(train, schema)
-    if not len(derived.columns):
-        return compute_reference_stats(train, schema)
-    extended = Schema(label=schema.label, key=schema.key, numeric=[*schema.numeric, *derived.columns],
-                      categorical=schema.categorical, classes=schema.classes, other=schema.other)
-    return compute_reference_stats(pd.concat([train, derived], axis=1), extended)
+    return reference_stats_of(_task_table_stats(train, schema, task))
+
+
+def _add_task_drift_stats(snapshot: Snapshot, task: Any) -> None:
+    """Rewrite the snapshot's reference_stats.json (the writer's, of its train rows) with the task's drift
+    columns, computed over the train split a record batch at a time; nothing to do when it has none."""
+    stats = None
+    for frame in snapshot.batches("train"):
+        if stats is None and not len(task.drift_columns(frame.iloc[:1], snapshot.schema).columns):
+            return
+        part = _task_table_stats(frame, snapshot.schema, task)
+        stats = part if stats is None else stats.merge(part)
+    if stats is not None:
+        write_reference_stats(snapshot.root / "reference_stats.json", reference_stats_of(stats))
 
 
 def _error_message(summary: ValidationSummary, report_path: str) -> str:
@@ -324,6 +395,7 @@ def summary_json(summary: ValidationSummary) -> dict[str, Any]:
         "fingerprint": summary.fingerprint,
         "rows": summary.rows,
         "suite_source": summary.suite_source,
+        "judged_on": summary.judged_on or "every row",
         "errors": [f.headline() for f in errors(summary.findings)],
         "warnings": [f.headline() for f in warnings(summary.findings)],
         "findings": [f.to_dict() for f in summary.findings],

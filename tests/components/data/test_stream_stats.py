@@ -1,0 +1,94 @@
+"""Streaming statistics equal exact pandas results, and merging partial results equals one pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components.data.stream_stats import BottomK, DistinctCount, TableStats, row_priority, value_hashes
+
+NUMERIC, CATEGORICAL = ["x", "gappy", "with_inf"], ["city"]
+
+
+def frame(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "x": rng.normal(5, 2, n),
+        "gappy": np.where(rng.random(n) < 0.3, np.nan, rng.poisson(3, n)),
+        "with_inf": np.where(rng.random(n) < 0.1, np.inf, rng.random(n)),
+        "city": np.where(rng.random(n) < 0.2, None, rng.choice(["a", "b", "c"], n)),
+    })
+
+
+def stats_of(*batches: pd.DataFrame) -> TableStats:
+    acc = TableStats.for_columns(NUMERIC, CATEGORICAL)
+    for b in batches:
+        acc.add(b)
+    return acc
+
+
+def test_streaming_statistics_equal_exact_pandas_results():
+    data = frame(5000)
+    acc = stats_of(*(data.iloc[i : i + 700] for i in range(0, len(data), 700)))
+    for col in NUMERIC:
+        values = data[col].replace([np.inf, -np.inf], np.nan).dropna()
+        got = acc.numeric[col]
+        assert got.count == len(values) and got.rows == len(data)
+        assert got.mean == pytest.approx(values.mean(), rel=1e-12)
+        assert got.std == pytest.approx(values.std(ddof=0), rel=1e-12)
+        assert (got.min, got.max) == (values.min(), values.max())
+        # All values fit in the sample: quantiles are exact.
+        qs = np.linspace(0, 1, 101)
+        assert got.quantiles(qs) == [float(q) for q in np.quantile(values.to_numpy(), qs)]
+    city = acc.categorical["city"]
+    assert city.nulls == int(data["city"].isna().sum())
+    assert city.frequencies() == {k: int(v) for k, v in data["city"].dropna().value_counts().items()}
+    assert list(city.frequencies()) == list(data["city"].dropna().value_counts().index)
+
+
+def test_merge_of_two_accumulators_equals_one_pass_over_both():
+    a, b = frame(3000, seed=1), frame(2000, seed=2)
+    one = stats_of(pd.concat([a, b], ignore_index=True))
+    merged = stats_of(a).merge(stats_of(b))
+    assert merged.rows == one.rows
+    for col in NUMERIC:
+        m, o = merged.numeric[col], one.numeric[col]
+        assert (m.rows, m.count, m.min, m.max) == (o.rows, o.count, o.min, o.max)
+        assert m.mean == pytest.approx(o.mean, rel=1e-12) and m.m2 == pytest.approx(o.m2, rel=1e-12)
+        assert np.array_equal(m.sample.finish().values, o.sample.finish().values)  # the sample does not depend on batches
+    for col in CATEGORICAL:
+        assert merged.categorical[col] == one.categorical[col]
+
+
+def test_the_bottom_k_sample_is_order_free_seeded_and_uniform():
+    data = frame(50_000)
+    priority = row_priority(data)
+    whole = BottomK(1000).add(data["x"].to_numpy(), priority)
+    halves = BottomK(1000).add(data["x"].to_numpy()[25_000:], priority[25_000:]).merge(
+        BottomK(1000).add(data["x"].to_numpy()[:25_000], priority[:25_000]))
+    whole, halves = whole.finish(), halves.finish()
+    assert np.array_equal(whole.values, halves.values) and len(whole.values) == 1000
+    other_seed = BottomK(1000).add(data["x"].to_numpy(), row_priority(data, seed=1)).finish()
+    assert not np.array_equal(whole.values, other_seed.values)
+    # A uniform sample: its mean is within a few standard errors of the population's.
+    assert abs(whole.values.mean() - data["x"].mean()) < 4 * data["x"].std() / np.sqrt(1000)
+
+
+def test_quantiles_past_the_sample_are_within_the_documented_rank_error():
+    acc = stats_of(frame(300_000))  # more finite values than the default sample holds
+    values = np.sort(frame(300_000)["x"].to_numpy())
+    for q, estimate in zip([0.01, 0.25, 0.5, 0.75, 0.99], acc.numeric["x"].quantiles(np.array([0.01, 0.25, 0.5, 0.75, 0.99])),
+                           strict=True):
+        rank = np.searchsorted(values, estimate) / len(values)
+        assert abs(rank - q) < 5 * 0.5 / np.sqrt(100_000)
+
+
+def test_distinct_count_is_exact_below_k_and_close_above():
+    small = pd.Series(np.arange(500) % 321)
+    assert DistinctCount(1000).add(value_hashes(small)).estimate() == 321
+    big = pd.Series(np.arange(200_000))
+    halves = DistinctCount(2000).add(value_hashes(big[:100_000])).merge(DistinctCount(2000).add(value_hashes(big[100_000:])))
+    one = DistinctCount(2000).add(value_hashes(big))
+    assert np.array_equal(halves.hashes, one.hashes)
+    assert abs(one.estimate() / 200_000 - 1) < 4 / np.sqrt(2000 - 2)

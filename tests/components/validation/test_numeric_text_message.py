@@ -1,0 +1,29 @@
+"""A numeric column that arrives as numeric text is reported as text, not as '0 non-numeric values'."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from components.data.splits import PARTITION_COLUMN
+from components.validation.checks import check_numeric_types
+
+REFERENCE = {"label": "label", "key": None, "numeric": ["amount"], "categorical": []}
+
+
+def test_numbers_written_as_text_are_named_as_such():
+    data = pd.DataFrame({"amount": ["1.5", "2", "3.25", None], "label": ["a", "b", "a", "b"],
+                         PARTITION_COLUMN: ["p"] * 4})
+    (finding,) = check_numeric_types(data, REFERENCE, [])
+    assert not finding.passed
+    assert "0 non-numeric" not in finding.message
+    assert "as text" in finding.message and "all 3" in finding.message
+    assert "'1.5'" in finding.message  # an example of the text values
+    assert finding.observed.endswith("(numbers as text)")
+
+
+def test_stray_text_in_a_numeric_column_still_counts_the_bad_values():
+    data = pd.DataFrame({"amount": ["1.5", "oops", "3", "n/a"], "label": ["a", "b", "a", "b"],
+                         PARTITION_COLUMN: ["p"] * 4})
+    (finding,) = check_numeric_types(data, REFERENCE, [])
+    assert "holds 2 non-numeric value(s)" in finding.message
+    assert "n/a" in finding.message and "oops" in finding.message

@@ -1,0 +1,174 @@
+"""Streamed validation (data above validation.in_memory_rows) gives the verdicts of in-memory validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from components.config import Config
+from components.data.demo import write_demo_data
+from components.data.snapshot import load_snapshot
+from components.errors import DataValidationError
+from components.validation.validate import validate_data
+from tests.fixtures.corpus import CASES, KEY, Case, write_clean
+
+
+def config(suite_path: str | None = None, **validation) -> Config:
+    return Config.from_dict({"data": {"key": KEY}, "validation": {"suite_path": suite_path, **validation}})
+
+
+def verdict(data: Path, cfg: Config, out: Path) -> tuple[bool, set, dict]:
+    """(passed, {(report section, failed check's message, column)}, summary) of one validation run."""
+    try:
+        validate_data(str(data), cfg, snapshot_dir=str(out / "snapshot"), data_docs_path=str(out / "docs.html"),
+                      report_path=str(out / "report.md"), tracking_uri="", mlflow_run_id="")
+        passed = True
+    except DataValidationError:
+        passed = False
+    summary = json.loads((out / "snapshot" / "validation.json").read_text()) if passed else {}
+    checks, heading = set(), ""
+    for line in (out / "report.md").read_text().splitlines():
+        if line.startswith("## "):
+            heading = line
+        elif line.startswith("| ") and "---" not in line and "check |" not in line and "column |" not in line:
+            cells = line.split(" | ")
+            checks.add((heading, cells[0].removeprefix("| ").split(" [judged")[0].strip(), cells[1].strip()))
+    return passed, checks, summary
+
+
+@pytest.fixture(scope="module")
+def reviewed_suite(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("reference")
+    validate_data(str(write_clean(tmp / "data")), config(), snapshot_dir=str(tmp / "snap"), data_docs_path="",
+                  report_path="", tracking_uri="", mlflow_run_id="")
+    return tmp / "snap" / "suite.json"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.step == "validate_data"], ids=lambda c: c.name)
+def test_the_corpus_gets_the_same_verdicts_when_streamed(case: Case, tmp_path, reviewed_suite):
+    data = write_clean(tmp_path / "data")
+    case.mutate(data)
+    suite = str(reviewed_suite) if case.with_reference else None
+    in_memory = verdict(data, config(suite), tmp_path / "memory")
+    streamed = verdict(data, config(suite, in_memory_rows=0), tmp_path / "streamed")
+    assert streamed[0] == in_memory[0] is False
+    assert streamed[1] == in_memory[1]
+
+
+def test_a_sampled_run_keeps_exact_figures_and_says_what_the_sample_judged(tmp_path):
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=6000)
+    memory_ok, memory_checks, memory = verdict(tmp_path / "data", config(), tmp_path / "memory")
+    ok, checks, streamed = verdict(tmp_path / "data", config(in_memory_rows=0, sample_rows=1000), tmp_path / "streamed")
+    assert ok and memory_ok
+    assert streamed["rows"] == memory["rows"]  # split sizes are exact
+    assert "stratified sample of 6000 of 18000 rows" in streamed["judged_on"]
+    assert memory["judged_on"] == "every row"
+    assert [f["passed"] for f in streamed["findings"] if f["check"] == "cross_split_duplicates"] == [True]
+    sampled = [f for f in streamed["findings"] if f["source"] == "suite" and "[judged on the stratified sample]" in f["message"]]
+    assert sampled, "row expectations must say they judged a sample"
+    a, b = load_snapshot(tmp_path / "memory" / "snapshot"), load_snapshot(tmp_path / "streamed" / "snapshot")
+    for split in ("train", "val", "test"):
+        pd.testing.assert_frame_equal(a.frame(split), b.frame(split))
+    assert a.preprocessing.categorical == b.preprocessing.categorical
+    for col, st in a.preprocessing.numeric.items():
+        assert st["mean"] == pytest.approx(b.preprocessing.numeric[col]["mean"], rel=1e-9)
+
+
+def test_streamed_label_nulls_are_counted_over_every_row(tmp_path):
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=6000)
+    part = sorted((tmp_path / "data").glob("date=*/part-0.parquet"))[1]
+    frame = pd.read_parquet(part)
+    frame.loc[frame.index[:7], "label"] = None
+    frame.to_parquet(part, index=False)
+    with pytest.raises(DataValidationError, match="7 row\\(s\\) have no label"):
+        validate_data(str(tmp_path / "data"), config(in_memory_rows=0, sample_rows=1000),
+                      snapshot_dir=str(tmp_path / "s"), data_docs_path="", report_path="", tracking_uri="",
+                      mlflow_run_id="")
+
+
+def test_a_streamed_window_matches_the_in_memory_window(tmp_path):
+    write_demo_data(tmp_path / "data", days=4, rows_per_day=3000)
+    for name, extra in (("memory", {}), ("streamed", {"in_memory_rows": 0, "sample_rows": 1000})):
+        cfg = Config.from_dict({"data": {"key": KEY, "window_days": 2, "max_train_rows": 3000},
+                                "validation": extra})
+        validate_data(str(tmp_path / "data"), cfg, snapshot_dir=str(tmp_path / name), data_docs_path="",
+                      report_path="", tracking_uri="", mlflow_run_id="")
+    a, b = load_snapshot(tmp_path / "memory"), load_snapshot(tmp_path / "streamed")
+    pd.testing.assert_frame_equal(a.frame("train"), b.frame("train"))
+    assert len(a.frame("train")) == 3000
+    meta = [json.loads((tmp_path / n / "fingerprint.json").read_text())["train_window"] for n in ("memory", "streamed")]
+    assert meta[0] == meta[1]
+
+
+def test_the_standalone_snapshot_streams_large_data_the_same_way(tmp_path):
+    from components.training.standalone import build_snapshot
+
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=3000)
+    memory = build_snapshot(str(tmp_path / "data"), config(), tmp_path / "memory")
+    streamed = build_snapshot(str(tmp_path / "data"), config(in_memory_rows=0, sample_rows=1000), tmp_path / "streamed")
+    assert memory.schema == streamed.schema
+    for split in ("train", "val", "test"):
+        pd.testing.assert_frame_equal(memory.frame(split), streamed.frame(split))
+
+
+def test_content_hashes_ignore_column_order_and_absent_columns():
+    from components.data.scan import content_hashes
+
+    a = pd.DataFrame({"x": [1, 2], "y": ["u", "v"], "label": ["p", "q"]})
+    b = pd.DataFrame({"label": ["p", "q"], "y": ["u", "w"], "x": [1.0, 2.0], "new": [None, None]})
+    ha, hb = content_hashes(a, ["x", "y", "label"]), content_hashes(b, ["x", "y", "label", "new"])
+    assert ha[0] == hb[0] and ha[1] != hb[1]
+
+
+def test_column_expectations_are_exact_even_when_the_sample_misses_the_bad_rows(tmp_path):
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=6000)
+    validate_data(str(tmp_path / "data"), config(), snapshot_dir=str(tmp_path / "ref"), data_docs_path="",
+                  report_path="", tracking_uri="", mlflow_run_id="")
+    part = sorted((tmp_path / "data").glob("date=*/part-0.parquet"))[2]
+    frame = pd.read_parquet(part)
+    frame.loc[frame.index[[10, 2000, 4000]], "tenure_months"] = None  # 3 of 18,000 rows
+    frame.loc[frame.index[[20, 30]], "region"] = "atlantis"
+    frame.to_parquet(part, index=False)
+    cfg = config(str(tmp_path / "ref" / "suite.json"), in_memory_rows=0, sample_rows=1000)
+    with pytest.raises(DataValidationError, match="not be null on column 'tenure_months'"):
+        validate_data(str(tmp_path / "data"), cfg, snapshot_dir=str(tmp_path / "s"), data_docs_path="",
+                      report_path=str(tmp_path / "report.md"), tracking_uri="", mlflow_run_id="")
+    report = (tmp_path / "report.md").read_text()
+    assert "3 of 18000 rows" in report
+    # The unseen category is a warning (at most 1% of rows), counted over every row, not the sample.
+    assert "2 of 18000 rows" in report and "'region'" in report
+
+
+def test_stray_text_in_a_numeric_column_is_found_when_sampled(tmp_path):
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=6000)
+    part = sorted((tmp_path / "data").glob("date=*/part-0.parquet"))[1]
+    frame = pd.read_parquet(part)
+    frame["tenure_months"] = frame["tenure_months"].astype(str)
+    frame.loc[frame.index[[17, 4711]], "tenure_months"] = "twelve"
+    frame.to_parquet(part, index=False)
+    with pytest.raises(DataValidationError, match="holds 2 non-numeric value"):
+        validate_data(str(tmp_path / "data"), config(in_memory_rows=0, sample_rows=1000),
+                      snapshot_dir=str(tmp_path / "s"), data_docs_path="", report_path="", tracking_uri="",
+                      mlflow_run_id="")
+
+
+def test_a_suite_profiled_from_a_sample_keeps_every_category_and_the_exact_range(tmp_path):
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=6000)
+    part = sorted((tmp_path / "data").glob("date=*/part-0.parquet"))[0]
+    frame = pd.read_parquet(part)
+    frame.loc[frame.index[5], "region"] = "rare-island"  # one row in 18,000: a sample would miss it
+    frame.loc[frame.index[6], "monthly_spend"] = 5000.0
+    frame.to_parquet(part, index=False)
+    validate_data(str(tmp_path / "data"), config(in_memory_rows=0, sample_rows=1000),
+                  snapshot_dir=str(tmp_path / "s"), data_docs_path="", report_path="", tracking_uri="",
+                  mlflow_run_id="")
+    suite = json.loads((tmp_path / "s" / "suite.json").read_text())
+    sets = [e["kwargs"]["value_set"] for e in suite["expectations"]
+            if e["type"] == "expect_column_values_to_be_in_set" and e["kwargs"]["column"] == "region"]
+    highs = [e["kwargs"]["max_value"] for e in suite["expectations"]
+             if e["type"] == "expect_column_values_to_be_between" and e["kwargs"].get("column") == "monthly_spend"]
+    assert sets and all("rare-island" in s for s in sets)
+    assert highs and min(highs) >= 5000.0
