@@ -60,6 +60,21 @@ def process_start_time() -> float | None:
     return time.time() - (uptime - started_after_boot)
 
 
+def interpreter_start_time(loaded_at: float, *, exec_slack: float = 1.0) -> float:
+    """When this interpreter started: the process start, unless that lies more than ``exec_slack``
+    seconds before ``loaded_at`` (the first moment our code ran).
+
+    A shell runs its last command by ``exec`` (``bash -c "pip install ... && ctpipe run"``, a subshell):
+    the process then started with the shell, and its start would count the shell's earlier commands as
+    the CLI's start-up. Python's own start-up before ``loaded_at`` is well under a second, so past the
+    slack the process is older than the interpreter and ``loaded_at`` is the better bound.
+    """
+    started = process_start_time()
+    if started is None or loaded_at - started > exec_slack:
+        return loaded_at
+    return started
+
+
 @dataclass
 class ImportTally:
     """Wall seconds the main thread spent in ``import`` statements while the clock ran, and per module."""

@@ -35,11 +35,12 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline locally end to end; print the summary and its path last."""
-    from components.timing import process_start_time
+    import pipelines
+    from components.timing import interpreter_start_time
     from pipelines.local_run import format_summary, run_local
 
     summary = run_local(
-        process_started=process_start_time(),
+        process_started=interpreter_start_time(pipelines.LOADED_AT),
         home=args.home,
         data_uri=args.data,
         config_path=args.config,

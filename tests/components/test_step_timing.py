@@ -146,3 +146,25 @@ def test_outside_a_kfp_executor_no_exit_handler_is_registered(monkeypatch, tmp_p
     with step_status("evaluate"):
         pass
     assert registered == []
+
+
+def test_cli_start_excludes_what_a_shell_ran_before_it_exec_d_ctpipe(tmp_path):
+    # `bash -c "sleep 2; python ..."` execs python as its last command: the PROCESS started before the
+    # sleep, the interpreter after it. The CLI's start-up must not count the shell's earlier commands.
+    script = (
+        "import time, pipelines\n"
+        "from components.timing import interpreter_start_time, process_start_time\n"
+        "print(time.time() - process_start_time(), time.time() - interpreter_start_time(pipelines.LOADED_AT))\n"
+    )
+    out = subprocess.run(["bash", "-c", f"sleep 2; exec {sys.executable} -c '{script}'"],
+                         capture_output=True, text=True, check=True, cwd=str(tmp_path.parent)).stdout.split()
+    since_process, since_interpreter = map(float, out)
+    assert since_process >= 2.0  # the process existed during the shell's sleep
+    assert since_interpreter < 2.0
+
+
+def test_interpreter_start_is_the_process_start_for_a_plain_process():
+    import pipelines
+    from components.timing import interpreter_start_time
+
+    assert interpreter_start_time(pipelines.LOADED_AT, exec_slack=1e9) == pytest.approx(process_start_time(), abs=0.05)
