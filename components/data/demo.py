@@ -76,11 +76,15 @@ def write_demo_data(
     for day in range(days):
         drifted = drift_from_day is not None and day >= drift_from_day
         frame = generate_day(day, rows_per_day, seed, drifted, key_offset=day * rows_per_day + seed * 10_000_000)
-        date = START_DATE + dt.timedelta(days=day)
-        part = root / f"date={date.isoformat()}" / "part-0.parquet"
-        part.parent.mkdir(parents=True, exist_ok=True)
-        tmp = part.with_suffix(".parquet.tmp")
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(part)  # a watcher never sees a half-written partition
-        paths.append(part)
+        paths.append(write_day_partition(root, day, frame))
     return paths
+
+
+def write_day_partition(root: Path, day: int, frame: pd.DataFrame) -> Path:
+    """Write ``frame`` as the ``date=`` partition ``day`` days after ``START_DATE``, atomically."""
+    part = root / f"date={(START_DATE + dt.timedelta(days=day)).isoformat()}" / "part-0.parquet"
+    part.parent.mkdir(parents=True, exist_ok=True)
+    tmp = part.with_suffix(".parquet.tmp")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(part)  # a watcher never sees a half-written partition
+    return part

@@ -12,16 +12,16 @@ partitions hold the docstrings of standard-library modules instead: another regi
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib
 from pathlib import Path
 
 import pandas as pd
 
+from components.data.demo import write_day_partition
+
 TEXT_COLUMN = "text"
 KEY_COLUMN = "doc_id"
 KIND_COLUMN = "kind"
-START_DATE = dt.date(2026, 1, 1)
 MIN_DOC_CHARS = 300
 MAX_DOC_CHARS = 1500
 # Standard-library modules whose docstrings make the drifted partitions (pure Python, always present).
@@ -115,10 +115,5 @@ def write_text_demo_data(out: str | Path, *, days: int = 4, drift_from_day: int 
         frames += _deal(module_docstring_documents(), days - drift_from_day)
     root, paths = Path(out), []
     for day, frame in enumerate(frames):
-        part = root / f"date={(START_DATE + dt.timedelta(days=day)).isoformat()}" / "part-0.parquet"
-        part.parent.mkdir(parents=True, exist_ok=True)
-        tmp = part.with_suffix(".parquet.tmp")
-        frame.to_parquet(tmp, index=False)
-        tmp.replace(part)  # a watcher never sees a half-written partition
-        paths.append(part)
+        paths.append(write_day_partition(root, day, frame))
     return paths
