@@ -65,6 +65,18 @@ class _Rank:
         return "\n".join(self.tail) or f"exited with code {self.proc.returncode} and no output"
 
 
+# What a rank says when ANOTHER rank died under it (gloo/NCCL): a consequence, not the cause.
+PEER_LOSS_MARKERS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+
+
+def lost_a_peer(error: str) -> bool:
+    """Whether a rank's error is a collective that lost its peer, i.e. a consequence of another rank's failure.
+
+    Ranks that exit within one poll of each other tie on their exit time; the one that died first on its
+    own is then the one to report, not the one whose collective broke because of it."""
+    return any(marker in error for marker in PEER_LOSS_MARKERS)
+
+
 class LocalLauncher:
     """Launcher for ``train.backend=local``: N processes on this machine, gloo on CPU (NCCL on GPUs)."""
 
@@ -109,7 +121,7 @@ class LocalLauncher:
                     r.exited_at = now
             failed = sorted(
                 (r for r in ranks if r.exited_at is not None and r.proc.returncode != 0),
-                key=lambda r: (r.exited_at, r.rank),
+                key=lambda r: (r.exited_at, lost_a_peer(r.error()), r.rank),
             )
             if failed:
                 _stop(ranks)
