@@ -3,30 +3,32 @@
     from components.config import Config, load_config
     config = load_config("my.yaml", ["train.max_steps=200"])
 
-``sections.py`` holds the dataclasses (one per part of a run, validated at construction) and ``Config``;
-``loading.py`` merges defaults, a YAML/JSON file and ``--set`` overrides; ``coerce.py`` turns plain values
-into typed sections with errors that name the field. Everything a caller needs is importable from here.
+``sections.py`` holds ``Config``; the sections (one dataclass per part of a run, validated at
+construction with ``rules.py``) live by what they configure: ``run_sections.py``, ``gate_sections.py``,
+``cluster_sections.py``. ``loading.py`` merges defaults, a YAML/JSON file and ``--set`` overrides;
+``coerce.py`` turns plain values into typed sections with errors that name the field. Everything a
+caller needs is importable from here.
 """
 
-from components.config.loading import apply_override, load_config, merge_values, parse_set_value
-from components.config.sections import (
+from components.config.cluster_sections import KubernetesConfig, WatchConfig
+from components.config.gate_sections import (
     EVALUATION_METRICS,
-    TRIGGERS,
-    Config,
-    DataConfig,
     EvaluationConfig,
-    KubernetesConfig,
-    ModelConfig,
     RegistryConfig,
-    SanityConfig,
     SelectionConfig,
-    TaskConfig,
     Threshold,
-    TrainConfig,
-    ValidationConfig,
-    WatchConfig,
     metric_direction,
 )
+from components.config.loading import apply_override, load_config, merge_values, parse_set_value
+from components.config.run_sections import (
+    DataConfig,
+    ModelConfig,
+    SanityConfig,
+    TaskConfig,
+    TrainConfig,
+    ValidationConfig,
+)
+from components.config.sections import TRIGGERS, Config
 from components.errors import ConfigError
 
 __all__ = [

@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from components.config import Threshold
-from components.config.sections import metric_direction
+from components.config.gate_sections import metric_direction
 from components.errors import ConfigError
 from components.evaluation.metrics import (
     ALL_METRICS,
