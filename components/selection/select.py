@@ -15,9 +15,8 @@ from components.config import Config, ModelConfig
 from components.data.snapshot import load_snapshot, training_split_record
 from components.data.splits import SplitSettings
 from components.errors import TrainingError
-from components.models.export import build_exported_network, load_model_export, save_model_export
 from components.tasks import load_task, task_record
-from components.training import checkpointing as ckpt
+from components.training import checkpoint_index as index_files
 
 # An export of an fp32-trained model must reproduce the indexed metric to this tolerance (after bf16
 # training a few borderline rows may flip; the re-scored metrics are then recorded, not enforced).
@@ -35,13 +34,15 @@ class Selected:
     sha256: str
 
 
-def select_best_checkpoint(checkpoint_dir: str | Path, metric: str, mode: str) -> ckpt.IndexEntry:
+def select_best_checkpoint(checkpoint_dir: str | Path, metric: str, mode: str) -> index_files.IndexEntry:
     """The best complete checkpoint in index.json by ``metric`` in direction ``mode`` (max/min); ties go to
     the lower validation loss, then the earlier step."""
-    index = ckpt.read_index(checkpoint_dir)
-    entries = [ckpt.IndexEntry.from_dict(e) for e in index["checkpoints"]]
-    usable = [e for e in entries if e.kept and ckpt.is_complete(ckpt.checkpoint_path(checkpoint_dir, e.step))]
-    ranked = ckpt.rank_entries(usable, metric, mode)
+    index = index_files.read_index(checkpoint_dir)
+    entries = [index_files.IndexEntry.from_dict(e) for e in index["checkpoints"]]
+    usable = [
+        e for e in entries if e.kept and index_files.is_complete(index_files.checkpoint_path(checkpoint_dir, e.step))
+    ]
+    ranked = index_files.rank_entries(usable, metric, mode)
     if not ranked:
         known = sorted({k for e in entries for k in e.metrics})
         raise TrainingError(
@@ -55,6 +56,8 @@ def score_export(model_path: str | Path, snapshot_dir: str | Path) -> dict[str, 
     """Validation loss and the task's metrics of an exported model, from the snapshot's raw rows, as the
     trainer computes them (``val_loss``, ``val_<metric>``)."""
     import torch
+
+    from components.models.export import load_model_export
 
     exported = load_model_export(model_path)
     snapshot = load_snapshot(snapshot_dir)
@@ -73,9 +76,13 @@ def score_export(model_path: str | Path, snapshot_dir: str | Path) -> dict[str, 
 
 def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, model_path: str) -> Selected:
     """Pick the best checkpoint by ``config.select`` and export it (weights, config, preprocessing, classes)."""
+    # torch only once a checkpoint is chosen: reading the index needs none (checkpoint_index.py).
+    from components.models.export import build_exported_network, save_model_export
+    from components.training import checkpointing as ckpt
+
     metric, mode = config.select.metric, config.select.direction
     best = select_best_checkpoint(checkpoint_dir, metric, mode)
-    index = ckpt.read_index(checkpoint_dir)
+    index = index_files.read_index(checkpoint_dir)
     # The index records the task and model the checkpoints were trained with; rebuild exactly that one.
     model_config = ModelConfig(**index["model_config"])
     record = index.get("task") or task_record(config.task)

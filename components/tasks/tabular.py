@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from components.data.snapshot import (
     Preprocessing,
@@ -27,6 +24,10 @@ from components.data.snapshot import (
     tabular_state_of,
 )
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
+
+if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
+    import torch
+    from torch import nn
 
 PREDICT_BATCH = 8192
 # Torch's default init leaves logits with a spread of their own: a loose bound, and a warning only.
@@ -39,6 +40,8 @@ def preprocessing_of(state: TaskState) -> Preprocessing:
 
 def class_prior(y: torch.Tensor, n_classes: int) -> torch.Tensor:
     """Each class's share of the labels ``y`` (float64)."""
+    import torch
+
     counts = torch.bincount(y, minlength=n_classes).double()
     return counts / counts.sum()
 
@@ -82,6 +85,8 @@ class TabularClassification(TaskBase):
         return tabular_state_of(stats, schema)
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
+        import torch
+
         prep = preprocessing_of(state)
         x_num, x_cat = encode_features(frame, prep)
         y = encode_labels(frame, state["label"], prep.classes)
@@ -102,6 +107,8 @@ class TabularClassification(TaskBase):
         return InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
 
     def init_model(self, model: nn.Module, state: TaskState, train_targets: torch.Tensor) -> None:
+        import torch
+
         from components.models.tabular import init_output_bias
 
         if hasattr(model, "head"):
@@ -113,9 +120,13 @@ class TabularClassification(TaskBase):
 
     # -- objective --------------------------------------------------------------------------------
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
         return F.cross_entropy(outputs, targets)
 
     def row_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
         return F.cross_entropy(outputs.float(), targets, reduction="none")
 
     def row_metrics(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -123,6 +134,8 @@ class TabularClassification(TaskBase):
 
     # -- sanity -----------------------------------------------------------------------------------
     def init_losses(self, targets: torch.Tensor, state: TaskState, tolerance: float) -> list[InitLoss]:
+        import torch
+
         from components.models.tabular import init_output_bias
 
         c = len(state["classes"])
@@ -154,9 +167,10 @@ class TabularClassification(TaskBase):
     def targets(self, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
         return encode_labels(frame, state["label"], list(state["classes"]))
 
-    @torch.no_grad()
     def probabilities(self, model: nn.Module, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
         """Class probabilities for every row, preprocessed with this model's own statistics."""
+        import torch
+
         from components.errors import DataValidationError
 
         prep = preprocessing_of(state)
@@ -166,10 +180,11 @@ class TabularClassification(TaskBase):
         model.eval()
         x_num, x_cat = encode_features(frame, prep)
         out = []
-        for start in range(0, len(frame), PREDICT_BATCH):
-            logits = model(torch.from_numpy(x_num[start : start + PREDICT_BATCH]),
-                           torch.from_numpy(x_cat[start : start + PREDICT_BATCH]))
-            out.append(torch.softmax(logits.float(), dim=1).numpy())
+        with torch.no_grad():
+            for start in range(0, len(frame), PREDICT_BATCH):
+                logits = model(torch.from_numpy(x_num[start : start + PREDICT_BATCH]),
+                               torch.from_numpy(x_cat[start : start + PREDICT_BATCH]))
+                out.append(torch.softmax(logits.float(), dim=1).numpy())
         return np.concatenate(out) if out else np.zeros((0, len(prep.classes)), dtype=np.float32)
 
     def predict(self, model: nn.Module, frame: pd.DataFrame, state: TaskState, reference: TaskState) -> np.ndarray:

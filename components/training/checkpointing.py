@@ -1,27 +1,16 @@
-"""Distributed checkpoints that are complete or ignored, their retention, and the checkpoint index.
+"""Distributed checkpoints (torch.distributed.checkpoint) that are complete or ignored: save, resume, load.
 
-Layout under the checkpoint root::
-
-    step_00000050/          DCP shards of {"model", "optim"} (torch.distributed.checkpoint)
-        rank0.pt ...        per-rank state: LR scheduler, RNG states (loaded with weights_only=True)
-        meta.json           step, data position, metrics, the checkpoint index so far
-        .complete           written last: only a directory with this marker is a checkpoint
-    index.json              every evaluated checkpoint with its metrics, which are kept, the best
-
-A crash during a save leaves a directory without the marker; resume and selection never read it, and the
-next save removes it.
+The layout, the index and retention are ``checkpoint_index.py`` (no torch); their names are importable
+from here too. A crash during a save leaves a directory without the completion marker; resume and
+selection never read it, and the next save removes it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-import math
 import os
-import shutil
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,54 +24,51 @@ from torch import nn
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-COMPLETE_MARKER = ".complete"
-INDEX_FILE = "index.json"
-META_FILE = "meta.json"
-STEP_PREFIX = "step_"
+from components.training.checkpoint_index import (
+    COMPLETE_MARKER,
+    INDEX_FILE,
+    META_FILE,
+    STEP_PREFIX,
+    IndexEntry,
+    apply_retention,
+    better,
+    checkpoint_dirs,
+    checkpoint_path,
+    is_complete,
+    latest_complete,
+    rank_entries,
+    read_index,
+    read_meta,
+    retained_steps,
+    step_of,
+    write_index,
+    write_json_atomic,
+)
 
-
-def checkpoint_path(root: str | Path, step: int) -> Path:
-    """The directory of the checkpoint taken after ``step`` optimizer steps."""
-    return Path(root) / f"{STEP_PREFIX}{step:08d}"
-
-
-def step_of(path: Path) -> int:
-    return int(path.name[len(STEP_PREFIX) :])
-
-
-def is_complete(path: Path) -> bool:
-    return (path / COMPLETE_MARKER).is_file()
-
-
-def checkpoint_dirs(root: str | Path) -> list[Path]:
-    """Every step directory under ``root`` (complete or not), oldest first."""
-    base = Path(root)
-    if not base.is_dir():
-        return []
-    found = [
-        p for p in base.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX) and p.name[5:].isdigit()
-    ]
-    return sorted(found, key=step_of)
-
-
-def latest_complete(root: str | Path) -> Path | None:
-    """The newest checkpoint whose completion marker exists, or None."""
-    complete = [p for p in checkpoint_dirs(root) if is_complete(p)]
-    return complete[-1] if complete else None
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON so that readers see the old or the new file, never a torn one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    return json.loads((path / META_FILE).read_text())
+__all__ = [
+    "COMPLETE_MARKER",
+    "INDEX_FILE",
+    "META_FILE",
+    "STEP_PREFIX",
+    "IndexEntry",
+    "apply_retention",
+    "better",
+    "checkpoint_dirs",
+    "checkpoint_path",
+    "is_complete",
+    "latest_complete",
+    "rank_entries",
+    "read_index",
+    "read_meta",
+    "retained_steps",
+    "step_of",
+    "write_index",
+    "write_json_atomic",
+    "load_checkpoint",
+    "load_model_weights",
+    "save_checkpoint",
+    "state_dict_sha256",
+]
 
 
 @contextlib.contextmanager
@@ -161,103 +147,6 @@ def load_model_weights(path: Path, model: nn.Module) -> None:
     with _quiet_dcp():
         dcp.load(state, checkpoint_id=str(path))
     model.load_state_dict(state["model"])
-
-
-# --- the index and retention -------------------------------------------------------------------
-
-
-@dataclass
-class IndexEntry:
-    """One evaluated checkpoint: its step, validation metrics and whether its directory is kept."""
-
-    step: int
-    metrics: dict[str, float]
-    kept: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "metrics": self.metrics,
-            "kept": self.kept,
-            "path": checkpoint_path("", self.step).name,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> IndexEntry:
-        return cls(
-            step=int(d["step"]), metrics={k: float(v) for k, v in d["metrics"].items()}, kept=bool(d["kept"])
-        )
-
-
-def better(a: float, b: float, mode: str) -> bool:
-    return a > b if mode == "max" else a < b
-
-
-def rank_entries(entries: list[IndexEntry], metric: str, mode: str) -> list[IndexEntry]:
-    """Entries that have ``metric``, best first by ``mode`` (max/min); ties go to the lower validation
-    loss, then to the earlier step."""
-    if mode not in ("max", "min"):
-        raise ValueError(f"mode must be max or min (resolve 'auto' with SelectionConfig.direction), got {mode!r}")
-    scored = [e for e in entries if metric in e.metrics]
-    sign = -1.0 if mode == "max" else 1.0
-    return sorted(scored, key=lambda e: (sign * e.metrics[metric], e.metrics.get("val_loss", math.inf), e.step))
-
-
-def retained_steps(
-    entries: list[IndexEntry], *, keep_best: int, metric: str, mode: str, latest: int | None
-) -> set[int]:
-    """The N best steps by the metric plus the latest step."""
-    keep = {e.step for e in rank_entries(entries, metric, mode)[:keep_best]}
-    if latest is not None:
-        keep.add(latest)
-    return keep
-
-
-def apply_retention(
-    root: str | Path, entries: list[IndexEntry], *, keep_best: int, metric: str, mode: str
-) -> list[int]:
-    """Delete checkpoint directories outside the N best + latest (and partial ones); return deleted steps."""
-    dirs = checkpoint_dirs(root)
-    complete = [step_of(p) for p in dirs if is_complete(p)]
-    latest = max(complete) if complete else None
-    keep = retained_steps(entries, keep_best=keep_best, metric=metric, mode=mode, latest=latest)
-    deleted = []
-    for p in dirs:
-        step = step_of(p)
-        if step not in keep or not is_complete(p):
-            shutil.rmtree(p, ignore_errors=True)
-            deleted.append(step)
-    for e in entries:
-        e.kept = e.step in keep and checkpoint_path(root, e.step).is_dir()
-    return deleted
-
-
-def write_index(
-    root: str | Path, entries: list[IndexEntry], *, metric: str, mode: str, extra: dict[str, Any]
-) -> dict:
-    """Write index.json: every evaluated checkpoint, which are kept, and the best kept one."""
-    kept = [e for e in entries if e.kept]
-    ranked = rank_entries(kept, metric, mode)
-    complete = [step_of(p) for p in checkpoint_dirs(root) if is_complete(p)]
-    payload = {
-        "metric": metric,
-        "mode": mode,
-        "best_step": ranked[0].step if ranked else None,
-        "latest_step": max(complete) if complete else None,
-        "checkpoints": [e.to_dict() for e in sorted(entries, key=lambda e: e.step)],
-        **extra,
-    }
-    write_json_atomic(Path(root) / INDEX_FILE, payload)
-    return payload
-
-
-def read_index(root: str | Path) -> dict[str, Any]:
-    path = Path(root) / INDEX_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no checkpoint index at '{path}': training did not finish any evaluated checkpoint"
-        )
-    return json.loads(path.read_text())
 
 
 # --- bit-identity ------------------------------------------------------------------------------
