@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the pipeline locally end to end; print the summary and its path last."""
     import pipelines
     from components.timing import interpreter_start_time
-    from pipelines.local_run import format_summary, run_local
+    from pipelines.local_run import run_local
+    from pipelines.run_summary import format_summary
 
     summary = run_local(
         process_started=interpreter_start_time(pipelines.LOADED_AT),

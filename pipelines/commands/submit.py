@@ -85,7 +85,8 @@ def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
 
 
 def _submit_local(args: argparse.Namespace) -> int:
-    from pipelines.local_run import format_summary, run_local
+    from pipelines.local_run import run_local
+    from pipelines.run_summary import format_summary
     from pipelines.triggers.start import record_outcome
 
     def record(**fields) -> None:

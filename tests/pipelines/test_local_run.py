@@ -5,7 +5,7 @@ import json
 from components.config import Config
 from components.errors import DataValidationError
 from components.kfp_support import STATUS_DIR_ENV, step_status
-from pipelines.local_run import build_summary, format_summary
+from pipelines.run_summary import build_summary, format_summary
 
 
 def _summary(tmp_path, runner_error=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from components.config import Config
 from components.kfp_support import STATUS_DIR_ENV, step_status
-from pipelines.local_run import build_summary, format_summary
+from pipelines.run_summary import build_summary, format_summary
 
 
 def test_summary_adds_timing_keys_and_keeps_the_old_ones(tmp_path, monkeypatch):
