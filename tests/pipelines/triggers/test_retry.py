@@ -284,6 +284,7 @@ def test_a_late_outcome_of_an_earlier_attempt_does_not_overwrite_the_current_one
 
 def test_submit_records_a_user_error_and_exits_2(tmp_path, monkeypatch, capsys):
     import pipelines.local_run
+    import pipelines.run_summary
 
     def bad_data_run(**kwargs):
         return {
@@ -292,7 +293,7 @@ def test_submit_records_a_user_error_and_exits_2(tmp_path, monkeypatch, capsys):
         }  # fmt: skip
 
     monkeypatch.setattr(pipelines.local_run, "run_local", bad_data_run)
-    monkeypatch.setattr(pipelines.local_run, "format_summary", lambda summary: "")
+    monkeypatch.setattr(pipelines.run_summary, "format_summary", lambda summary: "")
     ledger = Ledger(tmp_path)
     ledger.claim("b" * 64, {"trigger": "new_data"})
     argv = ["submit", "--data", "/d", "--home", str(tmp_path), "--record", str(ledger.path("b" * 64)), "--attempt", "1"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import pipelines.local_run
+import pipelines.run_summary
 from pipelines.cli import main
 from pipelines.triggers.ledger import Ledger
 from pipelines.triggers.start import LocalStarter, pid_alive
@@ -54,7 +55,7 @@ def test_submit_records_the_outcome_of_a_local_run_in_the_ledger(tmp_path, monke
 
     # The real local pipeline is covered by the end-to-end tests; here only the ledger bookkeeping is.
     monkeypatch.setattr(pipelines.local_run, "run_local", fake_run_local)
-    monkeypatch.setattr(pipelines.local_run, "format_summary", lambda summary: f"run {summary['run_id']}")
+    monkeypatch.setattr(pipelines.run_summary, "format_summary", lambda summary: f"run {summary['run_id']}")
     ledger = Ledger(tmp_path)
     ledger.claim("a" * 64, {"trigger": "new_data"})
     argv = ["submit", "--trigger", "new_data", "--data", "/data", "--home", str(tmp_path), "--record", str(ledger.path("a" * 64))]
