@@ -99,3 +99,12 @@ def test_a_tabular_task_without_its_label_column_is_still_a_clear_error(tmp_path
     data = text_partitions(tmp_path / "data", {"doc_id": "doc_id", "text": "text"})
     with pytest.raises(DataValidationError, match=r"label column 'label' is missing.*data\.label"):
         validate(data, load_config(None, ["data.key=doc_id"]), tmp_path)
+
+
+def test_streamed_validation_of_text_only_partitions_reports_the_same(tmp_path):
+    data = text_partitions(tmp_path / "data", {"text": "body"})
+    config = load_config(None, [*SETTINGS, "validation.in_memory_rows=0"])
+    result = validate(data, config, tmp_path)
+    assert {f.check for f in result.findings if f.not_applicable} >= {"label_not_null", "label_leakage"}
+    snapshot = load_snapshot(tmp_path / "snapshot")
+    assert snapshot.schema.label is None and sum(snapshot.rows(s) for s in ("train", "val", "test")) == 360
