@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.config.aliases import resolve_aliases
 from components.config.cluster_sections import KubernetesConfig, WatchConfig
 from components.config.coerce import build_dataclass
 from components.config.gate_sections import EvaluationConfig, RegistryConfig, SelectionConfig
@@ -43,6 +44,9 @@ class Config:
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
+
+    def __post_init__(self) -> None:
+        resolve_aliases(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
