@@ -90,8 +90,21 @@ def rank_order(n: int, *, rank: int, world_size: int, seed: int, epoch: int) -> 
     return torch.tensor(list(iter(sampler)), dtype=torch.long)
 
 
-def first_batch_indices(n: int, *, batch_size: int, world_size: int, seed: int) -> list[int]:
-    """Row indices of rank 0's first batch, as the trainer draws it (fewer when its shard is smaller)."""
+def reads_shards(n: int, *, in_memory_rows: int, task: Task) -> bool:
+    """Whether each rank reads only its shard of row groups (``shards.py``) rather than the whole split:
+    above ``train.in_memory_rows`` train rows, for a task whose encoding is row-wise. Smaller splits keep
+    the whole-split path, so their runs stay bit-identical to what they were."""
+    return n > in_memory_rows and bool(getattr(task, "rowwise_encoding", False))
+
+
+def first_batch_indices(n: int, *, batch_size: int, world_size: int, seed: int,
+                        group_sizes: list[int] | None = None) -> list[int]:
+    """Row indices of rank 0's first batch, as the trainer draws it (fewer when its shard is smaller);
+    ``group_sizes`` (the train file's row groups) when training reads shards (``reads_shards``)."""
+    if group_sizes is not None:
+        from components.training.shards import shard_positions
+
+        return shard_positions(group_sizes, rank=0, world_size=world_size, seed=seed, epoch=0)[:batch_size].tolist()
     return rank_order(n, rank=0, world_size=world_size, seed=seed, epoch=0)[:batch_size].tolist()
 
 
@@ -99,11 +112,13 @@ class BatchStream:
     """Per-rank micro-batches in ``rank_order``, epoch after epoch.
 
     The position (epoch, batch within the epoch) is part of every checkpoint, so resume continues with
-    exactly the batches an uninterrupted run would have seen.
+    exactly the batches an uninterrupted run would have seen. ``data`` (the whole split, encoded) gives
+    ``next_batch`` its rows; a ``ShardStream`` reads each epoch's rows itself.
     """
 
-    def __init__(self, n: int, *, batch_size: int, rank: int, world_size: int, seed: int) -> None:
-        self.n, self.rank, self.world_size, self.seed = n, rank, world_size, seed
+    def __init__(self, n: int, *, batch_size: int, rank: int, world_size: int, seed: int,
+                 data: Split | None = None) -> None:
+        self.n, self.rank, self.world_size, self.seed, self.data = n, rank, world_size, seed, data
         rows_per_rank = len(_sampler(n, rank=rank, world_size=world_size, seed=seed))
         self.batch_size = batch_size
         self.batches_per_epoch = rows_per_rank // batch_size
@@ -126,8 +141,39 @@ class BatchStream:
         self.position += 1
         return self._order[start : start + self.batch_size]
 
+    def next_batch(self, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """The next micro-batch's ``(inputs, targets)`` on ``device``."""
+        assert self.data is not None, "BatchStream(data=...) is needed for next_batch"
+        return self.data.batch(self.next_indices(), device)
+
     def state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}
 
     def restore(self, state: dict[str, int]) -> None:
         self.epoch, self.position, self._order = int(state["epoch"]), int(state["position"]), None
+
+
+class ShardStream(BatchStream):
+    """``BatchStream`` over a ``ShardedSplit``: each epoch this rank reads and encodes only its shard (in
+    visit order), so ``next_indices`` walks it front to back. Same position state, same resume."""
+
+    def __init__(self, shards, *, batch_size: int) -> None:
+        super().__init__(shards.n, batch_size=batch_size, rank=shards.rank, world_size=shards.world_size,
+                         seed=shards.seed)
+        self.shards = shards
+        self._epoch_data: Split | None = None
+        self._loaded_epoch = -1
+
+    def next_indices(self) -> torch.Tensor:
+        if self.position >= self.batches_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+        start = self.position * self.batch_size
+        self.position += 1
+        return torch.arange(start, start + self.batch_size)
+
+    def next_batch(self, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        idx = self.next_indices()
+        if self._loaded_epoch != self.epoch:
+            self._epoch_data = None  # release the last epoch's shard before reading the next
+            self._epoch_data, self._loaded_epoch = Split(self.shards.load(self.epoch)), self.epoch
+        return self._epoch_data.batch(idx, device)
