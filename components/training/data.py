@@ -2,7 +2,10 @@
 
 Every rank draws from a ``DistributedSampler`` with the same seed (different seeds would overlap the
 shards) and ``set_epoch`` each epoch; ``rank_order`` is that draw, the one place it is made, so the
-first batch the sanity gate shows (``first_batch_indices``) is the one rank 0 trains on.
+first batch the sanity gate shows (``first_batch_indices``) is the one rank 0 trains on. Above
+``train.in_memory_rows`` train rows (``reads_shards``) a rank never loads the whole split: a
+``ShardStream`` reads its shard of row groups each epoch (``shards.py``), and ``first_batch_indices``
+follows that draw instead. ``train_stream`` picks the path.
 """
 
 from __future__ import annotations
@@ -146,6 +149,10 @@ class BatchStream:
         assert self.data is not None, "BatchStream(data=...) is needed for next_batch"
         return self.data.batch(self.next_indices(), device)
 
+    def read_stats(self) -> dict[str, float]:
+        """What this rank read from the snapshot while training (none here: the split was loaded up front)."""
+        return {}
+
     def state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}
 
@@ -177,3 +184,21 @@ class ShardStream(BatchStream):
             self._epoch_data = None  # release the last epoch's shard before reading the next
             self._epoch_data, self._loaded_epoch = Split(self.shards.load(self.epoch)), self.epoch
         return self._epoch_data.batch(idx, device)
+
+    def read_stats(self) -> dict[str, float]:
+        return {"shard_rows_read": self.shards.rows_read, "shard_load_seconds": round(self.shards.load_seconds, 3)}
+
+
+def train_stream(snapshot, task: Task, *, in_memory_rows: int, batch_size: int, rank: int, world_size: int,
+                 seed: int) -> tuple[BatchStream, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """This rank's train batches (the whole split encoded, or above ``in_memory_rows`` a ``ShardStream``),
+    every train row's target (for ``Task.init_model``, the same on every rank) and an 8-row example input."""
+    from components.training.shards import ShardedSplit
+
+    if reads_shards(snapshot.rows("train"), in_memory_rows=in_memory_rows, task=task):
+        shards = ShardedSplit(snapshot.root / "train.parquet", task, snapshot.state, rank=rank,
+                              world_size=world_size, seed=seed)
+        return ShardStream(shards, batch_size=batch_size), shards.targets(), shards.example(8).inputs
+    data = load_split(snapshot, "train", task)
+    stream = BatchStream(len(data), batch_size=batch_size, rank=rank, world_size=world_size, seed=seed, data=data)
+    return stream, data.targets, tuple(x[:8] for x in data.examples.inputs)

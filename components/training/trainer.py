@@ -22,7 +22,7 @@ from components.config import Config
 from components.errors import TrainingError
 from components.tasks import load_task
 from components.training import checkpointing as ckpt
-from components.training.data import BatchStream, ShardStream, Split, load_split, reads_shards
+from components.training.data import load_split, train_stream
 from components.training.device import Dist
 from components.training.faults import Fault
 from components.training.loss_eval import evaluate
@@ -77,17 +77,6 @@ class Trainer:
         self._load_data(snapshot_dir)
         self._build_model()
         self._build_optimizer()
-        if self.shards is not None:
-            self.stream: BatchStream = ShardStream(self.shards, batch_size=self.t.batch_size)
-        else:
-            self.stream = BatchStream(
-                len(self.train_data),
-                batch_size=self.t.batch_size,
-                rank=d.rank,
-                world_size=d.world_size,
-                seed=self.t.seed,
-                data=self.train_data,
-            )
         self.global_batch = self.t.batch_size * d.world_size * self.t.grad_accum_steps
         self.progress = Progress()
         self.resumed_from: int | None = None
@@ -109,18 +98,14 @@ class Trainer:
         """The validation split and the train split (or, above train.in_memory_rows, a reader of this rank's
         shard of it, loaded per epoch) as host tensors (batches are pinned on their way to a GPU)."""
         from components.data.snapshot import load_snapshot
-        from components.training.shards import ShardedSplit
 
         snapshot = load_snapshot(snapshot_dir)
         self.fingerprint = snapshot.fingerprint
         self.state = snapshot.state
-        self.shards: ShardedSplit | None = None
-        self.train_data: Split | None = None
-        if reads_shards(snapshot.rows("train"), in_memory_rows=self.t.in_memory_rows, task=self.task):
-            self.shards = ShardedSplit(snapshot.root / "train.parquet", self.task, self.state,
-                                       rank=self.d.rank, world_size=self.d.world_size, seed=self.t.seed)
-        else:
-            self.train_data = load_split(snapshot, "train", self.task)
+        self.stream, self._init_targets, self._example = train_stream(
+            snapshot, self.task, in_memory_rows=self.t.in_memory_rows, batch_size=self.t.batch_size,
+            rank=self.d.rank, world_size=self.d.world_size, seed=self.t.seed,
+        )
         self.val = load_split(snapshot, "val", self.task)
         if len(self.val) == 0:
             raise TrainingError("the validation split is empty: add data or raise data.val_fraction")
@@ -130,14 +115,10 @@ class Trainer:
         prior), then parallelised with the task's units."""
         torch.manual_seed(self.t.seed)  # identical initial weights on every rank before sharding
         model = self.task.build_model(self.cfg, self.state)
-        if self.shards is not None:
-            targets, example = self.shards.targets(), self.shards.example(8).inputs
-        else:
-            targets, example = self.train_data.targets, tuple(x[:8] for x in self.train_data.examples.inputs)
-        self.task.init_model(model, self.state, targets)
-        del targets
+        self.task.init_model(model, self.state, self._init_targets)
+        del self._init_targets  # on the sharded path a copy of every train row's target: not kept
         self.n_params = sum(p.numel() for p in model.parameters())
-        self.flops_per_sample = _flops_or_zero(model, example)
+        self.flops_per_sample = _flops_or_zero(model, self._example)
         self.dtype = resolve_precision(self.t.mixed_precision, self.d.device)
         self.model = parallelize(
             model,
@@ -265,9 +246,7 @@ class Trainer:
                 self.save()
             stats["steps"] += 1
         stats["loop_seconds"] = time.perf_counter() - loop_start
-        if self.shards is not None:
-            stats["shard_rows_read"] = self.shards.rows_read
-            stats["shard_load_seconds"] = round(self.shards.load_seconds, 3)
+        stats.update(self.stream.read_stats())
         if self.saved_step != prog.step:
             # Decided from this rank's own state, never the file system: rank 0 may still be writing the
             # marker of the last save while another rank gets here, and save() is a collective.
