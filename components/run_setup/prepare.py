@@ -20,13 +20,25 @@ class PreparedRun:
 
 
 def resolve_config(config_json: str, overrides: str) -> Config:
-    """The config from JSON (empty: defaults) with newline- or ';'-separated KEY=VALUE overrides applied."""
+    """The config from JSON (empty: defaults) with newline- or ';'-separated KEY=VALUE overrides applied.
+
+    A pipeline compiled for a cluster (a PyTorchJob or TrainJob backend) refuses a run's override back to
+    the local backend: it would train inside the 1-CPU step pod instead of the workers.
+    """
     base = Config.from_json(config_json).to_dict() if config_json.strip() else Config().to_dict()
     update: dict = {}
     for item in [s.strip() for s in overrides.replace(";", "\n").splitlines()]:
         if item:
             apply_override(update, item)
-    return Config.from_dict(merge_values(base, update))
+    config = Config.from_dict(merge_values(base, update))
+    compiled_backend = base["train"]["backend"]
+    if compiled_backend != "local" and config.train.backend == "local":
+        raise ConfigError(
+            f"invalid run override 'train.backend=local': this pipeline was compiled for a cluster "
+            f"(train.backend={compiled_backend}), where a local backend would train inside the train step's own "
+            "1-CPU pod. Allowed at run time: 'pytorchjob' or 'trainjob'; run `ctpipe run` for local training."
+        )
+    return config
 
 
 def git_commit() -> str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 # Dense (no sparsity) datasheet peaks, FLOP/s, for the GPUs we expect to run on.
 GPU_PEAK_FLOPS = {
@@ -26,39 +28,68 @@ def flops_per_sample(model: nn.Module, example: tuple[torch.Tensor, ...]) -> flo
     """Training (forward + backward = 3x forward) matmul FLOPs per sample, from one probing forward.
 
     Counted with forward hooks on ``nn.Linear`` and ``nn.MultiheadAttention`` (projections plus the two
-    attention matmuls) rather than torch's FlopCounterMode, whose import of torch._dynamo adds ~5 s to
-    every worker's start-up. Embedding lookups, norms and activations are not matmuls and not counted,
-    as is usual for MFU.
+    attention matmuls), and a torch-function mode for ``scaled_dot_product_attention`` called directly
+    (a decoder's attention is invisible to module hooks), rather than torch's FlopCounterMode, whose
+    import of torch._dynamo adds ~5 s to every worker's start-up. Attention counts its full score
+    matrix even when causal (the PaLM convention, as ``flops_per_token`` of the language-model task);
+    embedding lookups, norms and activations are not matmuls and not counted, as is usual for MFU.
     """
     total = [0.0]
+    inside_multihead = [0]
 
     def linear_hook(module: nn.Linear, inputs, output) -> None:
         rows = inputs[0].numel() // module.in_features
         total[0] += 2.0 * rows * module.in_features * module.out_features
 
     def attention_hook(module: nn.MultiheadAttention, inputs, output) -> None:
+        inside_multihead[0] -= 1
         query = inputs[0]
         batch, tokens, width = query.shape if module.batch_first else query.transpose(0, 1).shape
         projections = 2.0 * batch * tokens * width * (3 * width + width)  # q, k, v in; out
         attention = 2.0 * 2.0 * batch * tokens * tokens * width  # scores and weighted values
         total[0] += projections + attention
 
+    def entering_multihead(module, inputs) -> None:
+        inside_multihead[0] += 1
+
+    def sdpa_flops(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        if not inside_multihead[0]:
+            # (..., L, E) x (..., S, E) scores, then (..., L, S) x (..., S, Ev) weighted values
+            leading = query.numel() // (query.shape[-2] * query.shape[-1])
+            total[0] += 2.0 * leading * query.shape[-2] * key.shape[-2] * (query.shape[-1] + value.shape[-1])
+
     hooks = []
     for module in model.modules():
         if isinstance(module, nn.MultiheadAttention):
+            hooks.append(module.register_forward_pre_hook(entering_multihead))
             hooks.append(module.register_forward_hook(attention_hook))
         elif isinstance(module, nn.Linear):
             hooks.append(module.register_forward_hook(linear_hook))
     was_training = model.training
     try:
         model.eval()  # no dropout: the probe must not consume the RNG stream training depends on
-        with torch.no_grad():
+        with torch.no_grad(), _CountingAttention(sdpa_flops):
             model(*example)
     finally:
         model.train(was_training)
         for hook in hooks:
             hook.remove()
     return 3.0 * total[0] / max(example[0].shape[0], 1)
+
+
+class _CountingAttention(TorchFunctionMode):
+    """Calls ``count(query, key, value)`` for every ``scaled_dot_product_attention``, then runs it."""
+
+    def __init__(self, count) -> None:
+        super().__init__()
+        self.count = count
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            names = ("query", "key", "value")
+            self.count(*(args[i] if i < len(args) else kwargs[name] for i, name in enumerate(names)))
+        return func(*args, **kwargs)
 
 
 def measure_peak_flops(
