@@ -75,27 +75,11 @@ class ShardedSplit:
     def load(self, epoch: int) -> Batch:
         """This rank's examples of ``epoch`` in visit order; only the row groups holding them are read."""
         start = time.perf_counter()
-        positions = self.positions(epoch).numpy()
-        starts = np.concatenate([[0], np.cumsum(self.sizes)])[:-1].astype(np.int64)
-        group_of = np.searchsorted(starts, positions, side="right") - 1
-        handle = pq.ParquetFile(self.path)
-        inputs: list[torch.Tensor] = []
-        targets = torch.empty(0)
-        for group in np.unique(group_of):  # file order: one row group in memory at a time
-            slots = np.flatnonzero(group_of == group)
-            frame = handle.read_row_group(int(group)).to_pandas()
-            self.rows_read += len(frame)
-            part = self.task.encode(frame.iloc[positions[slots] - starts[group]].reset_index(drop=True), self.state)
-            self.rows_encoded += len(part)
-            if not inputs:
-                inputs = [torch.empty((len(positions), *x.shape[1:]), dtype=x.dtype) for x in part.inputs]
-                targets = torch.empty((len(positions), *part.targets.shape[1:]), dtype=part.targets.dtype)
-            index = torch.from_numpy(slots)
-            for whole, x in zip(inputs, part.inputs, strict=True):
-                whole[index] = x
-            targets[index] = part.targets
+        batch, read = encode_rows(self.path, self.task, self.state, self.positions(epoch).numpy(), self.sizes)
+        self.rows_read += read
+        self.rows_encoded += len(batch)
         self.load_seconds += time.perf_counter() - start
-        return Batch(tuple(inputs), targets)
+        return batch
 
     def targets(self) -> torch.Tensor:
         """Every train row's target in file order (for the task's ``init_model``, the same on every rank):
@@ -109,3 +93,29 @@ class ShardedSplit:
         """The first ``rows`` rows of the file, encoded (the model's example input for counting FLOPs)."""
         frame = pq.ParquetFile(self.path).read_row_group(0).to_pandas().iloc[:rows]
         return self.task.encode(frame.reset_index(drop=True), self.state)
+
+
+def encode_rows(path: str | Path, task: Task, state: dict, positions: np.ndarray,
+                sizes: list[int] | None = None) -> tuple[Batch, int]:
+    """The rows at ``positions`` of a split file encoded by a row-wise task, in that order, and how many
+    rows were read: only the row groups holding them, one at a time, in file order."""
+    sizes = group_sizes(path) if sizes is None else sizes
+    starts = np.concatenate([[0], np.cumsum(sizes)])[:-1].astype(np.int64)
+    group_of = np.searchsorted(starts, positions, side="right") - 1
+    handle = pq.ParquetFile(path)
+    inputs: list[torch.Tensor] = []
+    targets = torch.empty(0)
+    read = 0
+    for group in np.unique(group_of):
+        slots = np.flatnonzero(group_of == group)
+        frame = handle.read_row_group(int(group)).to_pandas()
+        read += len(frame)
+        part = task.encode(frame.iloc[positions[slots] - starts[group]].reset_index(drop=True), state)
+        if not inputs:
+            inputs = [torch.empty((len(positions), *x.shape[1:]), dtype=x.dtype) for x in part.inputs]
+            targets = torch.empty((len(positions), *part.targets.shape[1:]), dtype=part.targets.dtype)
+        index = torch.from_numpy(slots)
+        for whole, x in zip(inputs, part.inputs, strict=True):
+            whole[index] = x
+        targets[index] = part.targets
+    return Batch(tuple(inputs), targets), read

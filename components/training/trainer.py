@@ -22,10 +22,10 @@ from components.config import Config
 from components.errors import TrainingError
 from components.tasks import load_task
 from components.training import checkpointing as ckpt
-from components.training.data import load_split, train_stream
+from components.training.data import train_stream
 from components.training.device import Dist
 from components.training.faults import Fault
-from components.training.loss_eval import evaluate
+from components.training.loss_eval import evaluate, val_shard
 from components.training.parallelize import parallelize, resolve_precision, uses_autocast
 from components.training.step import build_optimizer, optimizer_step
 from components.training.tracker import NullTracker
@@ -106,7 +106,7 @@ class Trainer:
             snapshot, self.task, in_memory_rows=self.t.in_memory_rows, batch_size=self.t.batch_size,
             rank=self.d.rank, world_size=self.d.world_size, seed=self.t.seed,
         )
-        self.val = load_split(snapshot, "val", self.task)
+        self.val = val_shard(snapshot, self.task, self.d)
         if len(self.val) == 0:
             raise TrainingError("the validation split is empty: add data or raise data.val_fraction")
 

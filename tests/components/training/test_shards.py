@@ -102,3 +102,28 @@ def test_a_restored_shard_stream_gives_the_same_batches(snap):
 def test_init_targets_are_the_whole_split_in_file_order(snap):
     whole = make_task().encode(pd.read_parquet(snap.root / "train.parquet"), snap.state)
     assert torch.equal(_shards(snap, rank=0).targets(), whole.targets)
+
+
+@pytest.mark.parametrize("world", [2, 3, 7])
+def test_a_rank_loads_only_its_val_rows_and_scores_them_as_from_the_whole_split(snap, world, monkeypatch):
+    from contextlib import nullcontext
+
+    import torch.distributed as dist
+
+    from components.config import load_config
+    from components.training.data import load_split
+    from components.training.device import Dist
+    from components.training.loss_eval import evaluate, val_shard
+
+    monkeypatch.setattr(dist, "all_reduce", lambda tensor: None)  # each rank's own totals, compared below
+    task = make_task()
+    cfg = load_config(None, ["data.key=customer_id", "model.hidden=8", "model.depth=1"])
+    torch.manual_seed(0)
+    model = task.build_model(cfg, snap.state)
+    whole = load_split(snap, "val", task)
+    n = len(whole)
+    for rank in range(world):
+        d = Dist(rank=rank, world_size=world, local_rank=0, device=torch.device("cpu"))
+        shard = val_shard(snap, task, d)
+        assert len(shard) == n and len(shard.examples) <= -(-n // world)  # at most its share of rows
+        assert evaluate(model, shard, d, nullcontext, task) == evaluate(model, whole, d, nullcontext, task)
