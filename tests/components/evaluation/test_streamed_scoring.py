@@ -63,10 +63,17 @@ def test_the_streamed_overlap_count_is_the_whole_frames(world):
 
 
 def test_evaluation_never_reads_the_test_frame_and_judges_as_on_one_batch(world, tmp_path, monkeypatch):
+    original = Snapshot.frame
+
+    def no_test_frame(self, split):
+        assert split != "test", "the evaluation read the whole test split into one frame"
+        return original(self, split)
+
+    monkeypatch.setattr(Snapshot, "frame", no_test_frame)
     config = fast_config()
     config.evaluate.slices = ["region"]
     verdicts = []
-    for name in ("snap", "chunked"):
+    for name in ("snap", "chunked"):  # one row group, then many
         out = tmp_path / name
         uri = local_tracking_uri(out)
         result = evaluate_candidate(str(world["model"]), str(world[name]), config, tracking_uri=uri,
@@ -74,9 +81,6 @@ def test_evaluation_never_reads_the_test_frame_and_judges_as_on_one_batch(world,
                                     card_path=str(out / "card.md"))
         blessing = json.loads((out / "b.json").read_text())
         verdicts.append((result.blessed, result.test_rows, blessing["checks"], blessing["slices"]))
-        original = Snapshot.frame
-        monkeypatch.setattr(Snapshot, "frame", lambda self, split: (_ for _ in ()).throw(AssertionError(split))
-                            if split == "test" else original(self, split))
     a, b = verdicts
     assert a[:2] == b[:2] and [c["passed"] for c in a[2]] == [c["passed"] for c in b[2]]
     assert [s["rows"] for s in a[3]] == [s["rows"] for s in b[3]]
