@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from components.config.aliases import resolve_aliases
 from components.config.coerce import build_dataclass
 from components.errors import ConfigError
 
@@ -38,9 +39,12 @@ def _check_fraction(value: float, name: str, *, open_low: bool = False) -> None:
 class DataConfig:
     """Where the data is and what its columns mean."""
 
+    # The label column; a task that declares it needs none (``Task.needs_label``, e.g. causal_lm) ignores it.
     label: str = "label"
     # Column whose value keys a row's split; None hashes the row's content instead.
     key: str | None = None
+    # The text column of a text task (causal_lm); None: the task's default (``text``).
+    text_column: str | None = None
     # Feature columns; empty means every column but label, key and partition columns.
     features: list[str] = field(default_factory=list)
     # Features to treat as categorical; empty infers from dtype (strings, booleans, categories).
@@ -71,6 +75,10 @@ class DataConfig:
             "both must be > 0 and together leave at least 10% of rows for training",
         )
         _check(self.label not in self.features, "data.features", "must not contain the label column")
+        _check(self.text_column is None or (isinstance(self.text_column, str) and bool(self.text_column.strip())),
+               "data.text_column", f"{self.text_column!r} must name a column, or be null for the task's default")
+        _check(self.text_column is None or self.text_column != self.key, "data.text_column",
+               f"{self.text_column!r} is also data.key; the text and the split key must be different columns")
 
 
 @dataclass(kw_only=True)
@@ -564,6 +572,9 @@ class Config:
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
+
+    def __post_init__(self) -> None:
+        resolve_aliases(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -124,7 +124,7 @@ class _PartitionSample:
         return pd.concat(parts).sort_values("_position") if parts else pd.DataFrame()
 
 
-def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str, key: str | None, features: list[str],
+def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, key: str | None, features: list[str],
          settings: SplitSettings, sample_rows: int, seed: int = 0) -> Scan:
     """Pass 1: exact figures and a stratified sample (see the module docstring)."""
     partitions = sorted({partition_of(f.path) for f in files})
@@ -152,7 +152,8 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str, key: str
         for col, totals in out.columns.items():
             totals.add(batch[col] if col in batch.columns else None, len(batch))
             out.train_columns[col].add(train[col] if col in train.columns else None, len(train))
-        columns = features + [label] if features else [c for c in batch.columns if c not in (*INTERNAL_COLUMNS, key, "date")]
+        columns = (features + ([label] if label is not None else []) if features
+                   else [c for c in batch.columns if c not in (*INTERNAL_COLUMNS, key, "date")])
         content.append(content_hashes(batch, columns))
         labels = label_text(batch[label]) if label in batch.columns else pd.Series(None, index=batch.index)
         priority = row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed).copy()

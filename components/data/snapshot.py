@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +72,10 @@ def read_data(data_uri: str, files: list[DataFile], fmt: str = "auto") -> pd.Dat
 
 @dataclass
 class Schema:
-    """What the columns mean: label, key, numeric and categorical features, class names."""
+    """What the columns mean: label, key, numeric and categorical features, class names, the text column."""
 
-    label: str
+    # None for a task that needs no label (``Task.needs_label`` false, e.g. a language model).
+    label: str | None
     key: str | None
     numeric: list[str]
     categorical: list[str]
@@ -82,6 +83,8 @@ class Schema:
     # Feature columns the task decodes itself (an image, a text: ``Task.own_columns``), kept out of the
     # tabular profiling; the task's own expectations check them.
     other: list[str] = field(default_factory=list)
+    # ``data.text_column``: the column a text task reads (None: the task's default).
+    text_column: str | None = None
 
     @property
     def features(self) -> list[str]:
@@ -101,15 +104,19 @@ class Schema:
         if unknown:
             raise UserError(f"the task reads column(s) {', '.join(unknown)}, which are not feature columns of the data; "
                             f"feature columns: {', '.join(self.all_features)}")
-        return Schema(label=self.label, key=self.key, numeric=[c for c in self.numeric if c not in own],
-                      categorical=[c for c in self.categorical if c not in own], classes=self.classes,
-                      other=[*self.other, *[c for c in own if c not in self.other]])
+        return replace(self, numeric=[c for c in self.numeric if c not in own],
+                       categorical=[c for c in self.categorical if c not in own],
+                       other=[*self.other, *[c for c in own if c not in self.other]])
 
 
-def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: list[str], categorical: list[str]) -> Schema:
-    """Resolve feature columns and their kinds from config, inferring what is not configured."""
+def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, features: list[str],
+                 categorical: list[str], text_column: str | None = None) -> Schema:
+    """Resolve feature columns and their kinds from config, inferring what is not configured.
+
+    ``label`` None: the task needs no label (``components.tasks.registry.label_column``), so there is none
+    to find and no classes."""
     columns = [c for c in data.columns if c != PARTITION_COLUMN]
-    if label not in columns:
+    if label is not None and label not in columns:
         raise UserError(
             f"label column '{label}' is not in the data; columns are: {', '.join(map(str, columns))}. "
             "Name the label with --set data.label=COLUMN."
@@ -142,8 +149,8 @@ def infer_schema(data: pd.DataFrame, *, label: str, key: str | None, features: l
             numeric.append(col)
     if not chosen:
         raise UserError("the data has no feature columns besides the label and key; configure data.features")
-    classes = sorted(set(label_text(data[label]).dropna()))
-    return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes)
+    classes = sorted(set(label_text(data[label]).dropna())) if label is not None else []
+    return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes, text_column=text_column)
 
 
 # --- preprocessing -----------------------------------------------------------------------------

@@ -146,7 +146,9 @@ def write_model_card(
         f"- data URI: `{snapshot.data_uri}`",
         f"- fingerprint: `{snapshot.fingerprint}`",
         f"- rows per split: {fingerprint_meta.get('rows', {})}",
-        f"- label: `{snapshot.schema.label}`; classes: {', '.join(snapshot.schema.classes)}",
+        (f"- label: `{snapshot.schema.label}`; classes: {', '.join(snapshot.schema.classes)}"
+         if snapshot.schema.label is not None else "- label: none (the task needs no label)"),
+        *([f"- text column: `{snapshot.schema.text_column}`"] if snapshot.schema.text_column else []),
         *_split_lines(meta.get("split"), blessing.get("champion_split_check")),
         f"- numeric features: {', '.join(snapshot.schema.numeric) or '-'}",
         f"- categorical features: {', '.join(snapshot.schema.categorical) or '-'}",

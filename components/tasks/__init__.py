@@ -17,7 +17,14 @@ from components.tasks.protocol import (
     TaskBase,
     TaskState,
 )
-from components.tasks.registry import BUILTIN_TASKS, TaskError, complete_task, load_task, task_record
+from components.tasks.registry import (
+    BUILTIN_TASKS,
+    TaskError,
+    complete_task,
+    label_column,
+    load_task,
+    task_record,
+)
 
 __all__ = [
     "BUILTIN_TASKS",
@@ -30,6 +37,7 @@ __all__ = [
     "TaskError",
     "TaskState",
     "complete_task",
+    "label_column",
     "load_task",
     "task_record",
 ]

@@ -165,10 +165,15 @@ class TaskBase:
     ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and
     ``describe_batch`` / ``batch_mismatches`` (the sanity gate's first-batch dump and its round trip) and
     ``extra_checks`` (the task's own sanity checks, e.g. causality for a sequence model),
-    ``rowwise_encoding`` / ``fit_streamed`` (streamed snapshot and loading without whole-split frames).
+    ``rowwise_encoding`` / ``fit_streamed`` (streamed snapshot and loading without whole-split frames),
+    ``needs_label`` (False: the data has no label column, e.g. a language model's texts).
     """
 
     sanity: SanitySpec = SanitySpec()
+    # False for a task whose targets come from the features themselves (next token of a text): then
+    # ``data.label`` is not required, the schema has no label, and validation reports its label checks as
+    # not applicable instead of failing on a missing label column.
+    needs_label: bool = True
     # True when ``encode`` of a frame equals the concatenation of ``encode`` of its row chunks (one example
     # per row, no packing): the data loader may then encode a split record batch by record batch.
     rowwise_encoding: bool = False

@@ -103,10 +103,19 @@ def complete_task(task: Any, where: str = "the task") -> Task:
     metrics = list(task.metrics)
     if not metrics or not all(isinstance(m, Metric) for m in metrics):
         raise TaskError(f"{where}: 'metrics' must be a non-empty sequence of Metric(name, higher_is_better)")
+    if not hasattr(task, "needs_label"):
+        task.needs_label = TaskBase.needs_label
+    if not isinstance(task.needs_label, bool):
+        raise TaskError(f"{where}: 'needs_label' must be True or False, got {task.needs_label!r}")
     for part in OPTIONAL_PARTS:
         if not hasattr(task, part):
             setattr(task, part, types.MethodType(getattr(TaskBase, part), task))
     return task
+
+
+def label_column(task: Task, data: Any) -> str | None:
+    """The label column of a run: ``data.label`` (``config.data``), or None for a task that needs no label."""
+    return data.label if getattr(task, "needs_label", True) else None
 
 
 def metric_directions(task: Task) -> dict[str, bool]:

@@ -39,7 +39,7 @@ SUMMARY_FILE = "train_summary.json"
 def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapshot:
     """Read, split (stable salted hash of the key, as in validation) and write a snapshot with the task's
     statistics."""
-    from components.tasks import load_task
+    from components.tasks import label_column, load_task
 
     task = load_task(config.task)
     files = list_data_files(data_uri)
@@ -49,10 +49,11 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
     data = read_data(data_uri, files, config.data.format)
     schema = infer_schema(
         data,
-        label=config.data.label,
+        label=label_column(task, config.data),
         key=config.data.key,
         features=list(config.data.features),
         categorical=list(config.data.categorical),
+        text_column=config.data.text_column,
     )
     schema = schema.with_task_columns(task.own_columns(schema))
     splits = assign_splits(
@@ -70,11 +71,14 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
 
 def _build_snapshot_streamed(data_uri: str, config: Config, out_dir: str | Path, files: list, task: Any) -> Snapshot:
     """``build_snapshot`` for data above validation.in_memory_rows: schema from a sample, rows in two passes."""
-    scanned = scan(data_uri, files, config.data.format, label=config.data.label, key=config.data.key,
+    from components.tasks import label_column
+
+    label = label_column(task, config.data)
+    scanned = scan(data_uri, files, config.data.format, label=label, key=config.data.key,
                    features=list(config.data.features), settings=SplitSettings.from_config(config.data),
                    sample_rows=config.validation.sample_rows)
-    schema = infer_schema(scanned.sample, label=config.data.label, key=config.data.key,
-                          features=list(config.data.features), categorical=list(config.data.categorical))
+    schema = infer_schema(scanned.sample, label=label, key=config.data.key, features=list(config.data.features),
+                          categorical=list(config.data.categorical), text_column=config.data.text_column)
     schema = schema.with_task_columns(task.own_columns(schema))
     return write_snapshot_stream(str(out_dir), data_uri, files, config.data.format, scanned, schema,
                                  fingerprint=fingerprint_files(files), window=TrainWindow.from_config(config.data),

@@ -37,10 +37,10 @@ def _examples(frame: pd.DataFrame, mask: pd.Series | np.ndarray, columns: list[s
 # --- structure: columns and types, before the schema is inferred ---------------------------------
 
 
-def check_required_columns(data: pd.DataFrame, reference: dict[str, Any] | None, label: str) -> list[Finding]:
-    """The label and every column of the reference schema are present."""
+def check_required_columns(data: pd.DataFrame, reference: dict[str, Any] | None, label: str | None) -> list[Finding]:
+    """The label (None: the task needs none) and every column of the reference schema are present."""
     columns = set(data.columns)
-    required = [label]
+    required = [label] if label is not None else []
     if reference:
         required += [c for c in [reference.get("key")] + reference["numeric"] + reference["categorical"]
                      + reference.get("other", []) if c]
@@ -340,7 +340,7 @@ def check_id_like_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
 
 def check_cross_split_duplicates(data: pd.DataFrame, schema: Schema, max_fraction: float) -> list[Finding]:
     """Rows whose features and label repeat in another split (they leak the held-out sets into training)."""
-    content = data[sorted(schema.all_features + [schema.label])]
+    content = data[sorted(schema.all_features + ([schema.label] if schema.label is not None else []))]
     hashes = pd.util.hash_pandas_object(content, index=False).to_numpy()
     splits = data[SPLIT_COLUMN].to_numpy()
     held = splits != "train"
@@ -358,7 +358,8 @@ def check_cross_split_duplicates(data: pd.DataFrame, schema: Schema, max_fractio
                  "split, so the evaluation sees training rows; deduplicate the data or key the split by content "
                  "(data.key=null)" if failed else "no row repeats across splits"),
         observed=f"{count} rows ({fraction:.2%})", expected=f"0 (error above {max_fraction:.2%})",
-        examples=_examples(data, dup_mask, [schema.key or schema.label, *schema.features[:4], schema.label, SPLIT_COLUMN]))]
+        examples=_examples(data, dup_mask, [c for c in (schema.key or schema.label, *schema.features[:4], *schema.other[:1],
+                                                        schema.label, SPLIT_COLUMN) if c is not None]))]
 
 
 # --- skew between the newest partition and the reference -----------------------------------------

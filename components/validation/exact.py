@@ -32,7 +32,7 @@ def exact_overrides(findings: list[Finding], scan: Scan, suite: dict[str, Any], 
             f = exact
         elif f.check == ROW_COUNT and f.column is None and f.source == "suite":
             f = _row_count(f, scan.total, suite)
-        elif f.check == "label_not_null":
+        elif f.check == "label_not_null" and not f.not_applicable:
             continue  # replaced below, from the exact count
         elif f.check == "cross_split_duplicates":
             f = _duplicates(f, scan, config.validation.max_duplicate_fraction)
@@ -93,7 +93,7 @@ def _column_expectation(f: Finding, scan: Scan, kw: dict[str, Any] | None) -> Fi
     return None
 
 
-def exact_profile(suite: dict[str, Any], scan: Scan, schema_label: str, *, range_margin: float,
+def exact_profile(suite: dict[str, Any], scan: Scan, schema_label: str | None, *, range_margin: float,
                   null_fraction_allowance: float) -> dict[str, Any]:
     """A suite profiled from the sample, with what every train row knows put back: numeric ranges from the
     exact min/max, text value sets from the exact values, null allowances from the exact null fractions."""

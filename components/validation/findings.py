@@ -25,6 +25,9 @@ class Finding:
     examples: list[dict[str, Any]] = field(default_factory=list)
     # Where the check comes from: "suite" (GX), "structure", "data" (checks beyond the suite).
     source: str = "data"
+    # The check does not apply to this run (e.g. a label check for a task with no label): reported as
+    # such, counted neither as passed nor as failed.
+    not_applicable: bool = False
 
     @property
     def is_error(self) -> bool:
@@ -52,3 +55,20 @@ def errors(findings: list[Finding]) -> list[Finding]:
 
 def warnings(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.is_warning]
+
+
+# The checks about the label (``structure``: nulls, classes; the suite's label expectations; ``data``:
+# one feature predicting it), named for a run whose task needs no label (``Task.needs_label``).
+LABEL_CHECKS = (
+    ("label_not_null", "structure", "every row has a label"),
+    ("label_classes", "structure", "the label has at least two classes, each with enough rows"),
+    ("label_expectations", "suite", "the label's value set, class count and class distribution (GX)"),
+    ("label_leakage", "data", "no single feature predicts the label"),
+)
+
+
+def label_checks_not_applicable(task_name: str) -> list[Finding]:
+    """The label checks, each reported "not applicable (task has no label)" instead of silently skipped."""
+    return [Finding(check=check, passed=True, severity=ERROR, source=source, not_applicable=True,
+                    message=f"{what}: not applicable (task has no label): '{task_name}' needs none, data.label is ignored")
+            for check, source, what in LABEL_CHECKS]

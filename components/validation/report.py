@@ -47,6 +47,8 @@ def _anomaly_kind(f: Finding) -> str:
 
 
 def _status(f: Finding) -> str:
+    if f.not_applicable:
+        return "not applicable"
     return "passed" if f.passed else ("FAILED" if f.is_error else "warning")
 
 
@@ -57,7 +59,8 @@ def _md_cell(text: Any) -> str:
 def render_markdown(s: ValidationSummary) -> str:
     """A short Markdown summary: verdict, what failed (observed vs expected, example rows), what passed."""
     errs, warns = errors(s.findings), warnings(s.findings)
-    passed = [f for f in s.findings if f.passed]
+    passed = [f for f in s.findings if f.passed and not f.not_applicable]
+    not_applicable = [f for f in s.findings if f.not_applicable]
     verdict = "PASSED" if s.passed else "FAILED"
     lines = [
         f"# Data validation: {verdict}",
@@ -66,7 +69,8 @@ def render_markdown(s: ValidationSummary) -> str:
         f"- rows: {', '.join(f'{k} {v}' for k, v in s.rows.items()) or 'n/a'}",
         f"- suite: {s.suite_source or 'n/a'}",
         f"- judged on: {s.judged_on or 'every row'}",
-        f"- checks: {len(s.findings)} — {len(passed)} passed, {len(errs)} failed (error), {len(warns)} warnings",
+        f"- checks: {len(s.findings)} — {len(passed)} passed, {len(errs)} failed (error), {len(warns)} warnings"
+        + (f", {len(not_applicable)} not applicable" if not_applicable else ""),
         "",
     ]
     anomalies = schema_anomalies(s.findings)
@@ -88,6 +92,8 @@ def render_markdown(s: ValidationSummary) -> str:
                 lines += [f"Example rows for *{_md_cell(f.message)[:120]}*:", "", "```json"]
                 lines += [json.dumps(e, default=str) for e in f.examples]
                 lines += ["```", ""]
+    if not_applicable:
+        lines += ["## Not applicable", ""] + [f"- `{f.check}`: {_md_cell(f.message)}" for f in not_applicable] + [""]
     lines += ["## Passed", ""]
     by_check: dict[str, int] = {}
     for f in passed:

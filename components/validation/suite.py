@@ -73,13 +73,27 @@ def _value_set(series: pd.Series) -> list[Any]:
     return sorted(values, key=lambda v: (str(type(v)), v))
 
 
+def _label_expectations(train: pd.DataFrame, label: str) -> list[dict[str, Any]]:
+    """The label's expectations: no nulls, the train split's value set, two classes or more, its distribution."""
+    shares = train[label].dropna().value_counts(normalize=True).sort_index()
+    return [
+        _expectation("expect_column_values_to_not_be_null", ERROR, column=label),
+        _expectation("expect_column_values_to_be_in_set", ERROR, column=label, value_set=_value_set(train[label])),
+        _expectation("expect_column_unique_value_count_to_be_between", ERROR, column=label, min_value=2, max_value=None),
+        _expectation("expect_column_kl_divergence_to_be_less_than", WARNING, column=label,
+                     partition_object={"values": [v.item() if hasattr(v, "item") else v for v in shares.index],
+                                       "weights": [float(w) for w in shares]},
+                     threshold=LABEL_KL_WARNING),
+    ]
+
+
 def profile_suite(
     train: pd.DataFrame, partitions: pd.DataFrame, schema: Schema, *, range_margin: float,
     null_fraction_allowance: float, min_rows: int, name: str = "ctpipe-profiled",
 ) -> dict[str, Any]:
     """A GX suite JSON profiled from the train split: columns, types, nulls, ranges, sets, rows, labels."""
     exps: list[dict[str, Any]] = []
-    columns = [schema.label] + ([schema.key] if schema.key else []) + schema.features
+    columns = ([schema.label] if schema.label is not None else []) + ([schema.key] if schema.key else []) + schema.features
     for col in columns:
         exps.append(_expectation("expect_column_to_exist", ERROR, column=col))
     exps.append(_expectation("expect_table_row_count_to_be_between", ERROR, min_value=int(min_rows), max_value=None))
@@ -107,17 +121,8 @@ def profile_suite(
         for severity, mostly in ((WARNING, 1.0), (ERROR, 1.0 - TOLERATED_UNEXPECTED)):
             exps.append(_expectation("expect_column_values_to_be_in_set", severity, column=col,
                                      value_set=value_set, mostly=mostly))
-    shares = train[schema.label].dropna().value_counts(normalize=True).sort_index()
-    exps += [
-        _expectation("expect_column_values_to_not_be_null", ERROR, column=schema.label),
-        _expectation("expect_column_values_to_be_in_set", ERROR, column=schema.label,
-                     value_set=_value_set(train[schema.label])),
-        _expectation("expect_column_unique_value_count_to_be_between", ERROR, column=schema.label, min_value=2, max_value=None),
-        _expectation("expect_column_kl_divergence_to_be_less_than", WARNING, column=schema.label,
-                     partition_object={"values": [v.item() if hasattr(v, "item") else v for v in shares.index],
-                                       "weights": [float(w) for w in shares]},
-                     threshold=LABEL_KL_WARNING),
-    ]
+    if schema.label is not None:  # a task with no label: validation reports these as not applicable
+        exps += _label_expectations(train, schema.label)
     if schema.key:
         exps.append(_expectation("expect_column_values_to_not_be_null", ERROR, column=schema.key))
         exps.append(_expectation("expect_column_values_to_be_unique", WARNING, column=schema.key))

@@ -9,6 +9,7 @@ skew) → reports. Error-severity failures raise ``DataValidationError`` after t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from components.step_results import VALIDATION_FILE
 from components.tracking import RetryPolicy, log_step
 from components.validation import checks
 from components.validation.exact import exact_overrides, exact_profile
-from components.validation.findings import ERROR, Finding, errors, warnings
+from components.validation.findings import ERROR, Finding, errors, label_checks_not_applicable, warnings
 from components.validation.report import ValidationSummary, write_reports
 from components.validation.suite import (
     champion_suite,
@@ -116,7 +117,6 @@ def validate_data(
 
 def profile_data_suite(data_uri: str, config: Config) -> dict[str, Any]:
     """A suite profiled from the train split of ``data_uri`` (the data must pass the other checks)."""
-    import dataclasses
     import tempfile
 
     profiling = dataclasses.replace(
@@ -149,13 +149,14 @@ def resolve_reference(config: Config, tracking_uri: str) -> _Reference:
     return _Reference(None, None, "profiled from this data's train split")
 
 
-def _schema_for(data: pd.DataFrame, config: Config, reference: dict[str, Any] | None) -> Schema:
+def _schema_for(data: pd.DataFrame, config: Config, reference: dict[str, Any] | None, label: str | None) -> Schema:
     """Infer the schema from config; a reference suite's categorical columns stay categorical."""
     categorical = list(config.data.categorical)
     if reference and not config.data.categorical:
         categorical = [c for c in reference.get("categorical", []) if c in data.columns]
     features = list(config.data.features)
-    return infer_schema(data, label=config.data.label, key=config.data.key, features=features, categorical=categorical)
+    return infer_schema(data, label=label, key=config.data.key, features=features, categorical=categorical,
+                        text_column=config.data.text_column)
 
 
 def _skew_findings(data: pd.DataFrame, schema: Schema, ref: _Reference, partitions: list[str]) -> list[Finding]:
@@ -178,19 +179,19 @@ def _skew_findings(data: pd.DataFrame, schema: Schema, ref: _Reference, partitio
 
 
 def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, Any] | None,
-               parts: pd.DataFrame) -> list[Finding]:
-    found = checks.check_required_columns(data, reference_schema, config.data.label)
+               parts: pd.DataFrame, label: str | None) -> list[Finding]:
+    found = checks.check_required_columns(data, reference_schema, label)
     found += checks.check_numeric_types(data, reference_schema, list(config.data.categorical))
     found += checks.check_empty_partitions(parts)
-    if config.data.label in data.columns and data[config.data.label].isna().any():
-        n = int(data[config.data.label].isna().sum())
+    if label in data.columns and data[label].isna().any():
+        n = int(data[label].isna().sum())
         found.append(Finding(
-            check="label_not_null", passed=False, severity=ERROR, column=config.data.label, source="structure",
-            message=f"{n} row(s) have no label in column '{config.data.label}'; drop or label them",
+            check="label_not_null", passed=False, severity=ERROR, column=label, source="structure",
+            message=f"{n} row(s) have no label in column '{label}'; drop or label them",
             observed=f"{n} nulls", expected="no nulls",
-            examples=checks._examples(data, data[config.data.label].isna(), list(data.columns)[:8])))
-    if config.data.label in data.columns:
-        found += checks.check_label_classes(data[config.data.label])
+            examples=checks._examples(data, data[label].isna(), list(data.columns)[:8])))
+    if label in data.columns:
+        found += checks.check_label_classes(data[label])
     return found
 
 
@@ -210,7 +211,10 @@ def _window_findings(config: Config, partitions: list[str]) -> list[Finding]:
 
 
 def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary, task: Any) -> _Outcome:
+    from components.tasks import label_column
+
     timer = _Timer(summary.seconds)
+    label = label_column(task, config.data)  # None: the task needs no label, its checks do not apply
     files = list_data_files(data_uri)
     summary.fingerprint = fingerprint_files(files)
     summary.files = len(files)
@@ -218,7 +222,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     scanned = None
     if total is not None and total > config.validation.in_memory_rows:
         # Too large for one frame: exact figures in one streaming pass, the row checks on a sample.
-        scanned = stream.scan(data_uri, files, config.data.format, label=config.data.label, key=config.data.key,
+        scanned = stream.scan(data_uri, files, config.data.format, label=label, key=config.data.key,
                               features=list(config.data.features), settings=SplitSettings.from_config(config.data),
                               sample_rows=config.validation.sample_rows)
         data = scanned.sample
@@ -235,17 +239,19 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     if scanned is not None:
         parts["rows"] = [scanned.rows.get(p, 0) for p in partitions]
     summary.partitions = parts.to_dict("records")
-    summary.findings += _structure(data, config, reference_schema, parts)
+    summary.findings += _structure(data, config, reference_schema, parts, label)
+    if label is None:
+        summary.findings += label_checks_not_applicable(task.name)
     summary.findings += _window_findings(config, partitions)
     if errors(summary.findings):
         return _Outcome(None, None)
-    schema = _schema_for(data, config, reference_schema)
+    schema = _schema_for(data, config, reference_schema, label)
     schema = schema.with_task_columns(task.own_columns(schema))
     summary.findings += checks.check_schema_changes(data, reference_schema, schema)
     if errors(summary.findings):
         return _Outcome(None, None)
     summary.schema = {"label": schema.label, "key": schema.key, "numeric": schema.numeric,
-                      "categorical": schema.categorical, "classes": schema.classes}
+                      "categorical": schema.categorical, "classes": schema.classes, "text_column": schema.text_column}
     data[SPLIT_COLUMN] = assign_splits(split_keys(data, schema), val_fraction=config.data.val_fraction,
                                        test_fraction=config.data.test_fraction, salt=config.data.split_salt)
     summary.rows = (scanned.split_rows() if scanned is not None
@@ -270,7 +276,8 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     summary.findings += run_suite(task_suite, checked, parts)
     timer.lap("great_expectations")
     v = config.validation
-    summary.findings += checks.check_label_leakage(data, schema, v.leakage_threshold)
+    if label is not None:
+        summary.findings += checks.check_label_leakage(data, schema, v.leakage_threshold)
     summary.findings += checks.check_constant_columns(train, schema)
     summary.findings += checks.check_id_like_columns(train, schema)
     summary.findings += checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
@@ -331,8 +338,7 @@ def _task_table_stats(train: pd.DataFrame, schema: Schema, task: Any) -> TableSt
     derived = task.drift_columns(train, schema)
     if not len(derived.columns):
         return table_stats(train, schema)
-    extended = Schema(label=schema.label, key=schema.key, numeric=[*schema.numeric, *derived.columns],
-                      categorical=schema.categorical, classes=schema.classes, other=schema.other)
+    extended = dataclasses.replace(schema, numeric=[*schema.numeric, *derived.columns])
     return table_stats(pd.concat([train, derived], axis=1), extended)
 
 

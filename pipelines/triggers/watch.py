@@ -93,11 +93,12 @@ def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
     import pandas as pd
 
     from components.data.snapshot import Schema
-    from components.tasks import load_task
+    from components.tasks import label_column, load_task
 
     task = load_task(config.task)
-    schema = Schema(label=config.data.label, key=config.data.key, numeric=list(reference.get("numeric") or {}),
-                    categorical=list(reference.get("categorical") or {}), classes=[])
+    schema = Schema(label=label_column(task, config.data), key=config.data.key,
+                    numeric=list(reference.get("numeric") or {}), categorical=list(reference.get("categorical") or {}),
+                    classes=[], text_column=config.data.text_column)
     schema = schema.with_task_columns([c for c in task.own_columns(schema) if c in schema.features])
     derived = task.drift_columns(frame, schema)
     return pd.concat([frame, derived], axis=1) if len(derived.columns) else frame

@@ -57,6 +57,11 @@ def test_first_lm_run_passes_every_step_and_becomes_champion(first, home):
     assert candidate["bits_per_byte"] < 8.0 and candidate["loss"] < 5.0  # learned beyond uniform bytes
     assert summary["blessed"] is True and "champion" in summary["aliases"]
     assert any(p.name == "date=2026-01-01" for p in (home / "data-causal_lm").iterdir())
+    # Text on its own terms: the partitions hold a key and the text, no label column at all.
+    import pandas as pd
+
+    part = next((home / "data-causal_lm").glob("date=*/part-0.parquet"))
+    assert set(pd.read_parquet(part).columns) == {"doc_id", "text"}
 
 
 def test_the_registered_lm_scores_documents_and_continues_them(first, home):

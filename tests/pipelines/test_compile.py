@@ -66,3 +66,13 @@ def test_cluster_settings_reference_secrets_by_name_only(tmp_path):
 def test_credentials_in_tracking_uri_are_refused(tmp_path):
     with pytest.raises(UserError, match="credentials"):
         compile_pipeline(tmp_path / "p.yaml", None, ["registry.tracking_uri=http://admin:hunter2@mlflow:5000"], None)
+
+
+def test_the_compiled_default_config_carries_the_text_column(tmp_path):
+    import json
+
+    out = tmp_path / "p.yaml"
+    compile_pipeline(out, None, ["task.name=causal_lm", "data.text_column=body"], image=None)
+    spec = next(yaml.safe_load_all(out.read_text()))
+    default = json.loads(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"])
+    assert default["data"]["text_column"] == "body"

@@ -3,11 +3,10 @@
 The text ships with every CPython (``Lib/pydoc_data/topics.py``, ~465 KB, the Python Software
 Foundation License), so demos and tests need no download. Each help topic is cut into documents of a
 few paragraphs; documents are dealt to ``days`` daily partitions ``date=YYYY-MM-DD/part-0.parquet``
-with columns ``doc_id`` (the split key), ``kind`` and ``text``. ``kind`` says whether a document holds a
-code example (``code``) or not (``prose``): the language model ignores it, but validation still needs a
-label column with at least two classes in every split, which a per-topic column cannot give. From ``drift_from_day`` on, the
-partitions hold the docstrings of standard-library modules instead: another register of English
-(API prose, more code), so the watcher's text drift has something real to see.
+with columns ``doc_id`` (the split key) and ``text``, and no label: ``causal_lm`` needs none
+(``Task.needs_label``). From ``drift_from_day`` on, the partitions hold the docstrings of standard-library
+modules instead: another register of English (API prose, more code), so the watcher's text drift has
+something real to see.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from components.data.demo import write_day_partition
 
 TEXT_COLUMN = "text"
 KEY_COLUMN = "doc_id"
-KIND_COLUMN = "kind"
 MIN_DOC_CHARS = 300
 MAX_DOC_CHARS = 1500
 # Standard-library modules whose docstrings make the drifted partitions (pure Python, always present).
@@ -56,17 +54,12 @@ def chunk_paragraphs(text: str, *, min_chars: int = MIN_DOC_CHARS, max_chars: in
     return docs
 
 
-def document_kind(text: str) -> str:
-    """``code`` for a document with an interactive example or an indented code line, else ``prose``."""
-    return "code" if ">>>" in text or "\n      " in text else "prose"
-
-
 def help_topic_documents() -> pd.DataFrame:
-    """Every help topic of this Python, cut into documents: columns doc_id, kind, text."""
+    """Every help topic of this Python, cut into documents: columns doc_id, text."""
     from pydoc_data.topics import topics
 
     rows = [
-        {KEY_COLUMN: f"{name}/{i}", KIND_COLUMN: document_kind(doc), TEXT_COLUMN: doc}
+        {KEY_COLUMN: f"{name}/{i}", TEXT_COLUMN: doc}
         for name in sorted(topics)
         for i, doc in enumerate(chunk_paragraphs(topics[name]))
     ]
@@ -90,7 +83,7 @@ def module_docstring_documents() -> pd.DataFrame:
             if not attr.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == module_name:
                 texts.append(obj.__doc__ or "")
         for i, doc in enumerate(chunk_paragraphs("\n\n".join(t for t in texts if t))):
-            rows.append({KEY_COLUMN: f"module:{module_name}/{i}", KIND_COLUMN: document_kind(doc), TEXT_COLUMN: doc})
+            rows.append({KEY_COLUMN: f"module:{module_name}/{i}", TEXT_COLUMN: doc})
     return _unique_texts(pd.DataFrame(rows))
 
 

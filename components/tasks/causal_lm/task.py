@@ -45,10 +45,13 @@ class CausalLM(TaskBase):
     name = "causal_lm"
     metrics = (Metric("loss", False), Metric("bits_per_byte", False))
     sanity = SanitySpec(example_dim=0, sequence_dim=1)
-    # Config for the demo corpus (``write_demo_data``) and this task: the key and label columns, the validation
+    # The targets are the text's own next tokens: the data needs no label column.
+    needs_label = False
+    # Config for the demo corpus (``write_demo_data``) and this task: the key and text columns, the validation
     # metric to select by, the blessing rules (beat the unigram baseline; no regression against the champion).
     demo_settings = (
-        "data.key=doc_id", "data.label=kind", "select.metric=val_loss", "registry.model_name=ctpipe-causal-lm",
+        "data.key=doc_id", "data.text_column=text", "select.metric=val_loss",
+        "registry.model_name=ctpipe-causal-lm",
         # the tiny decoder on ~700 training documents: 300 steps of 16 sequences per rank stay a few minutes on a CPU
         "train.max_steps=300", "train.batch_size=16",
         "evaluate.thresholds={loss: {value: baseline, change_abs: 0.0, direction: lower}, "
@@ -57,17 +60,22 @@ class CausalLM(TaskBase):
 
     def __init__(self, *, text_column: str = "text", size: str = "tiny", generate_tokens: int = 32,
                  **model_overrides: Any) -> None:
+        # The default when the schema names none (``data.text_column``; this option is its deprecated alias).
         self.text_column = text_column
         self.model_config = lm_config(size, **model_overrides)
         self.generate_tokens = int(generate_tokens)
 
     # -- data -------------------------------------------------------------------------------------
+    def column(self, schema: Any) -> str:
+        """The text column: the schema's (``data.text_column``), else this task's default."""
+        return getattr(schema, "text_column", None) or self.text_column
+
     def texts(self, frame: pd.DataFrame, state: TaskState | None = None) -> list[str]:
         column = (state or {}).get("text_column", self.text_column)
         if column not in frame.columns:
             raise DataValidationError(
                 f"text column '{column}' is not in the data (columns: {', '.join(map(str, frame.columns))}); "
-                "name it with --set task.options.text_column=COLUMN"
+                "name it with --set data.text_column=COLUMN"
             )
         values = frame[column]
         bad = [i for i, v in zip(frame.index, values, strict=True) if not isinstance(v, str | bytes)]
@@ -77,10 +85,11 @@ class CausalLM(TaskBase):
 
     def fit(self, train: pd.DataFrame, schema: Any) -> TaskState:
         """The tokenizer, the model's shape and the train split's byte unigram counts (for the baseline)."""
+        column = self.column(schema)
         counts = np.zeros(tokenizer.VOCAB_SIZE, dtype=np.int64)
-        for text in self.texts(train):
+        for text in self.texts(train, {"text_column": column}):
             counts += np.bincount(tokenizer.encode(text, bos=False), minlength=tokenizer.VOCAB_SIZE)
-        return {"text_column": self.text_column, "tokenizer": TOKENIZER, "model": self.model_config.to_dict(),
+        return {"text_column": column, "tokenizer": TOKENIZER, "model": self.model_config.to_dict(),
                 "unigram_counts": counts.tolist()}
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
@@ -200,10 +209,10 @@ class CausalLM(TaskBase):
 
     # -- validation and drift ---------------------------------------------------------------------
     def own_columns(self, schema: Any) -> list[str]:
-        return [self.text_column]
+        return [self.column(schema)]
 
     def expectations(self, schema: Any) -> list[dict[str, Any]]:
-        c = self.text_column
+        c = self.column(schema)
         return [
             {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": c}, "meta": {"severity": "error"}},
             {"type": "expect_column_values_to_be_between",
@@ -215,10 +224,10 @@ class CausalLM(TaskBase):
         ]
 
     def check_columns(self, frame: pd.DataFrame, schema: Any) -> pd.DataFrame:
-        return text_checks(frame[self.text_column], self.text_column)
+        return text_checks(frame[self.column(schema)], self.column(schema))
 
     def drift_columns(self, frame: pd.DataFrame, schema: Any) -> pd.DataFrame:
-        return text_drift_columns(frame[self.text_column], self.text_column)
+        return text_drift_columns(frame[self.column(schema)], self.column(schema))
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Any) -> dict[str, Any]:
         """The first sequences as token ids and their decoded text, with the document of every token."""
@@ -231,7 +240,7 @@ class CausalLM(TaskBase):
 
     def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Any) -> list[str]:
         """Every dumped document piece is a piece of one of the raw texts (the round trip)."""
-        joined = "\x00".join(self.texts(raw))
+        joined = "\x00".join(self.texts(raw, {"text_column": self.column(schema)}))
         out = []
         for i, row in enumerate(dump.get("rows", [])):
             tokens, docs = np.array(row["tokens"]), np.array(row["doc_ids"])

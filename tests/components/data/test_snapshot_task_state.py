@@ -37,7 +37,7 @@ def test_tabular_state_from_streamed_statistics_equals_fit_on_the_train_frame(tm
 
 def test_a_packing_task_is_fitted_and_encoded_on_whole_splits(tmp_path):
     docs = help_topic_documents().head(300)
-    schema = infer_schema(docs, label="kind", key="doc_id", features=["text"], categorical=[])
+    schema = infer_schema(docs, label=None, key="doc_id", features=["text"], categorical=[])
     task = make_lm_task()
     schema = schema.with_task_columns(task.own_columns(schema))
     assert not task.rowwise_encoding

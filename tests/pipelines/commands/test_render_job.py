@@ -85,3 +85,14 @@ def test_render_job_creates_and_deletes_nothing(tmp_path, monkeypatch, capsys):
     argv = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
     assert argv[argv.index("--checkpoints") + 1] == "${CHECKPOINT_DIR}"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_trainer_pods_get_the_text_column_like_every_config_key(capsys):
+    from components.config import Config
+
+    assert main(["render-job", "--set", "task.name=causal_lm", "--set", "data.text_column=body"]) == 0
+    job = yaml.safe_load(capsys.readouterr().out)
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        argv = replica["template"]["spec"]["containers"][0]["command"]
+        config = Config.from_json(argv[argv.index("--config-json") + 1])
+        assert config.data.text_column == "body" and config.task.name == "causal_lm"

@@ -12,11 +12,11 @@ from pipelines.triggers.watch import with_task_drift_columns
 
 
 def test_text_drift_is_judged_on_length_and_byte_profile():
-    config = load_config(None, ["task.name=causal_lm", "data.key=doc_id", "data.label=kind"])
+    config = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
     task = load_task(config.task)
     docs = help_topic_documents()
     train, fresh = docs.iloc[::2].reset_index(drop=True), docs.iloc[1::2].reset_index(drop=True)
-    schema = Schema(label="kind", key="doc_id", numeric=[], categorical=[], classes=["code", "prose"], other=["text"])
+    schema = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["text"])
     reference = task_reference_stats(train, schema, task)
     assert {"text__bytes", "text__letter_share", "text__non_ascii_share"} <= set(reference["numeric"])
 
@@ -26,3 +26,53 @@ def test_text_drift_is_judged_on_length_and_byte_profile():
     assert not same.drifted, [c for c in same.columns.values() if c.drifted]
     assert other.drifted
     assert any(name.startswith("text__") and col.drifted for name, col in other.columns.items())
+
+
+def register_text_champion(home, data_root, config) -> None:
+    """A champion trained (so its tags say) on ``data_root``, with the text task's reference statistics."""
+    import json
+
+    import mlflow
+
+    from components.data.snapshot import fingerprint_files, infer_schema, list_data_files, read_data
+    from components.tasks import label_column
+    from components.tracking import ensure_experiment, local_tracking_uri
+
+    task = load_task(config.task)
+    uri = local_tracking_uri(home)
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    run = client.create_run(ensure_experiment(uri, "ctpipe"))
+    files = list_data_files(str(data_root))
+    frame = read_data(str(data_root), files)
+    schema = infer_schema(frame, label=label_column(task, config.data), key=config.data.key, features=[],
+                          categorical=[], text_column=config.data.text_column)
+    schema = schema.with_task_columns(task.own_columns(schema))
+    stats = home / "tmp-reference" / "reference_stats.json"
+    stats.parent.mkdir(parents=True)
+    stats.write_text(json.dumps(task_reference_stats(frame, schema, task)))
+    client.log_artifact(run.info.run_id, str(stats), "reference")
+    client.set_terminated(run.info.run_id)
+    name = config.registry.model_name
+    client.create_registered_model(name)
+    version = client.create_model_version(name, source=f"{run.info.artifact_uri}/ctpipe", run_id=run.info.run_id,
+                                          tags={"ctpipe.data_fingerprint": fingerprint_files(files)})
+    client.set_registered_model_alias(name, "champion", version.version)
+
+
+def test_the_watcher_starts_a_drift_run_for_drifted_text_of_a_causal_lm_config(tmp_path):
+    """What `ctpipe watch` runs (check_once) on label-free text partitions named by data.text_column."""
+    from components.tasks.causal_lm import make_task
+    from components.tasks.causal_lm.corpus import write_text_demo_data
+    from components.tracking import local_tracking_uri
+    from pipelines.triggers.watch import check_once
+
+    data, home = tmp_path / "data", tmp_path / "home"
+    config = load_config(None, ["task.name=causal_lm", *make_task().demo_settings, "watch.min_rows=50",
+                                "watch.window_partitions=2"])
+    write_text_demo_data(data, days=3)
+    register_text_champion(home, data, config)
+    write_text_demo_data(data, days=5, drift_from_day=3)  # the first 3 days unchanged; 2 days of docstrings
+    decision = check_once(data_uri=str(data), home=home, config=config, tracking_uri=local_tracking_uri(home),
+                          dry_run=True)
+    assert (decision.action, decision.trigger) == ("run", "drift"), decision.reason
+    assert any(c.startswith("text__") for c in decision.drifted_columns), decision.drifted_columns

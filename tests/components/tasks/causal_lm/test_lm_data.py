@@ -61,7 +61,7 @@ def test_demo_corpus_is_real_text_in_dated_partitions(tmp_path):
     assert len(docs) > 500 and docs[KEY_COLUMN].is_unique
     assert docs[TEXT_COLUMN].is_unique  # a repeated passage in two splits would leak the test set
     assert docs[KEY_COLUMN].str.startswith("assignment/").any()
-    assert set(docs["kind"]) == {"code", "prose"} and docs["kind"].value_counts().min() > 100
+    assert set(docs.columns) == {KEY_COLUMN, TEXT_COLUMN}  # no label: a language model needs none
     paths = write_text_demo_data(tmp_path, days=3, drift_from_day=2)
     assert [p.parent.name for p in paths] == ["date=2026-01-01", "date=2026-01-02", "date=2026-01-03"]
     frames = [pd.read_parquet(p) for p in paths]
@@ -75,6 +75,6 @@ def test_demo_data_command_writes_the_text_corpus(tmp_path, capsys):
 
     assert main(["demo-data", "--task", "causal_lm", "--out", str(tmp_path), "--days", "3"]) == 0
     parts = sorted(tmp_path.glob("date=*/part-0.parquet"))
-    assert len(parts) == 3 and set(pd.read_parquet(parts[0]).columns) == {KEY_COLUMN, "kind", TEXT_COLUMN}
+    assert len(parts) == 3 and set(pd.read_parquet(parts[0]).columns) == {KEY_COLUMN, TEXT_COLUMN}
     assert "causal_lm demo data" in capsys.readouterr().out
     assert main(["demo-data", "--task", "tabular_classification", "--out", str(tmp_path / "x")]) == 2

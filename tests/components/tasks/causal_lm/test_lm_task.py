@@ -49,10 +49,20 @@ def test_a_bad_size_is_a_clear_error():
         load_task({"name": "causal_lm", "entrypoint": None, "options": {"size": "huge"}})
 
 
-def test_a_missing_text_column_names_the_option(task, docs):
+def test_a_missing_text_column_names_the_key(task, docs):
     train, _ = docs
-    with pytest.raises(Exception, match="text column 'text' is not in the data.*task.options.text_column"):
+    with pytest.raises(Exception, match=r"text column 'text' is not in the data.*data\.text_column"):
         task.fit(train.rename(columns={"text": "body"}), None)
+
+
+def test_the_schema_names_the_text_column(task, docs):
+    from components.data.snapshot import Schema
+
+    train, _ = docs
+    schema = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["body"],
+                    text_column="body")
+    assert task.fit(train.rename(columns={"text": "body"}), schema)["text_column"] == "body"
+    assert task.own_columns(schema) == ["body"]
 
 
 def test_training_through_the_protocol_beats_the_unigram_baseline(task, docs):
