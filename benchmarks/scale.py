@@ -1,7 +1,8 @@
 """Scale benchmark: seconds and peak memory of validation, snapshot and one training epoch as rows grow.
 
     python benchmarks/scale.py --rows 1000000,4000000,16000000 [--rows-per-partition 250000]
-                               [--batch-size 2048] [--max-steps N] [--out DIR] [--keep]
+                               [--batch-size 2048] [--max-steps N] [--train-in-memory-rows N]
+                               [--steps validation,snapshot,train_epoch] [--out DIR] [--keep]
 
 For each row count it writes demo-schema partitions (``components/data/demo.py``'s generator, one
 partition of ``--rows-per-partition`` rows at a time, so generating is itself bounded), then runs each
@@ -58,7 +59,9 @@ else:
     from components.training.launchers.local import LocalLauncher
     r = train_model(out + "/snapshot", out + "/checkpoints", cfg, tracking_uri=None, mlflow_run_id=None,
                     job_name="scale", launcher=LocalLauncher(echo=False))
-    extra = {"steps": cfg.train.max_steps, "metrics": r.final_metrics}
+    run = r.raw.get("this_run", {})
+    extra = {"steps": cfg.train.max_steps, "metrics": r.final_metrics,
+             "sharded": "shard_rows_read" in run, **{k: run[k] for k in ("shard_rows_read", "shard_load_seconds") if k in run}}
 print(json.dumps({"inner_s": time.perf_counter() - t, **extra}))
 """
 
@@ -127,12 +130,21 @@ def run_size(rows: int, args: argparse.Namespace, work: Path) -> dict:
     generate_s = time.perf_counter() - t
     disk_mb = sum(f.stat().st_size for f in data.rglob("*.parquet")) / 1024 / 1024
     base = {"data": {"key": "customer_id"}}
-    steps = [measure("validation", data, out, base), measure("snapshot", data, out, base)]
+    wanted = set(args.steps.split(","))
+    steps = [measure("validation", data, out, base)]  # always: training reads the snapshot it writes
+    if "snapshot" in wanted:
+        steps.append(measure("snapshot", data, out, base))
+    if "train_epoch" not in wanted:
+        if not args.keep:
+            shutil.rmtree(data), shutil.rmtree(out)
+        return {"rows": rows, "partitions": partitions, "parquet_mb": round(disk_mb, 1),
+                "generate_s": round(generate_s, 1), "steps": steps}
     train_rows = steps[0]["rows"]["train"]
     per_epoch = train_rows // (args.batch_size * 2)
     max_steps = max(2, min(per_epoch, args.max_steps) if args.max_steps else per_epoch)
     train = {**base, "train": {"workers": 2, "batch_size": args.batch_size, "max_steps": max_steps,
-                               "warmup_steps": 1, "eval_every": max_steps, "checkpoint_every": max_steps}}
+                               "warmup_steps": 1, "eval_every": max_steps, "checkpoint_every": max_steps,
+                               "in_memory_rows": args.train_in_memory_rows}}
     steps.append(measure("train_epoch", data, out, train))
     steps[-1]["epoch_fraction"] = round(max_steps / per_epoch, 3) if per_epoch else None
     if not args.keep:
@@ -147,6 +159,11 @@ def main() -> None:
     parser.add_argument("--rows-per-partition", type=int, default=250_000)
     parser.add_argument("--batch-size", type=int, default=2048, help="per rank (2 ranks)")
     parser.add_argument("--max-steps", type=int, default=0, help="cap on the training steps (0: one full epoch)")
+    parser.add_argument("--train-in-memory-rows", type=int, default=500_000,
+                        help="train.in_memory_rows: above it each rank reads only its shard (a huge value: the "
+                             "whole-split path, the 'before' of the sharded reading)")
+    parser.add_argument("--steps", default="validation,snapshot,train_epoch",
+                        help="which steps to run (train_epoch needs validation's snapshot)")
     parser.add_argument("--out", default="", help="work directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the data and outputs")
     args = parser.parse_args()

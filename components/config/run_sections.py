@@ -193,6 +193,9 @@ class TrainConfig:
     mixed_precision: Literal["auto", "bf16", "fp32"] = "auto"
     max_steps: int = 600
     batch_size: int = 64  # per device
+    # Train splits of at most this many rows are held whole by every rank (a DistributedSampler over
+    # rows); above it each rank reads only its shard of the split's row groups (training/shards.py).
+    in_memory_rows: int = 500_000
     grad_accum_steps: int = 1
     lr: float = 3e-3
     weight_decay: float = 0.01
@@ -217,6 +220,7 @@ class TrainConfig:
         check(1 <= self.workers <= 1024, "train.workers", f"{self.workers} must be in [1, 1024]")
         check(self.max_steps >= 1, "train.max_steps", f"{self.max_steps} must be >= 1")
         check(self.batch_size >= 1, "train.batch_size", f"{self.batch_size} must be >= 1")
+        check(self.in_memory_rows >= 0, "train.in_memory_rows", f"{self.in_memory_rows} must be >= 0")
         check(self.grad_accum_steps >= 1, "train.grad_accum_steps", "must be >= 1")
         check(
             self.fsdp_unit_min_params >= 0,

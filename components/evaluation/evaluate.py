@@ -1,7 +1,7 @@
 """Score the candidate and the champion on the same test split and decide the blessing.
 
 Each model is scored with its OWN preprocessing statistics (the champion with those it was trained
-with), on the current snapshot's test split. The blessing JSON records the champion version it was
+with), on the current snapshot's test split, streamed a row group at a time (``scoring.py``). The blessing JSON records the champion version it was
 compared against, so registration can promote by compare-and-set.
 """
 
@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from components.config import Config
 from components.data.files import sha256_local
@@ -24,8 +23,8 @@ from components.errors import DataValidationError
 from components.evaluation.blessing import Check
 from components.evaluation.card import Lineage, write_model_card
 from components.evaluation.judgement import judge_candidate
-from components.evaluation.leakage import champion_training_overlap
 from components.evaluation.metrics import Interval, confusion_matrix, roc_curve
+from components.evaluation.scoring import score_batches
 from components.models.export import ExportedModel, load_model_export
 from components.step_results import read_sanity, read_validation
 
@@ -101,8 +100,7 @@ def evaluate_candidate(
     started = time.time()
     ev = config.evaluate
     snapshot = load_snapshot(snapshot_dir)
-    frame = snapshot.frame("test")
-    if frame.empty:
+    if snapshot.rows("test") == 0:
         raise DataValidationError(
             f"the test split of snapshot '{snapshot_dir}' is empty, so the candidate cannot be evaluated; "
             "add data or raise data.test_fraction"
@@ -110,22 +108,23 @@ def evaluate_candidate(
     candidate = load_model_export(model_path)
     task, reference = candidate.task, candidate.state
     classes = list(task.class_names(reference) or [])
-    y = task.targets(frame, reference)
-    p_cand = score_export(candidate, frame, reference)
-    champion = score_champion(tracking_uri, config, frame, reference)
+    champion, champion_model = load_champion(tracking_uri, config)
+    # The split is streamed a row group at a time; only per-row targets and predictions are kept.
+    scored = score_batches(snapshot.batches("test"), candidate=candidate, reference=reference,
+                           champion=champion_model, champion_version=champion.version, slices=list(ev.slices),
+                           schema=snapshot.schema)
+    y, p_cand = scored.targets, scored.candidate
+    if champion_model is not None:
+        champion.error, champion.probabilities = scored.champion_error, scored.champion
     p_champ = champion.probabilities
-    split_check = None
-    if p_champ is not None:
-        split_check = champion_training_overlap(
-            champion.metadata.get("split"), frame, snapshot.schema, version=str(champion.version)
-        )
-        if not split_check.ok:
-            champion.error = split_check.message  # reported and compared, but nothing is blessed against it
+    split_check = scored.overlap
+    if split_check is not None and not split_check.ok:
+        champion.error = split_check.message  # reported and compared, but nothing is blessed against it
 
     cand_metrics = task.compute_metrics(y, p_cand)
     if p_champ is not None:
         champion.metrics = task.compute_metrics(y, p_champ)
-    judgement = judge_candidate(y, p_cand, p_champ, config, frame, snapshot.schema.numeric, scorer=task,
+    judgement = judge_candidate(y, p_cand, p_champ, config, scored.slice_columns, snapshot.schema.numeric, scorer=task,
                                 baseline=task.baseline(y, reference))
     all_checks = judgement.checks
     has_rules = bool(ev.thresholds)
@@ -160,7 +159,7 @@ def evaluate_candidate(
         baseline_differences={k: e.vs_baseline.to_dict() for k, e in evidence.items() if e.vs_baseline},
         slices=slices,
         checks=[c.to_dict() for c in all_checks],
-        test_rows=len(frame),
+        test_rows=scored.rows,
     )
     blessing = {
         **result.summary(),
@@ -190,34 +189,26 @@ def evaluate_candidate(
 # --- scoring --------------------------------------------------------------------------------------
 
 
-def score_export(model: ExportedModel, frame: pd.DataFrame, reference: dict[str, Any]) -> np.ndarray:
-    """The model's predictions for every row (its own task and statistics), against the candidate's state."""
-    return np.asarray(model.task.predict(model.model, frame, model.state, reference))
-
-
-def score_champion(
-    tracking_uri: str, config: Config, frame: pd.DataFrame, reference: dict[str, Any]
-) -> ChampionScore:
-    """Find the champion, download its export and score it; a champion that cannot be scored says why."""
+def load_champion(tracking_uri: str, config: Config) -> tuple[ChampionScore, ExportedModel | None]:
+    """Find the champion and load its export; a champion that cannot be loaded says why (no model then)."""
     from components.tracking import fetch_champion_files
 
     with tempfile.TemporaryDirectory(prefix="ctpipe-champion-") as tmp:
         found = fetch_champion_files(tracking_uri, config.registry, [MODEL_ARTIFACT_PATH], tmp)
         if found is None:
-            return ChampionScore(version=None)
+            return ChampionScore(version=None), None
         path = found.files[MODEL_ARTIFACT_PATH]
         if path is None:
             return ChampionScore(
                 found.version, error=f"champion version {found.version} has no '{MODEL_ARTIFACT_PATH}' on its run"
-            )
+            ), None
         try:
             champion = load_model_export(path)
-            probs = score_export(champion, frame, reference)
         except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
             return ChampionScore(
                 found.version, error=f"champion version {found.version} cannot score the current test split: {err}"
-            )
-    return ChampionScore(found.version, probabilities=probs, metadata=dict(champion.metadata))
+            ), None
+    return ChampionScore(found.version, metadata=dict(champion.metadata)), champion
 
 
 # --- helpers of the step --------------------------------------------------------------------------

@@ -37,34 +37,66 @@ def champion_training_overlap(
     record: dict[str, Any] | None, test: pd.DataFrame, schema: Schema, *, version: str
 ) -> OverlapCheck:
     """Count the current test rows that the champion (``record`` from its export) trained on."""
+    counter = OverlapCounter(record, list(test.columns), schema, version=version)
+    counter.add(test)
+    return counter.verdict()
+
+
+class OverlapCounter:
+    """``champion_training_overlap`` over a test split streamed in record batches: ``add`` each, then
+    ``verdict``. A row's split depends on that row alone, so the counts of the batches add up exactly."""
+
+    def __init__(self, record: dict[str, Any] | None, columns: list[str], schema: Schema, *, version: str) -> None:
+        self.record, self.schema, self.version = record, schema, version
+        self.rows = self.overlap = 0
+        self.refusal = _refusal(record, columns, version)
+        self.settings = SplitSettings.from_dict(record) if self.refusal is None else None
+
+    def add(self, test: pd.DataFrame) -> None:
+        self.rows += len(test)
+        if self.refusal is not None or self.settings is None:
+            return
+        rows = test
+        if PARTITION_COLUMN in test.columns and self.record.get("partitions") is not None:
+            rows = test[test[PARTITION_COLUMN].isin(self.record["partitions"])]  # newer partitions were never seen
+        key = self.settings.key
+        try:
+            keys = split_keys(rows, Schema(label=self.schema.label, key=key, numeric=[], categorical=[], classes=[]))
+        except DataValidationError as err:
+            self.refusal = (f"champion version {self.version} is not compared: its training rows cannot be "
+                            f"recomputed on this test split: {err}")
+            return
+        self.overlap += int((self.settings.assign(keys) == "train").sum())
+
+    def verdict(self) -> OverlapCheck:
+        if self.refusal is not None:
+            return OverlapCheck(False, self.refusal)
+        settings, overlap, n, version = self.settings, self.overlap, self.rows, self.version
+        if overlap:
+            return OverlapCheck(
+                False,
+                f"champion version {version} is not compared: {overlap} of the {n} rows of this test split "
+                f"({overlap / max(n, 1):.1%}) were its training rows (its split: key {settings.key!r}, salt "
+                f"{settings.salt!r}, val/test fractions {settings.val_fraction}/{settings.test_fraction}), so its "
+                "test metrics would be inflated by memorised rows. Keep data.key, data.split_salt and the "
+                "fractions fixed across runs, or compare by hand",
+                overlap,
+                n,
+            )
+        return OverlapCheck(True, f"none of the {n} test rows was a training row of champion version {version}", 0, n)
+
+
+def _refusal(record: dict[str, Any] | None, columns: list[str], version: str) -> str | None:
+    """Why the champion's training rows cannot be recomputed at all (before any row is looked at), or None."""
     refuse = f"champion version {version} is not compared: "
     if not record:
-        return OverlapCheck(False, refuse + "its export records no training split (it predates split records), so "
-                            "whether it trained on rows of this test split cannot be checked")
+        return refuse + ("its export records no training split (it predates split records), so whether it "
+                         "trained on rows of this test split cannot be checked")
     settings = SplitSettings.from_dict(record)
     if settings.canonical_form != CANONICAL_FORM:
-        return OverlapCheck(False, refuse + f"its split was hashed with '{settings.canonical_form}', this ctpipe "
-                            f"uses '{CANONICAL_FORM}', so its training rows cannot be recomputed")
-    if settings.key is not None and settings.key not in test.columns:
-        return OverlapCheck(False, refuse + f"its split was keyed by column '{settings.key}', which this test split "
-                            "does not have, so its training rows cannot be recomputed")
-    rows = test
-    if PARTITION_COLUMN in test.columns and record.get("partitions") is not None:
-        rows = test[test[PARTITION_COLUMN].isin(record["partitions"])]  # newer partitions were never seen
-    try:
-        keys = split_keys(rows, Schema(label=schema.label, key=settings.key, numeric=[], categorical=[], classes=[]))
-    except DataValidationError as err:
-        return OverlapCheck(False, refuse + f"its training rows cannot be recomputed on this test split: {err}")
-    overlap = int((settings.assign(keys) == "train").sum())
-    if overlap:
-        return OverlapCheck(
-            False,
-            refuse + f"{overlap} of the {len(test)} rows of this test split ({overlap / max(len(test), 1):.1%}) were "
-            f"its training rows (its split: key {settings.key!r}, salt {settings.salt!r}, val/test fractions "
-            f"{settings.val_fraction}/{settings.test_fraction}), so its test metrics would be inflated by "
-            "memorised rows. Keep data.key, data.split_salt and the fractions fixed across runs, or compare by hand",
-            overlap,
-            len(test),
-        )
-    return OverlapCheck(True, f"none of the {len(test)} test rows was a training row of champion version {version}",
-                        0, len(test))
+        return refuse + (f"its split was hashed with '{settings.canonical_form}', this ctpipe uses "
+                         f"'{CANONICAL_FORM}', so its training rows cannot be recomputed")
+    if settings.key is not None and settings.key not in columns:
+        return refuse + (f"its split was keyed by column '{settings.key}', which this test split does not have, "
+                         "so its training rows cannot be recomputed")
+    return None

@@ -93,7 +93,8 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = 
 
     The splits are read a record batch at a time for the strata; only the sampled rows are read whole.
     """
-    from components.training.data import first_batch_indices
+    from components.training.data import first_batch_indices, reads_shards
+    from components.training.shards import group_sizes
 
     schema, state = snapshot.schema, snapshot.state
     train_path, val_path = snapshot.root / "train.parquet", snapshot.root / "val.parquet"
@@ -127,10 +128,13 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = 
     train_examples = task.encode(train, state)
     val_examples = task.encode(val, state) if len(val) else train_examples.select(slice(0, 0))
     try:
-        first_rows = first_batch_indices(n_train, batch_size=cfg.train.batch_size,
-                                         world_size=cfg.train.workers, seed=cfg.train.seed)
-        drawn = (f"rank 0 of {cfg.train.workers}, epoch 0: DistributedSampler(shuffle=True, seed={cfg.train.seed}, "
-                 f"drop_last=True) over the {n_train} train rows, first {cfg.train.batch_size}")
+        sharded = reads_shards(n_train, in_memory_rows=cfg.train.in_memory_rows, task=task)
+        first_rows = first_batch_indices(n_train, batch_size=cfg.train.batch_size, world_size=cfg.train.workers,
+                                         seed=cfg.train.seed, group_sizes=group_sizes(train_path) if sharded else None)
+        how = ("its shard of the seeded row-group permutation (train.in_memory_rows exceeded)" if sharded
+               else f"DistributedSampler(shuffle=True, seed={cfg.train.seed}, drop_last=True)")
+        drawn = (f"rank 0 of {cfg.train.workers}, epoch 0: {how} over the {n_train} train rows, "
+                 f"first {cfg.train.batch_size}")
     except (ValueError, RuntimeError):
         first_rows, drawn = list(range(min(FIRST_BATCH_ROWS, n_train))), "the first train rows"
     raw = take_rows(train_path, np.asarray(first_rows, dtype=np.int64))

@@ -2,7 +2,10 @@
 
 Every rank draws from a ``DistributedSampler`` with the same seed (different seeds would overlap the
 shards) and ``set_epoch`` each epoch; ``rank_order`` is that draw, the one place it is made, so the
-first batch the sanity gate shows (``first_batch_indices``) is the one rank 0 trains on.
+first batch the sanity gate shows (``first_batch_indices``) is the one rank 0 trains on. Above
+``train.in_memory_rows`` train rows (``reads_shards``) a rank never loads the whole split: a
+``ShardStream`` reads its shard of row groups each epoch (``shards.py``), and ``first_batch_indices``
+follows that draw instead. ``train_stream`` picks the path.
 """
 
 from __future__ import annotations
@@ -90,8 +93,21 @@ def rank_order(n: int, *, rank: int, world_size: int, seed: int, epoch: int) -> 
     return torch.tensor(list(iter(sampler)), dtype=torch.long)
 
 
-def first_batch_indices(n: int, *, batch_size: int, world_size: int, seed: int) -> list[int]:
-    """Row indices of rank 0's first batch, as the trainer draws it (fewer when its shard is smaller)."""
+def reads_shards(n: int, *, in_memory_rows: int, task: Task) -> bool:
+    """Whether each rank reads only its shard of row groups (``shards.py``) rather than the whole split:
+    above ``train.in_memory_rows`` train rows, for a task whose encoding is row-wise. Smaller splits keep
+    the whole-split path, so their runs stay bit-identical to what they were."""
+    return n > in_memory_rows and bool(getattr(task, "rowwise_encoding", False))
+
+
+def first_batch_indices(n: int, *, batch_size: int, world_size: int, seed: int,
+                        group_sizes: list[int] | None = None) -> list[int]:
+    """Row indices of rank 0's first batch, as the trainer draws it (fewer when its shard is smaller);
+    ``group_sizes`` (the train file's row groups) when training reads shards (``reads_shards``)."""
+    if group_sizes is not None:
+        from components.training.shards import shard_positions
+
+        return shard_positions(group_sizes, rank=0, world_size=world_size, seed=seed, epoch=0)[:batch_size].tolist()
     return rank_order(n, rank=0, world_size=world_size, seed=seed, epoch=0)[:batch_size].tolist()
 
 
@@ -99,11 +115,13 @@ class BatchStream:
     """Per-rank micro-batches in ``rank_order``, epoch after epoch.
 
     The position (epoch, batch within the epoch) is part of every checkpoint, so resume continues with
-    exactly the batches an uninterrupted run would have seen.
+    exactly the batches an uninterrupted run would have seen. ``data`` (the whole split, encoded) gives
+    ``next_batch`` its rows; a ``ShardStream`` reads each epoch's rows itself.
     """
 
-    def __init__(self, n: int, *, batch_size: int, rank: int, world_size: int, seed: int) -> None:
-        self.n, self.rank, self.world_size, self.seed = n, rank, world_size, seed
+    def __init__(self, n: int, *, batch_size: int, rank: int, world_size: int, seed: int,
+                 data: Split | None = None) -> None:
+        self.n, self.rank, self.world_size, self.seed, self.data = n, rank, world_size, seed, data
         rows_per_rank = len(_sampler(n, rank=rank, world_size=world_size, seed=seed))
         self.batch_size = batch_size
         self.batches_per_epoch = rows_per_rank // batch_size
@@ -126,8 +144,61 @@ class BatchStream:
         self.position += 1
         return self._order[start : start + self.batch_size]
 
+    def next_batch(self, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """The next micro-batch's ``(inputs, targets)`` on ``device``."""
+        assert self.data is not None, "BatchStream(data=...) is needed for next_batch"
+        return self.data.batch(self.next_indices(), device)
+
+    def read_stats(self) -> dict[str, float]:
+        """What this rank read from the snapshot while training (none here: the split was loaded up front)."""
+        return {}
+
     def state(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}
 
     def restore(self, state: dict[str, int]) -> None:
         self.epoch, self.position, self._order = int(state["epoch"]), int(state["position"]), None
+
+
+class ShardStream(BatchStream):
+    """``BatchStream`` over a ``ShardedSplit``: each epoch this rank reads and encodes only its shard (in
+    visit order), so ``next_indices`` walks it front to back. Same position state, same resume."""
+
+    def __init__(self, shards, *, batch_size: int) -> None:
+        super().__init__(shards.n, batch_size=batch_size, rank=shards.rank, world_size=shards.world_size,
+                         seed=shards.seed)
+        self.shards = shards
+        self._epoch_data: Split | None = None
+        self._loaded_epoch = -1
+
+    def next_indices(self) -> torch.Tensor:
+        if self.position >= self.batches_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+        start = self.position * self.batch_size
+        self.position += 1
+        return torch.arange(start, start + self.batch_size)
+
+    def next_batch(self, device: torch.device) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        idx = self.next_indices()
+        if self._loaded_epoch != self.epoch:
+            self._epoch_data = None  # release the last epoch's shard before reading the next
+            self._epoch_data, self._loaded_epoch = Split(self.shards.load(self.epoch)), self.epoch
+        return self._epoch_data.batch(idx, device)
+
+    def read_stats(self) -> dict[str, float]:
+        return {"shard_rows_read": self.shards.rows_read, "shard_load_seconds": round(self.shards.load_seconds, 3)}
+
+
+def train_stream(snapshot, task: Task, *, in_memory_rows: int, batch_size: int, rank: int, world_size: int,
+                 seed: int) -> tuple[BatchStream, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """This rank's train batches (the whole split encoded, or above ``in_memory_rows`` a ``ShardStream``),
+    every train row's target (for ``Task.init_model``, the same on every rank) and an 8-row example input."""
+    from components.training.shards import ShardedSplit
+
+    if reads_shards(snapshot.rows("train"), in_memory_rows=in_memory_rows, task=task):
+        shards = ShardedSplit(snapshot.root / "train.parquet", task, snapshot.state, rank=rank,
+                              world_size=world_size, seed=seed)
+        return ShardStream(shards, batch_size=batch_size), shards.targets(), shards.example(8).inputs
+    data = load_split(snapshot, "train", task)
+    stream = BatchStream(len(data), batch_size=batch_size, rank=rank, world_size=world_size, seed=seed, data=data)
+    return stream, data.targets, tuple(x[:8] for x in data.examples.inputs)

@@ -1,9 +1,17 @@
-"""Loss and the task's metrics on the FULL validation split, every rank scoring an equal, zero-weight-padded shard."""
+"""Loss and the task's metrics on the FULL validation split, every rank scoring an equal, zero-weight-padded shard.
+
+Rank ``r`` scores rows ``[r * per_rank, (r + 1) * per_rank)`` of the ``n`` (``per_rank = ceil(n / world)``),
+past the end padded with the split's last row at weight 0. ``val_shard`` loads only those rows when the
+task encodes row-wise (a rank never holds the whole val split), else the whole split; the batches, and so
+the metrics, are the same either way.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -15,16 +23,47 @@ from components.training.device import Dist
 EVAL_BATCH = 2048
 
 
+@dataclass
+class ValShard:
+    """The encoded val rows ``[start, start + len(examples))`` of the ``n`` a rank needs to score its part."""
+
+    examples: Split
+    n: int
+    start: int = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def val_shard(snapshot, task: Task, d: Dist) -> ValShard:
+    """This rank's val rows (row-wise tasks: only its range, read by row group), or the whole split."""
+    from components.training.data import load_split
+    from components.training.shards import encode_rows
+
+    n = snapshot.rows("val")
+    if not getattr(task, "rowwise_encoding", False) or n == 0:
+        whole = load_split(snapshot, "val", task)
+        return ValShard(whole, len(whole))
+    per_rank = math.ceil(n / d.world_size)
+    start = min(d.rank * per_rank, n - 1)  # a rank past the end still needs the last row, as padding
+    stop = max(min((d.rank + 1) * per_rank, n), start + 1)
+    batch, _ = encode_rows(snapshot.root / "val.parquet", task, snapshot.state, np.arange(start, stop))
+    return ValShard(Split(batch), n, start)
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, val: Split, d: Dist, autocast, task: Task) -> dict[str, float]:
+def evaluate(model: nn.Module, val: ValShard | Split, d: Dist, autocast, task: Task) -> dict[str, float]:
     """``val_loss`` and ``val_<metric>`` for the task's ``row_metrics`` over all of ``val`` (a collective:
     every rank calls it)."""
     model.eval()
-    n = len(val)
+    shard = val if isinstance(val, ValShard) else ValShard(val, len(val))
+    n = shard.n
     per_rank = math.ceil(n / d.world_size)
     idx = torch.arange(d.rank * per_rank, (d.rank + 1) * per_rank)
     weight = (idx < n).to(torch.float64)
     idx = idx.clamp(max=n - 1)  # padding rows count with weight 0; every rank runs the same batches
+    idx = idx - shard.start  # positions in the rows this rank loaded
+    val = shard.examples
     names: list[str] | None = None
     totals = None
     for start in range(0, per_rank, EVAL_BATCH):

@@ -22,10 +22,10 @@ from components.config import Config
 from components.errors import TrainingError
 from components.tasks import load_task
 from components.training import checkpointing as ckpt
-from components.training.data import BatchStream, load_split
+from components.training.data import train_stream
 from components.training.device import Dist
 from components.training.faults import Fault
-from components.training.loss_eval import evaluate
+from components.training.loss_eval import evaluate, val_shard
 from components.training.parallelize import parallelize, resolve_precision, uses_autocast
 from components.training.step import build_optimizer, optimizer_step
 from components.training.tracker import NullTracker
@@ -77,13 +77,6 @@ class Trainer:
         self._load_data(snapshot_dir)
         self._build_model()
         self._build_optimizer()
-        self.stream = BatchStream(
-            len(self.train_data),
-            batch_size=self.t.batch_size,
-            rank=d.rank,
-            world_size=d.world_size,
-            seed=self.t.seed,
-        )
         self.global_batch = self.t.batch_size * d.world_size * self.t.grad_accum_steps
         self.progress = Progress()
         self.resumed_from: int | None = None
@@ -102,14 +95,18 @@ class Trainer:
         self.peak_flops = self._measure_peak()
 
     def _load_data(self, snapshot_dir: str) -> None:
-        """The train and validation splits as host tensors (batches are pinned on their way to a GPU)."""
+        """The validation split and the train split (or, above train.in_memory_rows, a reader of this rank's
+        shard of it, loaded per epoch) as host tensors (batches are pinned on their way to a GPU)."""
         from components.data.snapshot import load_snapshot
 
         snapshot = load_snapshot(snapshot_dir)
         self.fingerprint = snapshot.fingerprint
         self.state = snapshot.state
-        self.train_data = load_split(snapshot, "train", self.task)
-        self.val = load_split(snapshot, "val", self.task)
+        self.stream, self._init_targets, self._example = train_stream(
+            snapshot, self.task, in_memory_rows=self.t.in_memory_rows, batch_size=self.t.batch_size,
+            rank=self.d.rank, world_size=self.d.world_size, seed=self.t.seed,
+        )
+        self.val = val_shard(snapshot, self.task, self.d)
         if len(self.val) == 0:
             raise TrainingError("the validation split is empty: add data or raise data.val_fraction")
 
@@ -118,10 +115,10 @@ class Trainer:
         prior), then parallelised with the task's units."""
         torch.manual_seed(self.t.seed)  # identical initial weights on every rank before sharding
         model = self.task.build_model(self.cfg, self.state)
-        self.task.init_model(model, self.state, self.train_data.targets)
+        self.task.init_model(model, self.state, self._init_targets)
+        del self._init_targets  # on the sharded path a copy of every train row's target: not kept
         self.n_params = sum(p.numel() for p in model.parameters())
-        example = tuple(x[:8] for x in self.train_data.examples.inputs)
-        self.flops_per_sample = _flops_or_zero(model, example)
+        self.flops_per_sample = _flops_or_zero(model, self._example)
         self.dtype = resolve_precision(self.t.mixed_precision, self.d.device)
         self.model = parallelize(
             model,
@@ -189,7 +186,8 @@ class Trainer:
     def train_step(self) -> tuple[float, float]:
         """One optimizer step over grad_accum_steps micro-batches; returns (local loss, global grad norm)."""
         accum, step = self.t.grad_accum_steps, self.progress.step
-        micro_batches = (self.train_data.batch(self.stream.next_indices(), self.d.device) for _ in range(accum))
+        # A ShardStream reads the next epoch's shard inside the first step of that epoch: timed as training.
+        micro_batches = (self.stream.next_batch(self.d.device) for _ in range(accum))
         loss_fn = self.fault.loss_fn(step, self.d.rank, self.task.loss)
         result = optimizer_step(
             self.model, micro_batches, self.optimizer, self.scheduler, accum=accum, grad_clip=self.t.grad_clip,
@@ -248,6 +246,7 @@ class Trainer:
                 self.save()
             stats["steps"] += 1
         stats["loop_seconds"] = time.perf_counter() - loop_start
+        stats.update(self.stream.read_stats())
         if self.saved_step != prog.step:
             # Decided from this rank's own state, never the file system: rank 0 may still be writing the
             # marker of the last save while another rank gets here, and save() is a collective.
