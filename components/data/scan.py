@@ -27,8 +27,9 @@ import numpy as np
 import pandas as pd
 
 from components.data.batches import iter_batches, partition_of
+from components.data.encoding import label_text
 from components.data.files import DataFile
-from components.data.snapshot import Schema, Snapshot, SnapshotWriter, label_text
+from components.data.snapshot import Schema, Snapshot, SnapshotWriter
 from components.data.splits import INTERNAL_COLUMNS, PARTITION_COLUMN, SPLITS, SplitSettings, split_keys
 from components.data.stream_stats import ColumnTotals, row_priority
 from components.data.window import TrainWindow, partition_date

@@ -1,4 +1,4 @@
-"""Reading a data root, fingerprinting it, and the snapshot that flows between pipeline steps.
+"""The snapshot that flows between pipeline steps: reading a data root into its splits, schema and state.
 
 A data root is any fsspec URL (a local path, ``s3://``, ``gs://``) holding Parquet or CSV files,
 usually as ``date=YYYY-MM-DD/`` partitions. A *snapshot* is the directory the validation step writes:
@@ -17,6 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.data.encoding import (
+    Preprocessing,
+    encode_features,
+    encode_labels,
+    label_text,
+    preprocessing_of,
+)
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
 from components.data.reference_stats import reference_stats_of, table_stats, write_reference_stats
 from components.data.split_files import ROW_GROUP_ROWS, SplitWriter, iter_split_batches, split_rows
@@ -26,7 +33,6 @@ from components.data.splits import (
     SPLITS,
     SplitSettings,
     assign_splits,
-    canonical_text,
     keys_digest,
     split_keys,
 )
@@ -153,43 +159,7 @@ def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, feat
     return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes, text_column=text_column)
 
 
-# --- preprocessing -----------------------------------------------------------------------------
-
-
-@dataclass
-class Preprocessing:
-    """Statistics computed on the train split only: numeric mean/std, categorical vocabularies."""
-
-    numeric: dict[str, dict[str, float]] = field(default_factory=dict)
-    # Index 0 of every vocabulary is reserved for unseen or missing categories.
-    categorical: dict[str, list[str]] = field(default_factory=dict)
-    classes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Preprocessing:
-        return cls(numeric=d["numeric"], categorical=d["categorical"], classes=list(d["classes"]))
-
-    @property
-    def cardinalities(self) -> list[int]:
-        return [len(v) + 1 for v in self.categorical.values()]
-
-
-def preprocessing_of(stats: TableStats, classes: list[str]) -> Preprocessing:
-    """Preprocessing from streamed train statistics: mean/std of the finite values, vocabularies by frequency."""
-    numeric = {}
-    for col, acc in stats.numeric.items():
-        std = acc.std if acc.count > 1 else 1.0
-        numeric[col] = {"mean": acc.mean if acc.count else 0.0, "std": std if std > 1e-12 else 1.0}
-    categorical = {col: list(acc.frequencies()) for col, acc in stats.categorical.items()}
-    return Preprocessing(numeric=numeric, categorical=categorical, classes=list(classes))
-
-
-def fit_preprocessing(train: pd.DataFrame, schema: Schema) -> Preprocessing:
-    """``preprocessing_of`` the statistics of one frame of train rows."""
-    return preprocessing_of(table_stats(train, schema), schema.classes)
+# --- the tabular task's state -------------------------------------------------------------------
 
 
 def tabular_state_of(stats: TableStats, schema: Schema) -> dict[str, Any]:
@@ -200,37 +170,6 @@ def tabular_state_of(stats: TableStats, schema: Schema) -> dict[str, Any]:
 def tabular_state(train: pd.DataFrame, schema: Schema) -> dict[str, Any]:
     """The tabular task's train-split state: the preprocessing statistics and the label column."""
     return tabular_state_of(table_stats(train, schema), schema)
-
-
-def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray, np.ndarray]:
-    """Numeric features standardised (missing → mean → 0) and categorical ones as vocabulary indices."""
-    n = len(data)
-    x_num = np.zeros((n, len(prep.numeric)), dtype=np.float32)
-    for i, (col, st) in enumerate(prep.numeric.items()):
-        values = pd.to_numeric(data[col], errors="coerce").astype("float64").to_numpy()
-        z = (values - st["mean"]) / st["std"]
-        x_num[:, i] = np.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0)
-    x_cat = np.zeros((n, len(prep.categorical)), dtype=np.int64)
-    for i, (col, vocab) in enumerate(prep.categorical.items()):
-        index = {v: j + 1 for j, v in enumerate(vocab)}
-        x_cat[:, i] = data[col].astype(str).map(index).fillna(0).astype("int64").to_numpy()
-        x_cat[data[col].isna().to_numpy(), i] = 0
-    return x_num, x_cat
-
-
-def label_text(labels: pd.Series) -> pd.Series:
-    """Class names of label values: their canonical text (splits.py), so ``1`` and ``1.0`` are class ``1``."""
-    return canonical_text(labels)
-
-
-def encode_labels(data: pd.DataFrame, label: str, classes: list[str]) -> np.ndarray:
-    index = {c: i for i, c in enumerate(classes)}
-    names = label_text(data[label])
-    mapped = names.map(index)
-    if mapped.isna().any():
-        unseen = sorted(set(names[mapped.isna()].astype(str)))[:5]
-        raise DataValidationError(f"label values {unseen} are not among the model's classes {classes}")
-    return mapped.astype("int64").to_numpy()
 
 
 # --- the snapshot directory ----------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from components.config import Config, ModelConfig
-from components.data.snapshot import Preprocessing
+from components.data.encoding import Preprocessing
 from components.tasks import Task, load_task
 from components.tasks.registry import DEFAULT_TASK
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components.data.snapshot import Preprocessing
+from components.data.encoding import Preprocessing
 from components.sanity.report import CheckResult
 
 

@@ -15,14 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from components.data.snapshot import (
-    Preprocessing,
-    Schema,
-    encode_features,
-    encode_labels,
-    tabular_state,
-    tabular_state_of,
-)
+from components.data.encoding import Preprocessing, encode_features, encode_labels
+from components.data.snapshot import Schema, tabular_state, tabular_state_of
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only

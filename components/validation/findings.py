@@ -5,10 +5,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 ERROR = "error"
 WARNING = "warning"
 # A column new, dropped, or of another kind than the reference (champion's) schema says (as TFX's anomalies).
 SCHEMA_ANOMALY = "schema_anomaly"
+# Rows shown with a finding.
+EXAMPLES = 5
 
 
 @dataclass
@@ -72,3 +77,14 @@ def label_checks_not_applicable(task_name: str) -> list[Finding]:
     return [Finding(check=check, passed=True, severity=ERROR, source=source, not_applicable=True,
                     message=f"{what}: not applicable (task has no label): '{task_name}' needs none, data.label is ignored")
             for check, source, what in LABEL_CHECKS]
+
+
+def example_rows(frame: pd.DataFrame, mask: pd.Series | np.ndarray, columns: list[str]) -> list[dict[str, Any]]:
+    """Up to EXAMPLES rows where ``mask`` holds, as {row, column: value} records for a report."""
+    picked = frame.loc[np.asarray(mask), [c for c in columns if c in frame.columns]].head(EXAMPLES)
+    out = []
+    for idx, row in picked.iterrows():
+        rec: dict[str, Any] = {"row": int(idx) if isinstance(idx, int | np.integer) else str(idx)}
+        rec.update({str(k): (None if pd.isna(v) else (v.item() if hasattr(v, "item") else v)) for k, v in row.items()})
+        out.append(rec)
+    return out

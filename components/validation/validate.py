@@ -46,9 +46,16 @@ from components.data.window import TrainWindow, partition_date
 from components.errors import DataValidationError, UserError
 from components.step_results import VALIDATION_FILE
 from components.tracking import RetryPolicy, log_step
-from components.validation import checks
+from components.validation import checks, feature_checks
 from components.validation.exact import exact_overrides, exact_profile
-from components.validation.findings import ERROR, Finding, errors, label_checks_not_applicable, warnings
+from components.validation.findings import (
+    ERROR,
+    Finding,
+    errors,
+    example_rows,
+    label_checks_not_applicable,
+    warnings,
+)
 from components.validation.report import ValidationSummary, write_reports
 from components.validation.suite import (
     champion_suite,
@@ -170,12 +177,12 @@ def _skew_findings(data: pd.DataFrame, schema: Schema, ref: _Reference, partitio
     if new_rows.empty:
         return []
     if ref.stats is not None:
-        return checks.check_skew(new_rows, ref.stats, schema, f"partition {newest} (vs the champion's reference)")
+        return feature_checks.check_skew(new_rows, ref.stats, schema, f"partition {newest} (vs the champion's reference)")
     older = features[~is_newest]
     if len(partitions) < 2 or older.empty:
         return []
     stats = compute_reference_stats(older, schema)
-    return checks.check_skew(new_rows, stats, schema, f"partition {newest} (vs the older partitions)")
+    return feature_checks.check_skew(new_rows, stats, schema, f"partition {newest} (vs the older partitions)")
 
 
 def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, Any] | None,
@@ -189,7 +196,7 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
             check="label_not_null", passed=False, severity=ERROR, column=label, source="structure",
             message=f"{n} row(s) have no label in column '{label}'; drop or label them",
             observed=f"{n} nulls", expected="no nulls",
-            examples=checks._examples(data, data[label].isna(), list(data.columns)[:8])))
+            examples=example_rows(data, data[label].isna(), list(data.columns)[:8])))
     if label in data.columns:
         found += checks.check_label_classes(data[label])
     return found
@@ -277,10 +284,10 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     timer.lap("great_expectations")
     v = config.validation
     if label is not None:
-        summary.findings += checks.check_label_leakage(data, schema, v.leakage_threshold)
-    summary.findings += checks.check_constant_columns(train, schema)
-    summary.findings += checks.check_id_like_columns(train, schema)
-    summary.findings += checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
+        summary.findings += feature_checks.check_label_leakage(data, schema, v.leakage_threshold)
+    summary.findings += feature_checks.check_constant_columns(train, schema)
+    summary.findings += feature_checks.check_id_like_columns(train, schema)
+    summary.findings += feature_checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
     summary.findings += _skew_findings(data, schema, ref, partitions)
     if scanned is not None:
         summary.findings = exact_overrides(summary.findings, scanned, suite, config)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from components.data.snapshot import encode_labels, infer_schema
+from components.data.encoding import encode_labels
+from components.data.snapshot import infer_schema
 
 
 def _frame(labels) -> pd.DataFrame:

@@ -9,7 +9,8 @@ import mlflow
 import numpy as np
 import pytest
 
-from components.data.snapshot import encode_labels, load_snapshot
+from components.data.encoding import encode_labels
+from components.data.snapshot import load_snapshot
 from components.evaluation.evaluate import evaluate_candidate
 from components.evaluation.metrics import compute_metrics
 from components.models.export import load_model_export

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from components.config import ModelConfig
-from components.data.snapshot import Preprocessing
+from components.data.encoding import Preprocessing
 from components.models.export import load_model_export, save_model_export
 from components.models.tabular import InputSpec, build_model, init_output_bias
 
