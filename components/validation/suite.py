@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,27 @@ def champion_suite(tracking_uri: str, config) -> tuple[dict[str, Any], dict[str,
         stats_file = found.files["reference/reference_stats.json"]
         stats = json.loads(Path(stats_file).read_text()) if stats_file else None
     return suite, stats, found.version
+
+
+@dataclass
+class Reference:
+    """The suite and reference statistics a run is judged against, and where they came from."""
+
+    suite: dict[str, Any] | None
+    stats: dict[str, Any] | None
+    source: str
+
+
+def resolve_reference(config, tracking_uri: str) -> Reference:
+    """The suite to run: the configured file, else the champion's stored one, else none (profile)."""
+    if config.validation.suite_path:
+        return Reference(load_suite_file(config.validation.suite_path), None, f"file {config.validation.suite_path}")
+    if config.validation.use_champion_suite and tracking_uri:
+        found = champion_suite(tracking_uri, config)
+        if found is not None:
+            suite, stats, version = found
+            return Reference(suite, stats, f"champion {config.registry.model_name} v{version} (reference/suite.json)")
+    return Reference(None, None, "profiled from this data's train split")
 
 
 def suite_schema(suite: dict[str, Any]) -> dict[str, Any] | None:

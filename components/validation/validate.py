@@ -58,10 +58,10 @@ from components.validation.findings import (
 )
 from components.validation.report import ValidationSummary, write_reports
 from components.validation.suite import (
-    champion_suite,
-    load_suite_file,
+    Reference,
     partition_rows,
     profile_suite,
+    resolve_reference,
     run_suite,
     suite_schema,
 )
@@ -137,25 +137,6 @@ def profile_data_suite(data_uri: str, config: Config) -> dict[str, Any]:
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Reference:
-    suite: dict[str, Any] | None
-    stats: dict[str, Any] | None
-    source: str
-
-
-def resolve_reference(config: Config, tracking_uri: str) -> _Reference:
-    """The suite to run: the configured file, else the champion's stored one, else none (profile)."""
-    if config.validation.suite_path:
-        return _Reference(load_suite_file(config.validation.suite_path), None, f"file {config.validation.suite_path}")
-    if config.validation.use_champion_suite and tracking_uri:
-        found = champion_suite(tracking_uri, config)
-        if found is not None:
-            suite, stats, version = found
-            return _Reference(suite, stats, f"champion {config.registry.model_name} v{version} (reference/suite.json)")
-    return _Reference(None, None, "profiled from this data's train split")
-
-
 def _schema_for(data: pd.DataFrame, config: Config, reference: dict[str, Any] | None, label: str | None) -> Schema:
     """Infer the schema from config; a reference suite's categorical columns stay categorical."""
     categorical = list(config.data.categorical)
@@ -166,7 +147,7 @@ def _schema_for(data: pd.DataFrame, config: Config, reference: dict[str, Any] | 
                         text_column=config.data.text_column)
 
 
-def _skew_findings(data: pd.DataFrame, schema: Schema, ref: _Reference, partitions: list[str]) -> list[Finding]:
+def _skew_findings(data: pd.DataFrame, schema: Schema, ref: Reference, partitions: list[str]) -> list[Finding]:
     """Newest partition vs the champion's reference stats, or vs the older partitions of this data."""
     if not partitions:
         return []
