@@ -61,6 +61,26 @@ def test_validation_of_a_tabular_task_does_not_import_torch(tmp_path):
     assert "torch" not in loaded, loaded
 
 
+
+def test_validation_of_the_causal_lm_task_does_not_import_torch(tmp_path):
+    from components.tasks.causal_lm.corpus import write_text_demo_data
+
+    write_text_demo_data(str(tmp_path / "data"), days=2)
+    loaded = _loaded_after(
+        f"""
+        from components.config import load_config
+        from components.validation.validate import validate_data
+        config = load_config(None, ["task.name=causal_lm", "data.key=doc_id", "data.text_column=text"])
+        result = validate_data("{tmp_path}/data", config, snapshot_dir="{tmp_path}/snapshot",
+                               data_docs_path="{tmp_path}/docs.html", report_path="{tmp_path}/report.md",
+                               tracking_uri="", mlflow_run_id="")
+        assert sum(result.rows.values()) > 0, result.rows
+        """,
+        tmp_path,
+    )
+    assert "great_expectations" in loaded  # it did run the suite (with the text expectations)
+    assert "torch" not in loaded, loaded
+
 def test_checkpoint_selection_reads_the_index_without_torch(tmp_path):
     root = tmp_path / "checkpoints"
     for step in (50, 100):

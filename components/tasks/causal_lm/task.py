@@ -10,29 +10,20 @@ checks of ``causality.py`` (``extra_checks``); the watcher judges length and byt
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
-from torch import nn
 
 from components.errors import DataValidationError
 from components.tasks.causal_lm import tokenizer
-from components.tasks.causal_lm.metrics import (
-    BYTES,
-    NLL,
-    TOKENS,
-    corpus_metrics,
-    document_losses,
-    sequence_losses,
-    token_losses,
-    weighted_metrics,
-)
-from components.tasks.causal_lm.model import GPT, LMConfig, lm_config
-from components.tasks.causal_lm.packing import IGNORE, pack_documents
+from components.tasks.causal_lm.sizes import LMConfig, lm_config
 from components.tasks.causal_lm.text_stats import text_checks, text_drift_columns
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
+
+if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
+    import torch
+    from torch import nn
 
 TOKENIZER = "bytes/v1"
 CHECK_ROWS = 4  # sequences the sequence checks probe (gradients per position: keep it small)
@@ -93,11 +84,15 @@ class CausalLM(TaskBase):
                 "unigram_counts": counts.tolist()}
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
+        from components.tasks.causal_lm.packing import pack_documents
+
         packed = pack_documents(self.texts(frame, state), int(state["model"]["seq_len"]))
         return Batch((packed.inputs, packed.doc_ids), packed.targets)
 
     # -- model ------------------------------------------------------------------------------------
     def build_model(self, config: Any, state: TaskState) -> nn.Module:
+        from components.tasks.causal_lm.model import GPT
+
         return GPT(LMConfig(**state["model"]))
 
     def shard_units(self, model: nn.Module) -> list[nn.Module]:
@@ -117,14 +112,22 @@ class CausalLM(TaskBase):
 
     # -- objective --------------------------------------------------------------------------------
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        from components.tasks.causal_lm.packing import IGNORE
+
         return torch.nn.functional.cross_entropy(
             outputs.float().reshape(-1, outputs.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
         )
 
     def row_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        from components.tasks.causal_lm.metrics import sequence_losses
+
         return sequence_losses(outputs, targets)
 
     def row_metrics(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        from components.tasks.causal_lm.metrics import token_losses
+
         byte_targets = ((targets >= 0) & (targets < tokenizer.BYTE_TOKENS)).sum(dim=1).clamp_min(1)
         return {"bits_per_byte": token_losses(outputs, targets).sum(dim=1) / math.log(2) / byte_targets}
 
@@ -138,6 +141,8 @@ class CausalLM(TaskBase):
 
     def extra_checks(self, factory, batch: Batch, state: TaskState) -> list:
         """The sequence checks (``causality.py``) on the first CHECK_ROWS sequences of the sample."""
+        import torch
+
         from components.tasks.causal_lm.causality import sequence_checks
 
         tokens, doc_ids = batch.inputs
@@ -164,9 +169,13 @@ class CausalLM(TaskBase):
     def predict(self, model: nn.Module, frame: pd.DataFrame, state: TaskState, reference: TaskState) -> np.ndarray:
         """Per document ``[nll_sum, predicted_tokens, bytes]``: bytes are the same whatever the tokenizer,
         so bits per byte compares models with different vocabularies."""
+        from components.tasks.causal_lm.metrics import document_losses
+
         return document_losses(model, self.texts(frame, state), seq_len=int(state["model"]["seq_len"]))
 
     def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+        from components.tasks.causal_lm.metrics import corpus_metrics
+
         return corpus_metrics(predictions)
 
     def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
@@ -174,6 +183,7 @@ class CausalLM(TaskBase):
         """The evaluation's paired bootstrap over DOCUMENTS: the same resample weights for every model
         (``components/evaluation/metrics.py``), each resample's metrics as ratios of re-weighted sums."""
         from components.evaluation.metrics import _resample_weights
+        from components.tasks.causal_lm.metrics import weighted_metrics
 
         if len(targets) == 0 or samples <= 0:
             return {name: {} for name in models}
@@ -186,6 +196,8 @@ class CausalLM(TaskBase):
 
     def baseline(self, targets: np.ndarray, state: TaskState) -> np.ndarray | None:
         """The unigram model's rows: the train split's byte frequencies, blind to context."""
+        from components.tasks.causal_lm.metrics import BYTES, NLL, TOKENS
+
         t = np.asarray(targets, dtype=np.float64).reshape(-1, 2)
         rows = np.zeros((len(t), 3))
         rows[:, NLL], rows[:, TOKENS], rows[:, BYTES] = t[:, 1], t[:, 0] + 1, t[:, 0]
@@ -231,6 +243,8 @@ class CausalLM(TaskBase):
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Any) -> dict[str, Any]:
         """The first sequences as token ids and their decoded text, with the document of every token."""
+        from components.tasks.causal_lm.packing import IGNORE
+
         tokens, doc_ids = batch.inputs
         rows = [{"tokens": tokens[i].tolist(), "doc_ids": doc_ids[i].tolist(), "text": tokenizer.decode(tokens[i]),
                  "targets": batch.targets[i].tolist()} for i in range(min(4, len(tokens)))]

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from components.tasks.causal_lm.model import GPT, LMConfig, flops_per_token
+from components.tasks.causal_lm.model import GPT, flops_per_token
+from components.tasks.causal_lm.sizes import LMConfig
 from components.training.throughput import flops_per_sample
 
 

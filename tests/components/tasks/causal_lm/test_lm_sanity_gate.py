@@ -18,7 +18,8 @@ from components.errors import SanityCheckError
 from components.sanity.gate import run_sanity_checks
 from components.tasks.causal_lm import make_task
 from components.tasks.causal_lm.corpus import write_text_demo_data
-from components.tasks.causal_lm.model import GPT, CausalSelfAttention, lm_config
+from components.tasks.causal_lm.model import GPT, CausalSelfAttention
+from components.tasks.causal_lm.sizes import lm_config
 from components.tasks.registry import _CACHE
 from components.training.standalone import build_snapshot
 
