@@ -28,10 +28,6 @@ PREDICT_BATCH = 8192
 DEFAULT_INIT_TOLERANCE = 0.25
 
 
-def preprocessing_of(state: TaskState) -> Preprocessing:
-    return Preprocessing.from_dict(state)
-
-
 def class_prior(y: torch.Tensor, n_classes: int) -> torch.Tensor:
     """Each class's share of the labels ``y`` (float64)."""
     import torch
@@ -81,7 +77,7 @@ class TabularClassification(TaskBase):
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
         import torch
 
-        prep = preprocessing_of(state)
+        prep = Preprocessing.from_dict(state)
         x_num, x_cat = encode_features(frame, prep)
         y = encode_labels(frame, state["label"], prep.classes)
         # copies: numpy views may be read-only
@@ -97,7 +93,7 @@ class TabularClassification(TaskBase):
     def input_spec(state: TaskState):
         from components.models.tabular import InputSpec
 
-        prep = preprocessing_of(state)
+        prep = Preprocessing.from_dict(state)
         return InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
 
     def init_model(self, model: nn.Module, state: TaskState, train_targets: torch.Tensor) -> None:
@@ -167,7 +163,7 @@ class TabularClassification(TaskBase):
 
         from components.errors import DataValidationError
 
-        prep = preprocessing_of(state)
+        prep = Preprocessing.from_dict(state)
         missing = [c for c in [*prep.numeric, *prep.categorical] if c not in frame.columns]
         if missing:
             raise DataValidationError(f"the rows to score lack feature column(s) {', '.join(missing)} that the model was trained on")
@@ -211,7 +207,7 @@ class TabularClassification(TaskBase):
         from components.sanity.first_batch import decode_first_batch
 
         x_num, x_cat = batch.inputs
-        return decode_first_batch(_TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), preprocessing_of(state),
+        return decode_first_batch(_TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), Preprocessing.from_dict(state),
                                   schema.label)
 
     def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:
