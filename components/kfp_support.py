@@ -71,6 +71,11 @@ def _exit_without_teardown(passed: list[bool]) -> None:
     os._exit(0)
 
 
+def warm_started() -> bool:
+    """Whether this process was forked from the warm-start server of a local run (``components.warm_start``)."""
+    return bool(getattr(sys.modules.get("components.warm_start.server"), "IN_CHILD", False))
+
+
 @contextmanager
 def step_status(name: str) -> Iterator[StepRecord]:
     """Record the step as running, then passed (with its result) or failed (with the error)."""
@@ -93,7 +98,9 @@ def step_status(name: str) -> Iterator[StepRecord]:
             import_seconds=imports.seconds,
             setup_seconds=record.setup_seconds,
         )
-        return {**split, "libraries": loaded_heavy_libraries(), "slowest_imports": imports.slowest()}
+        if warm_started():  # its libraries were loaded by the server before the step began
+            return {**split, "warm_start": True, "libraries": None, "slowest_imports": imports.slowest()}
+        return {**split, "warm_start": False, "libraries": loaded_heavy_libraries(), "slowest_imports": imports.slowest()}
 
     try:
         with import_clock() as imports:

@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import shlex
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 from components.config import TRIGGERS, Config, load_config
 from components.errors import ConfigError
 from components.kfp_support import STATUS_DIR_ENV
+from components.warm_start import WarmServer, client_prefix, running_server
 from pipelines.run_summary import build_summary, read_step_records
 
 DEMO_KEY_COLUMN = "customer_id"
@@ -174,45 +176,74 @@ def run_local(
     overrides = list(overrides or [])
     config = load_config(config_path, overrides)
     home_dir.mkdir(parents=True, exist_ok=True)
-    setup = {"cli_start_seconds": round(called - process_started, 3) if process_started else None}
-    if data_uri is None:
-        clock = time.time()
-        data_uri, demo_settings = ensure_demo_data_for(home_dir, config)
-        setup["demo_data_seconds"] = round(time.time() - clock, 3)
-        unset = [s for s in demo_settings if not any(o.startswith(s.split("=")[0] + "=") for o in overrides)]
-        if unset:
-            config = load_config(config_path, unset + overrides)
-    elif "://" not in data_uri:
-        data_uri = str(Path(data_uri).resolve())
-    _preflight(config, data_uri)
+    # The warm-start server imports the steps' libraries while this process goes on (demo data, KFP).
+    with running_server() as warm:
+        setup = {"cli_start_seconds": round(called - process_started, 3) if process_started else None}
+        if data_uri is None:
+            clock = time.time()
+            data_uri, demo_settings = ensure_demo_data_for(home_dir, config)
+            setup["demo_data_seconds"] = round(time.time() - clock, 3)
+            unset = [s for s in demo_settings if not any(o.startswith(s.split("=")[0] + "=") for o in overrides)]
+            if unset:
+                config = load_config(config_path, unset + overrides)
+        elif "://" not in data_uri:
+            data_uri = str(Path(data_uri).resolve())
+        _preflight(config, data_uri)
 
-    from components.tracking import local_tracking_uri
+        from components.tracking import local_tracking_uri
 
-    # No MLflow here: importing it costs the CLI a second or more. The first step (prepare_run) runs
-    # alone and creates the SQLite database before any other step writes to it.
-    tracking_uri = config.registry.tracking_uri or local_tracking_uri(home_dir)
+        # No MLflow here: importing it costs the CLI a second or more. The first step (prepare_run) runs
+        # alone and creates the SQLite database before any other step writes to it.
+        tracking_uri = config.registry.tracking_uri or local_tracking_uri(home_dir)
 
-    run_dir = _new_run_dir(home_dir)
-    status_dir = run_dir / "steps"
-    status_dir.mkdir()
-    started = time.time()
-    outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, quiet)
-    summary = build_summary(
-        status_dir,
-        run_dir=run_dir,
-        data_uri=data_uri,
-        config=config,
-        tracking_uri=tracking_uri,
-        trigger=trigger,
-        seconds=time.time() - started,
-        runner_error=outcome,
-        total_seconds=time.time() - (process_started or called),
-        setup_seconds=setup,
-    )
-    summary_path = run_dir / "summary.json"
-    summary["summary_path"] = str(summary_path.resolve())
-    summary_path.write_text(json.dumps(summary, indent=2, default=str))
+        run_dir = _new_run_dir(home_dir)
+        status_dir = run_dir / "steps"
+        status_dir.mkdir()
+        started = time.time()
+        outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, quiet, warm)
+        summary = build_summary(
+            status_dir,
+            run_dir=run_dir,
+            data_uri=data_uri,
+            config=config,
+            tracking_uri=tracking_uri,
+            trigger=trigger,
+            seconds=time.time() - started,
+            runner_error=outcome,
+            total_seconds=time.time() - (process_started or called),
+            setup_seconds=setup,
+        )
+        summary_path = run_dir / "summary.json"
+        summary["summary_path"] = str(summary_path.resolve())
+        summary_path.write_text(json.dumps(summary, indent=2, default=str))
+        if warm is not None and warm.log_text():
+            (run_dir / "warm_start.log").write_text(warm.log_text())
     return summary
+
+
+@contextlib.contextmanager
+def _steps_start_warm(warm: WarmServer | None) -> Iterator[None]:
+    """Have the KFP local runner start each step through the warm-start server.
+
+    ``SubprocessRunner(use_venv=False)`` puts this interpreter in place of ``python3`` in each step's
+    command (``replace_python_executable``, kfp 2.17); here it puts the warm-start client there instead.
+    """
+    if warm is None:
+        yield
+        return
+    from kfp.local import subprocess_task_handler
+
+    original = subprocess_task_handler.replace_python_executable
+    client = " ".join(shlex.quote(part) for part in client_prefix())
+
+    def through_server(full_command: list[str], new_executable: str) -> list[str]:
+        return original(full_command, client if new_executable == sys.executable else new_executable)
+
+    subprocess_task_handler.replace_python_executable = through_server
+    try:
+        yield
+    finally:
+        subprocess_task_handler.replace_python_executable = original
 
 
 def _run_pipeline(
@@ -224,6 +255,7 @@ def _run_pipeline(
     tracking_uri: str,
     trigger: str,
     quiet: bool,
+    warm: WarmServer | None = None,
 ) -> str | None:
     """Run the KFP pipeline with the local runner; its logs go to run_dir/pipeline.log."""
     from kfp import local
@@ -239,7 +271,7 @@ def _run_pipeline(
         with _output_to(run_dir / "pipeline.log") as terminal:
             if not quiet:
                 terminal.write(f"ctpipe: running the pipeline locally; logs: {run_dir / 'pipeline.log'}\n")
-            with _Progress(status_dir, terminal, quiet):
+            with _Progress(status_dir, terminal, quiet), _steps_start_warm(warm):
                 local.init(
                     local.SubprocessRunner(use_venv=False),
                     pipeline_root=str((home / "pipeline_root").resolve()),

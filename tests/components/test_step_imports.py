@@ -112,3 +112,14 @@ def test_the_model_steps_import_no_great_expectations_and_no_kubernetes(tmp_path
         tmp_path,
     )
     assert not {"great_expectations", "kubernetes"} & set(loaded), loaded
+
+
+def test_the_train_step_launches_ranks_without_torch_or_mlflow(tmp_path):
+    loaded = _loaded_after(
+        """
+        import components.training.launch, components.training.launchers.factory
+        import components.training.launchers.local
+        """,
+        tmp_path,
+    )
+    assert not {"torch", "mlflow", "great_expectations"} & set(loaded), loaded

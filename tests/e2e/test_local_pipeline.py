@@ -30,8 +30,8 @@ FAST = [
 ]
 
 
-def ctpipe(*args: str, home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true"}
+def ctpipe(*args: str, home: Path, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true", **env_vars}
     return subprocess.run(
         [sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True, env=env, timeout=900
     )
@@ -97,21 +97,17 @@ def test_first_run_succeeds_and_becomes_champion(first_run, home):
     assert champion.tags["ctpipe.blessed"] == "true"
 
 
-def test_first_run_records_each_steps_time_split_and_what_it_imported(first_run):
+def test_first_run_records_each_steps_time_split_and_starts_them_warm(first_run):
     assert first_run.returncode == 0
     summary = _summary(first_run)
     assert set(summary["step_timing"]) == set(summary["steps"])
     for step, split in summary["step_timing"].items():
         assert split["compute_seconds"] >= 0 and split["import_seconds"] >= 0, step
         assert split["overhead_seconds"] >= split["import_seconds"] + split["setup_seconds"], step
-    # The train step only launches the ranks: their start-up is overhead, and its own process loads
-    # neither torch nor MLflow; Great Expectations loads in validation only.
+        # Forked from the warm-start server: what the process had loaded says nothing about the step.
+        assert split["warm_start"] is True and split["libraries"] is None, step
+    # The train step only launches the ranks: their start-up is overhead.
     assert summary["step_timing"]["train"]["setup_seconds"] > 0
-    libraries = {step: set(split["libraries"]) for step, split in summary["step_timing"].items()}
-    assert libraries["train"].isdisjoint({"torch", "mlflow", "great_expectations"})
-    assert "great_expectations" in libraries["validate_data"]
-    assert all("great_expectations" not in libs for step, libs in libraries.items() if step != "validate_data")
-    assert "mlflow" not in libraries["select_checkpoint"]  # it logs nothing
     timing = summary["timing"]
     assert timing["total_seconds"] >= timing["compute_seconds"] > 0
     assert 0 < timing["orchestration_share"] < 1
@@ -150,10 +146,16 @@ def test_bad_data_fails_in_validation_and_leaves_the_champion(first_run, home, d
     frame.loc[frame.index[:5], "tenure_months"] = "twelve"
     frame.to_parquet(part, index=False)
 
-    result = ctpipe("run", "--data", str(bad), *sets(), home=home)
+    # Cold (every step a fresh interpreter, as a pod): each step record shows what its process loaded.
+    result = ctpipe("run", "--data", str(bad), *sets(), home=home, CTPIPE_WARM_START="0")
     assert result.returncode != 0
     summary = _summary(result)
     assert summary["steps"]["validate_data"] == "failed"
+    libraries = {step: split["libraries"] for step, split in summary["step_timing"].items()}
+    assert not any(split["warm_start"] for split in summary["step_timing"].values())
+    assert "mlflow" in libraries["prepare_run"]
+    assert not {"torch", "great_expectations"} & set(libraries["prepare_run"])
+    assert "torch" not in libraries["validate_data"]
     assert summary["steps"]["train"] == "skipped" and summary["steps"]["register"] == "skipped"
     assert "tenure_months" in summary["error"]["message"]
     assert "Traceback" not in result.stdout + result.stderr

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from components.errors import TrainingError
 from components.training.launchers.base import ERROR_FILE_ENV, WorkerLaunch
+from components.warm_start import warm_command
 
 POLL_SECONDS = 0.05
 KILL_GRACE_SECONDS = 3.0
@@ -108,8 +109,10 @@ class LocalLauncher:
             ERROR_FILE_ENV: str(error_file),
             "PYTHONUNBUFFERED": "1",
         }
+        # Through the warm-start server of a local run when there is one: a rank then starts with torch
+        # already imported.
         proc = subprocess.Popen(
-            launch.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            warm_command(launch.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
         return _Rank(rank, proc, error_file, self.echo)
 

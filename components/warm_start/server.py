@@ -1,0 +1,306 @@
+"""The warm-start server: import the steps' libraries once, then fork a child per process asked for.
+
+    python -m components.warm_start.server SOCKET_PATH [MODULE ...]   # MODULEs: preload these instead
+
+It listens first, then imports ``PRELOAD`` one module at a time in the order the pipeline needs them
+(KFP's executor, pandas and MLflow for the first step, Great Expectations, then torch), serving requests
+between two imports, so that a step never waits for a library it does not use. A request (from
+``client.py``) brings ``python``'s arguments, an environment, a working directory and three file
+descriptors; the child takes them over and runs the arguments as ``python`` would (``-m module`` or a
+script), then exits with their code. The server sends the child's wait status back, forwards the signals
+the client receives, and kills the child if the client goes away. Nothing of the preloaded libraries is
+used here before a fork (no threads, no OpenMP pool, no database connection), which is what makes forking
+them safe.
+
+Single-threaded on purpose: a fork while another thread imports would leave the child with a held
+import lock. The server stops when its stdin (a pipe from ``ctpipe run``) closes, stopping any child
+left.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import gc
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+
+# In the order the steps need them; a module that fails to import is skipped (the step then imports it
+# itself and reports the error where it belongs).
+PRELOAD = (
+    "kfp.dsl.executor",
+    "components.kfp_support",
+    "components.config",
+    "pandas",
+    "pyarrow.parquet",
+    "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "components.run_setup.prepare",
+    "great_expectations",
+    "components.validation.validate",
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "components.tasks.tabular",
+    "components.sanity.gate",
+    "components.training.launch",
+    "components.training.trainer",
+    "components.training.tracker",
+    "components.selection.select",
+    "components.models.export",
+    "components.evaluation.evaluate",
+    "mlflow.pyfunc",
+    "components.registration.register",
+)
+STOP_GRACE_SECONDS = 3.0
+# True in a child: the process was forked from the server (its libraries were loaded before it began).
+IN_CHILD = False
+PR_SET_PDEATHSIG = 1
+
+
+class _Child:
+    def __init__(self, pid: int, pidfd: int, conn: socket.socket) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.conn = conn
+
+
+class Server:
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.by_pidfd: dict[int, _Child] = {}
+        self.by_conn: dict[int, _Child] = {}
+
+    def serve(self, preload: tuple[str, ...] = PRELOAD) -> None:
+        pending = list(preload)
+        while True:
+            watched = [self.listener.fileno(), sys.stdin.fileno(), *self.by_conn, *self.by_pidfd]
+            ready, _, _ = select.select(watched, [], [], 0 if pending else None)
+            for fd in ready:
+                if fd == self.listener.fileno():
+                    self._accept()
+                elif fd == sys.stdin.fileno():
+                    if not os.read(fd, 4096):
+                        return
+                elif fd in self.by_pidfd:
+                    self._reap(self.by_pidfd[fd])
+                elif fd in self.by_conn:
+                    self._from_client(self.by_conn[fd])
+            if pending:
+                _preload(pending.pop(0))
+                if not pending:
+                    gc.collect()
+                    gc.freeze()  # the children share these objects' pages instead of copying them
+
+    def stop_children(self) -> None:
+        """Stop the children still running: SIGTERM, then SIGKILL after a grace period."""
+        children = list(self.by_pidfd.values())
+        for child in children:
+            _signal(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for child in children:
+            while time.monotonic() < deadline and os.waitpid(child.pid, os.WNOHANG) == (0, 0):
+                time.sleep(0.02)
+            _signal(child.pid, signal.SIGKILL)
+            self._reap(child)
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        fds: list[int] = []
+        try:
+            conn.settimeout(10)
+            header, fds, _, _ = socket.recv_fds(conn, 8, 3)
+            if len(header) != 8 or len(fds) != 3:
+                raise ValueError("a request starts with its length and three file descriptors")
+            request = json.loads(_recv_exactly(conn, struct.unpack("!Q", header)[0]))
+            conn.settimeout(None)
+            pid = os.fork()
+            if pid == 0:
+                self._become(request, fds, conn)
+            child = _Child(pid, os.pidfd_open(pid), conn)
+        except Exception as err:  # a bad request or no fork: the client then runs its process cold
+            print(f"ctpipe warm start: cannot serve a request: {err}", file=sys.stderr, flush=True)
+            _send(conn, b"C", 0)
+            conn.close()
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.by_pidfd[child.pidfd] = child
+        self.by_conn[conn.fileno()] = child
+
+    def _from_client(self, child: _Child) -> None:
+        try:
+            message = child.conn.recv(5)
+        except OSError:
+            message = b""
+        if not message:  # the client is gone (killed): so is its process
+            del self.by_conn[child.conn.fileno()]
+            _signal(child.pid, signal.SIGKILL)
+        elif message[:1] == b"S" and len(message) == 5:
+            _signal(child.pid, struct.unpack("!i", message[1:])[0])
+
+    def _reap(self, child: _Child) -> None:
+        if child.pidfd not in self.by_pidfd:
+            return
+        _, status = os.waitpid(child.pid, 0)
+        del self.by_pidfd[child.pidfd]
+        self.by_conn.pop(child.conn.fileno(), None)
+        os.close(child.pidfd)
+        _send(child.conn, b"X", status)
+        child.conn.close()
+
+    def _become(self, request: dict, fds: list[int], conn: socket.socket) -> None:
+        """In the child: take over the client's streams, environment and arguments; run; exit."""
+        global IN_CHILD
+        IN_CHILD = True
+        code = 1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server gone (killed): so is the child
+            self.listener.close()
+            conn.close()
+            for child in self.by_pidfd.values():
+                os.close(child.pidfd)
+                child.conn.close()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            _reconfigure_streams()
+            code = run_python(list(request["argv"]), request["cwd"])
+        except BaseException:  # noqa: BLE001 - the child must end here, never return into the server
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+
+def run_python(argv: list[str], cwd: str) -> int:
+    """Run ``python ARGV`` (``-m module args`` or ``script args``) in this process; its exit code.
+
+    As the interpreter would: ``sys.argv`` and ``sys.path[0]`` set the same way, an uncaught exception
+    printed, non-daemon threads joined and ``atexit`` handlers run before the exit.
+    """
+    code = 0
+    try:
+        if argv[0] == "-m":
+            sys.argv = argv[1:]
+            sys.path[0] = cwd
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as done:
+        code = _exit_code(done.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = 128 + signal.SIGINT
+    except BaseException:  # noqa: BLE001 - what the interpreter does with an uncaught exception
+        traceback.print_exc()
+        code = 1
+    threading._shutdown()  # type: ignore[attr-defined] - what the interpreter's exit does first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    return code
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _reconfigure_streams() -> None:
+    """stdout and stderr now write to the client's descriptors: buffer them as python would there."""
+    line_buffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=line_buffered or stream is sys.stderr or stream.isatty())
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
+def _recv_exactly(conn: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = conn.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            raise ConnectionError("the client closed the connection mid-request")
+        data += chunk
+    return bytes(data)
+
+
+def _send(conn: socket.socket, kind: bytes, value: int) -> None:
+    try:
+        conn.sendall(kind + struct.pack("!i", value))
+    except OSError:
+        pass
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _preload(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except Exception as err:  # noqa: BLE001 - the step that needs it imports it and reports the error
+        print(f"ctpipe warm start: did not preload {name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+
+
+def _listen(path: str) -> socket.socket:
+    """Listen on ``path``; the path appears only once connections are accepted (bind, listen, rename)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    staging = f"{path}.{os.getpid()}"
+    listener.bind(staging)
+    listener.listen(64)
+    os.rename(staging, path)
+    return listener
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m components.warm_start.server SOCKET_PATH [MODULE ...]", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops `ctpipe run`, which closes our stdin
+    server = Server(_listen(argv[0]))
+    try:
+        server.serve(tuple(argv[1:]) or PRELOAD)
+    finally:
+        server.stop_children()
+        try:
+            os.unlink(argv[0])
+        except OSError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as the importable module, not as __main__: the children read IN_CHILD from there.
+    from components.warm_start import server as _server
+
+    sys.exit(_server.main(sys.argv[1:]))

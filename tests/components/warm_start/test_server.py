@@ -1,0 +1,178 @@
+"""A process started through the warm-start server behaves as ``python`` would, and saves only time.
+
+Each test starts a real server (with a small preload list) and real clients; the processes are the
+ones a local run starts: ``python -m module args`` with their own environment, directory and streams.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from components.warm_start import SOCKET_ENV, client_prefix, running_server, warm_command
+
+PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    import components.warm_start.server as server
+    print(json.dumps({
+        "argv": sys.argv[1:],
+        "cwd": os.getcwd(),
+        "env": os.environ.get("PROBE_VALUE"),
+        "warm": server.IN_CHILD,
+        "preloaded": "email.mime.text" in sys.modules,
+        "pid": os.getpid(),
+    }), flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    mode = os.environ.get("PROBE_MODE", "")
+    if mode == "wait_for_sigterm":
+        import signal, time
+        def stop(signum, frame):
+            print("got SIGTERM", flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, stop)
+        print("ready", flush=True)
+        time.sleep(60)
+    if mode == "sleep":
+        import time
+        time.sleep(60)
+    if mode == "raise":
+        raise RuntimeError("the probe failed on purpose")
+    if mode == "kill_self":
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+    """
+)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "probe_module.py").write_text(PROBE)
+    return tmp_path
+
+
+@pytest.fixture
+def server():
+    with running_server(preload=("email.mime.text", "components.warm_start.server")) as warm:
+        assert warm is not None
+        yield warm
+
+
+def _start(workdir: Path, *args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        warm_command([sys.executable, "-m", "probe_module", *args]),
+        cwd=workdir,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _probe_output(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, dict, str]:
+    import json
+
+    out, err = proc.communicate(timeout=timeout)
+    first = out.splitlines()[0] if out else "{}"
+    return proc.returncode, json.loads(first), err
+
+
+def test_a_module_runs_in_a_forked_child_with_the_callers_arguments_environment_directory_and_streams(server, workdir):
+    proc = _start(workdir, "--flag", "value with spaces", PROBE_VALUE="from the caller", PROBE_EXIT="7")
+    code, seen, err = _probe_output(proc)
+    assert proc.args[: len(client_prefix())] == client_prefix()  # it went through the client
+    assert code == 7
+    assert seen["argv"] == ["--flag", "value with spaces"]
+    assert seen["cwd"] == str(workdir)  # `-m` found the module in the caller's directory, as python does
+    assert seen["env"] == "from the caller"
+    assert seen["warm"] is True and seen["preloaded"] is True
+    assert "to stderr" in err
+
+
+def test_an_uncaught_exception_is_printed_and_exits_1_as_python_would(server, workdir):
+    code, _, err = _probe_output(_start(workdir, PROBE_MODE="raise"))
+    assert code == 1
+    assert "RuntimeError: the probe failed on purpose" in err and "Traceback" in err
+
+
+def test_a_child_killed_by_a_signal_looks_killed_to_the_caller(server, workdir):
+    code, seen, _ = _probe_output(_start(workdir, PROBE_MODE="kill_self"))
+    assert seen["warm"] is True
+    assert code == -signal.SIGKILL, _
+
+
+def _wait_for_line(proc: subprocess.Popen, text: str) -> list[str]:
+    lines = []
+    while True:
+        line = proc.stdout.readline()
+        assert line, f"the process ended before printing {text!r}: {lines}"
+        lines.append(line)
+        if text in line:
+            return lines
+
+
+def test_sigterm_to_the_caller_reaches_the_child(server, workdir):
+    proc = _start(workdir, PROBE_MODE="wait_for_sigterm")
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert "got SIGTERM" in out
+    assert proc.returncode == 3
+
+
+def _gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_killed_caller_takes_its_child_with_it(server, workdir):
+    import json
+
+    proc = _start(workdir, PROBE_MODE="sleep")
+    child_pid = json.loads(proc.stdout.readline())["pid"]
+    assert child_pid != proc.pid
+    proc.kill()
+    proc.wait(timeout=10)
+    assert _gone(child_pid), "the forked child outlived its caller"
+
+
+def test_the_server_stops_its_children_when_the_run_ends(workdir):
+    import json
+
+    with running_server(preload=("components.warm_start.server",)):
+        proc = _start(workdir, PROBE_MODE="sleep")
+        child_pid = json.loads(proc.stdout.readline())["pid"]
+    assert _gone(child_pid)
+    proc.wait(timeout=10)
+    assert proc.returncode != 0
+    assert SOCKET_ENV not in os.environ
+
+
+def test_without_a_server_the_process_starts_cold(workdir, monkeypatch):
+    monkeypatch.setenv(SOCKET_ENV, str(workdir / "no-such.sock"))
+    proc = _start(workdir, PROBE_VALUE="cold", PROBE_EXIT="5")
+    code, seen, _ = _probe_output(proc)
+    assert proc.args[: len(client_prefix())] == client_prefix()
+    assert code == 5 and seen["env"] == "cold" and seen["warm"] is False
+
+
+def test_warm_start_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("CTPIPE_WARM_START", "0")
+    with running_server() as warm:
+        assert warm is None
+        assert SOCKET_ENV not in os.environ
+        assert warm_command([sys.executable, "-m", "x"]) == [sys.executable, "-m", "x"]
