@@ -83,6 +83,9 @@ class Server:
 
     def serve(self, preload: tuple[str, ...] = PRELOAD) -> None:
         pending = list(preload)
+        # The collector's passes over the objects that imports create are a third of the import time
+        # (5.6 s -> 3.8 s for these libraries); what they would free is a few import-time cycles.
+        gc.disable()
         while True:
             watched = [self.listener.fileno(), sys.stdin.fileno(), *self.by_conn, *self.by_pidfd]
             ready, _, _ = select.select(watched, [], [], 0 if pending else None)
@@ -99,8 +102,8 @@ class Server:
             if pending:
                 _preload(pending.pop(0))
                 if not pending:
-                    gc.collect()
                     gc.freeze()  # the children share these objects' pages instead of copying them
+                    gc.enable()
 
     def stop_children(self) -> None:
         """Stop the children still running: SIGTERM, then SIGKILL after a grace period."""
@@ -174,6 +177,9 @@ class Server:
                 os.close(child.pidfd)
                 child.conn.close()
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            # A child forked while the server preloads: what was imported stays out of its collections.
+            gc.freeze()
+            gc.enable()
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
                 os.close(fd)

@@ -20,7 +20,7 @@ from components.warm_start import SOCKET_ENV, client_prefix, running_server, war
 
 PROBE = textwrap.dedent(
     """
-    import json, os, sys
+    import gc, json, os, sys
     import components.warm_start.server as server
     print(json.dumps({
         "argv": sys.argv[1:],
@@ -29,6 +29,7 @@ PROBE = textwrap.dedent(
         "warm": server.IN_CHILD,
         "preloaded": "email.mime.text" in sys.modules,
         "pid": os.getpid(),
+        "gc": gc.isenabled(),
     }), flush=True)
     print("to stderr", file=sys.stderr, flush=True)
     mode = os.environ.get("PROBE_MODE", "")
@@ -94,6 +95,7 @@ def test_a_module_runs_in_a_forked_child_with_the_callers_arguments_environment_
     assert seen["cwd"] == str(workdir)  # `-m` found the module in the caller's directory, as python does
     assert seen["env"] == "from the caller"
     assert seen["warm"] is True and seen["preloaded"] is True
+    assert seen["gc"] is True  # the server preloads with the collector off; the child has it back
     assert "to stderr" in err
 
 
