@@ -132,3 +132,25 @@ def test_compile_from_the_wheel_gives_a_cluster_pipeline(installed):
     assert images == {config.kubernetes.image}
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
     assert all(e["secretAsEnv"] for e in executors.values())
+
+
+def test_a_local_run_starts_its_steps_warm_from_the_wheel(installed):
+    """The warm-start client and server are files of the wheel, and a process goes through them there."""
+    _, python, work, fresh_site = installed
+    (work / "probe_warm.py").write_text(
+        "import components.warm_start.server as s; print('warm' if s.IN_CHILD else 'cold', s.__file__)\n"
+    )
+    code = (
+        "import subprocess, sys\n"
+        "from components.warm_start import CLIENT, running_server, warm_command\n"
+        "print(CLIENT)\n"
+        "with running_server(preload=('json',)) as warm:\n"
+        "    assert warm is not None\n"
+        "    done = subprocess.run(warm_command([sys.executable, '-m', 'probe_warm']), capture_output=True, text=True)\n"
+        "    print(done.stdout.strip(), done.returncode)\n"
+    )
+    out = subprocess.run([str(python), "-c", code], cwd=work, env=_clean_env(), capture_output=True, text=True,
+                         check=True, timeout=120).stdout.splitlines()
+    client, (mode, server_file, code) = Path(out[0]), out[1].split()
+    assert client.is_file() and client.is_relative_to(fresh_site), client
+    assert mode == "warm" and Path(server_file).is_relative_to(fresh_site) and code == "0", out
