@@ -41,11 +41,11 @@ PRELOAD = (
     "kfp.dsl.executor",
     "components.kfp_support",
     "components.config",
-    "pandas",
-    "pyarrow.parquet",
     "mlflow",
     "mlflow.store.tracking.sqlalchemy_store",
     "components.run_setup.prepare",
+    "pandas",
+    "pyarrow.parquet",
     "great_expectations",
     "components.validation.validate",
     "torch",
@@ -309,4 +309,6 @@ if __name__ == "__main__":
     # Run as the importable module, not as __main__: the children read IN_CHILD from there.
     from components.warm_start import server as _server
 
-    sys.exit(_server.main(sys.argv[1:]))
+    code = _server.main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)  # no teardown of the preloaded libraries (~0.3 s): nothing of them is in use here
