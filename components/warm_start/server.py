@@ -187,6 +187,7 @@ class Server:
             os.environ.clear()
             os.environ.update(request["env"])
             _reconfigure_streams()
+            _apply_thread_count()
             code = run_python(list(request["argv"]), request["cwd"])
         except BaseException:  # noqa: BLE001 - the child must end here, never return into the server
             traceback.print_exc()
@@ -245,6 +246,15 @@ def _reconfigure_streams() -> None:
             stream.reconfigure(line_buffering=line_buffered or stream is sys.stderr or stream.isatty())
         except (AttributeError, OSError, ValueError):
             pass
+
+
+def _apply_thread_count() -> None:
+    """torch's OpenMP pool took its size from the server's environment when it loaded: apply the
+    caller's ``OMP_NUM_THREADS`` (a cold interpreter would have read it at import)."""
+    torch = sys.modules.get("torch")
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if torch is not None and value.isdigit() and int(value) > 0 and int(value) != torch.get_num_threads():
+        torch.set_num_threads(int(value))
 
 
 def _recv_exactly(conn: socket.socket, size: int) -> bytes:

@@ -30,6 +30,7 @@ PROBE = textwrap.dedent(
         "preloaded": "email.mime.text" in sys.modules,
         "pid": os.getpid(),
         "gc": gc.isenabled(),
+        "threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None,
     }), flush=True)
     print("to stderr", file=sys.stderr, flush=True)
     mode = os.environ.get("PROBE_MODE", "")
@@ -178,3 +179,19 @@ def test_warm_start_can_be_turned_off(monkeypatch):
         assert warm is None
         assert SOCKET_ENV not in os.environ
         assert warm_command([sys.executable, "-m", "x"]) == [sys.executable, "-m", "x"]
+
+
+def test_a_module_that_cannot_be_preloaded_is_named_in_the_log_and_processes_still_start(workdir):
+    with running_server(preload=("no_such_module_for_ctpipe", "components.warm_start.server")) as warm:
+        code, seen, _ = _probe_output(_start(workdir, PROBE_EXIT="0"))
+        assert code == 0 and seen["warm"] is True
+        deadline = time.monotonic() + 10
+        while "no_such_module_for_ctpipe" not in warm.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "did not preload no_such_module_for_ctpipe: ModuleNotFoundError" in warm.log_text()
+
+
+def test_the_callers_thread_count_reaches_a_preloaded_torch(workdir):
+    with running_server(preload=("torch", "components.warm_start.server")):
+        code, seen, _ = _probe_output(_start(workdir, OMP_NUM_THREADS="1"))
+        assert code == 0 and seen["warm"] is True and seen["threads"] == 1
