@@ -112,10 +112,15 @@ class Server:
             _signal(child.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         for child in children:
-            while time.monotonic() < deadline and os.waitpid(child.pid, os.WNOHANG) == (0, 0):
+            while time.monotonic() < deadline:
+                pid, status = os.waitpid(child.pid, os.WNOHANG)
+                if pid:
+                    self._finish(child, status)
+                    break
                 time.sleep(0.02)
-            _signal(child.pid, signal.SIGKILL)
-            self._reap(child)
+            else:
+                _signal(child.pid, signal.SIGKILL)
+                self._reap(child)
 
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
@@ -154,9 +159,12 @@ class Server:
             _signal(child.pid, struct.unpack("!i", message[1:])[0])
 
     def _reap(self, child: _Child) -> None:
-        if child.pidfd not in self.by_pidfd:
-            return
-        _, status = os.waitpid(child.pid, 0)
+        """Wait for the child (its pidfd said it ended, or it was killed) and report its status."""
+        if child.pidfd in self.by_pidfd:
+            self._finish(child, os.waitpid(child.pid, 0)[1])
+
+    def _finish(self, child: _Child, status: int) -> None:
+        """The child has been waited for: tell its client how it ended and forget it."""
         del self.by_pidfd[child.pidfd]
         self.by_conn.pop(child.conn.fileno(), None)
         os.close(child.pidfd)

@@ -45,6 +45,11 @@ PROBE = textwrap.dedent(
     if mode == "sleep":
         import time
         time.sleep(60)
+    if mode == "ignore_sigterm":
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ready", flush=True)
+        time.sleep(60)
     if mode == "raise":
         raise RuntimeError("the probe failed on purpose")
     if mode == "kill_self":
@@ -161,7 +166,7 @@ def test_the_server_stops_its_children_when_the_run_ends(workdir):
         child_pid = json.loads(proc.stdout.readline())["pid"]
     assert _gone(child_pid)
     proc.wait(timeout=10)
-    assert proc.returncode != 0
+    assert proc.returncode == -signal.SIGTERM  # stopped (SIGTERM first), and its caller told so
     assert SOCKET_ENV not in os.environ
 
 
@@ -195,3 +200,11 @@ def test_the_callers_thread_count_reaches_a_preloaded_torch(workdir):
     with running_server(preload=("torch", "components.warm_start.server")):
         code, seen, _ = _probe_output(_start(workdir, OMP_NUM_THREADS="1"))
         assert code == 0 and seen["warm"] is True and seen["threads"] == 1
+
+
+def test_a_child_that_ignores_sigterm_is_killed_when_the_run_ends(workdir):
+    with running_server(preload=("components.warm_start.server",)):
+        proc = _start(workdir, PROBE_MODE="ignore_sigterm")
+        _wait_for_line(proc, "ready")
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
