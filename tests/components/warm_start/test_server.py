@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from components.warm_start import SOCKET_ENV, client_prefix, running_server, warm_command
+from tests.fixtures.processes import gone_within
 
 PROBE = textwrap.dedent(
     """
@@ -136,17 +137,6 @@ def test_sigterm_to_the_caller_reaches_the_child(server, workdir):
     assert proc.returncode == 3
 
 
-def _gone(pid: int, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_killed_caller_takes_its_child_with_it(server, workdir):
     import json
 
@@ -155,7 +145,7 @@ def test_a_killed_caller_takes_its_child_with_it(server, workdir):
     assert child_pid != proc.pid
     proc.kill()
     proc.wait(timeout=10)
-    assert _gone(child_pid), "the forked child outlived its caller"
+    assert gone_within(child_pid), "the forked child outlived its caller"
 
 
 def test_the_server_stops_its_children_when_the_run_ends(workdir):
@@ -164,7 +154,7 @@ def test_the_server_stops_its_children_when_the_run_ends(workdir):
     with running_server(preload=("components.warm_start.server",)):
         proc = _start(workdir, PROBE_MODE="sleep")
         child_pid = json.loads(proc.stdout.readline())["pid"]
-    assert _gone(child_pid)
+    assert gone_within(child_pid)
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGTERM  # stopped (SIGTERM first), and its caller told so
     assert SOCKET_ENV not in os.environ

@@ -6,7 +6,6 @@ their clients.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.warm_start import running_server
+from tests.fixtures.processes import gone_within
 
 LAUNCH = textwrap.dedent(
     """
@@ -39,17 +39,6 @@ LAUNCH = textwrap.dedent(
 )
 
 
-def _gone(pid: int, timeout: float = 15) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_sigterm_stops_the_ranks_and_exits_with_the_signal(tmp_path: Path, warm: bool):
     def launch() -> None:
@@ -66,7 +55,7 @@ def test_sigterm_stops_the_ranks_and_exits_with_the_signal(tmp_path: Path, warm:
         step.send_signal(signal.SIGTERM)
         assert step.wait(timeout=30) == 128 + signal.SIGTERM
         for pid in ranks:
-            assert _gone(pid), f"rank process {pid} outlived its cancelled step"
+            assert gone_within(pid), f"rank process {pid} outlived its cancelled step"
 
     if warm:
         with running_server(preload=("components.training.launchers.local",)) as server:
