@@ -70,7 +70,7 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     timed_run(check_init_loss, ctx, cfg.sanity.init_loss_tolerance)
     timed_run(check_input_dependence, ctx)
     timed_run(check_gradients_flow, ctx)
-    timed_run(check_batch_independence, ctx)
+    timed_run(check_independence, ctx)
     timed_run(task_checks, ctx)
     timed_run(check_overfit_one_batch, ctx, cfg, tracker)
     timed_run(check_short_training, ctx, cfg, tracker)
@@ -165,6 +165,11 @@ def check_gradients_flow(ctx: CheckContext) -> CheckResult:
                  "torch.no_grad() or an unused layer), so it would never train; freeze parameters on purpose with "
                  "requires_grad=False")
     return CheckResult("gradients_flow", ok, reached, "every trainable parameter > 0, norm finite", text)
+
+
+def check_independence(ctx: CheckContext) -> list[CheckResult]:
+    """Batch independence (``independence.py``) of a fresh model initialised as the trainer does."""
+    return check_batch_independence(ctx.trained_init(), ctx.data.train)
 
 
 def overfit_batch_rows(y, size: int):

@@ -9,12 +9,9 @@ the batch dimension where a feature dimension was meant shows up here before tra
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from components.sanity.report import CheckResult
-
-if TYPE_CHECKING:
-    from components.sanity.checks import CheckContext
 
 INDEPENDENCE_ROWS = 8
 INDEPENDENCE_TOL = 1e-6
@@ -88,7 +85,7 @@ def _perturbation_leak(model, inputs: tuple) -> tuple[float, tuple[int, int]]:
     return worst, where
 
 
-def check_batch_independence(ctx: CheckContext) -> list[CheckResult]:
+def check_batch_independence(model: Any, examples: Any) -> list[CheckResult]:
     """No example's output depends on another example's input: all pairs of a small batch, in eval and in
     train mode.
 
@@ -97,8 +94,7 @@ def check_batch_independence(ctx: CheckContext) -> list[CheckResult]:
     """
     from torch import nn
 
-    model = ctx.trained_init()
-    sample = ctx.data.train.select(slice(0, INDEPENDENCE_ROWS))
+    sample = examples.select(slice(0, INDEPENDENCE_ROWS))
     rows = len(sample)
     batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     out = []
