@@ -9,6 +9,9 @@ sampling noise does not pass an effect-size threshold:
 * categorical columns: PSI and the chi-square test (as Cramer's V) over the reference's categories,
   where categories expected fewer than 5 times in the window are merged into one bucket (the
   chi-square rule), and the share of rows whose category the reference never saw, on its own;
+* distribution columns (a histogram summed over documents, e.g. ``text__byte_unigram``: the 256 byte
+  values of a text): PSI over merged bins with a p-value from a bootstrap over documents
+  (``histogram_drift.py``, which says why not over bytes);
 * every column: the fraction of nulls, on its own (values are compared without their nulls).
 
 PSI's p-value: for two samples of n and m rows from one distribution over k bins, PSI * n*m/(n+m) is
@@ -46,7 +49,7 @@ class ColumnDrift:
     """The drift tests of one column and the verdict."""
 
     column: str
-    kind: str  # numeric | categorical | missing
+    kind: str  # numeric | categorical | distribution | missing
     rows: int
     null_fraction: float
     reference_null_fraction: float
@@ -237,7 +240,7 @@ def numeric_drift(
             tests["ks"] = {"value": float(np.max(np.abs(current_cdf - np.linspace(0, 1, len(quantiles))))), "p_value": None}
     tests["null_fraction"] = null_fraction_test(nulls, len(series), float(reference.get("null_fraction", 0.0)), reference_rows)
     labels = _edge_labels(inner)
-    return _verdict(
+    return column_verdict(
         column, "numeric", len(series), nulls, reference, tests, watch, labels, expected.tolist(), actual.tolist()
     )
 
@@ -281,10 +284,10 @@ def categorical_drift(
         if not n:
             bins, ref_fracs = [], []
     tests["null_fraction"] = null_fraction_test(nulls, len(series), float(reference.get("null_fraction", 0.0)), reference_rows)
-    return _verdict(column, "categorical", len(series), nulls, reference, tests, watch, bins, ref_fracs, cur_fracs)
+    return column_verdict(column, "categorical", len(series), nulls, reference, tests, watch, bins, ref_fracs, cur_fracs)
 
 
-def _verdict(
+def column_verdict(
     column: str,
     kind: str,
     rows: int,
@@ -342,8 +345,15 @@ def compute_drift(
     *,
     window: list[str] | None = None,
     champion_version: str | None = None,
+    histograms: dict[str, pd.DataFrame] | None = None,
 ) -> DriftReport:
-    """Compare every reference column with the current rows; a missing column counts as drifted."""
+    """Compare every reference column with the current rows; a missing column counts as drifted.
+
+    ``histograms``: the window's per-row counts of the reference's ``distributions`` (``Task.drift_histograms``).
+    """
+    # histogram_drift builds on this module's tests and verdict, so it is imported here, not at the top.
+    from pipelines.triggers.histogram_drift import histogram_drift
+
     columns: dict[str, ColumnDrift] = {}
     for kind, compare in (("numeric", numeric_drift), ("categorical", categorical_drift)):
         for column, ref in (reference.get(kind) or {}).items():
@@ -353,6 +363,13 @@ def compute_drift(
                 )
                 continue
             columns[column] = compare(column, current[column], ref, watch, reference_rows=int(reference.get("rows", 0)))
+    for column, ref in (reference.get("distributions") or {}).items():
+        if column in (histograms or {}):
+            columns[column] = histogram_drift(column, histograms[column], ref, watch)
+        else:
+            columns[column] = ColumnDrift(
+                column, "missing", 0, 1.0, float(ref.get("null_fraction", 0.0)), {}, "missing", 1.0, 0.0, True
+            )
     return DriftReport(
         rows=len(current),
         reference_rows=int(reference.get("rows", 0)),
