@@ -83,7 +83,8 @@ class HistogramStats:
 
     def to_dict(self) -> dict[str, Any]:
         return {"labels": self.labels, "counts": [int(c) for c in self.counts],
-                "outer": [[float(v) for v in row] for row in self.outer], "rows": self.rows,
+                # Sums of products of counts are whole numbers: as ints the 256 x 256 of bytes take ~1/3 less.
+                "outer": [[int(v) for v in row] for row in self.outer], "rows": self.rows,
                 "documents": self.documents,
                 "null_fraction": (self.rows - self.documents) / self.rows if self.rows else 0.0}
 
