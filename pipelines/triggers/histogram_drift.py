@@ -3,24 +3,24 @@
 The reference holds the train split's counts per bin summed over its documents, their number, and the
 sum of each document's counts times themselves (``reference_stats.json`` ``distributions``); the window
 gives each document's counts (``Task.drift_histograms``). The effect size is PSI between the two summed
-histograms over bins merged as drift.py merges categories, with DOCUMENTS as the sample size: a bucket
-is expected in at least 5 of the window's documents' worth of bytes, the rest share one bucket (where
-bytes the reference never saw land too). Its threshold is ``watch.psi_threshold`` or
+histograms over bins merged as categories are (column_drift.py), with DOCUMENTS as the sample size: a
+bucket is expected in at least 5 of the window's documents' worth of bytes, the rest share one bucket
+(where bytes the reference never saw land too). Its threshold is ``watch.psi_threshold`` or
 ``watch.column_thresholds.<column>.psi``; it drifts only when also significant (``watch.max_p_value``).
 
 The p-value counts documents, not bytes, as the independent draws. The bytes of one document are not
-independent (a document about ``lambda`` repeats its letters, an ASCII table its dashes), so drift.py's
-multinomial bound with n = bytes is far too narrow: new help-topic documents of the demo get p ~ 1e-159
-there. Plugging n = documents into that bound would be valid but loose (PSI ~0.7 for 415 documents over
-100 bins: no real change would ever be significant). So the histogram's fractions get the variance
-that a bootstrap over documents would show, computed exactly instead of resampled (the delta method for
-a ratio of sums: fractions p = sum(c_i) / L over documents with counts c_i and L bytes in all have
-Cov(p) = (I - p 1^T) sum(c_i c_i^T) (I - 1 p^T) / L^2), from both sides' documents pooled, as under
-"same distribution" they come from one population (a bootstrap of the window alone misses odd documents
-that sit in the reference). PSI is to first order the quadratic form sum_b (a_b - e_b)^2 / e_b of the
-difference of the fractions; its mean and variance under that covariance fit a scaled chi-square
-a * chi2(nu) (Satterthwaite), whose tail is the p-value; ``noise_bound`` is the PSI reaching
-``watch.max_p_value``. With one byte per document it is drift.py's bound.
+independent (a document about ``lambda`` repeats its letters, an ASCII table its dashes), so the
+multinomial bound (column_drift.psi_p_value) with n = bytes is far too narrow: new help-topic documents
+of the demo get p ~ 1e-159 there. With n = documents that bound would be valid but loose: PSI 0.21 for
+the demo's 415 documents over 20 buckets, where the module docstrings reach 0.059. So the histogram's
+fractions get the variance that a bootstrap over documents would show, computed exactly instead of
+resampled (the delta method for a ratio of sums: fractions p = sum(c_i) / L over documents with counts
+c_i and L bytes in all have Cov(p) = (I - p 1^T) sum(c_i c_i^T) (I - 1 p^T) / L^2), from both sides'
+documents pooled, as under "same distribution" they come from one population (a bootstrap of the window
+alone misses odd documents that sit in the reference). PSI is to first order the quadratic form sum_b
+(a_b - e_b)^2 / e_b of the difference of the fractions; its mean and variance under that covariance fit a
+scaled chi-square a * chi2(nu) (Satterthwaite), whose tail is the p-value; ``noise_bound`` is the PSI
+reaching ``watch.max_p_value``. With one byte per document it is column_drift.psi_p_value's bound.
 
 Known limit: the tail is a normal approximation, too thin when a handful of documents hold most of a
 bin (the demo's ASCII tables hold most of its dashes): with the effect threshold off, 3 of 400 random
@@ -36,7 +36,7 @@ import pandas as pd
 from scipy import stats
 
 from components.config import WatchConfig
-from pipelines.triggers.drift import (
+from pipelines.triggers.column_drift import (
     RARE_CATEGORY,
     ColumnDrift,
     column_verdict,
@@ -47,7 +47,7 @@ from pipelines.triggers.drift import (
 
 # The figure shows the buckets whose fractions differ most (a byte histogram has ~100 buckets).
 FIGURE_BUCKETS = 30
-_EPSILON = 1e-4  # as drift.psi: an empty bucket keeps PSI finite
+_EPSILON = 1e-4  # as column_drift.psi: an empty bucket keeps PSI finite
 
 
 def fraction_covariance(counts: np.ndarray, outer: np.ndarray, documents: int) -> np.ndarray:
@@ -80,7 +80,7 @@ def histogram_drift(column: str, per_row: pd.DataFrame, reference: dict[str, Any
         raise ValueError(f"drift histogram '{column}': the window's bins ({per_row.shape[1]}, first "
                          f"{list(per_row.columns)[:3]}) differ from the reference's ({len(labels)}, first "
                          f"{labels[:3]}); the champion's reference_stats.json was written by another task version")
-    counts = per_row.to_numpy(dtype=np.float64)
+    counts = per_row.to_numpy()
     documents = counts[counts.sum(axis=1) > 0]
     n, m = len(documents), int(reference.get("documents", 0))
     reference_counts = np.asarray(reference.get("counts") or [], dtype=np.float64)
@@ -95,7 +95,8 @@ def histogram_drift(column: str, per_row: pd.DataFrame, reference: dict[str, Any
         membership = np.zeros((len(labels), len(buckets)))
         for j, bucket in enumerate(buckets):
             membership[[position[label] for label in bucket], j] = 1.0
-        window_counts, bucketed = documents.sum(axis=0) @ membership, documents @ membership
+        bucketed = documents @ membership  # documents x buckets, float64
+        window_counts = bucketed.sum(axis=0)
         expected_counts = reference_counts @ membership
         expected, observed = expected_counts / expected_counts.sum(), window_counts / window_counts.sum()
         value = psi(expected, observed)

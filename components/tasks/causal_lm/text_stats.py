@@ -69,7 +69,7 @@ def text_drift_columns(texts: pd.Series, prefix: str) -> pd.DataFrame:
 def text_byte_counts(texts: pd.Series, prefix: str) -> dict[str, pd.DataFrame]:
     """``{"<prefix>__byte_unigram": counts}``: per document, how often each byte value occurs (a row of 256
     counts, columns ``BYTE_LABELS``; all zero where not text)."""
-    counts = np.zeros((len(texts), 256), dtype=np.int64)
+    counts = np.zeros((len(texts), 256), dtype=np.int32)  # half of int64: a window may hold many documents
     for row, value in enumerate(texts):
         b = as_bytes(value)
         if b:
