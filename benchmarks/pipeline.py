@@ -1,6 +1,6 @@
 """Pipeline benchmark: a newcomer's first `ctpipe run` (demo data, default config, fresh home), split by step.
 
-    python benchmarks/pipeline.py [--set train.max_steps=300 ...] [--keep DIR]
+    python benchmarks/pipeline.py [--set train.max_steps=300 ...] [--keep DIR] [--cold]
 
 It runs ``ctpipe run`` as a new process on a fresh temporary home (so the demo data and the MLflow
 database are created, as on a first run), times it from outside, and reads the step records of the
@@ -16,7 +16,10 @@ run (``runs/<id>/summary.json``, ``step_timing``). Each step's split (components
 runner between steps, the CLI's own start, the demo data and the MLflow set-up. ``orchestration_share``
 = (``seconds`` − Σ ``compute_seconds``) / ``seconds``, with ``seconds`` the wall time of the whole
 ``ctpipe run`` process. ``before_first_step_seconds`` is the CLI's own part before the first step's
-process starts. The figures depend on the machine and its load (``load_average`` is reported, before
+process starts. Steps and training ranks start warm (forked from the run's warm-start server,
+``components/warm_start``), as ``ctpipe run`` does by default; ``--cold`` (``CTPIPE_WARM_START=0``)
+starts each in a fresh interpreter, as each step's pod does on a cluster; ``warm_start`` in the result
+says which it was. The figures depend on the machine and its load (``load_average`` is reported, before
 and after): compare runs on the same machine. The last line printed is one JSON object.
 """
 
@@ -51,6 +54,7 @@ def step_split(summary: dict) -> dict[str, dict]:
             "overhead_seconds": split["overhead_seconds"],
             "process_seconds": split.get("process_seconds"),
             "setup_seconds": split.get("setup_seconds", 0.0),
+            "warm_start": bool(split.get("warm_start")),
             "slowest_imports": split.get("slowest_imports", {}),
         }
     return steps
@@ -73,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--keep", metavar="DIR", help="use DIR (must not exist) as the home and keep it")
+    parser.add_argument("--cold", action="store_true", help="every step and rank in a fresh interpreter (no warm start)")
     args = parser.parse_args(argv)
 
     tmp = None if args.keep else tempfile.mkdtemp(prefix="ctpipe-pipeline-bench-")
@@ -83,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     for override in args.overrides:
         command += ["--set", override]
     env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    if args.cold:
+        env["CTPIPE_WARM_START"] = "0"
     load_before = os.getloadavg()
     try:
         launched = time.time()
@@ -111,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             "compute_seconds": round(compute, 2),
             "orchestration_seconds": round(seconds - compute, 2),
             "before_first_step_seconds": None if first is None else round(first - launched, 2),
+            "warm_start": bool(steps) and all(s["warm_start"] for s in steps.values()),
             "steps": steps,
             "test": test_metrics(home),
             "training_samples_per_second": round(summary["training"].get("samples_per_second", 0.0), 1),

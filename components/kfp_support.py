@@ -1,9 +1,10 @@
 """What every KFP component adapter shares: the project image and step status records.
 
-Adapters import this module inside their bodies (KFP runs the body in a fresh interpreter). A step
-record carries the step's time split (``timing``, from ``components.timing.step_timing``), the heavy
-libraries its process loaded and its slowest imports; a step process that passed exits without the
-interpreter's teardown.
+Adapters import this module inside their bodies (KFP runs the body in a fresh interpreter on a
+cluster; a local run forks it from its warm-start server, ``components.warm_start``). A step record
+carries the step's time split (``timing``, from ``components.timing.step_timing``), whether it started
+warm, the heavy libraries its process loaded (cold starts only) and its slowest imports; a step process
+that passed exits without the interpreter's teardown.
 """
 
 from __future__ import annotations

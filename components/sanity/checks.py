@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from components.config import Config
+from components.sanity.independence import check_batch_independence
 from components.sanity.paired_gain import PairedGain, paired_gain
 from components.sanity.report import CheckResult, SanityResult
 from components.sanity.sample import SanityData
@@ -46,8 +47,6 @@ from components.sanity.short_training import (
 
 __all__ = ["CheckResult", "SanityResult", "check_model"]
 
-INDEPENDENCE_ROWS = 8
-INDEPENDENCE_TOL = 1e-6
 INPUT_DEPENDENCE_MIN = 1e-6
 GRADIENT_ROWS = 64
 
@@ -58,7 +57,7 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     (None: the task's own loss)."""
     tracker = StepTracker()
     timed: list[CheckResult] = []
-    ctx = _Context(factory, data, task, loss_fn or task.loss, loss_fn)
+    ctx = CheckContext(factory, data, task, loss_fn or task.loss, loss_fn)
 
     def timed_run(fn, *args):
         start = time.perf_counter()
@@ -79,12 +78,12 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     return timed
 
 
-def task_checks(ctx: _Context) -> list[CheckResult]:
+def task_checks(ctx: CheckContext) -> list[CheckResult]:
     """The task's own checks (``Task.extra_checks``), e.g. causality and next-token targets for a language model."""
     return list(ctx.task.extra_checks(ctx.factory, ctx.data.train, ctx.data.state))
 
 
-class _Context:
+class CheckContext:
     """What every check needs: fresh models, the sample, the task, the training loss and the per-row loss."""
 
     def __init__(self, factory, data: SanityData, task, loss_fn, custom_loss) -> None:
@@ -101,7 +100,7 @@ class _Context:
 # --- the checks, in the order check_model runs them ------------------------------------------------
 
 
-def check_init_loss(ctx: _Context, tol: float) -> list[CheckResult]:
+def check_init_loss(ctx: CheckContext, tol: float) -> list[CheckResult]:
     """The task's expected losses at initialisation (``Task.init_losses``), each on a fresh model.
 
     For classification: ln C with a uniform output layer, H(prior) with the prior bias (the trainer's
@@ -122,7 +121,7 @@ def check_init_loss(ctx: _Context, tol: float) -> list[CheckResult]:
     return out
 
 
-def check_input_dependence(ctx: _Context) -> CheckResult:
+def check_input_dependence(ctx: CheckContext) -> CheckResult:
     """The output at init varies across examples (a model that ignores its input does not)."""
     sample = ctx.data.train.select(slice(0, 256))
     logits = eval_logits(ctx.factory(), sample.inputs)
@@ -134,7 +133,7 @@ def check_input_dependence(ctx: _Context) -> CheckResult:
         + ("" if ok else "; the output ignores the input: check that forward() uses its inputs"))
 
 
-def check_gradients_flow(ctx: _Context) -> CheckResult:
+def check_gradients_flow(ctx: CheckContext) -> CheckResult:
     """Every trainable parameter gets a non-zero, finite gradient from the loss at init (trainer's init).
 
     A parameter tensor counts as reached when any of its entries has a non-zero gradient (an embedding
@@ -168,110 +167,6 @@ def check_gradients_flow(ctx: _Context) -> CheckResult:
     return CheckResult("gradients_flow", ok, reached, "every trainable parameter > 0, norm finite", text)
 
 
-def _per_example_max(values, example_dim: int = 0):
-    """Largest absolute value of each example's slice (examples along dimension 0)."""
-    return values.abs().reshape(values.shape[0], -1).amax(dim=1) if values[0].numel() else values.new_zeros(len(values))
-
-
-def _gradient_leak(model, inputs: tuple) -> tuple[float, tuple[int, int]]:
-    """Largest abs(d out_i / d x_j) over examples j != i, and (i, j) where it is: one backward per output
-    example, over every floating-point input (integer inputs are covered by the perturbation check)."""
-    import torch
-
-    n = len(inputs[0]) if inputs else 0
-    differentiable = [k for k, x in enumerate(inputs) if x.is_floating_point() and x[0].numel() > 0]
-    if not differentiable or n < 2:
-        return 0.0, (0, 0)
-    leaves = [x.clone().requires_grad_(True) if k in differentiable else x for k, x in enumerate(inputs)]
-    torch.manual_seed(0)
-    out = model(*leaves).float()
-    if not out.requires_grad:
-        return 0.0, (0, 0)
-    targets = [leaves[k] for k in differentiable]
-    worst, where = 0.0, (0, 0)
-    for i in range(n):
-        grads = torch.autograd.grad(out[i].sum(), targets, retain_graph=True, allow_unused=True)
-        found = [_per_example_max(g) for g in grads if g is not None]
-        if not found:
-            continue
-        grad = torch.stack(found).amax(dim=0)
-        grad[i] = 0.0
-        j = int(grad.argmax())
-        if float(grad[j]) > worst:
-            worst, where = float(grad[j]), (i, j)
-    return worst, where
-
-
-def _perturbed(inputs: tuple, j: int) -> tuple:
-    """The inputs with example j changed alone: +1 on float inputs, the next example's values on the others."""
-    out = []
-    for x in inputs:
-        changed = x.clone()
-        if x.is_floating_point():
-            changed[j] += 1.0
-        else:
-            changed[j] = x[(j + 1) % len(x)]
-        out.append(changed)
-    return tuple(out)
-
-
-def _perturbation_leak(model, inputs: tuple) -> tuple[float, tuple[int, int]]:
-    """Largest change of example i's output when only example j's input changes (j in turn, same dropout masks)."""
-    import torch
-
-    n = len(inputs[0]) if inputs else 0
-    if n < 2:
-        return 0.0, (0, 0)
-    with torch.no_grad():
-        torch.manual_seed(0)
-        base = model(*inputs).float()
-        worst, where = 0.0, (0, 0)
-        for j in range(n):
-            torch.manual_seed(0)
-            change = _per_example_max(model(*_perturbed(inputs, j)).float() - base)
-            change[j] = 0.0
-            i = int(change.argmax())
-            if float(change[i]) > worst:
-                worst, where = float(change[i]), (i, j)
-    return worst, where
-
-
-def check_batch_independence(ctx: _Context) -> list[CheckResult]:
-    """No example's output depends on another example's input: all pairs of a small batch, in eval and in
-    train mode.
-
-    Train mode mixes examples legitimately only through batch normalisation: a model with a BatchNorm
-    layer gets a warning there instead of an error.
-    """
-    from torch import nn
-
-    model = ctx.trained_init()
-    sample = ctx.data.train.select(slice(0, INDEPENDENCE_ROWS))
-    rows = len(sample)
-    batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    out = []
-    for name, train_mode in (("batch_independence", False), ("batch_independence_train_mode", True)):
-        model.train(train_mode)
-        grad_leak, (gi, gj) = _gradient_leak(model, sample.inputs)
-        change, (pi, pj) = _perturbation_leak(model, sample.inputs)
-        leak = max(grad_leak, change)
-        ok = leak <= INDEPENDENCE_TOL
-        mode = "train" if train_mode else "eval"
-        text = (f"in {mode} mode, over all {rows} rows: max abs(d out_i / d x_j) (j != i) = {grad_leak:.3g}"
-                + (f" (row {gi} from row {gj})" if grad_leak > INDEPENDENCE_TOL else "")
-                + f", max change of row i's output when only row j's input changes = {change:.3g}"
-                + (f" (row {pi} when row {pj} changes)" if change > INDEPENDENCE_TOL else ""))
-        severity = "warning" if train_mode and batch_norm else "error"
-        if not ok and severity == "warning":
-            text += " (expected in train mode with batch normalisation, which the model has)"
-        elif not ok:
-            text += ("; information flows between examples of a batch (a batch statistic such as a batch mean, a "
-                     "BatchNorm forced into training mode, or indexing the batch dimension, e.g. x[0] where x[:, 0] "
-                     "was meant): predictions would depend on batch composition")
-        out.append(CheckResult(name, ok, leak, f"<= {INDEPENDENCE_TOL:g}", text, severity=severity))
-    return out
-
-
 def overfit_batch_rows(y, size: int):
     """``size`` examples taking the classes in turn (rarest first): at least two classes when there are.
 
@@ -291,7 +186,7 @@ def overfit_batch_rows(y, size: int):
     return torch.tensor(picked, dtype=torch.long)
 
 
-def check_overfit_one_batch(ctx: _Context, cfg: Config, tracker: StepTracker) -> CheckResult:
+def check_overfit_one_batch(ctx: CheckContext, cfg: Config, tracker: StepTracker) -> CheckResult:
     """Memorise ``sanity.overfit_batch_size`` examples (of at least two classes for class targets): loss
     below the bound and, where the task has an ``accuracy`` metric, 100% of it."""
     s = cfg.sanity
@@ -328,7 +223,7 @@ def check_overfit_one_batch(ctx: _Context, cfg: Config, tracker: StepTracker) ->
                        f"< {s.overfit_max_loss} and 100% accuracy within {s.overfit_steps} steps", text)
 
 
-def check_short_training(ctx: _Context, cfg: Config, tracker: StepTracker) -> list[CheckResult]:
+def check_short_training(ctx: CheckContext, cfg: Config, tracker: StepTracker) -> list[CheckResult]:
     """The same short training twice, on the data and on zeroed inputs, each judged by an interval.
 
     ``loss_decreases``: the per-row drop of the train sample's loss, relative to the loss at init, against

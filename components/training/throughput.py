@@ -92,6 +92,15 @@ class _CountingAttention(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def flops_per_sample_or_zero(model: nn.Module, example: tuple[torch.Tensor, ...]) -> float:
+    """``flops_per_sample``, or 0.0 when counting fails: counting is a nicety, an exotic op must never
+    stop training (MFU is then reported as 0)."""
+    try:
+        return flops_per_sample(model, example)
+    except Exception:  # noqa: BLE001
+        return 0.0
+
+
 def measure_peak_flops(
     device: torch.device, dtype: torch.dtype, *, size: int = 512, repeats: int = 8
 ) -> float:

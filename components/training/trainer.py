@@ -10,13 +10,11 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from components.config import Config
 from components.errors import TrainingError
@@ -27,41 +25,13 @@ from components.training.device import Dist
 from components.training.faults import Fault
 from components.training.loss_eval import evaluate, val_shard
 from components.training.parallelize import parallelize, resolve_precision, uses_autocast
+from components.training.progress import Progress, Window
 from components.training.step import build_optimizer, optimizer_step
+from components.training.throughput import flops_per_sample_or_zero
 from components.training.tracker import NullTracker
 
 LOG_EVERY = 10  # steps per all-reduced train-loss window
 CLIP_WARNING_RATE = 0.5
-
-
-@dataclass
-class Progress:
-    """Counters that survive a resume (saved in every checkpoint's meta)."""
-
-    step: int = 0
-    clipped_steps: int = 0
-    samples: int = 0
-    train_seconds: float = 0.0
-    index: list[ckpt.IndexEntry] = field(default_factory=list)
-    last_metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Window:
-    """Per-step values summed over the current logging window."""
-
-    loss: float = 0.0
-    steps: int = 0
-    clipped: int = 0
-    seconds: float = 0.0
-
-    def add(self, loss: float, clipped: bool, seconds: float) -> None:
-        self.loss, self.steps, self.clipped, self.seconds = (
-            self.loss + loss,
-            self.steps + 1,
-            self.clipped + int(clipped),
-            self.seconds + seconds,
-        )
 
 
 class Trainer:
@@ -118,7 +88,7 @@ class Trainer:
         self.task.init_model(model, self.state, self._init_targets)
         del self._init_targets  # on the sharded path a copy of every train row's target: not kept
         self.n_params = sum(p.numel() for p in model.parameters())
-        self.flops_per_sample = _flops_or_zero(model, self._example)
+        self.flops_per_sample = flops_per_sample_or_zero(model, self._example)
         self.dtype = resolve_precision(self.t.mixed_precision, self.d.device)
         self.model = parallelize(
             model,
@@ -399,15 +369,6 @@ class Trainer:
             "warnings": warnings,
             "this_run": dict(self.stats),
         }
-
-
-def _flops_or_zero(model: nn.Module, example: tuple[torch.Tensor, ...]) -> float:
-    from components.training.throughput import flops_per_sample
-
-    try:
-        return flops_per_sample(model, example)
-    except Exception:  # counting is a nicety: an exotic op must never stop training
-        return 0.0
 
 
 def log_rank0(d: Dist, message: str) -> None:

@@ -44,6 +44,7 @@ def warm_command(command: list[str]) -> list[str]:
 
 
 def enabled() -> bool:
+    """Whether ``ctpipe run`` starts a warm-start server (``CTPIPE_WARM_START``, on unless 0/false/no/off)."""
     return os.environ.get(WARM_START_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 

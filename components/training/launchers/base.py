@@ -6,6 +6,10 @@ file a failing rank leaves its error in.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,3 +41,27 @@ class Launcher(Protocol):
     def run(self, launch: WorkerLaunch) -> None:
         """Run the job to completion; raise components.errors.TrainingError when it fails or times out."""
         ...
+
+
+@contextlib.contextmanager
+def sigterm_raises(error: Callable[[int], BaseException], *, once: bool = False) -> Iterator[None]:
+    """While in this block, SIGTERM (KFP cancels a step by terminating it) raises ``error(signum)`` in the
+    main thread, so the launcher unwinds through its clean-up (stop the ranks, delete the job).
+
+    ``once``: later SIGTERMs are ignored, so that they cannot interrupt the clean-up the first one started.
+    Elsewhere than the main thread (where Python delivers signals) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if once:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise error(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -16,11 +16,8 @@ exited with the worker's "a restart would repeat this" code.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,7 +33,7 @@ from components.kube.names import training_job_name
 from components.kube.namespace import resolve_namespace
 from components.kube.retry import is_transient, retry_call
 from components.kube.staging import Staging, plan_staging, stage_in, stage_out
-from components.training.launchers.base import PERMANENT_FAILURE_EXIT_CODE, WorkerLaunch
+from components.training.launchers.base import PERMANENT_FAILURE_EXIT_CODE, WorkerLaunch, sigterm_raises
 
 
 class _Cancelled(BaseException):
@@ -61,25 +58,6 @@ class JobAPI:
     rank0_selector: Callable[[str], str]
     pods_selector: Callable[[str], str]
     rank0_label: tuple[str, str]  # how to recognise the rank-0 pod among failed ones
-
-
-@contextlib.contextmanager
-def _sigterm_cancels() -> Iterator[None]:
-    """While running, SIGTERM raises _Cancelled in the main thread so the job gets deleted."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        # One-shot: a second SIGTERM must not interrupt the deletion the first one started.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise _Cancelled()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class KubeflowJobLauncher:
@@ -206,7 +184,7 @@ class KubeflowJobLauncher:
         name = job["metadata"]["name"]
         first_created: float | None = None  # one deadline for the step, across restarts
         restarts = 0
-        with _sigterm_cancels():
+        with sigterm_raises(lambda _signum: _Cancelled(), once=True):
             while True:
                 follower: LogFollower | None = None
                 drain_seconds = 10.0  # how long the log stream may finish after the job ended

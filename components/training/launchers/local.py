@@ -7,7 +7,6 @@ the first failing rank's error on top of the message, and enforces the job's dea
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ from collections import deque
 from pathlib import Path
 
 from components.errors import TrainingError
-from components.training.launchers.base import ERROR_FILE_ENV, WorkerLaunch
+from components.training.launchers.base import ERROR_FILE_ENV, WorkerLaunch, sigterm_raises
 from components.warm_start import warm_command
 
 POLL_SECONDS = 0.05
@@ -87,7 +86,9 @@ class LocalLauncher:
     def run(self, launch: WorkerLaunch) -> None:
         port = free_port()
         deadline = time.monotonic() + launch.deadline_seconds
-        with tempfile.TemporaryDirectory(prefix=f"{launch.job_name}-") as tmp, _sigterm_raises():
+        # SIGTERM (a cancelled KFP task) unwinds through `finally`, so the ranks are stopped.
+        on_sigterm = sigterm_raises(lambda signum: SystemExit(128 + signum))
+        with tempfile.TemporaryDirectory(prefix=f"{launch.job_name}-") as tmp, on_sigterm:
             ranks: list[_Rank] = []
             try:
                 ranks += [self._start(launch, r, port, Path(tmp)) for r in range(launch.world_size)]
@@ -148,23 +149,6 @@ class LocalLauncher:
                     "stopped; raise train.deadline_seconds or lower train.max_steps"
                 )
             time.sleep(POLL_SECONDS)
-
-
-@contextlib.contextmanager
-def _sigterm_raises():
-    """While waiting, SIGTERM (a cancelled KFP task) unwinds through ``finally`` so the ranks are stopped."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _stop(ranks: list[_Rank]) -> None:

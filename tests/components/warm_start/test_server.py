@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from components.warm_start import SOCKET_ENV, client_prefix, running_server, warm_command
+from tests.fixtures.processes import gone_within
 
 PROBE = textwrap.dedent(
     """
@@ -30,6 +31,7 @@ PROBE = textwrap.dedent(
         "preloaded": "email.mime.text" in sys.modules,
         "pid": os.getpid(),
         "gc": gc.isenabled(),
+        "threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None,
     }), flush=True)
     print("to stderr", file=sys.stderr, flush=True)
     mode = os.environ.get("PROBE_MODE", "")
@@ -43,6 +45,11 @@ PROBE = textwrap.dedent(
         time.sleep(60)
     if mode == "sleep":
         import time
+        time.sleep(60)
+    if mode == "ignore_sigterm":
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ready", flush=True)
         time.sleep(60)
     if mode == "raise":
         raise RuntimeError("the probe failed on purpose")
@@ -130,17 +137,6 @@ def test_sigterm_to_the_caller_reaches_the_child(server, workdir):
     assert proc.returncode == 3
 
 
-def _gone(pid: int, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_killed_caller_takes_its_child_with_it(server, workdir):
     import json
 
@@ -149,7 +145,7 @@ def test_a_killed_caller_takes_its_child_with_it(server, workdir):
     assert child_pid != proc.pid
     proc.kill()
     proc.wait(timeout=10)
-    assert _gone(child_pid), "the forked child outlived its caller"
+    assert gone_within(child_pid), "the forked child outlived its caller"
 
 
 def test_the_server_stops_its_children_when_the_run_ends(workdir):
@@ -158,9 +154,9 @@ def test_the_server_stops_its_children_when_the_run_ends(workdir):
     with running_server(preload=("components.warm_start.server",)):
         proc = _start(workdir, PROBE_MODE="sleep")
         child_pid = json.loads(proc.stdout.readline())["pid"]
-    assert _gone(child_pid)
+    assert gone_within(child_pid)
     proc.wait(timeout=10)
-    assert proc.returncode != 0
+    assert proc.returncode == -signal.SIGTERM  # stopped (SIGTERM first), and its caller told so
     assert SOCKET_ENV not in os.environ
 
 
@@ -178,3 +174,27 @@ def test_warm_start_can_be_turned_off(monkeypatch):
         assert warm is None
         assert SOCKET_ENV not in os.environ
         assert warm_command([sys.executable, "-m", "x"]) == [sys.executable, "-m", "x"]
+
+
+def test_a_module_that_cannot_be_preloaded_is_named_in_the_log_and_processes_still_start(workdir):
+    with running_server(preload=("no_such_module_for_ctpipe", "components.warm_start.server")) as warm:
+        code, seen, _ = _probe_output(_start(workdir, PROBE_EXIT="0"))
+        assert code == 0 and seen["warm"] is True
+        deadline = time.monotonic() + 10
+        while "no_such_module_for_ctpipe" not in warm.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "did not preload no_such_module_for_ctpipe: ModuleNotFoundError" in warm.log_text()
+
+
+def test_the_callers_thread_count_reaches_a_preloaded_torch(workdir):
+    with running_server(preload=("torch", "components.warm_start.server")):
+        code, seen, _ = _probe_output(_start(workdir, OMP_NUM_THREADS="1"))
+        assert code == 0 and seen["warm"] is True and seen["threads"] == 1
+
+
+def test_a_child_that_ignores_sigterm_is_killed_when_the_run_ends(workdir):
+    with running_server(preload=("components.warm_start.server",)):
+        proc = _start(workdir, PROBE_MODE="ignore_sigterm")
+        _wait_for_line(proc, "ready")
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
