@@ -159,8 +159,9 @@ class TaskBase:
     Optional parts: ``init_model`` (the trainer's initialisation after ``build_model``), ``own_columns``
     (feature columns the task reads itself, e.g. an image or a text, which the tabular profiling skips),
     ``expectations`` and ``check_columns`` (extra Great Expectations checks), ``drift_columns`` (per-row
-    statistics the watcher judges for drift), ``drift_histograms`` (per-row counts over fixed bins, e.g. the
-256 byte values of a text, that the watcher judges summed into one distribution), ``strata`` (the sanity sample's stratification),
+    statistics the watcher judges for drift), ``drift_histograms`` (per-row counts over fixed bins, e.g.
+    the 256 byte values of a text, that the watcher judges summed into one distribution), ``strata`` (the
+    sanity sample's stratification),
     ``baseline`` (the trivial predictor behind ``evaluate.thresholds.<metric>.value=baseline``),
     ``paired_bootstrap`` (the blessing's resampled metrics; the default calls ``compute_metrics``),
     ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and

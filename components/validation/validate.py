@@ -344,8 +344,8 @@ def _add_task_drift_stats(snapshot: Snapshot, task: Any) -> None:
     stats, histograms = None, {}
     for frame in snapshot.batches("train"):
         first = frame.iloc[:1]
-        if stats is None and not len(task.drift_columns(first, snapshot.schema).columns) \
-                and not task.drift_histograms(first, snapshot.schema):
+        if stats is None and not len(task.drift_columns(first, snapshot.schema).columns) and not (
+                task.drift_histograms(first, snapshot.schema)):
             return
         part = _task_table_stats(frame, snapshot.schema, task)
         stats = part if stats is None else stats.merge(part)
