@@ -1,13 +1,14 @@
 """Text drift benchmark: the byte-unigram test on the demo corpus (effect, p, noise bound) and its false flags.
 
-    python benchmarks/text_drift.py [--halves 400]
+    python benchmarks/text_drift.py [--halves 400] [--copies 60]
 
 The reference is every other help-topic document (``components/tasks/causal_lm/corpus.py``); the windows
 are the other half (same source), the same documents in ROT13 (same lengths and byte-class shares,
 other letter frequencies) and the module docstrings (the demo's drifted days). Then ``--halves`` random
 halves of the corpus are judged against the other half with the PSI threshold off, so only the noise
-bound decides: the share flagged at p < watch.max_p_value is the bound's false-flag rate. The last line
-printed is one JSON object.
+bound decides: the share flagged at p < watch.max_p_value is the bound's false-flag rate. Last, the time
+of each part on ``--copies`` copies of the corpus (byte counts per document, the reference's sums, the
+drift test; the best of 3). The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ import argparse
 import codecs
 import dataclasses
 import json
+import time
 
 import numpy as np
+import pandas as pd
 
 from components.config import load_config
+from components.data.reference_stats import HistogramStats
 from components.data.snapshot import Schema
 from components.tasks import load_task
 from components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
+from components.tasks.causal_lm.text_stats import text_byte_counts
 from components.validation.validate import task_reference_stats
 from pipelines.triggers.drift import compute_drift
+from pipelines.triggers.histogram_drift import histogram_drift
 from pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
 
 COLUMN = "text__byte_unigram"
@@ -42,6 +48,7 @@ def judge(window, train, watch=CONFIG.watch):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--halves", type=int, default=400)
+    parser.add_argument("--copies", type=int, default=60)
     args = parser.parse_args()
     docs = help_topic_documents()
     train, fresh = docs.iloc[::2].reset_index(drop=True), docs.iloc[1::2].reset_index(drop=True)
@@ -72,7 +79,26 @@ def main() -> None:
                                "max_psi": round(max(psis), 4), "median_p": round(float(np.median(p_values)), 3)}
     print(f"random halves, PSI threshold off: {flagged}/{args.halves} flagged at p < {CONFIG.watch.max_p_value}, "
           f"max PSI {max(psis):.4f}, median p {np.median(p_values):.3f}")
+    result["seconds"] = timings(pd.concat([docs] * args.copies, ignore_index=True)["text"])
+    print(f"{result['seconds']['documents']} documents: " + ", ".join(
+        f"{k} {v} s" for k, v in result["seconds"].items() if k != "documents"))
     print(json.dumps(result))
+
+
+def timings(texts) -> dict[str, float]:
+    """Best of 3 seconds of each part of the byte-unigram test on ``texts``."""
+    def best(run):
+        seconds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            out = run()
+            seconds.append(time.perf_counter() - start)
+        return out, round(min(seconds), 3)
+
+    per_row, counting = best(lambda: text_byte_counts(texts, "text")[COLUMN])
+    reference, summing = best(lambda: HistogramStats().add(per_row).to_dict())
+    _, testing = best(lambda: histogram_drift(COLUMN, per_row, reference, CONFIG.watch))
+    return {"documents": len(texts), "byte_counts": counting, "reference_sums": summing, "drift_test": testing}
 
 
 if __name__ == "__main__":
