@@ -159,7 +159,9 @@ class TaskBase:
     Optional parts: ``init_model`` (the trainer's initialisation after ``build_model``), ``own_columns``
     (feature columns the task reads itself, e.g. an image or a text, which the tabular profiling skips),
     ``expectations`` and ``check_columns`` (extra Great Expectations checks), ``drift_columns`` (per-row
-    statistics the watcher judges for drift), ``strata`` (the sanity sample's stratification),
+    statistics the watcher judges for drift), ``drift_histograms`` (per-row counts over fixed bins, e.g.
+    the 256 byte values of a text, that the watcher judges summed into one distribution), ``strata`` (the
+    sanity sample's stratification),
     ``baseline`` (the trivial predictor behind ``evaluate.thresholds.<metric>.value=baseline``),
     ``paired_bootstrap`` (the blessing's resampled metrics; the default calls ``compute_metrics``),
     ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and
@@ -208,6 +210,12 @@ class TaskBase:
         import pandas as pd
 
         return pd.DataFrame(index=frame.index)
+
+    def drift_histograms(self, frame: pd.DataFrame, schema: Schema) -> dict[str, pd.DataFrame]:
+        """Per name, each row's counts over fixed bins (rows x bins, the bin labels as columns; all zero
+        where the row has no value), e.g. ``text__byte_unigram``: the reference keeps their sums and the
+        watcher judges the window's summed histogram against it as one distribution."""
+        return {}
 
     def strata(self, frame: pd.DataFrame, schema: Schema) -> pd.Series | None:
         """Values the sanity sample is stratified by (the label by default; None samples uniformly)."""
@@ -261,6 +269,6 @@ class TaskBase:
 
 
 OPTIONAL_PARTS: tuple[str, ...] = (
-    "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "strata", "baseline",
-    "paired_bootstrap", "class_names", "describe_batch", "batch_mismatches", "extra_checks",
+    "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "drift_histograms", "strata",
+    "baseline", "paired_bootstrap", "class_names", "describe_batch", "batch_mismatches", "extra_checks",
 )

@@ -22,6 +22,7 @@ from components.config import Config
 from components.data import scan as stream
 from components.data.batches import count_rows
 from components.data.reference_stats import (
+    add_histograms,
     compute_reference_stats,
     reference_stats_of,
     table_stats,
@@ -332,21 +333,25 @@ def _task_table_stats(train: pd.DataFrame, schema: Schema, task: Any) -> TableSt
 
 def task_reference_stats(train: pd.DataFrame, schema: Schema, task: Any) -> dict[str, Any]:
     """The train split's reference statistics, with the task's drift columns (``Task.drift_columns``)
-    judged like numeric columns by the watcher."""
-    return reference_stats_of(_task_table_stats(train, schema, task))
+    judged like numeric columns by the watcher, and its summed ``Task.drift_histograms``."""
+    return reference_stats_of(_task_table_stats(train, schema, task),
+                              add_histograms({}, task.drift_histograms(train, schema)))
 
 
 def _add_task_drift_stats(snapshot: Snapshot, task: Any) -> None:
     """Rewrite the snapshot's reference_stats.json (the writer's, of its train rows) with the task's drift
     columns, computed over the train split a record batch at a time; nothing to do when it has none."""
-    stats = None
+    stats, histograms = None, {}
     for frame in snapshot.batches("train"):
-        if stats is None and not len(task.drift_columns(frame.iloc[:1], snapshot.schema).columns):
+        first = frame.iloc[:1]
+        if stats is None and not len(task.drift_columns(first, snapshot.schema).columns) and not (
+                task.drift_histograms(first, snapshot.schema)):
             return
         part = _task_table_stats(frame, snapshot.schema, task)
         stats = part if stats is None else stats.merge(part)
+        add_histograms(histograms, task.drift_histograms(frame, snapshot.schema))
     if stats is not None:
-        write_reference_stats(snapshot.root / "reference_stats.json", reference_stats_of(stats))
+        write_reference_stats(snapshot.root / "reference_stats.json", reference_stats_of(stats, histograms))
 
 
 def _error_message(summary: ValidationSummary, report_path: str) -> str:

@@ -9,13 +9,17 @@ sampling noise does not pass an effect-size threshold:
 * categorical columns: PSI and the chi-square test (as Cramer's V) over the reference's categories,
   where categories expected fewer than 5 times in the window are merged into one bucket (the
   chi-square rule), and the share of rows whose category the reference never saw, on its own;
+* distribution columns (a histogram summed over documents, e.g. ``text__byte_unigram``: the 256 byte
+  values of a text): PSI over merged bins with a p-value from a bootstrap over documents
+  (``histogram_drift.py``, which says why not over bytes);
 * every column: the fraction of nulls, on its own (values are compared without their nulls).
 
 PSI's p-value: for two samples of n and m rows from one distribution over k bins, PSI * n*m/(n+m) is
 approximately chi-square with k - 1 degrees of freedom (a first-order expansion of the log; Yurdakul
 2018), so its sampling-noise bound at level alpha is (1/n + 1/m) * chi2_{k-1}(1 - alpha). The chi-square
 statistic is scaled the same way, since the reference is a sample too. The reference format is the one
-validation writes (``reference_stats.json``).
+validation writes (``reference_stats.json``). The tests every kind of column shares (PSI, its bound, rare
+merging, the null fraction) and the verdict live in column_drift.py.
 """
 
 from __future__ import annotations
@@ -29,53 +33,22 @@ import pandas as pd
 from scipy import stats
 
 from components.config import WatchConfig
+from pipelines.triggers.column_drift import (
+    MIN_EXPECTED_COUNT,
+    RARE_CATEGORY,
+    ColumnDrift,
+    column_verdict,
+    merge_rare_categories,
+    null_fraction_test,
+    psi,
+    psi_p_value,
+)
+from pipelines.triggers.histogram_drift import histogram_drift
 
-# Bins with no rows would make PSI infinite; a small floor keeps it finite and comparable.
-_EPSILON = 1e-4
 NUMERIC_TESTS = ("psi", "ks", "null_fraction")
 CATEGORICAL_TESTS = ("psi", "cramers_v", "unseen_share", "null_fraction")
 NULL_CATEGORY = "<null>"
 OTHER_CATEGORY = "<unseen>"
-RARE_CATEGORY = "<rare>"
-# The chi-square rule: a bucket expected fewer times than this in the window is merged with others.
-MIN_EXPECTED_COUNT = 5
-
-
-@dataclass
-class ColumnDrift:
-    """The drift tests of one column and the verdict."""
-
-    column: str
-    kind: str  # numeric | categorical | missing
-    rows: int
-    null_fraction: float
-    reference_null_fraction: float
-    tests: dict[str, dict[str, float | bool | None]]
-    statistic: str
-    value: float
-    threshold: float
-    drifted: bool
-    # For the figure: bin labels with the reference and current fractions.
-    bins: list[str] = field(default_factory=list)
-    reference_fractions: list[float] = field(default_factory=list)
-    current_fractions: list[float] = field(default_factory=list)
-
-    def brief(self) -> dict[str, Any]:
-        return {"statistic": self.statistic, "value": self.value, "threshold": self.threshold, "drifted": self.drifted}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "column": self.column,
-            "kind": self.kind,
-            "rows": self.rows,
-            "null_fraction": self.null_fraction,
-            "reference_null_fraction": self.reference_null_fraction,
-            "tests": self.tests,
-            **self.brief(),
-            "bins": self.bins,
-            "reference_fractions": self.reference_fractions,
-            "current_fractions": self.current_fractions,
-        }
 
 
 @dataclass
@@ -112,64 +85,6 @@ class DriftReport:
             "champion_version": self.champion_version,
             "columns": {name: col.to_dict() for name, col in self.columns.items()},
         }
-
-
-def psi(expected: np.ndarray, actual: np.ndarray) -> float:
-    """Population stability index between two distributions over the same bins (fractions)."""
-    e = np.clip(np.asarray(expected, dtype="float64"), _EPSILON, None)
-    a = np.clip(np.asarray(actual, dtype="float64"), _EPSILON, None)
-    e, a = e / e.sum(), a / a.sum()
-    return float(np.sum((a - e) * np.log(a / e)))
-
-
-def threshold_for(watch: WatchConfig, column: str, test: str) -> float:
-    """The threshold of ``test`` for ``column``: the column's override, else the default."""
-    override = watch.column_thresholds.get(column, {})
-    if test in override:
-        return float(override[test])
-    return {
-        "psi": watch.psi_threshold,
-        "ks": watch.ks_threshold,
-        "cramers_v": watch.cramers_v_threshold,
-        "unseen_share": watch.unseen_share_threshold,
-        "null_fraction": watch.null_fraction_threshold,
-    }[test]
-
-
-def two_sample_scale(n: int, m: int) -> float:
-    """n*m/(n+m): turns a divergence between two samples' fractions into a chi-square statistic."""
-    return n * m / (n + m) if n > 0 and m > 0 else 0.0
-
-
-def psi_p_value(value: float, n: int, m: int, bins: int) -> float:
-    """P(PSI >= value) when a window of n rows and a reference of m rows share one distribution over ``bins``."""
-    if bins < 2 or n == 0 or m == 0:
-        return 1.0
-    return float(stats.chi2.sf(value * two_sample_scale(n, m), bins - 1))
-
-
-def null_fraction_test(nulls: int, rows: int, reference_fraction: float, reference_rows: int) -> dict[str, Any]:
-    """Change of the null fraction, with the two-proportion z-test's p-value (two-sided)."""
-    current = nulls / rows if rows else 0.0
-    change = abs(current - reference_fraction)
-    pooled = (nulls + reference_fraction * reference_rows) / (rows + reference_rows) if rows + reference_rows else 0.0
-    spread = math.sqrt(pooled * (1 - pooled) * (1 / max(rows, 1) + 1 / max(reference_rows, 1)))
-    p_value = float(2 * stats.norm.sf(change / spread)) if spread > 0 else (1.0 if change == 0 else 0.0)
-    return {"value": change, "p_value": p_value}
-
-
-def merge_rare_categories(reference_shares: dict[str, float], n: int) -> list[list[str]]:
-    """Buckets of reference categories, each expected at least MIN_EXPECTED_COUNT times in n rows.
-
-    Frequent categories keep a bucket of their own; the rest share one bucket, which takes the next
-    least frequent category until it too is expected often enough.
-    """
-    ordered = sorted(reference_shares, key=lambda c: (-reference_shares[c], c))
-    keep = [c for c in ordered if reference_shares[c] * n >= MIN_EXPECTED_COUNT]
-    rare = [c for c in ordered if c not in keep]
-    while rare and keep and sum(reference_shares[c] for c in rare) * n < MIN_EXPECTED_COUNT:
-        rare.insert(0, keep.pop())
-    return [[c] for c in keep] + ([rare] if rare else [])
 
 
 def _numeric_values(series: pd.Series) -> tuple[np.ndarray, int]:
@@ -237,7 +152,7 @@ def numeric_drift(
             tests["ks"] = {"value": float(np.max(np.abs(current_cdf - np.linspace(0, 1, len(quantiles))))), "p_value": None}
     tests["null_fraction"] = null_fraction_test(nulls, len(series), float(reference.get("null_fraction", 0.0)), reference_rows)
     labels = _edge_labels(inner)
-    return _verdict(
+    return column_verdict(
         column, "numeric", len(series), nulls, reference, tests, watch, labels, expected.tolist(), actual.tolist()
     )
 
@@ -281,51 +196,7 @@ def categorical_drift(
         if not n:
             bins, ref_fracs = [], []
     tests["null_fraction"] = null_fraction_test(nulls, len(series), float(reference.get("null_fraction", 0.0)), reference_rows)
-    return _verdict(column, "categorical", len(series), nulls, reference, tests, watch, bins, ref_fracs, cur_fracs)
-
-
-def _verdict(
-    column: str,
-    kind: str,
-    rows: int,
-    nulls: int,
-    reference: dict[str, Any],
-    tests: dict[str, dict[str, float | bool | None]],
-    watch: WatchConfig,
-    bins: list[str],
-    reference_fractions: list[float],
-    current_fractions: list[float],
-) -> ColumnDrift:
-    scored = []
-    for name, test in tests.items():
-        limit = threshold_for(watch, column, name)
-        # A zero threshold switches the test off for this column; a p-value must also be significant.
-        significant = test.get("p_value") is None or float(test["p_value"]) < watch.max_p_value
-        drifted = bool(limit > 0 and float(test["value"]) > limit and significant)
-        test.update(threshold=limit, drifted=drifted)
-        scored.append((drifted, float(test["value"]) / limit if limit > 0 else -1.0, name))
-    null_fraction = nulls / rows if rows else 0.0
-    reference_null = float(reference.get("null_fraction", 0.0))
-    if not scored:
-        return ColumnDrift(column, kind, rows, null_fraction, reference_null, tests, "none", 0.0, 0.0, False)
-    # The column is summarised by its most decisive test: a drifted one first, then the largest ratio.
-    chosen_name = max(scored)[2]
-    chosen = tests[chosen_name]
-    return ColumnDrift(
-        column=column,
-        kind=kind,
-        rows=rows,
-        null_fraction=null_fraction,
-        reference_null_fraction=reference_null,
-        tests=tests,
-        statistic=chosen_name,
-        value=float(chosen["value"]),
-        threshold=float(chosen["threshold"]),
-        drifted=bool(chosen["drifted"]),
-        bins=bins,
-        reference_fractions=[float(x) for x in reference_fractions],
-        current_fractions=[float(x) for x in current_fractions],
-    )
+    return column_verdict(column, "categorical", len(series), nulls, reference, tests, watch, bins, ref_fracs, cur_fracs)
 
 
 def _edge_labels(inner: np.ndarray) -> list[str]:
@@ -342,8 +213,12 @@ def compute_drift(
     *,
     window: list[str] | None = None,
     champion_version: str | None = None,
+    histograms: dict[str, pd.DataFrame] | None = None,
 ) -> DriftReport:
-    """Compare every reference column with the current rows; a missing column counts as drifted."""
+    """Compare every reference column with the current rows; a missing column counts as drifted.
+
+    ``histograms``: the window's per-row counts of the reference's ``distributions`` (``Task.drift_histograms``).
+    """
     columns: dict[str, ColumnDrift] = {}
     for kind, compare in (("numeric", numeric_drift), ("categorical", categorical_drift)):
         for column, ref in (reference.get(kind) or {}).items():
@@ -353,6 +228,13 @@ def compute_drift(
                 )
                 continue
             columns[column] = compare(column, current[column], ref, watch, reference_rows=int(reference.get("rows", 0)))
+    for column, ref in (reference.get("distributions") or {}).items():
+        if column in (histograms or {}):
+            columns[column] = histogram_drift(column, histograms[column], ref, watch)
+        else:
+            columns[column] = ColumnDrift(
+                column, "missing", 0, 1.0, float(ref.get("null_fraction", 0.0)), {}, "missing", 1.0, 0.0, True
+            )
     return DriftReport(
         rows=len(current),
         reference_rows=int(reference.get("rows", 0)),

@@ -81,17 +81,15 @@ def window_drift(
     if len(frame) < config.watch.min_rows:
         return None, f"drift not judged: the newest window has {len(frame)} rows (< watch.min_rows={config.watch.min_rows})"
     partitions = sorted({f.path.rsplit("/", 1)[0] for f in window})
+    histograms = task_drift_histograms(frame, reference, config)
     frame = with_task_drift_columns(frame, reference, config)
-    report = compute_drift(frame, reference, config.watch, window=partitions, champion_version=champion.version)
+    report = compute_drift(frame, reference, config.watch, window=partitions, champion_version=champion.version,
+                           histograms=histograms)
     write_drift_report(report, json_path, html_path)
     return report.to_dict() | {"json_path": str(json_path), "html_path": str(html_path)}, "computed"
 
 
-def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
-    """The window's rows plus the task's per-row drift statistics (``Task.drift_columns``), which the
-    reference holds as numeric columns."""
-    import pandas as pd
-
+def _task_and_schema(reference: dict[str, Any], config: Config):
     from components.data.snapshot import Schema
     from components.tasks import label_column, load_task
 
@@ -99,9 +97,25 @@ def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
     schema = Schema(label=label_column(task, config.data), key=config.data.key,
                     numeric=list(reference.get("numeric") or {}), categorical=list(reference.get("categorical") or {}),
                     classes=[], text_column=config.data.text_column)
-    schema = schema.with_task_columns([c for c in task.own_columns(schema) if c in schema.features])
+    return task, schema.with_task_columns([c for c in task.own_columns(schema) if c in schema.features])
+
+
+def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
+    """The window's rows plus the task's per-row drift statistics (``Task.drift_columns``), which the
+    reference holds as numeric columns."""
+    import pandas as pd
+
+    task, schema = _task_and_schema(reference, config)
     derived = task.drift_columns(frame, schema)
     return pd.concat([frame, derived], axis=1) if len(derived.columns) else frame
+
+
+def task_drift_histograms(frame, reference: dict[str, Any], config: Config) -> dict[str, Any]:
+    """The window's per-row counts of the reference's ``distributions`` (``Task.drift_histograms``)."""
+    if not reference.get("distributions"):
+        return {}
+    task, schema = _task_and_schema(reference, config)
+    return task.drift_histograms(frame, schema)
 
 
 # --- one check -----------------------------------------------------------------------------------

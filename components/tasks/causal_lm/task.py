@@ -18,7 +18,7 @@ import pandas as pd
 from components.errors import DataValidationError
 from components.tasks.causal_lm import tokenizer
 from components.tasks.causal_lm.sizes import LMConfig, lm_config
-from components.tasks.causal_lm.text_stats import text_checks, text_drift_columns
+from components.tasks.causal_lm.text_stats import text_byte_counts, text_checks, text_drift_columns
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
@@ -240,6 +240,9 @@ class CausalLM(TaskBase):
 
     def drift_columns(self, frame: pd.DataFrame, schema: Any) -> pd.DataFrame:
         return text_drift_columns(frame[self.column(schema)], self.column(schema))
+
+    def drift_histograms(self, frame: pd.DataFrame, schema: Any) -> dict[str, pd.DataFrame]:
+        return text_byte_counts(frame[self.column(schema)], self.column(schema))
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Any) -> dict[str, Any]:
         """The first sequences as token ids and their decoded text, with the document of every token."""

@@ -4,6 +4,9 @@
 that do not decode, is not). ``text_drift_columns``: the length and the byte-unigram profile of each
 document as shares of byte classes (letters, digits, whitespace, punctuation, non-ASCII), numeric per-row
 values that the watcher compares with the reference like numeric columns (PSI, KS).
+``text_byte_counts``: each document's counts of the 256 byte values, which the reference sums into the
+corpus-level byte-unigram histogram and the watcher compares as a distribution
+(``pipelines/triggers/histogram_drift.py``). The vocabulary is the 256 bytes, so no token is ever unseen.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ _CLASSES = {
                              for c in map(chr, range(128))] + [False] * 128),
     "non_ascii_share": np.arange(256) >= 128,
 }
+
+
+BYTE_UNIGRAM = "byte_unigram"
+# One label per byte value, for the drift report's figure: 0x65 'e', 0x20 ' ', 0x0a, 0xc3.
+BYTE_LABELS = [f"{b:#04x} {chr(b)!r}" if 32 <= b < 127 else f"{b:#04x}" for b in range(256)]
 
 
 def as_bytes(value) -> bytes | None:
@@ -56,3 +64,14 @@ def text_drift_columns(texts: pd.Series, prefix: str) -> pd.DataFrame:
         for name, mask in _CLASSES.items():
             out[f"{prefix}__{name}"].append(float(counts[mask].sum() / counts.sum()) if counts is not None else np.nan)
     return pd.DataFrame(out, index=texts.index)
+
+
+def text_byte_counts(texts: pd.Series, prefix: str) -> dict[str, pd.DataFrame]:
+    """``{"<prefix>__byte_unigram": counts}``: per document, how often each byte value occurs (a row of 256
+    counts, columns ``BYTE_LABELS``; all zero where not text)."""
+    counts = np.zeros((len(texts), 256), dtype=np.int32)  # half of int64: a window may hold many documents
+    for row, value in enumerate(texts):
+        b = as_bytes(value)
+        if b:
+            counts[row] = np.bincount(np.frombuffer(b, dtype=np.uint8), minlength=256)
+    return {f"{prefix}__{BYTE_UNIGRAM}": pd.DataFrame(counts, index=texts.index, columns=BYTE_LABELS)}

@@ -42,3 +42,22 @@ def test_format_and_awkward_columns(tmp_path):
     assert 0.2 < city["null_fraction"] < 0.3 and set(city["frequencies"]) == {"a", "b"}
     # The sample is seeded: the same data gives the same reference.
     assert compute_reference_stats(frame, schema)["numeric"]["x"]["sample"] == stats["numeric"]["x"]["sample"]
+
+
+def test_histogram_stats_of_batches_equal_those_of_the_whole_and_reject_other_bins():
+    from components.data.reference_stats import HistogramStats
+
+    rng = np.random.default_rng(0)
+    per_row = pd.DataFrame(rng.integers(0, 5, size=(50, 4)), columns=list("abcd"))
+    per_row.iloc[3] = 0  # a row without a value is no document
+    whole = HistogramStats().add(per_row).to_dict()
+    batched = HistogramStats().add(per_row.iloc[:20]).add(per_row.iloc[20:]).to_dict()
+    assert batched == whole
+    assert whole["counts"] == per_row.sum().tolist() and whole["documents"] == 49 and whole["rows"] == 50
+    assert np.allclose(whole["outer"], per_row.to_numpy().T @ per_row.to_numpy())
+    try:
+        HistogramStats().add(per_row).add(per_row.rename(columns={"d": "e"}))
+    except ValueError as error:
+        assert "bins changed" in str(error)
+    else:
+        raise AssertionError("other bins were accepted")

@@ -13,7 +13,8 @@ from components.data.demo import generate_day
 from components.data.reference_stats import compute_reference_stats
 from components.data.simulate import drift_window
 from components.data.snapshot import Schema, infer_schema
-from pipelines.triggers.drift import compute_drift, merge_rare_categories, psi, psi_p_value, threshold_for
+from pipelines.triggers.column_drift import threshold_for
+from pipelines.triggers.drift import compute_drift, merge_rare_categories, psi, psi_p_value
 from pipelines.triggers.report import render_html, write_drift_report
 
 

@@ -60,6 +60,17 @@ def test_text_only_partitions_validate_and_snapshot(unkeyed):
     assert snapshot.state["text_column"] == "body"
 
 
+def test_validation_writes_the_train_splits_byte_histogram_into_the_reference(unkeyed):
+    """What the watcher's byte-unigram drift test compares with, summed over the streamed train batches."""
+    out, _, _ = unkeyed
+    train = load_snapshot(out / "snapshot").frame("train")["body"]
+    reference = json.loads((out / "snapshot" / "reference_stats.json").read_text())
+    byte_unigram = reference["distributions"]["body__byte_unigram"]
+    assert sum(byte_unigram["counts"]) == sum(len(t.encode()) for t in train)
+    assert byte_unigram["documents"] == byte_unigram["rows"] == len(train)
+    assert "body__letter_share" in reference["numeric"]  # the class shares stay
+
+
 def test_the_label_checks_are_reported_not_applicable(unkeyed):
     out, _, result = unkeyed
     report = (out / "validation.md").read_text()
