@@ -43,9 +43,20 @@ def warm_command(command: list[str]) -> list[str]:
     return client_prefix() + command[1:]
 
 
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def enabled() -> bool:
-    """Whether ``ctpipe run`` starts a warm-start server (``CTPIPE_WARM_START``, on unless 0/false/no/off)."""
-    return os.environ.get(WARM_START_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    """Whether ``ctpipe run`` starts a warm-start server (``CTPIPE_WARM_START``, on when unset)."""
+    value = os.environ.get(WARM_START_ENV, "1").strip().lower()
+    if value not in _ON + _OFF:
+        from components.errors import ConfigError
+
+        raise ConfigError(
+            f"{WARM_START_ENV}={os.environ[WARM_START_ENV]!r} is not a switch; allowed: "
+            f"{'/'.join(_ON)} (steps forked from the warm-start server) or {'/'.join(_OFF)} (each step cold)"
+        )
+    return value in _ON
 
 
 @dataclass

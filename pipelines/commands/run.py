@@ -18,7 +18,11 @@ from pipelines.commands import add_config_args
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "run", help="run the whole pipeline locally (KFP local runner, torchrun, MLflow on SQLite)"
+        "run",
+        help="run the whole pipeline locally (KFP local runner, torchrun, MLflow on SQLite)",
+        description="Run the whole pipeline locally. Each step and training rank is forked from a warm-start "
+        "server that imports torch, MLflow and Great Expectations once; set CTPIPE_WARM_START=0 to start "
+        "each in a fresh interpreter instead, as a pod on a cluster does.",
     )
     parser.add_argument("--data", metavar="URI", help="data root of Parquet/CSV partitions (default: generated demo data)")
     parser.add_argument("--home", metavar="DIR", help="where runs, MLflow and artifacts live (default $CTPIPE_HOME or ./.ctpipe)")

@@ -198,3 +198,12 @@ def test_a_child_that_ignores_sigterm_is_killed_when_the_run_ends(workdir):
         _wait_for_line(proc, "ready")
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_warm_start_setting_that_is_not_a_switch_is_a_clear_error(monkeypatch):
+    from components.errors import ConfigError
+
+    monkeypatch.setenv("CTPIPE_WARM_START", "fasle")
+    with pytest.raises(ConfigError, match=r"CTPIPE_WARM_START='fasle' is not a switch; allowed: 1/true/yes/on"):
+        with running_server():
+            pass
