@@ -160,8 +160,8 @@ class TaskBase:
     (feature columns the task reads itself, e.g. an image or a text, which the tabular profiling skips),
     ``expectations`` and ``check_columns`` (extra Great Expectations checks), ``drift_columns`` (per-row
     statistics the watcher judges for drift), ``drift_histograms`` (per-row counts over fixed bins, e.g.
-    the 256 byte values of a text, that the watcher judges summed into one distribution), ``strata`` (the
-    sanity sample's stratification),
+    the 256 byte values of a text, that the watcher judges summed into one distribution), ``target_columns``
+    (the columns ``targets`` reads), ``strata`` (the sanity sample's stratification),
     ``baseline`` (the trivial predictor behind ``evaluate.thresholds.<metric>.value=baseline``),
     ``paired_bootstrap`` (the blessing's resampled metrics; the default calls ``compute_metrics``),
     ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and
@@ -217,6 +217,11 @@ class TaskBase:
         watcher judges the window's summed histogram against it as one distribution."""
         return {}
 
+    def target_columns(self, state: TaskState) -> list[str] | None:
+        """The columns ``targets`` reads (None: it may read any): above ``train.in_memory_rows`` each rank
+        reads only these of the whole train split for ``init_model``, not whole rows."""
+        return None
+
     def strata(self, frame: pd.DataFrame, schema: Schema) -> pd.Series | None:
         """Values the sanity sample is stratified by (the label by default; None samples uniformly)."""
         return frame[schema.label] if schema.label in frame.columns else None
@@ -269,6 +274,7 @@ class TaskBase:
 
 
 OPTIONAL_PARTS: tuple[str, ...] = (
-    "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "drift_histograms", "strata",
-    "baseline", "paired_bootstrap", "class_names", "describe_batch", "batch_mismatches", "extra_checks",
+    "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "drift_histograms",
+    "target_columns", "strata", "baseline", "paired_bootstrap", "class_names", "describe_batch",
+    "batch_mismatches", "extra_checks",
 )

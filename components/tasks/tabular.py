@@ -157,6 +157,9 @@ class TabularClassification(TaskBase):
     def targets(self, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
         return encode_labels(frame, state["label"], list(state["classes"]))
 
+    def target_columns(self, state: TaskState) -> list[str]:
+        return [state["label"]]
+
     def probabilities(self, model: nn.Module, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
         """Class probabilities for every row, preprocessed with this model's own statistics."""
         import torch

@@ -83,9 +83,12 @@ class ShardedSplit:
 
     def targets(self) -> torch.Tensor:
         """Every train row's target in file order (for the task's ``init_model``, the same on every rank):
-        the split streamed a row group at a time, only the targets kept (8 bytes a row for class labels)."""
+        the split streamed a row group at a time, only the targets kept (8 bytes a row for class labels),
+        and of each row group only the columns the task's ``target_columns`` names."""
         handle = pq.ParquetFile(self.path)
-        parts = [torch.tensor(np.asarray(self.task.targets(handle.read_row_group(g).to_pandas(), self.state)))
+        columns = self.task.target_columns(self.state)
+        parts = [torch.tensor(np.asarray(self.task.targets(handle.read_row_group(g, columns=columns).to_pandas(),
+                                                           self.state)))
                  for g in range(handle.num_row_groups)]
         return torch.cat(parts) if parts else torch.empty(0, dtype=torch.long)
 

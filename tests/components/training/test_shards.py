@@ -127,3 +127,21 @@ def test_a_rank_loads_only_its_val_rows_and_scores_them_as_from_the_whole_split(
         shard = val_shard(snap, task, d)
         assert len(shard) == n and len(shard.examples) <= -(-n // world)  # at most its share of rows
         assert evaluate(model, shard, d, nullcontext, task) == evaluate(model, whole, d, nullcontext, task)
+
+
+def test_init_targets_read_only_the_columns_the_task_names(snap):
+    """The class prior needs the labels, not whole rows: a task that names its target columns
+    (``Task.target_columns``) gets frames of those columns only, and the same targets."""
+    task = make_task()
+    seen: list[list[str]] = []
+    original = task.targets
+
+    def recording(frame, state):
+        seen.append(list(frame.columns))
+        return original(frame, state)
+
+    task.targets = recording
+    shards = ShardedSplit(snap.root / "train.parquet", task, snap.state, rank=0, world_size=2, seed=7)
+    whole = make_task().encode(pd.read_parquet(snap.root / "train.parquet"), snap.state)
+    assert torch.equal(shards.targets(), whole.targets)
+    assert seen and all(columns == [snap.state["label"]] for columns in seen), seen[:2]
