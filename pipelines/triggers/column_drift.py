@@ -18,7 +18,7 @@ from scipy import stats
 from components.config import WatchConfig
 
 # Bins with no rows would make PSI infinite; a small floor keeps it finite and comparable.
-_EPSILON = 1e-4
+PSI_FLOOR = 1e-4
 RARE_CATEGORY = "<rare>"
 # The chi-square rule: a bucket expected fewer times than this in the window is merged with others.
 MIN_EXPECTED_COUNT = 5
@@ -62,8 +62,8 @@ class ColumnDrift:
 
 def psi(expected: np.ndarray, actual: np.ndarray) -> float:
     """Population stability index between two distributions over the same bins (fractions)."""
-    e = np.clip(np.asarray(expected, dtype="float64"), _EPSILON, None)
-    a = np.clip(np.asarray(actual, dtype="float64"), _EPSILON, None)
+    e = np.clip(np.asarray(expected, dtype="float64"), PSI_FLOOR, None)
+    a = np.clip(np.asarray(actual, dtype="float64"), PSI_FLOOR, None)
     e, a = e / e.sum(), a / a.sum()
     return float(np.sum((a - e) * np.log(a / e)))
 

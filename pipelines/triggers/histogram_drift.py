@@ -39,6 +39,7 @@ from scipy import stats
 
 from components.config import WatchConfig
 from pipelines.triggers.column_drift import (
+    PSI_FLOOR,
     RARE_CATEGORY,
     ColumnDrift,
     column_verdict,
@@ -49,7 +50,6 @@ from pipelines.triggers.column_drift import (
 
 # The figure shows the buckets whose fractions differ most (a byte histogram has ~100 buckets).
 FIGURE_BUCKETS = 30
-_EPSILON = 1e-4  # as column_drift.psi: an empty bucket keeps PSI finite
 
 
 def fraction_covariance(counts: np.ndarray, outer: np.ndarray, documents: int) -> np.ndarray:
@@ -66,7 +66,7 @@ def fraction_covariance(counts: np.ndarray, outer: np.ndarray, documents: int) -
 def psi_noise(value: float, expected: np.ndarray, covariance: np.ndarray, alpha: float) -> tuple[float, float]:
     """P(PSI >= value) when window and reference share one distribution, with the difference of their
     fractions ~ N(0, ``covariance``), and the PSI reached at level ``alpha`` (a * chi2(nu), Satterthwaite)."""
-    weighted = covariance / np.clip(expected, _EPSILON, None)[:, None]
+    weighted = covariance / np.clip(expected, PSI_FLOOR, None)[:, None]
     mean, var = float(np.trace(weighted)), float(2 * np.sum(weighted * weighted.T))
     if not (mean > 0 and var > 0):
         return (1.0 if value <= 0 else 0.0), 0.0
