@@ -216,8 +216,9 @@ def run_local(
         summary_path = run_dir / "summary.json"
         summary["summary_path"] = str(summary_path.resolve())
         summary_path.write_text(json.dumps(summary, indent=2, default=str))
-        if warm is not None and warm.log_text():
-            (run_dir / "warm_start.log").write_text(warm.log_text())
+        server_log = warm.log_text() if warm is not None else ""
+        if server_log:
+            (run_dir / "warm_start.log").write_text(server_log)
     return summary
 
 

@@ -19,7 +19,7 @@ import socket
 import struct
 import sys
 
-SOCKET_ENV = "CTPIPE_WARM_SOCKET"
+SOCKET_ENV = "CTPIPE_WARM_SOCKET"  # components.warm_start.SOCKET_ENV: this file runs without the package
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
