@@ -13,6 +13,11 @@ may use ``category`` or ``float32``. So every value is first put into one canoni
 - strings, ``category`` and ``object`` values: the same text whichever dtype holds them (a category
   by its category value); datetimes as ISO 8601 in microseconds, UTC when time-zone aware.
 
+For hashing (``split_keys``), a string in ISO 8601 date or date-time form (``2025-03-01``,
+``2025-03-01 20:46:35``, ``...T20:46:35.5Z``) is read as the datetime it names: a CSV copy of a datetime
+column holds exactly such text, so the same rows split alike from Parquet and from CSV (form v3; v2,
+which hashed such text as it stands, is still understood when a champion's training rows are recomputed).
+
 With ``data.key`` set, the split is ``blake2b(salt + NUL + canonical key)``. Without it, a row's content
 key is the sum (mod 2**64) over its non-null cells of ``blake2b(column name + US + canonical value)``:
 every column except ctpipe's own (``__partition``, ``__split``), in no particular order, so a column
@@ -35,7 +40,11 @@ import pandas as pd
 from components.errors import DataValidationError
 
 # Bumped whenever the canonical form or the hash changes: a model records it with its split.
-CANONICAL_FORM = "ctpipe-split/v2"
+CANONICAL_FORM = "ctpipe-split/v3"
+# Every form this code can still hash by, and whether it reads ISO 8601 text as a datetime (v3 does).
+KNOWN_FORMS = {"ctpipe-split/v2": False, CANONICAL_FORM: True}
+# An ISO 8601 date or date-time written as text: what a CSV copy of a datetime column holds.
+_ISO_DATETIME = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?"
 SPLITS = ("train", "val", "test")
 SPLIT_COLUMN = "__split"
 PARTITION_COLUMN = "__partition"
@@ -154,6 +163,31 @@ def canonical_text(series: pd.Series) -> pd.Series:
 # --- split keys -----------------------------------------------------------------------------------
 
 
+def _iso_text_as_datetime(texts: list[str | None]) -> list[str | None]:
+    """Each text that is an ISO 8601 date or date-time replaced by that datetime's canonical text."""
+    found = pd.Series(texts, dtype=object).str.fullmatch(_ISO_DATETIME).fillna(False).to_numpy(dtype=bool)
+    out = list(texts)
+    for i in np.flatnonzero(found):
+        try:
+            out[i] = canonical_scalar(pd.Timestamp(texts[i].replace(",", ".")))
+        except (ValueError, OverflowError):  # 2025-02-30 and the like: not a date, so the text itself
+            pass
+    return out
+
+
+def _may_hold_text(series: pd.Series) -> bool:
+    """Whether a column's values can be text (object, string or category dtype)."""
+    dtype = series.dtype
+    return isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_object_dtype(dtype) or (
+        pd.api.types.is_string_dtype(dtype))
+
+
+def _check_form(form: str) -> bool:
+    if form not in KNOWN_FORMS:
+        raise ValueError(f"unknown canonical form {form!r}; known: {', '.join(KNOWN_FORMS)}")
+    return KNOWN_FORMS[form]
+
+
 def _digest64(texts: Iterable[str]) -> np.ndarray:
     return np.fromiter(
         (int.from_bytes(hashlib.blake2b(t.encode("utf-8", "surrogateescape"), digest_size=8).digest(), "big")
@@ -162,24 +196,28 @@ def _digest64(texts: Iterable[str]) -> np.ndarray:
     )
 
 
-def _distinct_texts(series: pd.Series) -> tuple[np.ndarray, list[str]]:
+def _distinct_texts(series: pd.Series, iso_dates: bool) -> tuple[np.ndarray, list[str]]:
     """(code of each row, canonical text of each code); code -1 is null. Distinct values are found first,
     so only they are turned into text (object columns go value by value: pandas merges True and 1)."""
     if pd.api.types.is_object_dtype(series.dtype):
         codes, uniques = pd.factorize(canonical_text(series), use_na_sentinel=True)
-        return codes, list(uniques)
-    codes, uniques = pd.factorize(series, use_na_sentinel=True)
-    texts = canonical_text(pd.Series(uniques))
-    return codes, texts.tolist()
+        texts = list(uniques)
+    else:
+        codes, uniques = pd.factorize(series, use_na_sentinel=True)
+        texts = canonical_text(pd.Series(uniques)).tolist()
+    if iso_dates and _may_hold_text(series):
+        texts = _iso_text_as_datetime(texts)
+    return codes, texts
 
 
-def content_keys(data: pd.DataFrame) -> pd.Series:
+def content_keys(data: pd.DataFrame, form: str = CANONICAL_FORM) -> pd.Series:
     """Each row's content key: the sum over its non-null cells of a hash of (column name, canonical value)."""
+    iso_dates = _check_form(form)
     total = np.zeros(len(data), dtype=np.uint64)
     for column in data.columns:
         if column in INTERNAL_COLUMNS:
             continue
-        codes, texts = _distinct_texts(data[column])
+        codes, texts = _distinct_texts(data[column], iso_dates)
         cell = _digest64(f"{column}\x1f{t}" for t in texts)
         present = codes >= 0
         total[present] += cell[codes[present]]  # uint64 wraps: the sum is taken mod 2**64
@@ -202,9 +240,13 @@ def _rows_text(data: pd.DataFrame, mask: np.ndarray) -> str:
     return "; ".join(parts[:_MAX_LISTED]) + (f"; and {len(parts) - _MAX_LISTED} more partitions" if len(parts) > _MAX_LISTED else "")
 
 
-def key_texts(data: pd.DataFrame, key: str, label: str | None) -> pd.Series:
+def key_texts(data: pd.DataFrame, key: str, label: str | None, form: str = CANONICAL_FORM) -> pd.Series:
     """The canonical key of every row; a null key, or a key repeated with another label, is a data error."""
     keys = canonical_text(data[key])
+    if _check_form(form) and _may_hold_text(data[key]):
+        codes, uniques = pd.factorize(keys, use_na_sentinel=True)
+        texts = np.array(_iso_text_as_datetime(list(uniques)) + [None], dtype=object)
+        keys = pd.Series(texts[codes], index=keys.index, dtype=object, name=keys.name)  # code -1: the None
     null = keys.isna().to_numpy()
     if null.any():
         raise DataValidationError(
@@ -230,11 +272,12 @@ def key_texts(data: pd.DataFrame, key: str, label: str | None) -> pd.Series:
     return keys
 
 
-def split_keys(data: pd.DataFrame, schema: _SplitSchema) -> pd.Series:
-    """The canonical text each row's split is hashed from: its key, or its content key without one."""
+def split_keys(data: pd.DataFrame, schema: _SplitSchema, form: str = CANONICAL_FORM) -> pd.Series:
+    """The canonical text each row's split is hashed from: its key, or its content key without one
+    (``form``: an earlier canonical form from ``KNOWN_FORMS``, to recompute an older model's split)."""
     if schema.key is not None:
-        return key_texts(data, schema.key, schema.label)
-    return content_keys(data)
+        return key_texts(data, schema.key, schema.label, form)
+    return content_keys(data, form)
 
 
 def split_fractions(keys: Iterable[str], salt: str) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from components.data.snapshot import PARTITION_COLUMN, Schema
-from components.data.splits import CANONICAL_FORM, SplitSettings, split_keys
+from components.data.splits import CANONICAL_FORM, KNOWN_FORMS, SplitSettings, split_keys
 from components.errors import DataValidationError
 
 
@@ -61,7 +61,8 @@ class OverlapCounter:
             rows = test[test[PARTITION_COLUMN].isin(self.record["partitions"])]  # newer partitions were never seen
         key = self.settings.key
         try:
-            keys = split_keys(rows, Schema(label=self.schema.label, key=key, numeric=[], categorical=[], classes=[]))
+            keys = split_keys(rows, Schema(label=self.schema.label, key=key, numeric=[], categorical=[], classes=[]),
+                              form=self.settings.canonical_form)  # the form the champion's split was hashed by
         except DataValidationError as err:
             self.refusal = (f"champion version {self.version} is not compared: its training rows cannot be "
                             f"recomputed on this test split: {err}")
@@ -93,9 +94,10 @@ def _refusal(record: dict[str, Any] | None, columns: list[str], version: str) ->
         return refuse + ("its export records no training split (it predates split records), so whether it "
                          "trained on rows of this test split cannot be checked")
     settings = SplitSettings.from_dict(record)
-    if settings.canonical_form != CANONICAL_FORM:
-        return refuse + (f"its split was hashed with '{settings.canonical_form}', this ctpipe uses "
-                         f"'{CANONICAL_FORM}', so its training rows cannot be recomputed")
+    if settings.canonical_form not in KNOWN_FORMS:
+        return refuse + (f"its split was hashed with '{settings.canonical_form}', this ctpipe knows "
+                         f"{', '.join(repr(f) for f in KNOWN_FORMS)} (it uses '{CANONICAL_FORM}'), so its "
+                         "training rows cannot be recomputed")
     if settings.key is not None and settings.key not in columns:
         return refuse + (f"its split was keyed by column '{settings.key}', which this test split does not have, "
                          "so its training rows cannot be recomputed")

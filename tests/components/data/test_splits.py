@@ -121,6 +121,41 @@ def test_csv_and_parquet_of_the_same_rows_split_alike(tmp_path, key):
         assert (from_parquet == from_csv.loc[from_parquet.index]).all(), f"seed {seed}"
 
 
+def _with_datetimes(rows: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    """A date-only column and one with times, as an event table has (written to CSV as ISO text)."""
+    day = pd.Timestamp("2025-01-01") + pd.to_timedelta(rng.integers(0, 400, len(rows)), unit="D")
+    moment = pd.Timestamp("2025-01-01") + pd.to_timedelta(rng.integers(0, 10**9, len(rows)), unit="ms")
+    return rows.assign(signup_day=day, last_seen=moment)
+
+
+@pytest.mark.parametrize("key", [None, "last_seen"], ids=["content", "datetime_key"])
+def test_csv_and_parquet_of_the_same_rows_with_datetimes_split_alike(tmp_path, key):
+    # Parquet keeps datetimes as datetimes; CSV has no types, so they come back as ISO 8601 text.
+    for seed in range(4):
+        rng = np.random.default_rng(seed)
+        rows = _with_datetimes(mixed_type_rows(rng, 150, 0), rng)
+        parquet_root, csv_root = tmp_path / f"p{seed}", tmp_path / f"c{seed}"
+        write_partition(parquet_root, "2026-01-01", rows)
+        write_partition(csv_root, "2026-01-01", rows, "csv")
+        from_parquet = _splits(parquet_root, key).set_index("id")["split"]
+        from_csv = _splits(csv_root, key).set_index("id")["split"]
+        moved = int((from_parquet != from_csv.loc[from_parquet.index]).sum())
+        assert moved == 0, f"seed {seed}: {moved} of {len(rows)} rows split differently from CSV than from Parquet"
+
+
+def test_iso_text_is_hashed_as_the_datetime_it_names_and_other_text_as_it_stands():
+    from components.data.splits import key_texts
+
+    texts = ["2025-03-01", "2025-03-01 00:00:00", "2025-03-01T01:00:00+01:00", "2025-03-01T00:00:00.000Z",
+             "2025-02-30", "20250301", "2025-03-01 and more"]
+    frame = pd.DataFrame({"k": texts, "label": "a"})
+    keys = key_texts(frame, "k", "label").tolist()
+    assert keys[:4] == ["2025-03-01T00:00:00.000000"] * 4
+    assert keys[4:] == texts[4:]  # no such day, not ISO 8601, more than a date: the text itself
+    assert key_texts(frame.astype({"k": "category"}), "k", "label").tolist() == keys
+    assert key_texts(frame, "k", "label", form="ctpipe-split/v2").tolist() == texts
+
+
 def test_a_csv_partition_appended_to_parquet_moves_no_old_row(tmp_path):
     for seed in range(4):
         rng = np.random.default_rng(seed)
@@ -200,3 +235,33 @@ def test_a_key_repeated_with_another_label_is_a_data_error_naming_the_key_and_ro
     data.loc[4, "label"] = data.loc[2, "label"]
     keys = split_keys(data, schema)
     assert keys[2] == keys[4]
+
+
+# --- the canonical form a champion's split was hashed by ---------------------------------------
+
+
+def test_a_champion_split_by_the_previous_form_is_recomputed_by_that_form():
+    from components.data.snapshot import Schema
+    from components.data.splits import CANONICAL_FORM, SplitSettings
+    from components.evaluation.leakage import champion_training_overlap
+
+    rng = np.random.default_rng(0)
+    schema = Schema(label="label", key=None, numeric=[], categorical=[], classes=[])
+    settings = SplitSettings(key=None, salt="s", val_fraction=0.1, test_fraction=0.3)
+    plain = mixed_type_rows(rng, 400, 0)
+    # v2 hashed ISO text as it stands, v3 as the datetime it names: only rows with such text differ.
+    dated = _with_datetimes(plain, rng)
+    dated = dated.assign(signup_day=dated["signup_day"].dt.strftime("%Y-%m-%d"), last_seen=dated["last_seen"].astype(str))
+    for rows, moved in ((plain, False), (dated, True)):
+        test = rows[settings.assign(split_keys(rows, schema)).to_numpy() == "test"]
+        v2 = {**settings.to_dict(), "canonical_form": "ctpipe-split/v2"}
+        check = champion_training_overlap(v2, test, schema, version="1")
+        if moved:  # the v2 champion trained on some of today's test rows: counted, not compared
+            assert not check.ok and check.overlap_rows > 0.3 * len(test), check
+        else:
+            assert check.ok and check.overlap_rows == 0, check
+        assert champion_training_overlap(settings.to_dict(), test, schema, version="1").ok
+    assert settings.canonical_form == CANONICAL_FORM
+    unknown = champion_training_overlap({**settings.to_dict(), "canonical_form": "ctpipe-split/v1"}, plain, schema,
+                                        version="1")
+    assert not unknown.ok and "ctpipe-split/v1" in unknown.message
