@@ -14,12 +14,6 @@ from pathlib import Path
 from typing import Any
 
 MODEL = "ctpipe-classifier"
-LINEAGE_TAGS = [
-    "ctpipe.data_fingerprint", "ctpipe.data_uri", "ctpipe.snapshot_uri", "ctpipe.git_commit", "ctpipe.image",
-    "ctpipe.pipeline_run_id", "ctpipe.trigger", "ctpipe.blessed", "ctpipe.blessing_reasons", "ctpipe.compared_with",
-    "ctpipe.validation_warnings", "ctpipe.sanity", "ctpipe.config", "ctpipe.evaluation", "ctpipe.model_sha256",
-    "ctpipe.registration_key", "ctpipe.registration",
-]  # fmt: skip
 ARTIFACTS = ["ctpipe/model.pt", "model/MLmodel", "reference/reference_stats.json", "reports/blessing.json"]
 
 
@@ -73,6 +67,8 @@ def sha256_of(path: Path) -> str:
 def audit_registry(uri: str) -> dict[str, Any]:
     """Every model version complete (lineage tags, artifacts, model hash); the champion history consistent."""
     import mlflow
+
+    from components.registration.register import LINEAGE_TAGS  # the one list registration guarantees
 
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     versions = sorted(client.search_model_versions(f"name = '{MODEL}'", max_results=10000), key=lambda v: int(v.version))

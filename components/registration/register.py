@@ -31,6 +31,14 @@ PYFUNC_ARTIFACT_PATH = "model"
 REFERENCE_FILES = ("suite.json", "reference_stats.json")
 # Tag values are text; keep the long ones readable in the UI and under backend limits.
 MAX_TAG_CHARS = 20000
+# The lineage every version registered from an export of this ctpipe carries, set in the call that creates
+# it (``lineage_tags``; plus ``ctpipe.metric.*``): the soak's audit and the tests hold versions to this list.
+LINEAGE_TAGS = (
+    "ctpipe.data_fingerprint", "ctpipe.data_uri", "ctpipe.snapshot_uri", "ctpipe.git_commit", "ctpipe.image",
+    "ctpipe.pipeline_run_id", "ctpipe.trigger", "ctpipe.blessed", "ctpipe.blessing_reasons", "ctpipe.compared_with",
+    "ctpipe.validation_warnings", "ctpipe.sanity", "ctpipe.config", "ctpipe.evaluation", "ctpipe.model_sha256",
+    KEY_TAG, COMPLETE_TAG, "ctpipe.checkpoint_step", "ctpipe.split", "ctpipe.train_keys_sha256",
+)  # fmt: skip
 
 
 @dataclass
