@@ -1,8 +1,9 @@
 """Split gate cases: real partitions (Parquet/CSV) read and split by the pipeline's own functions.
 
 Healthy cases append a partition that stores its values differently (a null in an integer column, the
-key as float64, strings as category/object, float32, a new column, the same rows as CSV) and count the
-old rows that changed split: ``blocked`` is "rows moved or the split refused healthy data". Broken cases
+key as float64, strings as category/object, float32, a new column, a partition as CSV) and count the
+old rows that changed split, and split the same rows with datetime columns from Parquet and from CSV;
+``blocked`` is "rows moved or the split refused healthy data". Broken cases
 are a null key and a key repeated with another label (``blocked``: the split raised a data error), and
 champions whose training rows are in today's test split (another salt, other fractions, no split record;
 ``blocked``: evaluation refuses to compare against it), beside one with the same settings (healthy).
@@ -74,6 +75,22 @@ def _healthy(name: str, tmp: Path, old, new, key, fmt="parquet") -> dict:
     return {"name": label, "gate": "split", "expected_block": False, "blocked": moved != 0, "detail": detail}
 
 
+def _with_datetimes(frame: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    day = pd.Timestamp("2025-01-01") + pd.to_timedelta(rng.integers(0, 400, len(frame)), unit="D")
+    moment = pd.Timestamp("2025-01-01") + pd.to_timedelta(rng.integers(0, 10**9, len(frame)), unit="ms")
+    return frame.assign(signup_day=day, last_seen=moment)
+
+
+def _same_rows_as_csv(tmp: Path, rows: pd.DataFrame) -> dict:
+    """The same rows, with datetime columns, from Parquet and from CSV (where datetimes are ISO text)."""
+    write_partition(tmp / "parquet", "2026-01-01", rows)
+    write_partition(tmp / "csv", "2026-01-01", rows, "csv")
+    (_, from_parquet), (_, from_csv) = _split(tmp / "parquet", None), _split(tmp / "csv", None)
+    moved = int((from_parquet != from_csv).sum())
+    return {"name": "the same rows with datetime columns as CSV instead of Parquet (content hash)", "gate": "split",
+            "expected_block": False, "blocked": moved != 0, "detail": f"{moved} of {len(rows)} rows split differently"}
+
+
 def _data_error(name: str, frame: pd.DataFrame) -> dict:
     frame = frame.assign(**{PARTITION_COLUMN: "date=2026-01-03"})
     schema = infer_schema(frame, label="label", key="customer_id", features=[], categorical=[])
@@ -101,6 +118,7 @@ def cases(seed: int) -> list[dict]:
             for i, (name, change) in enumerate(EVOLUTIONS.items()):
                 out.append(_healthy(name, tmp / f"{key}-{i}", old, change(mixed_type_rows(rng, 100, 10_000)), key))
         out.append(_healthy("CSV instead of Parquet", tmp / "csv", old, mixed_type_rows(rng, 100, 20_000), None, "csv"))
+        out.append(_same_rows_as_csv(tmp / "dated", _with_datetimes(old, rng)))
 
         null_key = mixed_type_rows(rng, 50, 30_000).astype({"customer_id": "float64"})
         null_key.loc[[3, 17], "customer_id"] = np.nan

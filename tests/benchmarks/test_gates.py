@@ -37,3 +37,13 @@ def test_drift_corpus_runs_and_prints_one_json_line_last():
     assert result["cases"] == result["by_gate"]["drift"]["cases"] == len(lines) - 1 >= 20
     assert {k: result[k] for k in ("false_blocks", "missed_bugs", "false_drift", "missed_drift")} == dict.fromkeys(
         ("false_blocks", "missed_bugs", "false_drift", "missed_drift"), 0)
+
+
+def test_split_corpus_runs_and_decides_every_case_as_expected():
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "gates.py"), "--only", "splits"], capture_output=True,
+                          text=True, check=False, timeout=300)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(lines[-1])
+    assert result["cases"] == result["by_gate"]["split"]["cases"] == len(lines) - 1 >= 20
+    assert any("datetime columns as CSV" in line for line in lines)
