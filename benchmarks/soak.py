@@ -57,7 +57,7 @@ MAX_STEPS = 60
 # Small but real: a round's run takes well under a minute here.
 RUN_SETTINGS = [
     f"train.max_steps={MAX_STEPS}", "train.eval_every=20", "train.checkpoint_every=20", "train.warmup_steps=5",
-    "evaluate.thresholds.accuracy.value=0.3", "evaluate.bootstrap_samples=50", "data.key=customer_id",
+    "evaluate.thresholds.accuracy.value=0.3", "evaluate.bootstrap_samples=200", "data.key=customer_id",
     # Retries quick enough for a soak (defaults: 60 s doubling to 30 min), still bounded and recorded.
     "watch.max_attempts=3", "watch.retry_backoff_seconds=2", "watch.retry_max_backoff_seconds=8",
     # Every drifted round may start a drift run (no cool-down); windows of one 300-row partition.
@@ -101,6 +101,20 @@ def fault_env(kind: str, rng: random.Random) -> tuple[dict[str, str], str]:
     return {}, ""
 
 
+def check_settings(settings: list[str]) -> None:
+    """Load the run settings as the watchers will: a bad one is a ConfigError now, not 20 stuck rounds."""
+    from components.config import load_config
+
+    load_config(None, settings)
+
+
+def stop_on_user_error(decisions: list[dict[str, Any]]) -> None:
+    """A watcher that exited 2 (a usage or config error) will fail the same way every time: stop the soak."""
+    for decision in decisions:
+        if decision.get("action") == "error" and decision.get("exit_code") == 2:
+            raise SystemExit(f"soak: a watcher rejected its command, every later one would too: {decision.get('stderr', '').strip()}")
+
+
 class Watchers:
     """Starts ``ctpipe watch --once --local`` processes in pairs and keeps their decisions."""
 
@@ -127,6 +141,7 @@ class Watchers:
             decisions.append(decision)
             with open(self.log, "a") as f:
                 f.write(json.dumps({"at": time.time(), "env": extra_env or {}, **decision}, default=str) + "\n")
+        stop_on_user_error(decisions)
         return decisions
 
 
@@ -230,6 +245,7 @@ def main() -> int:
         add_partition(data, day, drifted=False, seed=args.seed)
     server = LocalMlflowServer(work / "mlflow-server") if args.mlflow == "server" else None
     settings = list(RUN_SETTINGS)
+    check_settings(settings)
     if server is not None:
         server.start()
         settings.append(f"registry.tracking_uri={server.uri}")
