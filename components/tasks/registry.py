@@ -118,6 +118,23 @@ def label_column(task: Task, data: Any) -> str | None:
     return data.label if getattr(task, "needs_label", True) else None
 
 
+def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
+    """ConfigError unless every blessing rule (``config.evaluate``) names one of ``task.metrics``.
+
+    A rule on a metric the task never computes could only ever fail the blessing, after a whole training;
+    the first step calls this so that it stops the run before any work, with the task's metrics named."""
+    names = [m.name for m in task.metrics]
+    for where, rules in (("evaluate.thresholds", evaluate.thresholds),
+                         ("evaluate.slice_thresholds", evaluate.slice_thresholds)):
+        unknown = [metric for metric in rules if metric not in names]
+        if unknown:
+            raise ConfigError(
+                f"invalid config value for '{where}.{unknown[0]}': task '{task.name}' computes no metric "
+                f"{unknown[0]!r}; its metrics: {', '.join(names)}. Name those in {where} (e.g. --set "
+                f"{where}.{names[0]}.value=baseline), or remove the rule"
+            )
+
+
 def metric_directions(task: Task) -> dict[str, bool]:
     """Name -> True when higher is better, for the task's test metrics."""
     return {m.name: m.higher_is_better for m in task.metrics}
