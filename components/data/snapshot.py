@@ -324,13 +324,20 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
     """What an exported model records about its training rows: the split settings, the partitions they
     came from, and a digest of their canonical keys. Raises DataValidationError when ``settings`` do not
     reproduce the snapshot's train split (the config does not describe how this snapshot was split)."""
-    train = snapshot.frame("train")
-    keys = split_keys(train, Schema(label=snapshot.schema.label, key=settings.key, numeric=[], categorical=[],
-                                    classes=[]))
-    moved = int((settings.assign(keys) != "train").sum())
+    # A record batch at a time (a row's key and split depend on that row alone); only the distinct keys are
+    # kept, for the digest. With a key only it and the label are read, without one the whole row is its key.
+    key_schema = Schema(label=snapshot.schema.label, key=settings.key, numeric=[], categorical=[], classes=[])
+    columns = [c for c in (settings.key, snapshot.schema.label) if c] if settings.key is not None else None
+    keys: set[str] = set()
+    moved = rows = 0
+    for batch in iter_split_batches(snapshot.root / "train.parquet", columns=columns):
+        batch_keys = split_keys(batch, key_schema)
+        moved += int((settings.assign(batch_keys) != "train").sum())
+        rows += len(batch)
+        keys.update(batch_keys)
     if moved:
         raise DataValidationError(
-            f"{moved} of the {len(train)} train rows of snapshot '{snapshot.root}' are not train rows under the "
+            f"{moved} of the {rows} train rows of snapshot '{snapshot.root}' are not train rows under the "
             f"split settings {settings.to_dict()}: the config's data.key/split_salt/val_fraction/test_fraction are "
             "not the ones this snapshot was split with (or its rows changed since). Use the config the data was "
             "validated with, or validate the data again."
@@ -342,6 +349,6 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
         "window_days": window.get("window_days"),
         "max_train_rows": window.get("max_train_rows"),
         "partitions": partitions,
-        "train_rows": len(train),
+        "train_rows": rows,
         "train_keys_sha256": keys_digest(keys),
     }
