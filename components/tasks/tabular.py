@@ -9,7 +9,6 @@ log loss (ROC AUC with two classes).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,16 +44,6 @@ def align_probabilities(probs: np.ndarray, model_classes: list[str], target_clas
             out[:, j] = probs[:, index[name]]
     return out
 
-
-@dataclass
-class _TabularFirstBatch:
-    """The first batch's tensors by name, as ``decode_first_batch`` reads them."""
-
-    raw: Any
-    x_num: Any
-    x_cat: Any
-    y: Any
-    drawn: str
 
 
 class TabularClassification(TaskBase):
@@ -207,14 +196,14 @@ class TabularClassification(TaskBase):
         return list(state["classes"])
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Schema) -> dict[str, Any]:
-        from components.sanity.first_batch import decode_first_batch
+        from components.tasks.tabular_first_batch import TabularFirstBatch, decode_first_batch
 
         x_num, x_cat = batch.inputs
-        return decode_first_batch(_TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), Preprocessing.from_dict(state),
+        return decode_first_batch(TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), Preprocessing.from_dict(state),
                                   schema.label)
 
     def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:
-        from components.sanity.first_batch import first_batch_mismatches
+        from components.tasks.tabular_first_batch import first_batch_mismatches
 
         return first_batch_mismatches(dump, raw, schema.label)
 
