@@ -22,7 +22,6 @@ from components.data.encoding import (
     encode_features,
     encode_labels,
     label_text,
-    preprocessing_of,
 )
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
 from components.data.reference_stats import reference_stats_of, table_stats, write_reference_stats
@@ -159,19 +158,6 @@ def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, feat
     return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes, text_column=text_column)
 
 
-# --- the tabular task's state -------------------------------------------------------------------
-
-
-def tabular_state_of(stats: TableStats, schema: Schema) -> dict[str, Any]:
-    """The tabular task's state from streamed train statistics: the preprocessing and the label column."""
-    return {**preprocessing_of(stats, schema.classes).to_dict(), "label": schema.label}
-
-
-def tabular_state(train: pd.DataFrame, schema: Schema) -> dict[str, Any]:
-    """The tabular task's train-split state: the preprocessing statistics and the label column."""
-    return tabular_state_of(table_stats(train, schema), schema)
-
-
 # --- the snapshot directory ----------------------------------------------------------------------
 
 
@@ -225,13 +211,13 @@ def write_snapshot(
     data_uri: str,
     files: list[DataFile],
     fingerprint: str,
+    task: Any,
     window: TrainWindow | None = None,
-    task: Any = None,
 ) -> Snapshot:
     """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
 
     With a ``window`` (data/window.py) only the train rows inside it are written (val and test in full).
-    ``task`` fits the statistics (``SnapshotWriter``); None gives the tabular task's (``tabular_state``).
+    ``task`` (the run's, ``components.tasks``) fits the train-split state (``SnapshotWriter``).
     """
     writer = SnapshotWriter(out_dir, schema, task=task)
     if window is not None and not window.is_all and PARTITION_COLUMN in data.columns:
@@ -253,8 +239,7 @@ class SnapshotWriter:
     tabular task: the same numbers as its ``fit``), otherwise from ``task.fit`` on the written train split.
     """
 
-    def __init__(self, out_dir: str | Path, schema: Schema, *, row_group_rows: int = ROW_GROUP_ROWS,
-                 task: Any = None) -> None:
+    def __init__(self, out_dir: str | Path, schema: Schema, *, task: Any, row_group_rows: int = ROW_GROUP_ROWS) -> None:
         self.root, self.schema, self.task = Path(out_dir), schema, task
         self.root.mkdir(parents=True, exist_ok=True)
         self.writers = {s: SplitWriter(self.root / f"{s}.parquet", row_group_rows=row_group_rows) for s in SPLITS}
@@ -298,8 +283,6 @@ class SnapshotWriter:
         return Snapshot(self.root, self.schema, state, fingerprint, data_uri, files)
 
     def _state(self) -> dict[str, Any]:
-        if self.task is None:
-            return tabular_state_of(self.stats, self.schema)
         fit_streamed = getattr(self.task, "fit_streamed", None)
         state = fit_streamed(self.stats, self.schema) if fit_streamed is not None else None
         if state is None:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from components.data.encoding import Preprocessing, encode_features, encode_labels
-from components.data.snapshot import Schema, tabular_state, tabular_state_of
+from components.data.encoding import Preprocessing, encode_features, encode_labels, preprocessing_of
+from components.data.reference_stats import table_stats
+from components.data.snapshot import Schema
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
@@ -45,7 +46,6 @@ def align_probabilities(probs: np.ndarray, model_classes: list[str], target_clas
     return out
 
 
-
 class TabularClassification(TaskBase):
     """Classification of tabular rows by an MLP or an FT-Transformer (``model.kind``)."""
 
@@ -57,11 +57,12 @@ class TabularClassification(TaskBase):
 
     # -- data -------------------------------------------------------------------------------------
     def fit(self, train: pd.DataFrame, schema: Schema) -> TaskState:
-        return tabular_state(train, schema)
+        # the same numbers as ``fit_streamed``: the statistics of one frame are those of its batches merged
+        return self.fit_streamed(table_stats(train, schema), schema)
 
     def fit_streamed(self, stats: Any, schema: Schema) -> TaskState:
-        # the same numbers as ``fit``: tabular_state is tabular_state_of the frame's statistics
-        return tabular_state_of(stats, schema)
+        """The preprocessing statistics (numeric mean/std, vocabularies, classes) and the label column."""
+        return {**preprocessing_of(stats, schema.classes).to_dict(), "label": schema.label}
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
         import torch

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 from components.data.demo import generate_day
 from components.data.snapshot import SnapshotWriter, assign_splits, infer_schema, load_snapshot, split_keys
 from components.data.split_files import SplitWriter
+from components.tasks.tabular import make_task
 
 
 def _data():
@@ -20,7 +21,7 @@ def _data():
 
 
 def _write(root, data, schema, splits, batch_rows):
-    writer = SnapshotWriter(root, schema)
+    writer = SnapshotWriter(root, schema, task=make_task())
     for start in range(0, len(data), batch_rows):
         writer.add(data.iloc[start : start + batch_rows], splits.iloc[start : start + batch_rows])
     return writer.close(data_uri="mem://", files=[], fingerprint="f")

@@ -17,7 +17,7 @@ def test_streamed_samples_equal_the_whole_frame_draw(tmp_path):
     data = pd.concat([generate_day(d, 2000, 0, False, key_offset=d * 2000) for d in range(3)], ignore_index=True)
     schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])
     splits = assign_splits(split_keys(data, schema), val_fraction=0.1, test_fraction=0.1, salt="s")
-    writer = SnapshotWriter(tmp_path, schema, row_group_rows=700)
+    writer = SnapshotWriter(tmp_path, schema, task=make_task(), row_group_rows=700)
     writer.add(data, splits)
     writer.close(data_uri="mem://", files=[], fingerprint="f")
     snap = load_snapshot(tmp_path)

@@ -16,7 +16,7 @@ def test_batched_loading_equals_encoding_the_whole_split(tmp_path):
     data = pd.concat([generate_day(d, 1500, 0, False, key_offset=d * 1500) for d in range(3)], ignore_index=True)
     schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])
     splits = assign_splits(split_keys(data, schema), val_fraction=0.1, test_fraction=0.1, salt="s")
-    writer = SnapshotWriter(tmp_path, schema, row_group_rows=500)  # many record batches
+    writer = SnapshotWriter(tmp_path, schema, task=make_task(), row_group_rows=500)  # many record batches
     writer.add(data, splits)
     writer.close(data_uri="mem://", files=[], fingerprint="f")
     snap = load_snapshot(tmp_path)
