@@ -32,8 +32,8 @@ from components.data.splits import (
     SPLITS,
     SplitSettings,
     assign_splits,
-    keys_digest,
     split_keys,
+    streamed_keys_digest,
 )
 from components.data.stream_stats import TableStats
 from components.data.window import TrainWindow, window_mask
@@ -307,17 +307,21 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
     """What an exported model records about its training rows: the split settings, the partitions they
     came from, and a digest of their canonical keys. Raises DataValidationError when ``settings`` do not
     reproduce the snapshot's train split (the config does not describe how this snapshot was split)."""
-    # A record batch at a time (a row's key and split depend on that row alone); only the distinct keys are
-    # kept, for the digest. With a key only it and the label are read, without one the whole row is its key.
+    # A record batch at a time (a row's key and split depend on that row alone), the digest by an external
+    # sort. With a key only it and the label are read; without one the whole row is its key.
     key_schema = Schema(label=snapshot.schema.label, key=settings.key, numeric=[], categorical=[], classes=[])
     columns = [c for c in (settings.key, snapshot.schema.label) if c] if settings.key is not None else None
-    keys: set[str] = set()
-    moved = rows = 0
-    for batch in iter_split_batches(snapshot.root / "train.parquet", columns=columns):
-        batch_keys = split_keys(batch, key_schema)
-        moved += int((settings.assign(batch_keys) != "train").sum())
-        rows += len(batch)
-        keys.update(batch_keys)
+    counts = {"moved": 0, "rows": 0}
+
+    def key_batches() -> Iterator[pd.Series]:
+        for batch in iter_split_batches(snapshot.root / "train.parquet", columns=columns):
+            keys = split_keys(batch, key_schema)
+            counts["moved"] += int((settings.assign(keys) != "train").sum())
+            counts["rows"] += len(batch)
+            yield keys
+
+    digest = streamed_keys_digest(key_batches())
+    moved, rows = counts["moved"], counts["rows"]
     if moved:
         raise DataValidationError(
             f"{moved} of the {rows} train rows of snapshot '{snapshot.root}' are not train rows under the "
@@ -333,5 +337,5 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
         "max_train_rows": window.get("max_train_rows"),
         "partitions": partitions,
         "train_rows": rows,
-        "train_keys_sha256": keys_digest(keys),
+        "train_keys_sha256": digest,
     }

@@ -200,3 +200,16 @@ def test_a_key_repeated_with_another_label_is_a_data_error_naming_the_key_and_ro
     data.loc[4, "label"] = data.loc[2, "label"]
     keys = split_keys(data, schema)
     assert keys[2] == keys[4]
+
+
+def test_the_streamed_keys_digest_equals_the_digest_of_all_keys_at_once():
+    from components.data.splits import keys_digest, streamed_keys_digest
+
+    batches = [
+        ["b", "a", "zz", "a"],
+        [],
+        ["a", "line\nbreak", "\udc80 escaped byte", "é", "\ud7ff", "\ue000"],
+        ["zz", "c", "b"],
+    ]
+    assert streamed_keys_digest(iter(batches)) == keys_digest(k for batch in batches for k in batch)
+    assert streamed_keys_digest(iter([])) == keys_digest([])
