@@ -283,8 +283,7 @@ class SnapshotWriter:
         return Snapshot(self.root, self.schema, state, fingerprint, data_uri, files)
 
     def _state(self) -> dict[str, Any]:
-        fit_streamed = getattr(self.task, "fit_streamed", None)
-        state = fit_streamed(self.stats, self.schema) if fit_streamed is not None else None
+        state = self.task.fit_streamed(self.stats, self.schema)
         if state is None:
             # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
             state = self.task.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)

@@ -64,7 +64,7 @@ def score_export(model_path: str | Path, snapshot_dir: str | Path) -> dict[str, 
     task = exported.task
     # A task that encodes row by row is scored a row group at a time (the split may not fit in memory);
     # one that packs rows (causal_lm) encodes the split whole, as the trainer does.
-    frames = snapshot.batches("val") if getattr(task, "rowwise_encoding", False) else [snapshot.frame("val")]
+    frames = snapshot.batches("val") if task.rowwise_encoding else [snapshot.frame("val")]
     sums: dict[str, float] = {}
     count = 0
     with torch.no_grad():

@@ -103,10 +103,11 @@ def complete_task(task: Any, where: str = "the task") -> Task:
     metrics = list(task.metrics)
     if not metrics or not all(isinstance(m, Metric) for m in metrics):
         raise TaskError(f"{where}: 'metrics' must be a non-empty sequence of Metric(name, higher_is_better)")
-    if not hasattr(task, "needs_label"):
-        task.needs_label = TaskBase.needs_label
-    if not isinstance(task.needs_label, bool):
-        raise TaskError(f"{where}: 'needs_label' must be True or False, got {task.needs_label!r}")
+    for switch in ("needs_label", "rowwise_encoding"):
+        if not hasattr(task, switch):
+            setattr(task, switch, getattr(TaskBase, switch))
+        if not isinstance(getattr(task, switch), bool):
+            raise TaskError(f"{where}: '{switch}' must be True or False, got {getattr(task, switch)!r}")
     for part in OPTIONAL_PARTS:
         if not hasattr(task, part):
             setattr(task, part, types.MethodType(getattr(TaskBase, part), task))
