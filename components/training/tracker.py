@@ -12,10 +12,13 @@ import contextlib
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from components.tracking.retry import RetryPolicy, bounded_mlflow_http
+
+T = TypeVar("T")
 
 FLUSH_EVERY = 200  # buffered metric points per MLflow request
 
@@ -84,7 +87,7 @@ class MlflowTracker(NullTracker):
             try:
                 for start in range(0, len(batch), 1000):
                     part = batch[start : start + 1000]
-                    self._call(lambda part=part: self.client.log_batch(self.run_id, metrics=part), "log metrics")
+                    self._call(lambda part=part: self.client.log_batch(self.run_id, metrics=part), "log metrics on")
             except Exception as err:  # losing metric points must not kill a training run
                 self.failures.append(f"{type(err).__name__}: {err}")
 
@@ -120,7 +123,7 @@ class MlflowTracker(NullTracker):
         self._call(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path),
                    f"log {artifact_path}/{Path(path).name} on")
 
-    def _call(self, fn, what: str):
+    def _call(self, fn: Callable[[], T], what: str) -> T:
         return self.retry.call(fn, f"{what} MLflow run {self.run_id}")
 
     def flush(self) -> None:
