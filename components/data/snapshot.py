@@ -18,9 +18,6 @@ import numpy as np
 import pandas as pd
 
 from components.data.encoding import (
-    Preprocessing,
-    encode_features,
-    encode_labels,
     label_text,
 )
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
@@ -176,11 +173,6 @@ class Snapshot:
     data_uri: str
     files: list[DataFile]
 
-    @property
-    def preprocessing(self) -> Preprocessing:
-        """The tabular task's statistics (numeric mean/std, vocabularies, classes)."""
-        return Preprocessing.from_dict(self.state)
-
     def frame(self, split: str) -> pd.DataFrame:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; one of {SPLITS}")
@@ -194,12 +186,6 @@ class Snapshot:
 
     def rows(self, split: str) -> int:
         return split_rows(self.root / f"{split}.parquet")
-
-    def tensors(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(x_num, x_cat, y) of a split, encoded with the train split's statistics (tabular task)."""
-        frame = self.frame(split)
-        x_num, x_cat = encode_features(frame, self.preprocessing)
-        return x_num, x_cat, encode_labels(frame, self.schema.label, self.preprocessing.classes)
 
 
 def write_snapshot(

@@ -10,6 +10,7 @@ from components.data.demo import generate_day
 from components.data.snapshot import SnapshotWriter, assign_splits, infer_schema, load_snapshot, split_keys
 from components.tasks.tabular import make_task
 from components.training.data import load_split, split_batches
+from tests.fixtures.registry import tabular_arrays
 
 
 def test_batched_loading_equals_encoding_the_whole_split(tmp_path):
@@ -22,7 +23,7 @@ def test_batched_loading_equals_encoding_the_whole_split(tmp_path):
     snap = load_snapshot(tmp_path)
     assert len(list(split_batches(snap, "train"))) > 5
     loaded = load_split(snap, "train", make_task()).examples
-    x_num, x_cat, y = snap.tensors("train")
+    x_num, x_cat, y = tabular_arrays(snap, "train")
     whole = make_task().encode(snap.frame("train"), snap.state)
     assert torch.equal(loaded.inputs[0], torch.tensor(x_num)) and torch.equal(loaded.inputs[1], torch.tensor(x_cat))
     assert torch.equal(loaded.targets, torch.tensor(np.asarray(y)))
