@@ -28,7 +28,7 @@ from components.data.snapshot import Schema
 from components.tasks import load_task
 from components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
 from components.tasks.causal_lm.text_stats import text_byte_counts
-from components.validation.validate import task_reference_stats
+from components.validation.task_reference import task_reference_stats
 from pipelines.triggers.drift import compute_drift
 from pipelines.triggers.histogram_drift import histogram_drift
 from pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns

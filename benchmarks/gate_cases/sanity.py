@@ -20,6 +20,7 @@ from typing import Any
 
 from components.config import Config
 from components.data.demo import write_demo_data
+from components.data.encoding import Preprocessing
 from components.data.simulate import rare_positive_day, weak_signal_day, write_partitions
 from components.data.snapshot import load_snapshot
 from components.errors import SanityCheckError
@@ -74,7 +75,7 @@ def _snapshot(root: Path, kind: str, seed: int) -> Path:
 
 
 def _spec(snap: Path) -> InputSpec:
-    prep = load_snapshot(snap).preprocessing
+    prep = Preprocessing.from_dict(load_snapshot(snap).state)
     return InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
 
 

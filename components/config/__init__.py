@@ -12,7 +12,6 @@ caller needs is importable from here.
 
 from components.config.cluster_sections import KubernetesConfig, WatchConfig
 from components.config.gate_sections import (
-    EVALUATION_METRICS,
     EvaluationConfig,
     RegistryConfig,
     SelectionConfig,
@@ -32,7 +31,6 @@ from components.config.sections import TRIGGERS, Config
 from components.errors import ConfigError
 
 __all__ = [
-    "EVALUATION_METRICS",
     "TRIGGERS",
     "Config",
     "ConfigError",

@@ -7,6 +7,7 @@ the blessing rule of one metric (``Threshold``). Validated at construction like 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -61,9 +62,9 @@ class SelectionConfig:
         return self.mode if self.mode != "auto" else metric_direction(self.metric)  # type: ignore[return-value]
 
 
-# Metrics the evaluation computes; roc_auc only for two classes. log_loss is lower-is-better.
-# Every built-in task's test metrics (Task.metrics): classification's, then causal_lm's.
-EVALUATION_METRICS = ("accuracy", "macro_f1", "log_loss", "roc_auc", "loss", "bits_per_byte")
+# A metric's name as a task declares it (``Task.metrics``). Which metrics exist is the task's to say: the
+# first step checks every rule against the run's task (``components.tasks.check_evaluation_metrics``).
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(kw_only=True)
@@ -126,9 +127,9 @@ class EvaluationConfig:
         for where, rules in (("evaluate.thresholds", self.thresholds), ("evaluate.slice_thresholds", self.slice_thresholds)):
             for name in rules:
                 check(
-                    name in EVALUATION_METRICS,
+                    bool(METRIC_NAME.fullmatch(name)),
                     f"{where}.{name}",
-                    f"unknown metric; allowed: {', '.join(EVALUATION_METRICS)}",
+                    "is not a metric name (letters, digits and _); name one of the task's metrics, e.g. accuracy",
                 )
         check(self.slice_min_rows >= 1, "evaluate.slice_min_rows", "must be >= 1")
         check(0.5 <= self.confidence < 1, "evaluate.confidence", "must be in [0.5, 1)")

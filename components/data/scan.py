@@ -198,7 +198,7 @@ def window_quota(scan_result: Scan, partitions: list[str], window: TrainWindow) 
 
 
 def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fmt: str, scan_result: Scan,
-                          schema: Schema, *, fingerprint: str, window: TrainWindow, task: Any = None) -> Snapshot:
+                          schema: Schema, *, fingerprint: str, window: TrainWindow, task: Any) -> Snapshot:
     """Pass 2: the split files written batch by batch, in the sample's column order and dtypes."""
     partitions = list(scan_result.rows)
     quota = window_quota(scan_result, partitions, window) if not window.is_all else None

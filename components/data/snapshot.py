@@ -18,11 +18,7 @@ import numpy as np
 import pandas as pd
 
 from components.data.encoding import (
-    Preprocessing,
-    encode_features,
-    encode_labels,
     label_text,
-    preprocessing_of,
 )
 from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
 from components.data.reference_stats import reference_stats_of, table_stats, write_reference_stats
@@ -33,8 +29,8 @@ from components.data.splits import (
     SPLITS,
     SplitSettings,
     assign_splits,
-    keys_digest,
     split_keys,
+    streamed_keys_digest,
 )
 from components.data.stream_stats import TableStats
 from components.data.window import TrainWindow, window_mask
@@ -159,19 +155,6 @@ def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, feat
     return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes, text_column=text_column)
 
 
-# --- the tabular task's state -------------------------------------------------------------------
-
-
-def tabular_state_of(stats: TableStats, schema: Schema) -> dict[str, Any]:
-    """The tabular task's state from streamed train statistics: the preprocessing and the label column."""
-    return {**preprocessing_of(stats, schema.classes).to_dict(), "label": schema.label}
-
-
-def tabular_state(train: pd.DataFrame, schema: Schema) -> dict[str, Any]:
-    """The tabular task's train-split state: the preprocessing statistics and the label column."""
-    return tabular_state_of(table_stats(train, schema), schema)
-
-
 # --- the snapshot directory ----------------------------------------------------------------------
 
 
@@ -190,11 +173,6 @@ class Snapshot:
     data_uri: str
     files: list[DataFile]
 
-    @property
-    def preprocessing(self) -> Preprocessing:
-        """The tabular task's statistics (numeric mean/std, vocabularies, classes)."""
-        return Preprocessing.from_dict(self.state)
-
     def frame(self, split: str) -> pd.DataFrame:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; one of {SPLITS}")
@@ -209,12 +187,6 @@ class Snapshot:
     def rows(self, split: str) -> int:
         return split_rows(self.root / f"{split}.parquet")
 
-    def tensors(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(x_num, x_cat, y) of a split, encoded with the train split's statistics (tabular task)."""
-        frame = self.frame(split)
-        x_num, x_cat = encode_features(frame, self.preprocessing)
-        return x_num, x_cat, encode_labels(frame, self.schema.label, self.preprocessing.classes)
-
 
 def write_snapshot(
     out_dir: str | Path,
@@ -225,13 +197,13 @@ def write_snapshot(
     data_uri: str,
     files: list[DataFile],
     fingerprint: str,
+    task: Any,
     window: TrainWindow | None = None,
-    task: Any = None,
 ) -> Snapshot:
     """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
 
     With a ``window`` (data/window.py) only the train rows inside it are written (val and test in full).
-    ``task`` fits the statistics (``SnapshotWriter``); None gives the tabular task's (``tabular_state``).
+    ``task`` (the run's, ``components.tasks``) fits the train-split state (``SnapshotWriter``).
     """
     writer = SnapshotWriter(out_dir, schema, task=task)
     if window is not None and not window.is_all and PARTITION_COLUMN in data.columns:
@@ -253,8 +225,7 @@ class SnapshotWriter:
     tabular task: the same numbers as its ``fit``), otherwise from ``task.fit`` on the written train split.
     """
 
-    def __init__(self, out_dir: str | Path, schema: Schema, *, row_group_rows: int = ROW_GROUP_ROWS,
-                 task: Any = None) -> None:
+    def __init__(self, out_dir: str | Path, schema: Schema, *, task: Any, row_group_rows: int = ROW_GROUP_ROWS) -> None:
         self.root, self.schema, self.task = Path(out_dir), schema, task
         self.root.mkdir(parents=True, exist_ok=True)
         self.writers = {s: SplitWriter(self.root / f"{s}.parquet", row_group_rows=row_group_rows) for s in SPLITS}
@@ -298,10 +269,7 @@ class SnapshotWriter:
         return Snapshot(self.root, self.schema, state, fingerprint, data_uri, files)
 
     def _state(self) -> dict[str, Any]:
-        if self.task is None:
-            return tabular_state_of(self.stats, self.schema)
-        fit_streamed = getattr(self.task, "fit_streamed", None)
-        state = fit_streamed(self.stats, self.schema) if fit_streamed is not None else None
+        state = self.task.fit_streamed(self.stats, self.schema)
         if state is None:
             # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
             state = self.task.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)
@@ -324,13 +292,24 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
     """What an exported model records about its training rows: the split settings, the partitions they
     came from, and a digest of their canonical keys. Raises DataValidationError when ``settings`` do not
     reproduce the snapshot's train split (the config does not describe how this snapshot was split)."""
-    train = snapshot.frame("train")
-    keys = split_keys(train, Schema(label=snapshot.schema.label, key=settings.key, numeric=[], categorical=[],
-                                    classes=[]))
-    moved = int((settings.assign(keys) != "train").sum())
+    # A record batch at a time (a row's key and split depend on that row alone), the digest by an external
+    # sort. With a key only it and the label are read; without one the whole row is its key.
+    key_schema = Schema(label=snapshot.schema.label, key=settings.key, numeric=[], categorical=[], classes=[])
+    columns = [c for c in (settings.key, snapshot.schema.label) if c] if settings.key is not None else None
+    counts = {"moved": 0, "rows": 0}
+
+    def key_batches() -> Iterator[pd.Series]:
+        for batch in iter_split_batches(snapshot.root / "train.parquet", columns=columns):
+            keys = split_keys(batch, key_schema)
+            counts["moved"] += int((settings.assign(keys) != "train").sum())
+            counts["rows"] += len(batch)
+            yield keys
+
+    digest = streamed_keys_digest(key_batches())
+    moved, rows = counts["moved"], counts["rows"]
     if moved:
         raise DataValidationError(
-            f"{moved} of the {len(train)} train rows of snapshot '{snapshot.root}' are not train rows under the "
+            f"{moved} of the {rows} train rows of snapshot '{snapshot.root}' are not train rows under the "
             f"split settings {settings.to_dict()}: the config's data.key/split_salt/val_fraction/test_fraction are "
             "not the ones this snapshot was split with (or its rows changed since). Use the config the data was "
             "validated with, or validate the data again."
@@ -342,6 +321,6 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
         "window_days": window.get("window_days"),
         "max_train_rows": window.get("max_train_rows"),
         "partitions": partitions,
-        "train_rows": len(train),
-        "train_keys_sha256": keys_digest(keys),
+        "train_rows": rows,
+        "train_keys_sha256": digest,
     }

@@ -26,13 +26,17 @@ that is added later (null in the old rows) or a reordering of the columns moves 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import hashlib
+import heapq
 import math
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import pandas as pd
@@ -329,7 +333,43 @@ class SplitSettings:
 
 def keys_digest(keys: Iterable[str]) -> str:
     """SHA-256 over the sorted, distinct canonical keys (one per line): the identity of a set of rows."""
+    return _digest_of_sorted(sorted(set(keys)))
+
+
+def streamed_keys_digest(key_batches: Iterable[Iterable[str]]) -> str:
+    """``keys_digest`` of every key of ``key_batches``, holding one batch's keys at a time.
+
+    An external sort: each batch's sorted distinct keys go to a temporary file (length-prefixed, so any
+    text round-trips), then the files are merged in str order, the order ``sorted`` gives ``keys_digest``.
+    A split's keys (~90 bytes each as a Python set) need not fit in memory; the files take ~10 bytes a key.
+    """
+    with tempfile.TemporaryDirectory(prefix="ctpipe-keys-") as tmp, contextlib.ExitStack() as files:
+        runs = []
+        for index, keys in enumerate(key_batches):
+            path = Path(tmp) / f"{index}.keys"
+            with path.open("wb") as out:
+                for key in sorted(set(keys)):
+                    data = key.encode("utf-8", "surrogateescape")
+                    out.write(len(data).to_bytes(4, "big") + data)
+            runs.append(_read_run(files.enter_context(path.open("rb"))))
+        return _digest_of_sorted(_distinct(heapq.merge(*runs)))
+
+
+def _read_run(handle: BinaryIO) -> Iterator[str]:
+    while header := handle.read(4):
+        yield handle.read(int.from_bytes(header, "big")).decode("utf-8", "surrogateescape")
+
+
+def _distinct(ordered: Iterable[str]) -> Iterator[str]:
+    last = None
+    for key in ordered:
+        if key != last:
+            yield key
+            last = key
+
+
+def _digest_of_sorted(keys: Iterable[str]) -> str:
     h = hashlib.sha256()
-    for k in sorted(set(keys)):
+    for k in keys:
         h.update(k.encode("utf-8", "surrogateescape") + b"\n")
     return h.hexdigest()

@@ -1,4 +1,5 @@
-"""The trainer pod both Kubeflow job kinds run: env, resources, volumes, placement, a non-root security context.
+"""What both Kubeflow job kinds share: the trainer pod (env, resources, volumes, placement, a non-root
+security context), the job's metadata, and the refusal of an invalid job.
 
 Nothing here knows of training: a job builder needs only what ``RankLaunch`` names (training's
 ``WorkerLaunch`` is one), so ``components.kube`` imports nothing from ``components.training``.
@@ -99,3 +100,23 @@ def add_placement(pod_spec: dict[str, Any], kube: KubernetesConfig) -> None:
         pod_spec["nodeSelector"] = dict(sorted(kube.node_selector.items()))
     if kube.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in kube.tolerations]
+
+
+def job_metadata(kube: KubernetesConfig, launch: RankLaunch, name: str) -> dict[str, Any]:
+    """A job's metadata: its name in the namespace, the trainer labels, and the launch it was made for."""
+    return {
+        "name": name,
+        "namespace": kube.namespace,
+        "labels": dict(TRAINER_LABELS),
+        "annotations": {"ctpipe.io/launch-name": launch.job_name},
+    }
+
+
+def refuse_if_invalid(kind: str, job: dict[str, Any], problems: list[str]) -> None:
+    """JobValidationError listing every problem of ``job`` (a ``kind``), so none is submitted half-checked."""
+    if problems:
+        raise JobValidationError(
+            f"the {kind} {((job.get('metadata') or {}).get('name'))!r} is invalid and was not submitted: "
+            + "; ".join(problems)
+            + ". Fix the kubernetes.* / train.* config values that produce these fields."
+        )

@@ -18,7 +18,7 @@ from components.kube.names import (
     is_dns1035_label,
     training_job_name,
 )
-from components.kube.pod import JobValidationError, RankLaunch
+from components.kube.pod import RankLaunch
 from components.kube.schema import validate_strict
 
 GROUP = "kubeflow.org"
@@ -100,12 +100,7 @@ def build_pytorchjob(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, An
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
-        "metadata": {
-            "name": name,
-            "namespace": kube.namespace,
-            "labels": dict(trainer_pod.TRAINER_LABELS),
-            "annotations": {"ctpipe.io/launch-name": launch.job_name},
-        },
+        "metadata": trainer_pod.job_metadata(kube, launch, name),
         "spec": {
             "pytorchReplicaSpecs": replicas,
             "runPolicy": {
@@ -189,9 +184,4 @@ def validate_pytorchjob(job: dict[str, Any]) -> None:
     # ctpipe's own rule: logs are streamed from the Master pod, and rank 0 runs there.
     if "Master" not in ((job.get("spec") or {}).get("pytorchReplicaSpecs") or {}):
         problems.append("spec.pytorchReplicaSpecs.Master: ctpipe needs a Master replica (rank 0)")
-    if problems:
-        raise JobValidationError(
-            f"the PyTorchJob {((job.get('metadata') or {}).get('name'))!r} is invalid and was not submitted: "
-            + "; ".join(problems)
-            + ". Fix the kubernetes.* / train.* config values that produce these fields."
-        )
+    trainer_pod.refuse_if_invalid(KIND, job, problems)

@@ -65,16 +65,10 @@ def build_trainjob(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, Any]
     """The TrainJob for ``launch``: numNodes = world_size, one process (and at most one GPU) per node."""
     trainer_pod.check_one_gpu_per_process(kube, "node")
     name = training_job_name(launch.job_name)
-    labels = dict(trainer_pod.TRAINER_LABELS)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
-        "metadata": {
-            "name": name,
-            "namespace": kube.namespace,
-            "labels": labels,
-            "annotations": {"ctpipe.io/launch-name": launch.job_name},
-        },
+        "metadata": trainer_pod.job_metadata(kube, launch, name),
         "spec": {
             "runtimeRef": {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime", "name": kube.trainjob_runtime},
             "activeDeadlineSeconds": launch.deadline_seconds,
@@ -124,9 +118,4 @@ def validate_trainjob(job: dict[str, Any]) -> None:
     problems = validate_strict(job, crd_schema(TRAINJOB_CRD, VERSION)) + trainjob_violations(job)
     if job.get("apiVersion") != f"{GROUP}/{VERSION}" or job.get("kind") != KIND:
         problems.append(f"apiVersion/kind: expected {GROUP}/{VERSION} {KIND}")
-    if problems:
-        raise JobValidationError(
-            f"the TrainJob {((job.get('metadata') or {}).get('name'))!r} is invalid and was not submitted: "
-            + "; ".join(problems)
-            + ". Fix the kubernetes.* / train.* config values that produce these fields."
-        )
+    trainer_pod.refuse_if_invalid(KIND, job, problems)

@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 from components.config import Config, ModelConfig
-from components.data.encoding import Preprocessing
 from components.tasks import Task, load_task
 from components.tasks.registry import DEFAULT_TASK
 
@@ -36,15 +35,6 @@ class ExportedModel:
     state: dict[str, Any]
     metadata: dict[str, Any]
     task_record: dict[str, Any]
-
-    @property
-    def preprocessing(self) -> Preprocessing:
-        """The tabular task's statistics."""
-        return Preprocessing.from_dict(self.state)
-
-    @preprocessing.setter
-    def preprocessing(self, prep: Preprocessing) -> None:
-        self.state = {**self.state, **prep.to_dict()}
 
     @property
     def classes(self) -> list[str]:

@@ -18,9 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from components.config import Config
 from components.data.files import sha256_local
 from components.data.snapshot import Snapshot, load_snapshot
+from components.data.split_files import take_rows
 from components.registration.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry, fault_point
 from components.step_results import SanityOutcome, ValidationOutcome, read_sanity, read_validation
 from components.tracking import RetryPolicy, bounded_mlflow_http, log_step
@@ -28,6 +32,8 @@ from components.tracking import RetryPolicy, bounded_mlflow_http, log_step
 MODEL_ARTIFACT_DIR = "ctpipe"
 MODEL_FILE = "model.pt"
 PYFUNC_ARTIFACT_PATH = "model"
+# Rows of the input example stored with the pyfunc (its signature is inferred from them).
+EXAMPLE_ROWS = 5
 REFERENCE_FILES = ("suite.json", "reference_stats.json")
 # Tag values are text; keep the long ones readable in the UI and under backend limits.
 MAX_TAG_CHARS = 20000
@@ -195,6 +201,13 @@ def pip_requirements() -> list[str]:
     ]
 
 
+def _first_rows(snapshot: Snapshot, rows: int) -> pd.DataFrame:
+    """The first ``rows`` of the test split (of train when test is empty), reading only their row groups:
+    a split can be larger than the step's memory."""
+    split = "test" if snapshot.rows("test") else "train"
+    return take_rows(snapshot.root / f"{split}.parquet", np.arange(min(rows, snapshot.rows(split))))
+
+
 def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> Path:
     """Save the pyfunc wrapper with signature and input example into ``out_dir/model``."""
     import mlflow.pyfunc
@@ -203,10 +216,7 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
     from components.models.export import load_model_export
     from components.registration import pyfunc_entry
 
-    frame = snapshot.frame("test")
-    if frame.empty:
-        frame = snapshot.frame("train")
-    example = frame[snapshot.schema.all_features].head(5).reset_index(drop=True)
+    example = _first_rows(snapshot, EXAMPLE_ROWS)[snapshot.schema.all_features]
     exported = load_model_export(model_file)
     output = exported.serve(example)
     target = out_dir / PYFUNC_ARTIFACT_PATH

@@ -62,9 +62,11 @@ def prepare_run(
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     config = resolve_config(config_json, overrides)
-    from components.tasks import load_task
+    from components.tasks import check_evaluation_metrics, load_task
 
-    load_task(config.task)  # the first step of a run: a missing or incomplete task stops it here
+    # The first step of a run: a missing or incomplete task, or a blessing rule on a metric it does not
+    # compute, stops it here.
+    check_evaluation_metrics(load_task(config.task), config.evaluate)
     from components.timing import import_clock
     from components.tracking import (
         RetryPolicy,

@@ -1,62 +1,14 @@
-"""The tabular task's first batch as the model sees it: its exact tensors decoded back to column names and values."""
+"""The first-batch round-trip check of the sanity gate: the task's dump of its first batch decodes back to the raw rows.
+
+The dump and the comparison are the task's (``Task.describe_batch``, ``Task.batch_mismatches``; the tabular
+task's in ``components/tasks/tabular_first_batch.py``); this module turns the mismatches into a check result.
+"""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from components.data.encoding import Preprocessing
 from components.sanity.report import CheckResult
-
-
-def decode_first_batch(batch: Any, prep: Preprocessing, label: str) -> dict[str, Any]:
-    """The exact tensors of the tabular task's first batch (``x_num``, ``x_cat``, ``y``, ``drawn``), decoded
-    back to column names and values."""
-    n = len(batch.y)
-    numeric_cols, cat_cols = list(prep.numeric), list(prep.categorical)
-    records = []
-    for i in range(n):
-        rec: dict[str, Any] = {"numeric": {}, "categorical": {}}
-        for k, col in enumerate(numeric_cols):
-            z = float(batch.x_num[i, k])
-            st = prep.numeric[col]
-            rec["numeric"][col] = {"tensor": z, "decoded": z * st["std"] + st["mean"]}
-        for k, col in enumerate(cat_cols):
-            idx = int(batch.x_cat[i, k])
-            vocab = prep.categorical[col]
-            rec["categorical"][col] = {"tensor": idx, "decoded": vocab[idx - 1] if 0 < idx <= len(vocab) else "<unseen/missing>"}
-        yi = int(batch.y[i])
-        rec["label"] = {"tensor": yi, "decoded": prep.classes[yi], "column": label}
-        records.append(rec)
-    return {
-        "drawn": batch.drawn,
-        "model_input": "model(x_num, x_cat): x_num standardised with the train mean/std (missing -> 0), "
-                       "x_cat vocabulary indices (0 = unseen or missing)",
-        "x_num": {"shape": list(batch.x_num.shape), "dtype": str(batch.x_num.dtype), "columns": numeric_cols},
-        "x_cat": {"shape": list(batch.x_cat.shape), "dtype": str(batch.x_cat.dtype), "columns": cat_cols},
-        "y": {"shape": [n], "dtype": str(batch.y.dtype), "classes": prep.classes},
-        "rows": records,
-    }
-
-
-def first_batch_mismatches(dump: dict[str, Any], raw, label: str) -> list[str]:
-    """Where the tabular dump's decoded tensors differ from the raw rows (missing numbers decode to the
-    train mean, by design)."""
-    mismatches = []
-    for i, rec in enumerate(dump["rows"]):
-        row = raw.iloc[i]
-        for col, v in rec["numeric"].items():
-            raw_v = row[col]
-            if raw_v is not None and not (isinstance(raw_v, float) and math.isnan(raw_v)):
-                if not math.isclose(v["decoded"], float(raw_v), rel_tol=1e-4, abs_tol=1e-3):
-                    mismatches.append(f"row {i} {col}: tensor decodes to {v['decoded']:.6g}, raw {raw_v}")
-        for col, v in rec["categorical"].items():
-            raw_v = row[col]
-            if raw_v is not None and str(raw_v) != v["decoded"] and v["decoded"] != "<unseen/missing>":
-                mismatches.append(f"row {i} {col}: tensor decodes to {v['decoded']!r}, raw {raw_v!r}")
-        if str(row[label]) != rec["label"]["decoded"]:
-            mismatches.append(f"row {i} label: tensor decodes to {rec['label']['decoded']!r}, raw {row[label]!r}")
-    return mismatches
 
 
 def check_first_batch_roundtrip(dump: dict[str, Any], mismatches: list[str]) -> CheckResult:

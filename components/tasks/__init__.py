@@ -20,6 +20,7 @@ from components.tasks.protocol import (
 from components.tasks.registry import (
     BUILTIN_TASKS,
     TaskError,
+    check_evaluation_metrics,
     complete_task,
     label_column,
     load_task,
@@ -36,6 +37,7 @@ __all__ = [
     "TaskBase",
     "TaskError",
     "TaskState",
+    "check_evaluation_metrics",
     "complete_task",
     "label_column",
     "load_task",

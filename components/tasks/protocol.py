@@ -276,5 +276,5 @@ class TaskBase:
 OPTIONAL_PARTS: tuple[str, ...] = (
     "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "drift_histograms",
     "target_columns", "strata", "baseline", "paired_bootstrap", "class_names", "describe_batch",
-    "batch_mismatches", "extra_checks",
+    "batch_mismatches", "extra_checks", "fit_streamed",
 )

@@ -103,10 +103,11 @@ def complete_task(task: Any, where: str = "the task") -> Task:
     metrics = list(task.metrics)
     if not metrics or not all(isinstance(m, Metric) for m in metrics):
         raise TaskError(f"{where}: 'metrics' must be a non-empty sequence of Metric(name, higher_is_better)")
-    if not hasattr(task, "needs_label"):
-        task.needs_label = TaskBase.needs_label
-    if not isinstance(task.needs_label, bool):
-        raise TaskError(f"{where}: 'needs_label' must be True or False, got {task.needs_label!r}")
+    for switch in ("needs_label", "rowwise_encoding"):
+        if not hasattr(task, switch):
+            setattr(task, switch, getattr(TaskBase, switch))
+        if not isinstance(getattr(task, switch), bool):
+            raise TaskError(f"{where}: '{switch}' must be True or False, got {getattr(task, switch)!r}")
     for part in OPTIONAL_PARTS:
         if not hasattr(task, part):
             setattr(task, part, types.MethodType(getattr(TaskBase, part), task))
@@ -116,6 +117,23 @@ def complete_task(task: Any, where: str = "the task") -> Task:
 def label_column(task: Task, data: Any) -> str | None:
     """The label column of a run: ``data.label`` (``config.data``), or None for a task that needs no label."""
     return data.label if getattr(task, "needs_label", True) else None
+
+
+def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
+    """ConfigError unless every blessing rule (``config.evaluate``) names one of ``task.metrics``.
+
+    A rule on a metric the task never computes could only ever fail the blessing, after a whole training;
+    the first step calls this so that it stops the run before any work, with the task's metrics named."""
+    names = [m.name for m in task.metrics]
+    for where, rules in (("evaluate.thresholds", evaluate.thresholds),
+                         ("evaluate.slice_thresholds", evaluate.slice_thresholds)):
+        unknown = [metric for metric in rules if metric not in names]
+        if unknown:
+            raise ConfigError(
+                f"invalid config value for '{where}.{unknown[0]}': task '{task.name}' computes no metric "
+                f"{unknown[0]!r}; its metrics: {', '.join(names)}. Name those in {where} (e.g. --set "
+                f"{where}.{names[0]}.value=baseline), or remove the rule"
+            )
 
 
 def metric_directions(task: Task) -> dict[str, bool]:

@@ -9,14 +9,14 @@ log loss (ROC AUC with two classes).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from components.data.encoding import Preprocessing, encode_features, encode_labels
-from components.data.snapshot import Schema, tabular_state, tabular_state_of
+from components.data.encoding import Preprocessing, encode_features, encode_labels, preprocessing_of
+from components.data.reference_stats import table_stats
+from components.data.snapshot import Schema
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
@@ -46,17 +46,6 @@ def align_probabilities(probs: np.ndarray, model_classes: list[str], target_clas
     return out
 
 
-@dataclass
-class _TabularFirstBatch:
-    """The first batch's tensors by name, as ``decode_first_batch`` reads them."""
-
-    raw: Any
-    x_num: Any
-    x_cat: Any
-    y: Any
-    drawn: str
-
-
 class TabularClassification(TaskBase):
     """Classification of tabular rows by an MLP or an FT-Transformer (``model.kind``)."""
 
@@ -68,11 +57,12 @@ class TabularClassification(TaskBase):
 
     # -- data -------------------------------------------------------------------------------------
     def fit(self, train: pd.DataFrame, schema: Schema) -> TaskState:
-        return tabular_state(train, schema)
+        # the same numbers as ``fit_streamed``: the statistics of one frame are those of its batches merged
+        return self.fit_streamed(table_stats(train, schema), schema)
 
     def fit_streamed(self, stats: Any, schema: Schema) -> TaskState:
-        # the same numbers as ``fit``: tabular_state is tabular_state_of the frame's statistics
-        return tabular_state_of(stats, schema)
+        """The preprocessing statistics (numeric mean/std, vocabularies, classes) and the label column."""
+        return {**preprocessing_of(stats, schema.classes).to_dict(), "label": schema.label}
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
         import torch
@@ -207,14 +197,14 @@ class TabularClassification(TaskBase):
         return list(state["classes"])
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Schema) -> dict[str, Any]:
-        from components.sanity.first_batch import decode_first_batch
+        from components.tasks.tabular_first_batch import TabularFirstBatch, decode_first_batch
 
         x_num, x_cat = batch.inputs
-        return decode_first_batch(_TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), Preprocessing.from_dict(state),
+        return decode_first_batch(TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), Preprocessing.from_dict(state),
                                   schema.label)
 
     def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:
-        from components.sanity.first_batch import first_batch_mismatches
+        from components.tasks.tabular_first_batch import first_batch_mismatches
 
         return first_batch_mismatches(dump, raw, schema.label)
 

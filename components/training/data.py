@@ -60,7 +60,7 @@ def load_split(snapshot, split: str, task: Task) -> Split:
     since encoding chunks separately would change its examples.
     """
     n = snapshot.rows(split)
-    if not getattr(task, "rowwise_encoding", False) or n == 0:
+    if not task.rowwise_encoding or n == 0:
         return Split(task.encode(snapshot.frame(split), snapshot.state))
     inputs: list[torch.Tensor] = []
     targets = torch.empty(0)
@@ -97,7 +97,7 @@ def reads_shards(n: int, *, in_memory_rows: int, task: Task) -> bool:
     """Whether each rank reads only its shard of row groups (``shards.py``) rather than the whole split:
     above ``train.in_memory_rows`` train rows, for a task whose encoding is row-wise. Smaller splits keep
     the whole-split path, so their runs stay bit-identical to what they were."""
-    return n > in_memory_rows and bool(getattr(task, "rowwise_encoding", False))
+    return n > in_memory_rows and task.rowwise_encoding
 
 
 def first_batch_indices(n: int, *, batch_size: int, world_size: int, seed: int,

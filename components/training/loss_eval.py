@@ -41,7 +41,7 @@ def val_shard(snapshot, task: Task, d: Dist) -> ValShard:
     from components.training.shards import encode_rows
 
     n = snapshot.rows("val")
-    if not getattr(task, "rowwise_encoding", False) or n == 0:
+    if not task.rowwise_encoding or n == 0:
         whole = load_split(snapshot, "val", task)
         return ValShard(whole, len(whole))
     per_rank = math.ceil(n / d.world_size)

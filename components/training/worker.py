@@ -33,6 +33,7 @@ import torch.distributed as dist
 from components.config import Config
 from components.errors import TrainingError, UserError
 from components.timing import process_start_time
+from components.tracking.retry import RetryPolicy
 from components.training import checkpointing as ckpt
 from components.training.device import Dist, choose_device, gpus_per_rank
 from components.training.launchers.base import ERROR_FILE_ENV, PERMANENT_FAILURE_EXIT_CODE, RESULT_FILE
@@ -71,7 +72,7 @@ def train(
     d = init_distributed(cfg.train.timeout_minutes, gpus_per_rank(cfg))
     tracker: NullTracker = NullTracker()
     try:
-        tracker = make_tracker(d.rank, tracking_uri, mlflow_run_id)
+        tracker = make_tracker(d.rank, tracking_uri, mlflow_run_id, retry=RetryPolicy.of(cfg.registry))
         # Interpreter start, imports, joining the group and (rank 0) MLflow: the job's start-up, apart
         # from its training; the train step counts it as set-up, not compute (components/kfp_support.py).
         process_start = process_start_time()

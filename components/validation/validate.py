@@ -22,17 +22,12 @@ from components.config import Config
 from components.data import scan as stream
 from components.data.batches import count_rows
 from components.data.reference_stats import (
-    add_histograms,
     compute_reference_stats,
-    reference_stats_of,
-    table_stats,
-    write_reference_stats,
 )
 from components.data.snapshot import (
     PARTITION_COLUMN,
     SPLIT_COLUMN,
     Schema,
-    Snapshot,
     assign_splits,
     fingerprint_files,
     infer_schema,
@@ -42,7 +37,6 @@ from components.data.snapshot import (
     write_snapshot,
 )
 from components.data.splits import SplitSettings
-from components.data.stream_stats import TableStats
 from components.data.window import TrainWindow, partition_date
 from components.errors import DataValidationError, UserError
 from components.step_results import VALIDATION_FILE
@@ -66,6 +60,7 @@ from components.validation.suite import (
     run_suite,
     suite_schema,
 )
+from components.validation.task_reference import add_task_drift_stats
 
 MAX_LISTED_ERRORS = 8
 
@@ -320,38 +315,7 @@ def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerp
                                   window=inputs.window, task=task)
     root = Path(snapshot_dir)
     (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
-    _add_task_drift_stats(snapshot, task)
-
-
-def _task_table_stats(train: pd.DataFrame, schema: Schema, task: Any) -> TableStats:
-    derived = task.drift_columns(train, schema)
-    if not len(derived.columns):
-        return table_stats(train, schema)
-    extended = dataclasses.replace(schema, numeric=[*schema.numeric, *derived.columns])
-    return table_stats(pd.concat([train, derived], axis=1), extended)
-
-
-def task_reference_stats(train: pd.DataFrame, schema: Schema, task: Any) -> dict[str, Any]:
-    """The train split's reference statistics, with the task's drift columns (``Task.drift_columns``)
-    judged like numeric columns by the watcher, and its summed ``Task.drift_histograms``."""
-    return reference_stats_of(_task_table_stats(train, schema, task),
-                              add_histograms({}, task.drift_histograms(train, schema)))
-
-
-def _add_task_drift_stats(snapshot: Snapshot, task: Any) -> None:
-    """Rewrite the snapshot's reference_stats.json (the writer's, of its train rows) with the task's drift
-    columns, computed over the train split a record batch at a time; nothing to do when it has none."""
-    stats, histograms = None, {}
-    for frame in snapshot.batches("train"):
-        first = frame.iloc[:1]
-        if stats is None and not len(task.drift_columns(first, snapshot.schema).columns) and not (
-                task.drift_histograms(first, snapshot.schema)):
-            return
-        part = _task_table_stats(frame, snapshot.schema, task)
-        stats = part if stats is None else stats.merge(part)
-        add_histograms(histograms, task.drift_histograms(frame, snapshot.schema))
-    if stats is not None:
-        write_reference_stats(snapshot.root / "reference_stats.json", reference_stats_of(stats, histograms))
+    add_task_drift_stats(snapshot, task)
 
 
 def _error_message(summary: ValidationSummary, report_path: str) -> str:

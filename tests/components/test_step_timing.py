@@ -12,6 +12,7 @@ import pytest
 
 from components.kfp_support import STATUS_DIR_ENV, step_status
 from components.timing import import_clock, process_start_time, step_timing
+from tests.fixtures.step_records import failed_step_record
 
 
 def test_process_start_time_is_this_process_start():
@@ -81,12 +82,7 @@ def test_step_record_holds_import_and_compute_seconds(tmp_path, monkeypatch):
 
 def test_a_failed_step_records_its_split_too(tmp_path, monkeypatch):
     monkeypatch.setenv(STATUS_DIR_ENV, str(tmp_path))
-    try:
-        with step_status("train"):
-            raise RuntimeError("rank 1 died")
-    except RuntimeError:
-        pass
-    saved = json.loads((tmp_path / "train.json").read_text())
+    saved = failed_step_record(tmp_path, "train", RuntimeError("rank 1 died"))
     assert saved["status"] == "failed" and set(saved["timing"]) >= {"import_seconds", "compute_seconds"}
 
 

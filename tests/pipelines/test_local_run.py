@@ -1,36 +1,18 @@
 """The local run's summary is derived from the steps' own status records."""
 
-import json
-
-from components.config import Config
 from components.errors import DataValidationError
 from components.kfp_support import STATUS_DIR_ENV, step_status
-from pipelines.run_summary import build_summary, format_summary
-
-
-def _summary(tmp_path, runner_error=None):
-    return build_summary(
-        tmp_path,
-        run_dir=tmp_path,
-        data_uri="/data",
-        config=Config(),
-        tracking_uri="sqlite:///x.db",
-        trigger="manual",
-        seconds=1.0,
-        runner_error=runner_error,
-    )
+from pipelines.run_summary import format_summary
+from tests.fixtures.step_records import failed_step_record, summary_of
 
 
 def test_failed_step_is_reported_and_later_steps_are_skipped(tmp_path, monkeypatch):
     monkeypatch.setenv(STATUS_DIR_ENV, str(tmp_path))
     with step_status("prepare_run") as record:
         record.result = {"pipeline_run_id": "42", "mlflow_run_id": "abc"}
-    try:
-        with step_status("validate_data"):
-            raise DataValidationError("column 'x' has text where numbers are expected")
-    except DataValidationError:
-        pass
-    summary = _summary(tmp_path)
+    record = failed_step_record(tmp_path, "validate_data",
+                                DataValidationError("column 'x' has text where numbers are expected"))
+    summary = summary_of(tmp_path)
     assert summary["status"] == "failed"
     assert summary["run_id"] == "42"
     assert summary["steps"]["prepare_run"] == "passed"
@@ -41,24 +23,18 @@ def test_failed_step_is_reported_and_later_steps_are_skipped(tmp_path, monkeypat
         "message": "column 'x' has text where numbers are expected",
         "user_error": True,
     }
-    record = json.loads((tmp_path / "validate_data.json").read_text())
     assert record["traceback"] is None  # user errors carry no traceback
     assert "champion is unchanged" in format_summary(summary)
 
 
 def test_internal_errors_keep_their_traceback(tmp_path, monkeypatch):
     monkeypatch.setenv(STATUS_DIR_ENV, str(tmp_path))
-    try:
-        with step_status("train"):
-            raise RuntimeError("rank 1 died")
-    except RuntimeError:
-        pass
-    record = json.loads((tmp_path / "train.json").read_text())
+    record = failed_step_record(tmp_path, "train", RuntimeError("rank 1 died"))
     assert record["user_error"] is False and "RuntimeError: rank 1 died" in record["traceback"]
 
 
 def test_runner_error_without_step_records_fails_the_run(tmp_path):
-    summary = _summary(tmp_path, runner_error="RuntimeError: boom")
+    summary = summary_of(tmp_path, runner_error="RuntimeError: boom")
     assert summary["status"] == "failed"
     assert set(summary["steps"].values()) == {"skipped"}
     assert summary["error"]["message"] == "RuntimeError: boom"

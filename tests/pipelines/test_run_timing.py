@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from components.config import Config
 from components.kfp_support import STATUS_DIR_ENV, step_status
-from pipelines.run_summary import build_summary, format_summary
+from pipelines.run_summary import format_summary
+from tests.fixtures.step_records import summary_of
 
 
 def test_summary_adds_timing_keys_and_keeps_the_old_ones(tmp_path, monkeypatch):
@@ -12,17 +12,7 @@ def test_summary_adds_timing_keys_and_keeps_the_old_ones(tmp_path, monkeypatch):
     for step in ("prepare_run", "validate_data"):
         with step_status(step):
             pass
-    summary = build_summary(
-        tmp_path,
-        run_dir=tmp_path,
-        data_uri="/data",
-        config=Config(),
-        tracking_uri="sqlite:///x.db",
-        trigger="manual",
-        seconds=8.0,
-        runner_error=None,
-        total_seconds=10.0,
-    )
+    summary = summary_of(tmp_path, seconds=8.0, total_seconds=10.0)
     assert {"steps", "step_seconds", "seconds", "status", "metrics"} <= set(summary)
     assert set(summary["step_timing"]) == {"prepare_run", "validate_data"}
     for split in summary["step_timing"].values():

@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 from components.data.demo import generate_day
 from components.data.snapshot import SnapshotWriter, assign_splits, infer_schema, load_snapshot, split_keys
 from components.data.split_files import SplitWriter
+from components.tasks.tabular import make_task
+from tests.fixtures.registry import tabular_preprocessing
 
 
 def _data():
@@ -20,7 +22,7 @@ def _data():
 
 
 def _write(root, data, schema, splits, batch_rows):
-    writer = SnapshotWriter(root, schema)
+    writer = SnapshotWriter(root, schema, task=make_task())
     for start in range(0, len(data), batch_rows):
         writer.add(data.iloc[start : start + batch_rows], splits.iloc[start : start + batch_rows])
     return writer.close(data_uri="mem://", files=[], fingerprint="f")
@@ -33,7 +35,7 @@ def test_batches_give_the_same_snapshot_as_one_frame(tmp_path):
     for split in ("train", "val", "test"):
         pd.testing.assert_frame_equal(one.frame(split), many.frame(split))
         assert one.rows(split) == int((splits == split).sum())
-    a, b = one.preprocessing.to_dict(), many.preprocessing.to_dict()
+    a, b = tabular_preprocessing(one).to_dict(), tabular_preprocessing(many).to_dict()
     assert a["categorical"] == b["categorical"] and a["classes"] == b["classes"]
     for col, st in a["numeric"].items():
         assert abs(st["mean"] - b["numeric"][col]["mean"]) < 1e-9 and abs(st["std"] - b["numeric"][col]["std"]) < 1e-9

@@ -265,3 +265,16 @@ def test_a_champion_split_by_the_previous_form_is_recomputed_by_that_form():
     unknown = champion_training_overlap({**settings.to_dict(), "canonical_form": "ctpipe-split/v1"}, plain, schema,
                                         version="1")
     assert not unknown.ok and "ctpipe-split/v1" in unknown.message
+
+
+def test_the_streamed_keys_digest_equals_the_digest_of_all_keys_at_once():
+    from components.data.splits import keys_digest, streamed_keys_digest
+
+    batches = [
+        ["b", "a", "zz", "a"],
+        [],
+        ["a", "line\nbreak", "\udc80 escaped byte", "é", "\ud7ff", "\ue000"],
+        ["zz", "c", "b"],
+    ]
+    assert streamed_keys_digest(iter(batches)) == keys_digest(k for batch in batches for k in batch)
+    assert streamed_keys_digest(iter([])) == keys_digest([])

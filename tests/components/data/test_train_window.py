@@ -15,6 +15,7 @@ from components.data.splits import SplitSettings
 from components.data.window import TrainWindow, window_mask
 from components.errors import ConfigError, DataValidationError
 from components.validation.validate import validate_data
+from tests.fixtures.registry import tabular_preprocessing
 
 
 def test_window_days_keeps_the_train_rows_of_the_newest_days():
@@ -61,7 +62,7 @@ def test_validation_judges_every_partition_and_the_snapshot_trains_on_the_window
     assert record["window_days"] == 2 and record["max_train_rows"] is None
     assert record["partitions"] == ["date=2026-01-04", "date=2026-01-05"] and record["train_rows"] == len(train)
     # Preprocessing is fitted on the rows the model trains on.
-    assert snap.preprocessing.numeric["tenure_months"]["mean"] == pytest.approx(train["tenure_months"].mean())
+    assert tabular_preprocessing(snap).numeric["tenure_months"]["mean"] == pytest.approx(train["tenure_months"].mean())
 
 
 def test_window_days_with_undated_partitions_fails_validation_with_the_fix(tmp_path):

@@ -90,8 +90,8 @@ def test_threshold_config_validation_and_set_override():
         Threshold(direction="lower")
     with pytest.raises(ConfigError, match="'baseline'"):
         Threshold(value="majority")
-    with pytest.raises(ConfigError, match="unknown metric"):
-        EvaluationConfig(thresholds={"f2": Threshold(value=1)})
+    with pytest.raises(ConfigError, match="is not a metric name"):
+        EvaluationConfig(thresholds={"f2 score": Threshold(value=1)})
     with pytest.raises(ConfigError, match="evaluate.bootstrap_samples"):
         EvaluationConfig(bootstrap_samples=100)
     cfg = load_config(

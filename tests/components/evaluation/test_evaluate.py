@@ -16,7 +16,7 @@ from components.evaluation.metrics import compute_metrics
 from components.models.export import load_model_export
 from components.registration.register import register_candidate
 from components.tracking import local_tracking_uri
-from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot, tabular_preprocessing
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_champion_is_scored_on_the_same_split_with_its_own_preprocessing(world, 
     uri = local_tracking_uri(tmp_path)
     snap = load_snapshot(world["snap"])
     # The champion was trained on different statistics: shifted means and a reordered vocabulary.
-    prep = snap.preprocessing
+    prep = tabular_preprocessing(snap)
     shifted = replace(
         prep,
         numeric={c: {"mean": s["mean"] + s["std"], "std": s["std"] * 2} for c, s in prep.numeric.items()},
@@ -138,7 +138,7 @@ def test_champion_is_scored_on_the_same_split_with_its_own_preprocessing(world, 
     own = compute_metrics(y, champion.predict_proba(frame).astype(np.float64))
     assert result.champion_metrics == pytest.approx(own)
     # Scoring the champion's weights with the candidate's statistics would give other numbers.
-    champion.preprocessing = prep
+    champion.state = {**champion.state, **prep.to_dict()}
     wrong = compute_metrics(y, champion.predict_proba(frame).astype(np.float64))
     assert wrong["log_loss"] != pytest.approx(own["log_loss"])
     # The untrained candidate regresses beyond the allowed change: not blessed, naming the champion numbers.
@@ -195,7 +195,7 @@ def test_a_constant_prior_predictor_is_not_blessed_as_a_first_model(tmp_path):
 
     snap_dir = _rare_positive_snapshot(tmp_path)
     snap = load_snapshot(snap_dir)
-    prep = snap.preprocessing
+    prep = tabular_preprocessing(snap)
     spec = InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
     model = build_model(TINY_MODEL, spec)
     train_y = encode_labels(snap.frame("train"), snap.schema.label, prep.classes)

@@ -9,7 +9,8 @@ import pytest
 from components.config import load_config
 from components.errors import ConfigError
 from components.kube.names import is_dns1035_label, job_name_for, training_job_name
-from components.kube.pytorchjob import JobValidationError, build_pytorchjob, validate_pytorchjob
+from components.kube.pod import JobValidationError
+from components.kube.pytorchjob import build_pytorchjob, validate_pytorchjob
 from components.training.launchers.base import WorkerLaunch
 
 LAUNCH = WorkerLaunch(job_name="ctpipe-train-abc", world_size=4, command=["python", "-m", "components.training.worker"],

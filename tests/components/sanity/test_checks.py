@@ -31,6 +31,7 @@ from components.sanity.gate import run_sanity_checks
 from components.tracking import ensure_experiment, local_tracking_uri
 from components.validation.validate import validate_data
 from tests.fixtures.corpus import KEY, write_clean
+from tests.fixtures.registry import tabular_preprocessing
 
 FAST = {"sample_rows": 512, "overfit_steps": 150, "short_train_steps": 40}
 
@@ -50,7 +51,7 @@ def snapshot(tmp_path_factory) -> Path:
 
 
 def spec_of(snapshot: Path) -> InputSpec:
-    prep = load_snapshot(snapshot).preprocessing
+    prep = tabular_preprocessing(load_snapshot(snapshot))
     return InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
 
 

@@ -17,6 +17,7 @@ from components.models.tabular import InputSpec, build_model
 from components.selection.select import select_and_export
 from components.training import checkpointing as ckpt
 from components.training.standalone import build_snapshot
+from tests.fixtures.registry import tabular_arrays, tabular_preprocessing
 
 CONFIG = ["data.key=customer_id", "model.hidden=16", "model.depth=1", "model.embedding_dim=4"]
 
@@ -30,7 +31,7 @@ def snapshot_dir(tmp_path_factory):
 
 
 def _val_metrics(model, snapshot) -> dict[str, float]:
-    x_num, x_cat, y = (torch.tensor(a) for a in snapshot.tensors("val"))
+    x_num, x_cat, y = (torch.tensor(a) for a in tabular_arrays(snapshot, "val"))
     with torch.no_grad():
         logits = model.eval()(x_num, x_cat)
     return {
@@ -40,7 +41,7 @@ def _val_metrics(model, snapshot) -> dict[str, float]:
 
 
 def _fit(model, snapshot, steps: int) -> None:
-    x_num, x_cat, y = (torch.tensor(a) for a in snapshot.tensors("train"))
+    x_num, x_cat, y = (torch.tensor(a) for a in tabular_arrays(snapshot, "train"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
     for _ in range(steps):
@@ -54,7 +55,8 @@ def candidates(snapshot_dir):
     """Three models with increasingly good real val metrics: (worst, middle, best)."""
     config = load_config(None, CONFIG)
     snapshot = load_snapshot(snapshot_dir)
-    spec = InputSpec(len(snapshot.preprocessing.numeric), snapshot.preprocessing.cardinalities, 4)
+    prep = tabular_preprocessing(snapshot)
+    spec = InputSpec(len(prep.numeric), prep.cardinalities, 4)
     candidates = []
     for steps in (0, 5, 60):
         torch.manual_seed(0)

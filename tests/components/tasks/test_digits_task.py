@@ -145,7 +145,7 @@ def test_validation_runs_the_tasks_image_expectations_and_writes_its_drift_colum
 
 def test_the_watcher_judges_drift_of_the_images_through_the_tasks_statistics(digits, tmp_path):
     from components.data.snapshot import Schema
-    from components.validation.validate import task_reference_stats
+    from components.validation.task_reference import task_reference_stats
     from pipelines.triggers.drift import compute_drift
     from pipelines.triggers.watch import with_task_drift_columns
 

@@ -107,6 +107,26 @@ def test_options_reach_the_factory_and_optional_parts_get_defaults(user_module):
     task = load_task(config.task)
     assert task.width == 32
     assert task.expectations(None) == [] and task.class_names({}) is None
+    # The streaming parts get their defaults too: the steps read them as plain attributes.
+    assert task.rowwise_encoding is False and task.fit_streamed(None, None) is None
+
+
+def test_a_rowwise_encoding_that_is_not_a_switch_is_named(user_module):
+    user_module("user_task_rowwise", """
+        from components.tasks import TaskBase, Metric
+        class Rowwise(TaskBase):
+            name = "rowwise"
+            metrics = (Metric("accuracy", True),)
+            rowwise_encoding = "yes"
+        for part in ("fit", "encode", "build_model", "shard_units", "loss", "row_losses", "row_metrics",
+                     "init_losses", "targets", "predict", "compute_metrics", "serve"):
+            setattr(Rowwise, part, lambda self, *a, **k: None)
+        def make_task():
+            return Rowwise()
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_rowwise:make_task"])
+    with pytest.raises(TaskError, match="'rowwise_encoding' must be True or False, got 'yes'"):
+        load_task(config.task)
 
 
 def test_task_section_survives_the_json_round_trip():

@@ -23,7 +23,7 @@ def snap(tmp_path_factory):
         data = generate_day(day, rows, 0, False, key_offset=day * 2000)
         if schema is None:
             schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])
-            writer = SnapshotWriter(root, schema, row_group_rows=97)
+            writer = SnapshotWriter(root, schema, task=make_task(), row_group_rows=97)
         writer.add(data, assign_splits(split_keys(data, schema), val_fraction=0.1, test_fraction=0.1, salt="s"))
     writer.close(data_uri="mem://", files=[], fingerprint="f")
     return load_snapshot(root)

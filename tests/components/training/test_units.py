@@ -123,6 +123,17 @@ def test_retention_min_mode(tmp_path):
     assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {2, 3}
 
 
+def _save_killed_before_marker(root, step: int, model, opt) -> None:
+    """A save of ``step`` killed after its shards are written, before its completion marker."""
+
+    def crash():
+        raise KeyboardInterrupt("killed mid-save")
+
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(root, step, model=model, optimizer=opt, rank_state={}, meta={"step": step}, rank=0,
+                             before_marker=crash)
+
+
 def test_crash_during_save_leaves_previous_checkpoint_usable(tmp_path):
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
@@ -135,21 +146,7 @@ def test_crash_during_save_leaves_previous_checkpoint_usable(tmp_path):
     )
     model(torch.randn(4, 3)).sum().backward()
     opt.step()
-
-    def crash():
-        raise KeyboardInterrupt("killed mid-save")
-
-    with pytest.raises(KeyboardInterrupt):
-        ckpt.save_checkpoint(
-            tmp_path,
-            2,
-            model=model,
-            optimizer=opt,
-            rank_state={},
-            meta={"step": 2},
-            rank=0,
-            before_marker=crash,
-        )
+    _save_killed_before_marker(tmp_path, 2, model, opt)
     assert ckpt.checkpoint_path(tmp_path, 2).is_dir()  # shards were written ...
     latest = ckpt.latest_complete(tmp_path)
     assert latest == ckpt.checkpoint_path(tmp_path, 1)  # ... but only the complete one counts
@@ -175,19 +172,5 @@ def test_resaving_a_step_unmarks_it_before_writing(tmp_path):
     opt = torch.optim.AdamW(model.parameters())
     ckpt.save_checkpoint(tmp_path, 3, model=model, optimizer=opt, rank_state={}, meta={"step": 3}, rank=0)
     assert ckpt.is_complete(ckpt.checkpoint_path(tmp_path, 3))
-
-    def crash():
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        ckpt.save_checkpoint(
-            tmp_path,
-            3,
-            model=model,
-            optimizer=opt,
-            rank_state={},
-            meta={"step": 3},
-            rank=0,
-            before_marker=crash,
-        )
+    _save_killed_before_marker(tmp_path, 3, model, opt)
     assert ckpt.latest_complete(tmp_path) is None  # a half-rewritten directory never keeps its old marker

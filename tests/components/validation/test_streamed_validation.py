@@ -14,6 +14,7 @@ from components.data.snapshot import load_snapshot
 from components.errors import DataValidationError
 from components.validation.validate import validate_data
 from tests.fixtures.corpus import CASES, KEY, Case, write_clean
+from tests.fixtures.registry import tabular_preprocessing
 
 
 def config(suite_path: str | None = None, **validation) -> Config:
@@ -72,9 +73,10 @@ def test_a_sampled_run_keeps_exact_figures_and_says_what_the_sample_judged(tmp_p
     a, b = load_snapshot(tmp_path / "memory" / "snapshot"), load_snapshot(tmp_path / "streamed" / "snapshot")
     for split in ("train", "val", "test"):
         pd.testing.assert_frame_equal(a.frame(split), b.frame(split))
-    assert a.preprocessing.categorical == b.preprocessing.categorical
-    for col, st in a.preprocessing.numeric.items():
-        assert st["mean"] == pytest.approx(b.preprocessing.numeric[col]["mean"], rel=1e-9)
+    prep_a, prep_b = tabular_preprocessing(a), tabular_preprocessing(b)
+    assert prep_a.categorical == prep_b.categorical
+    for col, st in prep_a.numeric.items():
+        assert st["mean"] == pytest.approx(prep_b.numeric[col]["mean"], rel=1e-9)
 
 
 def test_streamed_label_nulls_are_counted_over_every_row(tmp_path):

@@ -10,7 +10,7 @@ from components.config import load_config
 from components.data.snapshot import Schema
 from components.tasks import load_task
 from components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
-from components.validation.validate import task_reference_stats
+from components.validation.task_reference import task_reference_stats
 from pipelines.triggers.drift import compute_drift, psi_p_value
 from pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
 
