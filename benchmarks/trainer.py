@@ -15,6 +15,10 @@ and imports excluded, for both). It reports:
   including evaluation and checkpoints (goal >= 0.95);
 - ``step_overhead_ratio``: the same with (b)'s training-step time only (clipping with the NaN check,
   schedule, metrics), i.e. without evaluation and checkpoints;
+- ``overhead_ratio_vs_bare_clip`` / ``step_overhead_ratio_vs_bare_clip``: the same against (a') the bare
+  loop that also clips by the global gradient norm with the worker's ``clip_grad_norm_`` (FSDP2: one
+  all-reduce of a scalar per step, a collective the bare loop does not have); ``clipping_cost``: 1 - (a')/(a);
+  ``eval_share``: the worker's evaluation time over its loop time;
 - ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
 - ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up);
 - with ``--per-block``: ``sized_over_per_block``, the worker's samples/s with its sized units over
@@ -41,15 +45,16 @@ import time
 from pathlib import Path
 
 
-def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
-    """One rank of the bare loop: the same model, sharding and precision, and nothing else."""
+def bare_worker(snapshot_dir: str, config_json: str, out: str, clip: str = "") -> None:
+    """One rank of the bare loop: the same model, sharding and precision, and nothing else; with ``clip``
+    also the worker's clipping by the global gradient norm (one all-reduce of a scalar per step)."""
     import torch
     import torch.distributed as dist
 
     from components.config import Config
     from components.data.snapshot import load_snapshot
     from components.tasks import load_task
-    from components.training.parallelize import apply_fsdp, resolve_precision
+    from components.training.parallelize import apply_fsdp, clip_grad_norm_, resolve_precision
 
     cfg = Config.from_json(config_json)
     torch.set_num_threads(cfg.train.threads_per_worker)
@@ -91,6 +96,8 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
         inputs = tuple(x.to(device, non_blocking=True) for x in part.inputs)
         loss = task.loss(model(*inputs), part.targets.to(device, non_blocking=True))
         loss.backward()
+        if clip:
+            clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
     if cuda:
@@ -103,7 +110,7 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str) -> None:
     dist.destroy_process_group()
 
 
-def run_bare(snapshot_dir: str, config, work: Path, tag: str) -> dict:
+def run_bare(snapshot_dir: str, config, work: Path, tag: str, clip: bool = False) -> dict:
     from components.training.launchers.base import WorkerLaunch
     from components.training.launchers.local import LocalLauncher
 
@@ -116,6 +123,7 @@ def run_bare(snapshot_dir: str, config, work: Path, tag: str) -> dict:
         snapshot_dir,
         config.to_json(),
         str(out),
+        *(["clip"] if clip else []),
     ]
     launch = WorkerLaunch(
         job_name=f"bench-bare-{tag}",
@@ -165,7 +173,7 @@ def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: st
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--bare-worker":
-        bare_worker(*sys.argv[2:5])
+        bare_worker(*sys.argv[2:6])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -201,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     task = load_task(config.task)
     per_block_config = load_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
     variant_config = {"ctpipe": config, "ddp": ddp_config, "perblock": per_block_config}
-    rows: dict[str, list[dict]] = {"bare": [], "ctpipe": [], "ddp": [], "perblock": []}
+    rows: dict[str, list[dict]] = {"bare": [], "bareclip": [], "ctpipe": [], "ddp": [], "perblock": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
         work = Path(tmp)
         if args.example:
@@ -214,13 +222,13 @@ def main(argv: list[str] | None = None) -> int:
             write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
         snapshot_dir = str(build_snapshot(str(work / "data"), config, work / "snapshot").root)
         tracking_uri = f"sqlite:///{work / 'mlflow.db'}"
-        variants = ["bare", "ctpipe"] + ([] if args.no_ddp else ["ddp"]) + (["perblock"] if args.per_block else [])
+        variants = ["bare", "bareclip", "ctpipe"] + ([] if args.no_ddp else ["ddp"]) + (["perblock"] if args.per_block else [])
         for rep in range(args.repeats):
             order = variants if rep % 2 == 0 else variants[::-1]
             for name in order:
                 tag = f"{name}-{rep}"
-                if name == "bare":
-                    row = run_bare(snapshot_dir, config, work, tag)
+                if name in ("bare", "bareclip"):
+                    row = run_bare(snapshot_dir, config, work, tag, clip=name == "bareclip")
                 else:
                     row = run_ctpipe(snapshot_dir, variant_config[name], work, tag, tracking_uri)
                 rows[name].append(row)
@@ -228,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"rep {rep} {name:8s} {row['samples_per_second']:8.1f} samples/s (loop {row['loop_seconds']:.2f} s"
                     + (
                         f", eval {row['eval_seconds']:.2f} s, {row['checkpoint_seconds']:.3f} s per checkpoint)"
-                        if name != "bare"
+                        if not name.startswith("bare")
                         else ")"
                     ),
                     flush=True,
@@ -242,6 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         c["train_step_samples_per_second"] / b["samples_per_second"]
         for b, c in zip(rows["bare"], rows["ctpipe"], strict=True)
     ]
+    clip_ratios = [
+        c["samples_per_second"] / b["samples_per_second"]
+        for b, c in zip(rows["bareclip"], rows["ctpipe"], strict=True)
+    ]
+    clip_step_ratios = [
+        c["train_step_samples_per_second"] / b["samples_per_second"]
+        for b, c in zip(rows["bareclip"], rows["ctpipe"], strict=True)
+    ]
     shares = [
         c["checkpoint_seconds"] / (config.train.checkpoint_every * c["step_seconds"]) for c in rows["ctpipe"]
     ]
@@ -249,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
         "overhead_ratio": statistics.median(ratios),
         "overhead_ratios": ratios,
         "step_overhead_ratio": statistics.median(step_ratios),
+        # Against the bare loop that also clips by the global norm as the worker does (train.grad_clip):
+        # what is left is the worker's own cost (schedule, NaN check, metrics, evaluation, checkpoints).
+        "overhead_ratio_vs_bare_clip": statistics.median(clip_ratios),
+        "step_overhead_ratio_vs_bare_clip": statistics.median(clip_step_ratios),
+        "clipping_cost": 1 - statistics.median(
+            c["samples_per_second"] / b["samples_per_second"] for b, c in zip(rows["bare"], rows["bareclip"], strict=True)
+        ),
+        "eval_share": statistics.median(c["eval_seconds"] / c["loop_seconds"] for c in rows["ctpipe"]),
         "checkpoint_share": statistics.median(shares),
         "checkpoint_seconds": statistics.median(c["checkpoint_seconds"] for c in rows["ctpipe"]),
         "mfu": statistics.median(c["mfu"] for c in rows["ctpipe"]),
