@@ -22,19 +22,19 @@ import time
 import numpy as np
 import pandas as pd
 
-from components.config import load_config
 from components.data.reference_stats import HistogramStats
 from components.data.snapshot import Schema
 from components.tasks import load_task
 from components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
 from components.tasks.causal_lm.text_stats import text_byte_counts
+from components.tasks.run_config import load_run_config
 from components.validation.task_reference import task_reference_stats
 from pipelines.triggers.drift import compute_drift
 from pipelines.triggers.histogram_drift import histogram_drift
 from pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
 
 COLUMN = "text__byte_unigram"
-CONFIG = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+CONFIG = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
 SCHEMA = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["text"])
 
 

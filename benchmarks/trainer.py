@@ -190,9 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    from components.config import load_config
     from components.data.demo import write_demo_data
     from components.tasks import load_task
+    from components.tasks.run_config import load_run_config
     from components.training.standalone import build_snapshot
 
     base: list[str] = []
@@ -204,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         base = ["data.key=id", "task.entrypoint=digits_task:make_task"]
     elif args.task:
         base = [f"task.name={args.task}", *getattr(load_task({"name": args.task}), "demo_settings", [])]
-    config = load_config(None, base + args.overrides)
-    ddp_config = load_config(None, base + args.overrides + ["train.strategy=ddp"])
+    config = load_run_config(None, base + args.overrides)
+    ddp_config = load_run_config(None, base + args.overrides + ["train.strategy=ddp"])
     task = load_task(config.task)
-    per_block_config = load_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
+    per_block_config = load_run_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
     variant_config = {"ctpipe": config, "ddp": ddp_config, "perblock": per_block_config}
     rows: dict[str, list[dict]] = {"bare": [], "bareclip": [], "ctpipe": [], "ddp": [], "perblock": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:

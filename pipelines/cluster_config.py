@@ -14,8 +14,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from components.config import Config, load_config
+from components.config import Config
 from components.errors import ConfigError, UserError
+from components.tasks.run_config import load_run_config
 
 CLUSTER_BACKENDS = ("pytorchjob", "trainjob")
 MLFLOW_CLIENT_SECRET = "ctpipe-mlflow-client"
@@ -29,7 +30,7 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
 
 def load_cluster_config(path: str | Path | None, overrides: list[str]) -> Config:
     """Cluster defaults, then the file at ``path``, then ``--set`` overrides; refused if unfit for a cluster."""
-    config = load_config(path, overrides, defaults=copy.deepcopy(CLUSTER_DEFAULTS))
+    config = load_run_config(path, overrides, defaults=copy.deepcopy(CLUSTER_DEFAULTS))
     check_cluster_config(config)
     return config
 

@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from components.config import TRIGGERS, Config, load_config
+from components.config import TRIGGERS, Config, settings_layer
 from components.errors import ConfigError
 from components.kfp_support import STATUS_DIR_ENV
+from components.tasks.run_config import load_run_config
 from components.warm_start import WarmServer, client_prefix, running_server
 from pipelines.run_summary import build_summary, read_step_records
 
@@ -67,6 +68,15 @@ def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
     if not any(root.glob("date=*/part-0.parquet")):
         writer(str(root))
     return str(root.resolve()), list(getattr(task, "demo_settings", ()))
+
+
+def demo_data_and_config(home: Path, config: Config, config_path: str | None, overrides: list[str]) -> tuple[str, Config]:
+    """The task's demo data under the home, and the config with the demo's settings under the user's own:
+    the config file and ``--set`` win over them."""
+    data_uri, demo_settings = ensure_demo_data_for(home, config)
+    if not demo_settings:
+        return data_uri, config
+    return data_uri, load_run_config(config_path, overrides, defaults=settings_layer(demo_settings))
 
 
 def _new_run_dir(home: Path) -> Path:
@@ -174,18 +184,15 @@ def run_local(
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     home_dir = Path(home) if home else default_home()
     overrides = list(overrides or [])
-    config = load_config(config_path, overrides)
+    config = load_run_config(config_path, overrides)
     home_dir.mkdir(parents=True, exist_ok=True)
     # The warm-start server imports the steps' libraries while this process goes on (demo data, KFP).
     with running_server() as warm:
         setup = {"cli_start_seconds": round(called - process_started, 3) if process_started else None}
         if data_uri is None:
             clock = time.time()
-            data_uri, demo_settings = ensure_demo_data_for(home_dir, config)
+            data_uri, config = demo_data_and_config(home_dir, config, config_path, overrides)
             setup["demo_data_seconds"] = round(time.time() - clock, 3)
-            unset = [s for s in demo_settings if not any(o.startswith(s.split("=")[0] + "=") for o in overrides)]
-            if unset:
-                config = load_config(config_path, unset + overrides)
         elif "://" not in data_uri:
             data_uri = str(Path(data_uri).resolve())
         _preflight(config, data_uri)

@@ -18,7 +18,13 @@ from components.config.gate_sections import (
     Threshold,
     metric_direction,
 )
-from components.config.loading import apply_override, load_config, merge_values, parse_set_value
+from components.config.loading import (
+    apply_override,
+    load_config,
+    merge_values,
+    parse_set_value,
+    settings_layer,
+)
 from components.config.run_sections import (
     DataConfig,
     ModelConfig,
@@ -48,6 +54,7 @@ __all__ = [
     "WatchConfig",
     "apply_override",
     "load_config",
+    "settings_layer",
     "merge_values",
     "metric_direction",
     "parse_set_value",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,25 +21,19 @@ from components.errors import ConfigError
 
 
 def load_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: dict[str, Any] | None = None
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    defaults: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
 ) -> Config:
-    """Defaults (``defaults`` over the dataclass ones), then the YAML/JSON file at ``path``, then ``--set``
-    overrides; validated."""
+    """Defaults (``defaults`` over the dataclass ones: one layer, or several, each over the one before), then
+    the YAML/JSON file at ``path``, then ``--set`` overrides; validated."""
     values = Config().to_dict()
-    if defaults:
-        _reject_unknown(defaults)
-        values = _replace_whole_maps(merge_values(values, defaults), defaults)
+    for layer in [defaults] if isinstance(defaults, dict) else list(defaults or []):
+        _reject_unknown(layer)
+        values = _replace_whole_maps(merge_values(values, layer), layer)
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file '{p}' does not exist; pass an existing YAML or JSON file to --config")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file '{p}' is not valid YAML/JSON: {err}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
-        _reject_unknown(loaded)
+        loaded = _read_file(Path(path))
         values = _replace_whole_maps(merge_values(values, loaded), loaded)
     update: dict[str, Any] = {}
     whole: dict[str, Any] = {}
@@ -51,6 +46,28 @@ def load_config(
     _reject_unknown(update)
     values = _replace_whole_maps(merge_values(values, update), whole)
     return Config.from_dict(values)
+
+
+def settings_layer(settings: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``section.key=value`` settings (as for ``--set``) as one layer of ``load_config(defaults=...)``."""
+    layer: dict[str, Any] = {}
+    for assignment in settings:
+        apply_override(layer, assignment)
+    _reject_unknown(layer)
+    return layer
+
+
+def _read_file(p: Path) -> dict[str, Any]:
+    if not p.is_file():
+        raise ConfigError(f"config file '{p}' does not exist; pass an existing YAML or JSON file to --config")
+    try:
+        loaded = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file '{p}' is not valid YAML/JSON: {err}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
+    _reject_unknown(loaded)
+    return loaded
 
 
 def parse_set_value(text: str) -> Any:

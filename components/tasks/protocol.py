@@ -168,7 +168,8 @@ class TaskBase:
     ``describe_batch`` / ``batch_mismatches`` (the sanity gate's first-batch dump and its round trip) and
     ``extra_checks`` (the task's own sanity checks, e.g. causality for a sequence model),
     ``rowwise_encoding`` / ``fit_streamed`` (streamed snapshot and loading without whole-split frames),
-    ``needs_label`` (False: the data has no label column, e.g. a language model's texts).
+    ``needs_label`` (False: the data has no label column, e.g. a language model's texts),
+    ``config_defaults`` (settings the task brings, e.g. the metric that selects checkpoints).
     """
 
     sanity: SanitySpec = SanitySpec()
@@ -179,6 +180,10 @@ class TaskBase:
     # True when ``encode`` of a frame equals the concatenation of ``encode`` of its row chunks (one example
     # per row, no packing): the data loader may then encode a split record batch by record batch.
     rowwise_encoding: bool = False
+    # Settings ("section.key=value", as for --set) this task brings as defaults: over ctpipe's own defaults,
+    # under the user's config file and --set; e.g. the metric that selects checkpoints and the blessing
+    # rules on the task's own metrics, so `task.name=...` alone gives a run that can pass.
+    config_defaults: tuple[str, ...] = ()
 
     def fit_streamed(self, stats: Any, schema: Schema) -> TaskState | None:
         """``fit``'s result from the train split's streamed statistics (``components.data.stream_stats.TableStats``

@@ -108,6 +108,14 @@ def complete_task(task: Any, where: str = "the task") -> Task:
             setattr(task, switch, getattr(TaskBase, switch))
         if not isinstance(getattr(task, switch), bool):
             raise TaskError(f"{where}: '{switch}' must be True or False, got {getattr(task, switch)!r}")
+    if not hasattr(task, "config_defaults"):
+        task.config_defaults = TaskBase.config_defaults
+    settings = task.config_defaults
+    if not isinstance(settings, tuple | list) or not all(isinstance(s, str) and "=" in s for s in settings):
+        raise TaskError(
+            f"{where}: 'config_defaults' must be a tuple of 'section.key=value' strings (as for --set), "
+            f"got {settings!r}"
+        )
     for part in OPTIONAL_PARTS:
         if not hasattr(task, part):
             setattr(task, part, types.MethodType(getattr(TaskBase, part), task))

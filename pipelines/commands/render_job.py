@@ -19,9 +19,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from components.config import load_config
+    from components.tasks.run_config import load_run_config
     from components.training.launchers.render import render_pytorchjob_yaml
 
-    config = load_config(args.config, args.overrides)
+    config = load_run_config(args.config, args.overrides)
     print(render_pytorchjob_yaml(config), end="")
     return 0

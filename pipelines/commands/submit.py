@@ -127,11 +127,11 @@ def _submit_local(args: argparse.Namespace) -> int:
 
 def _attach_report(summary: dict, report: str, config_path: str | None, overrides: list[str], home: str | None) -> None:
     """Log the drift report that started this run on the run's MLflow run (artifact folder ``drift/``)."""
-    from components.config import load_config
+    from components.tasks.run_config import load_run_config
     from components.tracking import local_tracking_uri
     from pipelines.local_run import default_home
     from pipelines.triggers.report import log_drift_report
 
-    config = load_config(config_path, overrides)
+    config = load_run_config(config_path, overrides)
     uri = config.registry.tracking_uri or local_tracking_uri(home or default_home())
     log_drift_report(uri, summary["mlflow_run_id"], report)

@@ -45,9 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from components.config import load_config
+    from components.tasks.run_config import load_run_config
 
-    config = load_config(args.config, list(args.overrides))
+    config = load_run_config(args.config, list(args.overrides))
     if args.suite_command == "profile":
         from components.validation.validate import profile_data_suite
 

@@ -39,11 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from components.config import load_config
     from components.errors import TrainingError
+    from components.tasks.run_config import load_run_config
     from components.training.standalone import SUMMARY_FILE, train_standalone
 
-    config = load_config(args.config, args.overrides)
+    config = load_run_config(args.config, args.overrides)
     try:
         summary = train_standalone(args.data, args.out, config, tracking_uri=args.tracking_uri or None)
     except TrainingError as err:

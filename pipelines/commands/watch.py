@@ -34,8 +34,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from components.config import load_config
     from components.errors import UserError
+    from components.tasks.run_config import load_run_config
     from components.tracking import local_tracking_uri
     from pipelines.triggers.watch import check_once, watch_loop
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         # Runs on KFP get config_json over the cluster defaults the pipeline was compiled with (as submit does).
         config = load_cluster_config(args.config, args.overrides)
     else:
-        config = load_config(args.config, args.overrides)
+        config = load_run_config(args.config, args.overrides)
     data_uri = args.data if "://" in args.data else str(Path(args.data).resolve())
     tracking_uri = args.tracking_uri or config.registry.tracking_uri or local_tracking_uri(home)
     # A dry run uses the starter only to read whether runs are still going (it starts and stops nothing).

@@ -10,9 +10,23 @@ def test_a_task_with_demo_data_gets_its_own_partitions_and_settings(tmp_path):
     uri, settings = ensure_demo_data_for(tmp_path, load_config(None, ["task.name=causal_lm"]))
     assert uri.endswith("data-causal_lm")
     assert len(list((tmp_path / "data-causal_lm").glob("date=*/part-0.parquet"))) == 4
-    assert "data.key=doc_id" in settings and "select.metric=val_loss" in settings
+    assert "data.key=doc_id" in settings and "data.text_column=text" in settings
 
 
 def test_the_default_task_keeps_the_tabular_demo_and_its_key(tmp_path):
     uri, settings = ensure_demo_data_for(tmp_path, load_config(None, []))
     assert uri.endswith("/data") and settings == ["data.key=customer_id"]
+
+
+def test_the_config_file_and_set_win_over_the_demo_settings(tmp_path):
+    # Before: the demo settings were applied as --set overrides, over the user's config file.
+    from pipelines.local_run import demo_data_and_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("task: {name: causal_lm}\ntrain: {max_steps: 40}\n")
+    overrides = ["train.batch_size=8"]
+    uri, config = demo_data_and_config(tmp_path / "home", load_config(path, overrides), str(path), overrides)
+    assert uri.endswith("data-causal_lm")
+    assert (config.train.max_steps, config.train.batch_size) == (40, 8)  # the user's, not the demo's 300 / 16
+    assert (config.data.key, config.data.text_column) == ("doc_id", "text")  # the demo's, nobody set them
+    assert config.select.metric == "val_loss"  # the task's own default

@@ -38,16 +38,16 @@ class CausalLM(TaskBase):
     sanity = SanitySpec(example_dim=0, sequence_dim=1)
     # The targets are the text's own next tokens: the data needs no label column.
     needs_label = False
-    # Config for the demo corpus (``write_demo_data``) and this task: the key and text columns, the validation
-    # metric to select by, the blessing rules (beat the unigram baseline; no regression against the champion).
-    demo_settings = (
-        "data.key=doc_id", "data.text_column=text", "select.metric=val_loss",
-        "registry.model_name=ctpipe-causal-lm",
-        # the tiny decoder on ~700 training documents: 300 steps of 16 sequences per rank stay a few minutes on a CPU
-        "train.max_steps=300", "train.batch_size=16",
+    # The task's own settings for any data: select checkpoints by validation loss, bless on beating the
+    # unigram baseline with no regression against the champion (loss and bits per byte, lower is better).
+    config_defaults = (
+        "select.metric=val_loss", "registry.model_name=ctpipe-causal-lm",
         "evaluate.thresholds={loss: {value: baseline, change_abs: 0.0, direction: lower}, "
         "bits_per_byte: {value: baseline, change_abs: 0.0, direction: lower}}",
     )
+    # For the demo corpus (``write_demo_data``): its key and text columns, and a run a few minutes long on a CPU
+    # (the tiny decoder on ~700 training documents: 300 steps of 16 sequences per rank).
+    demo_settings = ("data.key=doc_id", "data.text_column=text", "train.max_steps=300", "train.batch_size=16")
 
     def __init__(self, *, text_column: str = "text", size: str = "tiny", generate_tokens: int = 32,
                  **model_overrides: Any) -> None:

@@ -13,7 +13,6 @@ import textwrap
 import pytest
 import torch.nn.functional as F
 
-from components.config import load_config
 from components.errors import SanityCheckError
 from components.sanity.gate import run_sanity_checks
 from components.tasks.causal_lm import make_task
@@ -21,6 +20,7 @@ from components.tasks.causal_lm.corpus import write_text_demo_data
 from components.tasks.causal_lm.model import GPT, CausalSelfAttention
 from components.tasks.causal_lm.sizes import lm_config
 from components.tasks.registry import _CACHE
+from components.tasks.run_config import load_run_config
 from components.training.standalone import build_snapshot
 
 # Few training steps: the broken models must fail on the sequence checks, which need no training.
@@ -36,7 +36,7 @@ def settings(extra=()) -> list[str]:
 def snapshot_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm-gate")
     write_text_demo_data(root / "data", days=2)
-    return str(build_snapshot(str(root / "data"), load_config(None, settings()), root / "snapshot").root)
+    return str(build_snapshot(str(root / "data"), load_run_config(None, settings()), root / "snapshot").root)
 
 
 def gate(snapshot_dir, tmp_path, config, factory=None):
@@ -85,13 +85,13 @@ def sequence_results(snapshot_dir, tmp_path, config, factory=None) -> dict:
 
 
 def test_the_real_model_passes_the_sequence_checks(snapshot_dir, tmp_path):
-    checks = sequence_results(snapshot_dir, tmp_path, load_config(None, settings()))
+    checks = sequence_results(snapshot_dir, tmp_path, load_run_config(None, settings()))
     for name in ("next_token_targets", "causal_gradient", "sequence_independence", "first_batch_roundtrip"):
         assert checks[name]["passed"], checks[name]["message"]
 
 
 def test_a_model_without_a_causal_mask_is_stopped(snapshot_dir, tmp_path):
-    message = failure(snapshot_dir, tmp_path, load_config(None, settings()), no_mask_model)
+    message = failure(snapshot_dir, tmp_path, load_run_config(None, settings()), no_mask_model)
     assert "causal_gradient" in message and "FUTURE tokens" in message
 
 
@@ -99,7 +99,7 @@ def test_attention_across_packed_documents_is_stopped_when_isolation_is_claimed(
     def factory():
         return LeakyIsolation(lm_config("tiny", isolate_documents=True))
 
-    message = failure(snapshot_dir, tmp_path, load_config(None, settings()), factory)
+    message = failure(snapshot_dir, tmp_path, load_run_config(None, settings()), factory)
     assert "document_isolation" in message and "attention crosses packed documents" in message
 
 
@@ -139,6 +139,6 @@ def broken_encoding(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("factory", "needle"), [("unshifted", "targets are not shifted"),
                                                  ("backwards", "shifted the wrong way")])
 def test_targets_that_are_not_the_next_token_are_stopped(snapshot_dir, tmp_path, broken_encoding, factory, needle):
-    config = load_config(None, settings([f"task.entrypoint=lm_broken_shift:{factory}"]))
+    config = load_run_config(None, settings([f"task.entrypoint=lm_broken_shift:{factory}"]))
     message = failure(snapshot_dir, tmp_path, config)
     assert "next_token_targets" in message and needle in message

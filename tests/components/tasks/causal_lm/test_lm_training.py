@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import load_config
 from components.errors import TrainingError
 from components.tasks.causal_lm import make_task
 from components.tasks.causal_lm.corpus import write_text_demo_data
+from components.tasks.run_config import load_run_config
 from components.training import checkpointing as ckpt
 from components.training.launch import train_model
 from components.training.standalone import build_snapshot
@@ -23,7 +23,7 @@ TINY = [
 
 
 def _train(snapshot_dir, ckpt_dir, *extra):
-    return train_model(snapshot_dir, str(ckpt_dir), load_config(None, TINY + list(extra)), tracking_uri=None,
+    return train_model(snapshot_dir, str(ckpt_dir), load_run_config(None, TINY + list(extra)), tracking_uri=None,
                        mlflow_run_id=None, job_name="lm")
 
 
@@ -31,7 +31,7 @@ def _train(snapshot_dir, ckpt_dir, *extra):
 def snapshot_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm-train")
     write_text_demo_data(root / "data", days=1)
-    return str(build_snapshot(str(root / "data"), load_config(None, TINY), root / "snapshot").root)
+    return str(build_snapshot(str(root / "data"), load_run_config(None, TINY), root / "snapshot").root)
 
 
 @pytest.fixture(scope="module")
