@@ -242,22 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
 
-    ratios = [
-        c["samples_per_second"] / b["samples_per_second"]
-        for b, c in zip(rows["bare"], rows["ctpipe"], strict=True)
-    ]
-    step_ratios = [
-        c["train_step_samples_per_second"] / b["samples_per_second"]
-        for b, c in zip(rows["bare"], rows["ctpipe"], strict=True)
-    ]
-    clip_ratios = [
-        c["samples_per_second"] / b["samples_per_second"]
-        for b, c in zip(rows["bareclip"], rows["ctpipe"], strict=True)
-    ]
-    clip_step_ratios = [
-        c["train_step_samples_per_second"] / b["samples_per_second"]
-        for b, c in zip(rows["bareclip"], rows["ctpipe"], strict=True)
-    ]
+    ratios = _pair_ratios(rows["ctpipe"], rows["bare"])
+    step_ratios = _pair_ratios(rows["ctpipe"], rows["bare"], "train_step_samples_per_second")
+    clip_ratios = _pair_ratios(rows["ctpipe"], rows["bareclip"])
+    clip_step_ratios = _pair_ratios(rows["ctpipe"], rows["bareclip"], "train_step_samples_per_second")
     shares = [
         c["checkpoint_seconds"] / (config.train.checkpoint_every * c["step_seconds"]) for c in rows["ctpipe"]
     ]
@@ -269,9 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         # what is left is the worker's own cost (schedule, NaN check, metrics, evaluation, checkpoints).
         "overhead_ratio_vs_bare_clip": statistics.median(clip_ratios),
         "step_overhead_ratio_vs_bare_clip": statistics.median(clip_step_ratios),
-        "clipping_cost": 1 - statistics.median(
-            c["samples_per_second"] / b["samples_per_second"] for b, c in zip(rows["bare"], rows["bareclip"], strict=True)
-        ),
+        "clipping_cost": 1 - statistics.median(_pair_ratios(rows["bareclip"], rows["bare"])),
         "eval_share": statistics.median(c["eval_seconds"] / c["loop_seconds"] for c in rows["ctpipe"]),
         "checkpoint_share": statistics.median(shares),
         "checkpoint_seconds": statistics.median(c["checkpoint_seconds"] for c in rows["ctpipe"]),
@@ -307,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     summary["fsdp_unit_min_params"] = config.train.fsdp_unit_min_params
     print(json.dumps(summary))
     return 0
+
+
+def _pair_ratios(rows: list[dict], baseline: list[dict], key: str = "samples_per_second") -> list[float]:
+    """Per repetition: ``rows``' ``key`` over the baseline's samples/s of the same repetition."""
+    return [r[key] / b["samples_per_second"] for r, b in zip(rows, baseline, strict=True)]
 
 
 def _median_or_none(values) -> float | None:
