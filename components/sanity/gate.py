@@ -13,7 +13,7 @@ from typing import Any
 
 from components.config import Config
 from components.data.snapshot import load_snapshot
-from components.errors import SanityCheckError
+from components.errors import ConfigError, SanityCheckError
 from components.sanity.checks import check_model
 from components.sanity.first_batch import check_first_batch_roundtrip
 from components.sanity.report import SanityResult, failure_message, log_to_mlflow, render_report, write_text
@@ -58,6 +58,7 @@ def run_sanity_checks(
         return build()
 
     first = data.first_batch
+    check_selection_metric(seeded_factory(), first.examples, config, task)
     described = task.describe_batch(first.examples, first.raw, snapshot.state, snapshot.schema)
     dump = {"drawn": first.drawn, **{k: v for k, v in described.items() if k != "drawn"}}
     write_text(first_batch_path, json.dumps(dump, indent=1, default=str))
@@ -76,3 +77,21 @@ def run_sanity_checks(
     if not result.passed:
         raise SanityCheckError(failure_message(result, report_path))
     return result
+
+
+def check_selection_metric(model: Any, batch: Any, config: Config, task: Any) -> None:
+    """ConfigError unless ``select.metric`` is one the trainer's validation reports: ``val_loss`` and
+    ``val_<name>`` for the task's ``row_metrics`` (found by scoring one batch). Checkpoints are selected
+    and kept by it, so a name it never reports would fail only after the whole training."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        names = task.row_metrics(model(*batch.inputs), batch.targets)
+    reported = ["val_loss", *(f"val_{name}" for name in names)]
+    if config.select.metric not in reported:
+        raise ConfigError(
+            f"invalid config value for 'select.metric': {config.select.metric!r} is not reported by the validation "
+            f"of task '{task.name}', which reports: {', '.join(reported)}. Checkpoints are selected and kept by "
+            "this metric: set select.metric to one of those"
+        )
