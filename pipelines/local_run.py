@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from components.config import TRIGGERS, Config, settings_layer
+from components.config import TRIGGERS, Config
 from components.errors import ConfigError
 from components.kfp_support import STATUS_DIR_ENV
 from components.tasks.run_config import load_run_config
@@ -76,7 +76,7 @@ def demo_data_and_config(home: Path, config: Config, config_path: str | None, ov
     data_uri, demo_settings = ensure_demo_data_for(home, config)
     if not demo_settings:
         return data_uri, config
-    return data_uri, load_run_config(config_path, overrides, defaults=settings_layer(demo_settings))
+    return data_uri, load_run_config(config_path, overrides, defaults=[demo_settings])
 
 
 def _new_run_dir(home: Path) -> Path:

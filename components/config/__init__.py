@@ -23,7 +23,6 @@ from components.config.loading import (
     load_config,
     merge_values,
     parse_set_value,
-    settings_layer,
 )
 from components.config.run_sections import (
     DataConfig,
@@ -54,7 +53,6 @@ __all__ = [
     "WatchConfig",
     "apply_override",
     "load_config",
-    "settings_layer",
     "merge_values",
     "metric_direction",
     "parse_set_value",

@@ -24,37 +24,38 @@ def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     *,
-    defaults: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+    defaults: dict[str, Any] | Sequence[dict[str, Any] | Sequence[str]] | None = None,
 ) -> Config:
-    """Defaults (``defaults`` over the dataclass ones: one layer, or several, each over the one before), then
-    the YAML/JSON file at ``path``, then ``--set`` overrides; validated."""
+    """Defaults over the dataclass ones, then the YAML/JSON file at ``path``, then ``--set`` overrides; validated.
+
+    ``defaults``: one mapping, or several layers, each over the one before; a layer is a mapping (as a
+    file holds) or ``section.key=value`` settings applied as ``--set`` applies them (a task's
+    ``config_defaults``, the demo's settings)."""
     values = Config().to_dict()
     for layer in [defaults] if isinstance(defaults, dict) else list(defaults or []):
-        _reject_unknown(layer)
-        values = _replace_whole_maps(merge_values(values, layer), layer)
+        if isinstance(layer, dict):
+            _reject_unknown(layer)
+            values = _replace_whole_maps(merge_values(values, layer), layer)
+        else:
+            values = _apply_settings(values, list(layer))
     if path is not None:
         loaded = _read_file(Path(path))
         values = _replace_whole_maps(merge_values(values, loaded), loaded)
+    return Config.from_dict(_apply_settings(values, list(overrides or [])))
+
+
+def _apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+    """``section.key=value`` settings over ``values``: a value merges into a mapping, except that
+    ``section.mapping=...`` (e.g. ``evaluate.thresholds={}``) names a whole mapping and replaces it."""
     update: dict[str, Any] = {}
     whole: dict[str, Any] = {}
-    for assignment in overrides or []:
+    for assignment in settings:
         apply_override(update, assignment)
-        # `--set evaluate.thresholds={}` names a whole map: it replaces the default, not merges into it.
         key = assignment.partition("=")[0].strip().split(".")
         if len(key) == 2:
             apply_override(whole, assignment)
     _reject_unknown(update)
-    values = _replace_whole_maps(merge_values(values, update), whole)
-    return Config.from_dict(values)
-
-
-def settings_layer(settings: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """``section.key=value`` settings (as for ``--set``) as one layer of ``load_config(defaults=...)``."""
-    layer: dict[str, Any] = {}
-    for assignment in settings:
-        apply_override(layer, assignment)
-    _reject_unknown(layer)
-    return layer
+    return _replace_whole_maps(merge_values(values, update), whole)
 
 
 def _read_file(p: Path) -> dict[str, Any]:

@@ -9,29 +9,36 @@ ctpipe's own defaults: the user's file and ``--set`` still win over them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from components.config import Config, load_config, settings_layer
+from components.config import Config, load_config
 from components.tasks.registry import TaskError, load_task, task_record
 
 
 def load_run_config(
-    path: str | Path | None = None, overrides: list[str] | None = None, *, defaults: dict[str, Any] | None = None
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    defaults: dict[str, Any] | Sequence[dict[str, Any] | Sequence[str]] | None = None,
 ) -> Config:
-    """``load_config`` with the run's task's ``config_defaults`` under ``defaults``, the file and ``--set``."""
+    """``load_config`` with the run's task's ``config_defaults`` under ``defaults`` (one mapping or layers, as
+    ``load_config`` takes them), the file and ``--set``."""
     config = load_config(path, overrides, defaults=defaults)
-    task_layer = task_config_defaults(config)
-    if not task_layer:
+    task_settings = task_config_defaults(config)
+    if not task_settings:
         return config
-    return load_config(path, overrides, defaults=[task_layer, *([defaults] if defaults else [])])
+    layers = [defaults] if isinstance(defaults, dict) else list(defaults or [])
+    return load_config(path, overrides, defaults=[task_settings, *layers])
 
 
-def task_config_defaults(config: Config) -> dict[str, Any]:
-    """The config's task's ``config_defaults`` as a layer; none when the task cannot be loaded here (a user's
-    package that is not installed where the pipeline is compiled: the steps load it and report it)."""
+def task_config_defaults(config: Config) -> tuple[str, ...]:
+    """The config's task's ``config_defaults`` (``section.key=value`` settings); none when the task cannot be
+    loaded here (a user's package that is not installed where the pipeline is compiled: the steps load it and
+    report it)."""
     try:
         task = load_task(task_record(config.task))
     except TaskError:
-        return {}
-    return settings_layer(task.config_defaults)
+        return ()
+    return tuple(task.config_defaults)

@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 from components.config import load_config
+from components.errors import ConfigError
 from components.tasks import check_evaluation_metrics, load_task
 from components.tasks.run_config import load_run_config
 
@@ -92,3 +93,15 @@ def test_default_layers_apply_in_order_and_a_whole_map_replaces():
               {"select": {"metric": "val_f1"}, "evaluate": {"thresholds": {"f1": {"value": 0.5}}}}]
     config = load_config(None, ["select.mode=max"], defaults=layers)
     assert config.select.metric == "val_f1" and set(config.evaluate.thresholds) == {"f1"}
+
+
+def test_settings_layers_apply_as_set_does():
+    # A key inside a map merges into it (as --set evaluate.thresholds.accuracy.value=0.9 does); a whole map
+    # given as one setting replaces it.
+    merged = load_config(None, [], defaults=[["evaluate.thresholds.accuracy.value=0.9"]])
+    assert set(merged.evaluate.thresholds) == {"accuracy", "log_loss"}
+    assert merged.evaluate.thresholds["accuracy"].value == 0.9
+    replaced = load_config(None, [], defaults=[["evaluate.thresholds={log_loss: {value: baseline}}"]])
+    assert set(replaced.evaluate.thresholds) == {"log_loss"}
+    with pytest.raises(ConfigError, match="unknown config key 'train.max_stepz'"):
+        load_config(None, [], defaults=[["train.max_stepz=3"]])
