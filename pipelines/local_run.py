@@ -57,13 +57,14 @@ def ensure_demo_data(home: Path) -> str:
 
 def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
     """The configured task's demo data under the home (its ``write_demo_data``, else the tabular demo)
-    and the config settings that go with it (the key column; the task's ``demo_settings``)."""
+    and the config settings that go with it (the key column; the task's ``demo_settings``), which
+    ``demo_data_and_config`` puts under the user's own."""
     from components.tasks import load_task
 
     task = load_task(config.task)
     writer = getattr(task, "write_demo_data", None)
     if writer is None:
-        return ensure_demo_data(home), ([f"data.key={DEMO_KEY_COLUMN}"] if config.data.key is None else [])
+        return ensure_demo_data(home), [f"data.key={DEMO_KEY_COLUMN}"]
     root = home / f"data-{task.name}"
     if not any(root.glob("date=*/part-0.parquet")):
         writer(str(root))

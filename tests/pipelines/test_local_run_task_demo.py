@@ -30,3 +30,13 @@ def test_the_config_file_and_set_win_over_the_demo_settings(tmp_path):
     assert (config.train.max_steps, config.train.batch_size) == (40, 8)  # the user's, not the demo's 300 / 16
     assert (config.data.key, config.data.text_column) == ("doc_id", "text")  # the demo's, nobody set them
     assert config.select.metric == "val_loss"  # the task's own default
+
+
+def test_a_key_the_user_sets_wins_over_the_tabular_demo_key(tmp_path):
+    from pipelines.local_run import demo_data_and_config
+
+    overrides = ["data.key=other_id"]
+    _, config = demo_data_and_config(tmp_path, load_config(None, overrides), None, overrides)
+    assert config.data.key == "other_id"
+    _, default = demo_data_and_config(tmp_path, load_config(None, []), None, [])
+    assert default.data.key == "customer_id"
