@@ -20,6 +20,7 @@ from components.config.gate_sections import (
 )
 from components.config.loading import (
     apply_override,
+    apply_settings,
     load_config,
     merge_values,
     parse_set_value,
@@ -52,6 +53,7 @@ __all__ = [
     "ValidationConfig",
     "WatchConfig",
     "apply_override",
+    "apply_settings",
     "load_config",
     "merge_values",
     "metric_direction",

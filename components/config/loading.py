@@ -37,14 +37,14 @@ def load_config(
             _reject_unknown(layer)
             values = _replace_whole_maps(merge_values(values, layer), layer)
         else:
-            values = _apply_settings(values, list(layer))
+            values = apply_settings(values, list(layer))
     if path is not None:
         loaded = _read_file(Path(path))
         values = _replace_whole_maps(merge_values(values, loaded), loaded)
-    return Config.from_dict(_apply_settings(values, list(overrides or [])))
+    return Config.from_dict(apply_settings(values, list(overrides or [])))
 
 
-def _apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+def apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any]:
     """``section.key=value`` settings over ``values``: a value merges into a mapping, except that
     ``section.mapping=...`` (e.g. ``evaluate.thresholds={}``) names a whole mapping and replaces it."""
     update: dict[str, Any] = {}

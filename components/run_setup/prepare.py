@@ -6,7 +6,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from components.config import TRIGGERS, Config, apply_override, merge_values
+from components.config import TRIGGERS, Config, apply_settings
 from components.errors import ConfigError
 
 
@@ -22,15 +22,23 @@ class PreparedRun:
 def resolve_config(config_json: str, overrides: str) -> Config:
     """The config from JSON (empty: defaults) with newline- or ';'-separated KEY=VALUE overrides applied.
 
+    The overrides apply exactly as ``ctpipe run --set`` applies them (``evaluate.thresholds={}`` replaces the
+    whole mapping). An override that changes the task (``task.name``, ``task.entrypoint``) layers as a local
+    run does: the compiled task's ``config_defaults`` (where the compiled config kept them) give way to the
+    new task's, then the run's overrides apply, so a pipeline compiled for one task runs another with that
+    task's selection metric, blessing rules and model name, and the compiled user's own settings.
+
     A pipeline compiled for a cluster (a PyTorchJob or TrainJob backend) refuses a run's override back to
     the local backend: it would train inside the 1-CPU step pod instead of the workers.
     """
     base = Config.from_json(config_json).to_dict() if config_json.strip() else Config().to_dict()
-    update: dict = {}
-    for item in [s.strip() for s in overrides.replace(";", "\n").splitlines()]:
-        if item:
-            apply_override(update, item)
-    config = Config.from_dict(merge_values(base, update))
+    settings = [s.strip() for s in overrides.replace(";", "\n").splitlines() if s.strip()]
+    values = apply_settings(base, settings)
+    if values["task"] != base["task"]:
+        from components.tasks.run_config import with_task_defaults_of
+
+        values = apply_settings(with_task_defaults_of(base, values["task"]), settings)
+    config = Config.from_dict(values)
     compiled_backend = base["train"]["backend"]
     if compiled_backend != "local" and config.train.backend == "local":
         raise ConfigError(

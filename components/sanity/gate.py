@@ -13,7 +13,7 @@ from typing import Any
 
 from components.config import Config
 from components.data.snapshot import load_snapshot
-from components.errors import ConfigError, SanityCheckError
+from components.errors import SanityCheckError
 from components.sanity.checks import check_model
 from components.sanity.first_batch import check_first_batch_roundtrip
 from components.sanity.report import SanityResult, failure_message, log_to_mlflow, render_report, write_text
@@ -80,18 +80,13 @@ def run_sanity_checks(
 
 
 def check_selection_metric(model: Any, batch: Any, config: Config, task: Any) -> None:
-    """ConfigError unless ``select.metric`` is one the trainer's validation reports: ``val_loss`` and
-    ``val_<name>`` for the task's ``row_metrics`` (found by scoring one batch). Checkpoints are selected
-    and kept by it, so a name it never reports would fail only after the whole training."""
+    """ConfigError unless ``select.metric`` is one the trainer's validation reports (the row metrics found by
+    scoring one batch): stopped here, before the sanity checks, as the trainer also does before its first step."""
     import torch
+
+    from components.tasks import check_selection_metric as check
 
     model.eval()
     with torch.no_grad():
         names = task.row_metrics(model(*batch.inputs), batch.targets)
-    reported = ["val_loss", *(f"val_{name}" for name in names)]
-    if config.select.metric not in reported:
-        raise ConfigError(
-            f"invalid config value for 'select.metric': {config.select.metric!r} is not reported by the validation "
-            f"of task '{task.name}', which reports: {', '.join(reported)}. Checkpoints are selected and kept by "
-            "this metric: set select.metric to one of those"
-        )
+    check(task, config.select.metric, names)

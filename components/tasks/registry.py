@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import types
+from collections.abc import Iterable
 from typing import Any
 
 from components.errors import ConfigError
@@ -142,6 +143,21 @@ def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
                 f"{unknown[0]!r}; its metrics: {', '.join(names)}. Name those in {where} (e.g. --set "
                 f"{where}.{names[0]}.value=baseline), or remove the rule"
             )
+
+
+def check_selection_metric(task: Task, metric: str, row_metric_names: Iterable[str]) -> None:
+    """ConfigError unless ``metric`` (``select.metric``) is one the trainer's validation reports: ``val_loss``
+    and ``val_<name>`` for the task's ``row_metrics`` (``row_metric_names``, found by scoring one batch).
+
+    Checkpoints are selected and kept by it, so a name validation never reports would fail only after the
+    whole training ("finished without an evaluated checkpoint"); sanity and the trainer call this first."""
+    reported = ["val_loss", *(f"val_{name}" for name in row_metric_names)]
+    if metric not in reported:
+        raise ConfigError(
+            f"invalid config value for 'select.metric': {metric!r} is not reported by the validation of task "
+            f"'{task.name}', which reports: {', '.join(reported)}. Checkpoints are selected and kept by this "
+            "metric: set select.metric to one of those"
+        )
 
 
 def metric_directions(task: Task) -> dict[str, bool]:

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from components.config import Config
 from components.errors import TrainingError
-from components.tasks import load_task
+from components.tasks import check_selection_metric, load_task
 from components.training import checkpointing as ckpt
 from components.training.data import train_stream
 from components.training.device import Dist
@@ -185,6 +185,7 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         """Train to max_steps with evaluation and checkpoints; return the result (meaningful on rank 0)."""
         t, prog, stats = self.t, self.progress, self.stats
+        self._check_selection_metric()
         self.model.train()
         loop_start = time.perf_counter()
         while prog.step < t.max_steps:
@@ -222,6 +223,18 @@ class Trainer:
             # marker of the last save while another rank gets here, and save() is a collective.
             self.save()
         return self.result()
+
+    def _check_selection_metric(self) -> None:
+        """ConfigError before the first step unless validation reports ``select.metric`` (its row metrics,
+        from scoring a few val rows; every rank runs it, as the forward is a collective under FSDP). Checkpoints
+        are indexed and kept by that metric: otherwise the whole training would run, then fail. Eval mode
+        and no grad draw no random numbers, so a resumed run stays bit-identical."""
+        inputs, targets = self.val.examples.batch(torch.arange(min(8, len(self.val.examples))), self.d.device)
+        self.model.eval()
+        with torch.no_grad(), self.autocast():
+            names = self.task.row_metrics(self.model(*inputs), targets)
+        self.model.train()
+        check_selection_metric(self.task, self.cfg.select.metric, names)
 
     def _log_window(self) -> None:
         # One small all-reduce per window, not per step: the mean train loss over all ranks.

@@ -198,3 +198,12 @@ def test_launcher_enforces_the_deadline():
     with pytest.raises(TrainingError, match="deadline"):
         LocalLauncher(echo=False).run(launch)
     assert time.monotonic() - start < 10
+
+
+def test_a_selection_metric_validation_never_reports_stops_the_job_before_its_first_step(snapshot_dir, tmp_path):
+    """With the sanity step off (it checks this too), the trainer itself refuses it before training: before,
+    every step ran, then 'training finished without an evaluated checkpoint'. A config error: not restarted."""
+    with pytest.raises(TrainingError, match=r"select\.metric.*val_bogus.*reports: val_loss, val_accuracy") as err:
+        _train(snapshot_dir, tmp_path, "select.metric=val_bogus", "select.mode=max")
+    assert "exited with code 2" in str(err.value)
+    assert ckpt.checkpoint_dirs(tmp_path) == []  # not one step was checkpointed
