@@ -8,6 +8,10 @@ on a small packed batch, before training:
   by one); targets equal to the inputs themselves, or to the previous token, are named as such;
 * ``causal_gradient``: the gradient of the output at position t with respect to the input embeddings
   at positions s > t is zero (and at s = t it is not: the model reads its input);
+* ``future_tokens``: changing the token ids from position m on never changes an output before m, for
+  every split m (up to MAX_SPLITS), in eval AND train mode. The gradient probe above cannot see a leak
+  before the embedding (a shift of the ids inside the model), a leak at a position it does not probe,
+  or one only in train mode (it runs in eval mode): each trains "beautifully" and each was missed;
 * ``document_isolation`` (only for a model that claims ``isolates_documents``): no gradient from a
   position to earlier positions of another packed document;
 * ``sequence_independence``: no gradient from one row (sequence) of the batch to another.
@@ -22,10 +26,13 @@ import torch
 from torch import nn
 
 from components.sanity.report import CheckResult
+from components.tasks.causal_lm import tokenizer
 from components.tasks.causal_lm.packing import IGNORE
 
 LEAK_TOL = 1e-7
 POSITIONS = 12  # output positions probed (spread over the sequence, the last one included)
+MAX_SPLITS = 64  # split points of future_tokens: every one up to a context of 65 tokens, spread beyond
+TOKEN_TOL = 1e-5  # a causal model's earlier logits are bit-identical; allow kernel rounding only
 
 
 def _embedding_grads(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor):
@@ -103,6 +110,48 @@ def check_causal_gradient(model: nn.Module, tokens: torch.Tensor, doc_ids: torch
     return CheckResult("causal_gradient", ok, future, f"<= {LEAK_TOL:g} for s > t", text)
 
 
+def _split_points(seq: int) -> list[int]:
+    if seq - 1 <= MAX_SPLITS:
+        return list(range(1, seq))
+    return sorted({1 + int(round(i * (seq - 2) / (MAX_SPLITS - 1))) for i in range(MAX_SPLITS)})
+
+
+@torch.no_grad()
+def check_future_tokens(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult:
+    """Outputs before m are unchanged when the ids from m on change, for every split m, in eval and train mode."""
+    generator = torch.Generator().manual_seed(0)
+    worst: dict[str, tuple[float, int, int]] = {}
+    for mode in ("eval", "train"):
+        model.train(mode == "train")
+        torch.manual_seed(0)  # the same dropout masks in every forward of this mode
+        base = model(tokens, doc_ids).float()
+        worst[mode] = (0.0, 0, 0)
+        for m in _split_points(tokens.shape[1]):
+            changed = tokens.clone()
+            # Every id from m on becomes another byte (a special token becomes a byte).
+            shift = torch.randint(1, tokenizer.BYTE_TOKENS, changed[:, m:].shape, generator=generator)
+            changed[:, m:] = (changed[:, m:] + shift) % tokenizer.BYTE_TOKENS
+            torch.manual_seed(0)
+            diff = (model(changed, doc_ids).float()[:, :m] - base[:, :m]).abs().amax(dim=(0, 2))
+            t = int(diff.argmax())
+            if float(diff[t]) > worst[mode][0]:
+                worst[mode] = (float(diff[t]), t, m)
+    model.eval()
+    mode = max(worst, key=lambda k: worst[k][0])
+    leak, t, m = worst[mode]
+    ok = leak <= TOKEN_TOL
+    text = f"largest change of an output before position m when the tokens from m on change: {leak:.3g}"
+    if not ok:
+        only_train = worst["eval"][0] <= TOKEN_TOL
+        text += (f" (in {mode} mode, the output at position {t} changes when the tokens from position {m} on "
+                 "change): the model sees FUTURE tokens"
+                 + (" only in TRAIN mode: it is causal when evaluated but reads what it must predict while "
+                    "it trains (an attention path or mask taken only when self.training)" if only_train else "")
+                 + ". Look for a shift of the token ids inside the model, a causal mask wrong at some "
+                 "positions, or a mask missing in one mode; this trains 'beautifully' and is useless")
+    return CheckResult("future_tokens", ok, leak, f"<= {TOKEN_TOL:g} for every split, eval and train mode", text)
+
+
 def check_document_isolation(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult | None:
     """For a model that claims ``isolates_documents``: no gradient to earlier positions of another document."""
     if not getattr(model, "isolates_documents", False):
@@ -148,9 +197,11 @@ def check_sequence_independence(model: nn.Module, tokens: torch.Tensor, doc_ids:
 
 
 def sequence_checks(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, doc_ids: torch.Tensor) -> list[CheckResult]:
-    """Every check of this module on one packed batch, with the model in eval mode (no dropout noise)."""
+    """Every check of this module on one packed batch, in eval mode (no dropout noise); ``future_tokens``
+    also in train mode, with the same dropout masks for the batches it compares."""
     model.eval()
-    results = [check_next_token_targets(tokens, targets), check_causal_gradient(model, tokens, doc_ids)]
+    results = [check_next_token_targets(tokens, targets), check_causal_gradient(model, tokens, doc_ids),
+               check_future_tokens(model, tokens, doc_ids)]
     isolation = check_document_isolation(model, tokens, doc_ids)
     if isolation is not None:
         results.append(isolation)

@@ -111,7 +111,8 @@ def test_extra_checks_pass_on_the_real_model_and_encoding(task, docs):
     state = task.fit(train, None)
     batch = task.encode(train.iloc[:8], state)
     results = task.extra_checks(lambda: task.build_model(None, state), batch, state)
-    assert {r.name for r in results} == {"next_token_targets", "causal_gradient", "sequence_independence"}
+    assert {r.name for r in results} == {"next_token_targets", "causal_gradient", "future_tokens",
+                                         "sequence_independence"}
     assert all(r.passed for r in results), [r.message for r in results]
     assert bool((batch.targets == IGNORE).any())  # boundaries and padding are never predicted
 
