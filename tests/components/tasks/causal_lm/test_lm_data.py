@@ -14,7 +14,7 @@ from components.tasks.causal_lm.corpus import (
     help_topic_documents,
     write_text_demo_data,
 )
-from components.tasks.causal_lm.packing import IGNORE, pack_documents
+from components.tasks.causal_lm.packing import IGNORE, pack_apart, pack_documents
 
 
 def test_byte_tokenizer_round_trips_any_text_and_marks_documents():
@@ -42,6 +42,19 @@ def test_packing_targets_are_next_tokens_within_a_document_only():
         assert int(((flat_doc == d) & (flat_tg != IGNORE)).sum()) == tokenizer.byte_length(text) + 1
     # padding: doc -1, nothing predicted
     assert bool((flat_tg[flat_doc == -1] == IGNORE).all())
+
+
+def test_packing_apart_gives_each_document_rows_of_its_own():
+    texts = ["abc", "de", "fghij"]
+    packed = pack_apart(texts, seq_len=4)
+    for row in range(len(packed)):
+        assert len(set(packed.doc_ids[row].tolist()) - {-1}) == 1
+        assert packed.inputs[row, 0] == tokenizer.BOS or packed.doc_ids[row - 1, -1] == packed.doc_ids[row, 0]
+    for d, text in enumerate(texts):
+        mine = packed.doc_ids == d
+        assert torch.equal(packed.inputs[mine], torch.from_numpy(tokenizer.encode(text)))
+        assert int((mine & (packed.targets != IGNORE)).sum()) == tokenizer.byte_length(text) + 1
+    assert len(pack_apart([], seq_len=4)) == 0
 
 
 def test_packing_rejects_a_too_short_sequence():
