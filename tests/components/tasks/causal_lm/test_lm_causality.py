@@ -170,3 +170,19 @@ def test_future_tokens_the_gradient_probe_misses_are_caught(batch, make, needle)
     assert results["causal_gradient"].passed  # why the token check is needed
     result = results["future_tokens"]
     assert not result.passed and needle in result.message and "sees FUTURE tokens" in result.message
+
+
+class IsolatesOnlyInEvalGPT(GPT):
+    """The bug: claims to isolate documents but passes the document mask only when evaluated."""
+
+    def forward(self, tokens, doc_ids=None):
+        return super().forward(tokens, None if self.training else doc_ids)
+
+
+def test_attention_across_documents_only_while_training_fails_when_isolation_is_claimed(batch):
+    torch.manual_seed(0)
+    results = by_name(sequence_checks(IsolatesOnlyInEvalGPT(lm_config("tiny", seq_len=32, isolate_documents=True)),
+                                      *batch))
+    result = results["document_isolation"]
+    assert not result.passed
+    assert "attention crosses packed documents" in result.message and "only in TRAIN mode" in result.message
