@@ -188,3 +188,14 @@ def test_a_documents_score_does_not_depend_on_the_documents_scored_with_it(task,
     rows = task.predict(model, val, state, state)
     reversed_rows = task.predict(model, val.iloc[::-1], state, state)[::-1]
     np.testing.assert_allclose(rows, reversed_rows, rtol=1e-6)
+
+
+def test_an_empty_text_has_no_bits_per_byte(task, docs):
+    """Zero bytes: bits per byte is undefined. Before, the pyfunc divided the EOS's bits by 1 and served a
+    finite number (72 bits per byte for a confident model) that ranked the empty text as the worst text."""
+    train, _ = docs
+    state = task.fit(train, None)
+    torch.manual_seed(0)
+    served = task.serve(task.build_model(None, state), pd.DataFrame({"text": ["", "abc"]}), state)
+    assert math.isnan(served["bits_per_byte"].iloc[0]) and math.isfinite(served["loss"].iloc[0])
+    assert math.isfinite(served["bits_per_byte"].iloc[1])
