@@ -199,3 +199,20 @@ def test_an_empty_text_has_no_bits_per_byte(task, docs):
     served = task.serve(task.build_model(None, state), pd.DataFrame({"text": ["", "abc"]}), state)
     assert math.isnan(served["bits_per_byte"].iloc[0]) and math.isfinite(served["loss"].iloc[0])
     assert math.isfinite(served["bits_per_byte"].iloc[1])
+
+
+@pytest.mark.parametrize(("values", "needle"), [
+    (["fine", None], r"1 non-text value\(s\) \(rows \[1\]\).*allowed: str or UTF-8 bytes"),
+    (["fine", b"ab\xff"], r"1 value\(s\) that are not valid UTF-8 \(rows \[1\]\)"),
+    (["bad \udcff surrogate", "fine"], r"1 value\(s\) that are not valid UTF-8 \(rows \[0\]\)"),
+])
+def test_served_texts_that_are_not_valid_text_are_a_clear_error(task, docs, values, needle):
+    """Before, invalid UTF-8 bytes were scored as another text (b'ab\\xff', 3 bytes, as 'ab\\ufffd', 5 bytes:
+    bits per byte over the wrong bytes) and a lone surrogate raised a bare UnicodeEncodeError naming no row."""
+    from components.errors import DataValidationError
+
+    train, _ = docs
+    state = task.fit(train, None)
+    torch.manual_seed(0)
+    with pytest.raises(DataValidationError, match=needle):
+        task.serve(task.build_model(None, state), pd.DataFrame({"text": pd.Series(values, dtype=object)}), state)
