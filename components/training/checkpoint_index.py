@@ -155,6 +155,38 @@ def write_index(
     return payload
 
 
+# The train settings a checkpoint's trajectory depends on (the schedule, the batches, the update); the others
+# (eval/checkpoint cadence, retention, threads, timeouts, units, workers) may change between attempts.
+RESUME_TRAIN_KEYS = (
+    "max_steps", "batch_size", "grad_accum_steps", "lr", "weight_decay", "warmup_steps", "min_lr_ratio",
+    "grad_clip", "seed",
+)
+
+
+def run_identity(*, data_fingerprint: str, train_rows: int, task: dict, model: dict, train: dict,
+                 dtype: str, sharded: bool) -> dict[str, Any]:
+    """What a checkpoint was trained on and with, saved in its meta: a resume under other values would
+    continue one training with another's weights (as JSON stores it, so saved and current compare equal)."""
+    return json.loads(json.dumps({
+        "data": {"fingerprint": data_fingerprint, "train_rows": train_rows, "sharded": sharded},
+        "task": task,
+        "model": model,
+        "train": {k: train[k] for k in RESUME_TRAIN_KEYS} | {"dtype": dtype},
+    }))
+
+
+def identity_differences(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+    """``"key: checkpoint X, now Y"`` for every setting that differs between two ``run_identity`` values."""
+    found = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found += identity_differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            found.append(f"{prefix}{key}: checkpoint {a}, now {b}")
+    return found
+
+
 def read_index(root: str | Path) -> dict[str, Any]:
     path = Path(root) / INDEX_FILE
     if not path.is_file():

@@ -17,10 +17,10 @@ import torch
 import torch.distributed as dist
 
 from components.config import Config
-from components.errors import TrainingError
+from components.errors import TrainingError, UserError
 from components.tasks import check_selection_metric, load_task
 from components.training import checkpointing as ckpt
-from components.training.data import train_stream
+from components.training.data import ShardStream, train_stream
 from components.training.device import Dist
 from components.training.faults import Fault
 from components.training.loss_eval import evaluate, val_shard
@@ -126,6 +126,7 @@ class Trainer:
         path = ckpt.latest_complete(self.root)
         if path is None:
             return
+        self._check_same_training(path)
         meta, rank_state = ckpt.load_checkpoint(
             path, model=self.model, optimizer=self.optimizer, rank=self.d.rank
         )
@@ -150,6 +151,29 @@ class Trainer:
             torch.manual_seed(self.t.seed + 1 + self.d.rank + self.progress.step)
         self.resumed_from = self.saved_step = self.progress.step
         log_rank0(self.d, f"resumed from {path.name} (step {self.progress.step})")
+
+    def _identity(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from components.tasks import task_record
+
+        return ckpt.run_identity(
+            data_fingerprint=self.fingerprint, train_rows=self.stream.n, task=task_record(self.cfg.task),
+            model=asdict(self.cfg.model), train=asdict(self.t), dtype=str(self.dtype).replace("torch.", ""),
+            sharded=isinstance(self.stream, ShardStream),
+        )
+
+    def _check_same_training(self, path: Path) -> None:
+        """Refuse (every rank, before loading anything) a checkpoint trained on other data or settings."""
+        saved = ckpt.read_meta(path).get("identity")
+        differences = ckpt.identity_differences(saved, self._identity()) if saved is not None else []
+        if differences:
+            raise UserError(
+                f"the checkpoints under '{self.root}' (latest {path.name}) come from another training: "
+                + "; ".join(differences)
+                + ". Resuming would continue that training's weights under this run's data and settings. Restore "
+                "those settings, or train into a new checkpoint directory (ctpipe train: a new --out)."
+            )
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -286,6 +310,7 @@ class Trainer:
                 "train_seconds": prog.train_seconds,
             },
             "index": [e.to_dict() for e in prog.index],
+            "identity": self._identity(),
         }
         crash = self.fault.save_crash(prog.step, self.d.rank)
         start = time.perf_counter()

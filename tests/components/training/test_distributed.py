@@ -207,3 +207,30 @@ def test_a_selection_metric_validation_never_reports_stops_the_job_before_its_fi
         _train(snapshot_dir, tmp_path, "select.metric=val_bogus", "select.mode=max")
     assert "exited with code 2" in str(err.value)
     assert ckpt.checkpoint_dirs(tmp_path) == []  # not one step was checkpointed
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (("train.lr=0.01", "model.dropout=0.3"), ["train.lr: checkpoint 0.003, now 0.01", "model.dropout"]),
+        (("model.hidden=32",), ["model.hidden: checkpoint 16, now 32"]),
+    ],
+    ids=["hyperparameters", "model-size"],
+)
+def test_a_checkpoint_of_another_training_is_refused_not_resumed(reference, tmp_path, snapshot_dir, change, named):
+    """Before: a finished run re-run with another lr/dropout 'resumed' at its last step and returned the old
+    weights as the new config's result; a changed model size died in DCP with a size mismatch (exit 1, so a
+    launcher restarted it). Now a permanent error naming what differs, and nothing is written."""
+    import shutil
+
+    shutil.copytree(reference[1], tmp_path / "ckpt")
+    def checkpoint_files():
+        return {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "ckpt").rglob("step_*/*")} | {
+            "index": (tmp_path / "ckpt" / "index.json").read_bytes()}
+
+    before = checkpoint_files()
+    with pytest.raises(TrainingError, match="exited with code 2") as err:
+        _train(snapshot_dir, tmp_path / "ckpt", *change)
+    for text in named:
+        assert text in str(err.value)
+    assert checkpoint_files() == before
