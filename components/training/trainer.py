@@ -210,6 +210,11 @@ class Trainer:
         """Train to max_steps with evaluation and checkpoints; return the result (meaningful on rank 0)."""
         t, prog, stats = self.t, self.progress, self.stats
         self._check_selection_metric()
+        if self.resumed_from is not None:
+            # A crash after the marker of the resumed checkpoint may have skipped its retention and index.json,
+            # and a run resumed at its last step saves nothing more: finish that (idempotent) bookkeeping now,
+            # once select.metric is known to be reported (retention by an unknown metric would keep only the latest).
+            self._retain_and_index()
         self.model.train()
         loop_start = time.perf_counter()
         while prog.step < t.max_steps:
@@ -291,7 +296,7 @@ class Trainer:
 
     def save(self) -> None:
         """Checkpoint the current step, index its metrics, apply retention, rewrite index.json."""
-        prog, sel = self.progress, self.cfg.select
+        prog = self.progress
         if prog.last_metrics and not any(e.step == prog.step for e in prog.index):
             prog.index = [e for e in prog.index if e.step < prog.step]
             prog.index.append(ckpt.IndexEntry(prog.step, dict(prog.last_metrics)))
@@ -324,18 +329,24 @@ class Trainer:
             rank=self.d.rank,
             before_marker=crash,
         )
-        if self.d.rank == 0:
-            ckpt.apply_retention(
-                self.root, prog.index, keep_best=self.t.keep_best, metric=sel.metric, mode=sel.direction
-            )
-            ckpt.write_index(
-                self.root, prog.index, metric=sel.metric, mode=sel.direction, extra=self._index_extra()
-            )
+        self.fault.after_marker(prog.step, self.d.rank)
+        self._retain_and_index()
         self.saved_step = prog.step
         save_seconds = time.perf_counter() - start
         self.stats["checkpoint_seconds"] += save_seconds
         self.stats["checkpoints"] += 1
         self.tracker.log_metrics({"checkpoint_seconds": save_seconds}, prog.step)
+
+    def _retain_and_index(self) -> None:
+        """Rank 0: retention, then index.json, from this rank's index (after a save, and on resume)."""
+        if self.d.rank == 0:
+            sel = self.cfg.select
+            ckpt.apply_retention(
+                self.root, self.progress.index, keep_best=self.t.keep_best, metric=sel.metric, mode=sel.direction
+            )
+            ckpt.write_index(
+                self.root, self.progress.index, metric=sel.metric, mode=sel.direction, extra=self._index_extra()
+            )
 
     def _index_extra(self) -> dict[str, Any]:
         from dataclasses import asdict

@@ -234,3 +234,26 @@ def test_a_checkpoint_of_another_training_is_refused_not_resumed(reference, tmp_
     for text in named:
         assert text in str(err.value)
     assert checkpoint_files() == before
+
+
+def test_a_crash_after_the_last_save_is_marked_still_ends_with_the_true_index(reference, snapshot_dir, tmp_path,
+                                                                                monkeypatch):
+    """Rank 0 dies after step 8 (the last) is marked complete, before retention and index.json. Before: the
+    restart resumed at step 8, had nothing to train, and never rewrote index.json, so selection read the
+    index of step 6 (no step 8, stale `kept` flags) while train_result.json named another best step."""
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "marked_crash@8:0")
+    with pytest.raises(TrainingError, match="rank 0 exited with code 19"):
+        _train(snapshot_dir, tmp_path)
+    assert ckpt.is_complete(ckpt.checkpoint_path(tmp_path, 8))
+    monkeypatch.delenv("CTPIPE_TEST_FAULT")
+    # A restart with a metric validation never reports is refused before that bookkeeping deletes anything.
+    on_disk = ckpt.checkpoint_dirs(tmp_path)
+    with pytest.raises(TrainingError, match="val_bogus"):
+        _train(snapshot_dir, tmp_path, "select.metric=val_bogus", "select.mode=max")
+    assert ckpt.checkpoint_dirs(tmp_path) == on_disk
+    resumed = _train(snapshot_dir, tmp_path)
+    assert resumed.resumed_from_step == 8
+    index, expected = (json.loads((d / "index.json").read_text()) for d in (tmp_path, reference[1]))
+    assert index["checkpoints"] == expected["checkpoints"] and index["best_step"] == expected["best_step"]
+    assert resumed.best_step == index["best_step"]
+    assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {index["best_step"], 8}
