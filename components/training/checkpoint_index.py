@@ -129,6 +129,9 @@ def apply_retention(
     for p in dirs:
         step = step_of(p)
         if step not in keep or not is_complete(p):
+            # Un-mark first: a deletion killed midway leaves a partial directory, never a marked one
+            # whose shards are gone.
+            (p / COMPLETE_MARKER).unlink(missing_ok=True)
             shutil.rmtree(p, ignore_errors=True)
             deleted.append(step)
     for e in entries:

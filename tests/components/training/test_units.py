@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,3 +175,30 @@ def test_resaving_a_step_unmarks_it_before_writing(tmp_path):
     assert ckpt.is_complete(ckpt.checkpoint_path(tmp_path, 3))
     _save_killed_before_marker(tmp_path, 3, model, opt)
     assert ckpt.latest_complete(tmp_path) is None  # a half-rewritten directory never keeps its old marker
+
+
+def test_a_deletion_killed_midway_leaves_no_marked_half_checkpoint(tmp_path, monkeypatch):
+    """Retention killed while it removes a directory (shards gone, process dead) must not leave the marker:
+    before, `.complete` could outlive the shards, so selection (reading the index written before the kill,
+    which still lists the step as kept) picked a checkpoint with missing files."""
+    from types import SimpleNamespace
+
+    from components.training import checkpoint_index
+
+    entries = [ckpt.IndexEntry(s, {"val_accuracy": a}) for s, a in {1: 0.9, 2: 0.5, 3: 0.6}.items()]
+    for e in entries:
+        (_fake_checkpoint(tmp_path, e.step) / "__0_0.distcp").write_text("shard")
+
+    def killed_after_the_shards(path, ignore_errors=False):
+        for shard in Path(path).glob("*.distcp"):
+            shard.unlink()
+        raise KeyboardInterrupt("killed while deleting")
+
+    monkeypatch.setattr(checkpoint_index, "shutil", SimpleNamespace(rmtree=killed_after_the_shards))
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.apply_retention(tmp_path, entries, keep_best=1, metric="val_accuracy", mode="max")
+    monkeypatch.undo()
+    half = ckpt.checkpoint_path(tmp_path, 2)
+    assert not ckpt.is_complete(half)  # no longer a checkpoint for resume or selection
+    ckpt.apply_retention(tmp_path, entries, keep_best=1, metric="val_accuracy", mode="max")
+    assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {1, 3}
