@@ -99,12 +99,19 @@ def better(a: float, b: float, mode: str) -> bool:
 
 def rank_entries(entries: list[IndexEntry], metric: str, mode: str) -> list[IndexEntry]:
     """Entries that have ``metric``, best first by ``mode`` (max/min); ties go to the lower validation
-    loss, then to the earlier step."""
+    loss, then to the earlier step. A NaN ranks last (it compares False both ways, which would leave the
+    sorted order arbitrary, and with it which checkpoints retention keeps)."""
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be max or min (resolve 'auto' with SelectionConfig.direction), got {mode!r}")
     scored = [e for e in entries if metric in e.metrics]
     sign = -1.0 if mode == "max" else 1.0
-    return sorted(scored, key=lambda e: (sign * e.metrics[metric], e.metrics.get("val_loss", math.inf), e.step))
+
+    def key(e: IndexEntry) -> tuple:
+        value, loss = e.metrics[metric], e.metrics.get("val_loss", math.inf)
+        return (math.isnan(value), sign * value if not math.isnan(value) else 0.0,
+                loss if not math.isnan(loss) else math.inf, e.step)
+
+    return sorted(scored, key=key)
 
 
 def retained_steps(

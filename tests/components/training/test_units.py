@@ -202,3 +202,27 @@ def test_a_deletion_killed_midway_leaves_no_marked_half_checkpoint(tmp_path, mon
     assert not ckpt.is_complete(half)  # no longer a checkpoint for resume or selection
     ckpt.apply_retention(tmp_path, entries, keep_best=1, metric="val_accuracy", mode="max")
     assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {1, 3}
+
+
+@pytest.mark.parametrize("metric, mode, values, best", [
+    ("val_loss", "min", {1: 0.5, 2: math.nan, 3: 0.3}, 3),
+    ("val_loss", "min", {1: math.nan, 2: 0.5, 3: 0.3}, 3),
+    ("val_accuracy", "max", {1: 0.6, 2: math.nan, 3: 0.8}, 3),
+])
+def test_a_non_finite_validation_metric_ranks_last_and_never_costs_the_best_checkpoint(
+    tmp_path, metric, mode, values, best
+):
+    """A NaN metric (a task's row metric, a bf16 eval overflow) compared False both ways, so sorting left the
+    order arbitrary: with {0.5, NaN, 0.3} and mode min, step 1 (0.5) ranked first, retention kept it and
+    deleted step 3 (0.3), and selection exported it."""
+    entries = [ckpt.IndexEntry(s, {metric: v, "val_loss": v if metric == "val_loss" else 1.0})
+               for s, v in values.items()]
+    ranked = ckpt.rank_entries(entries, metric, mode)
+    assert ranked[0].step == best
+    assert ranked[-1].step == next(s for s, v in values.items() if math.isnan(v))
+    for e in entries:
+        _fake_checkpoint(tmp_path, e.step)
+    _fake_checkpoint(tmp_path, 4)  # the latest, always kept
+    entries.append(ckpt.IndexEntry(4, {metric: values[best] + (0.1 if mode == "min" else -0.1), "val_loss": 1.0}))
+    ckpt.apply_retention(tmp_path, entries, keep_best=1, metric=metric, mode=mode)
+    assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {best, 4}
