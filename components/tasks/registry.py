@@ -90,6 +90,11 @@ def _import_factory(entrypoint: str, where: str):
 
 def complete_task(task: Any, where: str = "the task") -> Task:
     """``task`` with TaskBase's defaults for the optional parts it lacks; TaskError if a required one is missing."""
+    if isinstance(task, type):  # a class has every method, but unbound: the first call would fail obscurely
+        raise TaskError(
+            f"{where} returned the class {task.__name__}, not an instance of it: the factory must return a task "
+            f"object, e.g. return {task.__name__}(...)"
+        )
     missing = [part for part in REQUIRED_PARTS if not hasattr(task, part) or getattr(task, part) is None]
     if missing:
         raise TaskError(

@@ -133,3 +133,17 @@ def test_task_section_survives_the_json_round_trip():
     config = load_config(None, ["task.entrypoint=pkg.mod:factory", "task.options.width=8"])
     again = Config.from_json(config.to_json())
     assert again.task.entrypoint == "pkg.mod:factory" and again.task.options == {"width": 8}
+
+
+def test_a_factory_returning_the_class_instead_of_an_instance_is_named(user_module):
+    # Before: accepted (a class has every method), then validation failed with
+    # "DigitsTask.own_columns() missing 1 required positional argument: 'schema'".
+    user_module("user_task_class", """
+        from components.tasks.tabular import TabularClassification
+        def make_task(**options):
+            return TabularClassification
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_class:make_task"])
+    with pytest.raises(TaskError, match="returned the class TabularClassification, not an instance of it.*"
+                                        "return TabularClassification\\(\\.\\.\\.\\)"):
+        load_task(config.task)
