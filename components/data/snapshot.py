@@ -33,6 +33,7 @@ from components.data.splits import (
     streamed_keys_digest,
 )
 from components.data.stream_stats import TableStats
+from components.data.task_state import check_task_state
 from components.data.window import TrainWindow, window_mask
 from components.errors import DataValidationError, UserError
 
@@ -273,6 +274,7 @@ class SnapshotWriter:
         if state is None:
             # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
             state = self.task.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)
+        check_task_state(self.task, state)
         return state
 
 
