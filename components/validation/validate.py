@@ -167,6 +167,7 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
     found = checks.check_required_columns(data, reference_schema, label)
     found += checks.check_numeric_types(data, reference_schema, list(config.data.categorical))
     found += checks.check_empty_partitions(parts)
+    found += checks.check_slice_columns(data, list(config.evaluate.slices))
     if label in data.columns and data[label].isna().any():
         n = int(data[label].isna().sum())
         found.append(Finding(
