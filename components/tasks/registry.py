@@ -109,6 +109,8 @@ def complete_task(task: Any, where: str = "the task") -> Task:
     metrics = list(task.metrics)
     if not metrics or not all(isinstance(m, Metric) for m in metrics):
         raise TaskError(f"{where}: 'metrics' must be a non-empty sequence of Metric(name, higher_is_better)")
+    for metric in metrics:
+        _check_direction(metric, where)
     for switch in ("needs_label", "rowwise_encoding"):
         if not hasattr(task, switch):
             setattr(task, switch, getattr(TaskBase, switch))
@@ -126,6 +128,21 @@ def complete_task(task: Any, where: str = "the task") -> Task:
         if not hasattr(task, part):
             setattr(task, part, types.MethodType(getattr(TaskBase, part), task))
     return task
+
+
+def _check_direction(metric: Metric, where: str) -> None:
+    """TaskError when a metric's declared direction contradicts its name (the rule ``select.mode=auto`` reads:
+    loss/error lower, accuracy/F1/AUC higher); a ``neg_`` name (sklearn's negated losses) says nothing."""
+    from components.config.gate_sections import metric_direction
+
+    named = None if {"neg", "negative"} & set(metric.name.lower().split("_")) else metric_direction(metric.name)
+    if named is not None and named != metric.direction:
+        said, better = ("lower", "False") if named == "min" else ("higher", "True")
+        raise TaskError(
+            f"{where}: metric '{metric.name}' is declared higher_is_better={metric.higher_is_better}, but its name says "
+            f"{said} is better: the blessing would prefer the worse model. Declare Metric('{metric.name}', "
+            f"higher_is_better={better}), or rename the metric if it really is better the other way"
+        )
 
 
 def label_column(task: Task, data: Any) -> str | None:

@@ -147,3 +147,31 @@ def test_a_factory_returning_the_class_instead_of_an_instance_is_named(user_modu
     with pytest.raises(TaskError, match="returned the class TabularClassification, not an instance of it.*"
                                         "return TabularClassification\\(\\.\\.\\.\\)"):
         load_task(config.task)
+
+
+_TASK_WITH_METRICS = """
+    from components.tasks import Metric
+    from components.tasks.tabular import TabularClassification
+    class Declared(TabularClassification):
+        metrics = ({metrics})
+    def make_task(**options):
+        return Declared()
+"""
+
+
+def test_a_metric_whose_direction_contradicts_its_name_is_named(user_module):
+    # Before: accepted, and the blessing judged log loss as better when higher (a worse candidate passes a
+    # change rule, a good first model fails the 'baseline' floor).
+    user_module("user_task_direction", _TASK_WITH_METRICS.format(
+        metrics='Metric("accuracy", True), Metric("log_loss", True)'))
+    config = load_config(None, ["task.entrypoint=user_task_direction:make_task"])
+    with pytest.raises(TaskError, match="metric 'log_loss' is declared higher_is_better=True, but its name says lower "
+                                        "is better.*higher_is_better=False"):
+        load_task(config.task)
+
+
+def test_metric_names_that_say_nothing_or_negate_keep_the_declared_direction(user_module):
+    user_module("user_task_free_names", _TASK_WITH_METRICS.format(
+        metrics='Metric("accuracy", True), Metric("neg_log_loss", True), Metric("dice", True), Metric("ece", False)'))
+    config = load_config(None, ["task.entrypoint=user_task_free_names:make_task"])
+    assert [m.higher_is_better for m in load_task(config.task).metrics] == [True, True, True, False]
