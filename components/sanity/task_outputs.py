@@ -15,12 +15,14 @@ from components.sanity.report import CheckResult
 from components.tasks.outputs import (
     PROBE_ROWS,
     TaskOutputError,
+    check_class_predictions,
     check_served_rows,
     checked_predict,
     checked_targets,
 )
 
-RULE = "targets, predict and serve: one row per row, in order; compute_metrics takes them"
+RULE = ("targets, predict and serve: one row per row, in order; predict: [rows, classes] with class_names; "
+        "compute_metrics takes them")
 
 
 def check_task_outputs(task: Any, model: Any, raw: Any, state: dict[str, Any], features: list[str]) -> CheckResult:
@@ -36,6 +38,7 @@ def check_task_outputs(task: Any, model: Any, raw: Any, state: dict[str, Any], f
             targets = checked_targets(task, rows, state)
             part = "predict"
             predictions = checked_predict(task, model, rows, state, state, probe=True)
+            check_class_predictions(task, predictions, list(task.class_names(state) or []))
             part = "compute_metrics"
             metrics = dict(task.compute_metrics(targets, predictions))
             part = "serve"

@@ -72,6 +72,17 @@ def checked_predict(task: Any, model: Any, frame: pd.DataFrame, state: dict[str,
     return predictions
 
 
+def check_class_predictions(task: Any, predictions: np.ndarray, classes: list[str]) -> None:
+    """TaskOutputError unless ``predict``'s output is [rows, classes] when the task names ``classes``
+    (``class_names``: the confusion matrix and the ROC read the predictions as class probabilities)."""
+    if classes and (predictions.ndim != 2 or predictions.shape[1] != len(classes)):
+        raise TaskOutputError(
+            f"task '{task.name}': class_names gives {len(classes)} classes, so predict must return class "
+            f"probabilities [rows, {len(classes)}], but it returned shape {list(predictions.shape)}; return "
+            "probabilities, or return None from class_names when predict returns something else"
+        )
+
+
 def check_served_rows(task: Any, served: Any, rows: int) -> None:
     """TaskOutputError unless ``task.serve``'s output (what the registered pyfunc returns) has ``rows`` rows."""
     check_rows(task, "serve", served, rows)

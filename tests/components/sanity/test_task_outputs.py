@@ -32,6 +32,14 @@ class MetricsOnLabels(DigitsTask):
         return {"accuracy": float((predictions == targets).mean())}
 
 
+class PredictsLabels(DigitsTask):  # class_names still says: class probabilities
+    def predict(self, model, frame, state, reference):
+        return super().predict(model, frame, state, reference).argmax(axis=1)
+
+    def compute_metrics(self, targets, predictions):
+        return {"accuracy": float((targets == predictions).mean())}
+
+
 class PredictRaises(DigitsTask):
     def predict(self, model, frame, state, reference):
         raise KeyError("clases")
@@ -47,6 +55,10 @@ def serves_one_row_less(**options):
 
 def metrics_on_labels(**options):
     return MetricsOnLabels(**options)
+
+
+def predicts_labels(**options):
+    return PredictsLabels(**options)
 
 
 def predict_raises(**options):
@@ -67,6 +79,9 @@ def buggy(digits, tmp_path, monkeypatch):  # noqa: F811
     ("serves_one_row_less", "serve returned 15 row(s) for a frame of 16 row(s)"),
     ("metrics_on_labels", "compute_metrics raised ValueError"),
     ("predict_raises", "predict raised KeyError: 'clases'"),
+    # Before: evaluation failed after training, 'operands could not be broadcast together with shapes (196,) (196,10)'.
+    ("predicts_labels", "class_names gives 10 classes, so predict must return class probabilities [rows, 10], but it "
+                        "returned shape [16]"),
 ])
 def test_the_gate_stops_a_task_whose_evaluation_or_serving_part_is_broken(digits, buggy, tmp_path, factory,  # noqa: F811
                                                                          expected):
