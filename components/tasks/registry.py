@@ -165,6 +165,16 @@ def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
                 f"{unknown[0]!r}; its metrics: {', '.join(names)}. Name those in {where} (e.g. --set "
                 f"{where}.{names[0]}.value=baseline), or remove the rule"
             )
+        # TaskBase's baseline gives no predictions: a 'baseline' floor could then never be met.
+        if getattr(task.baseline, "__func__", None) is TaskBase.baseline:
+            relative = [metric for metric, rule in rules.items() if getattr(rule, "value", None) == "baseline"]
+            if relative:
+                raise ConfigError(
+                    f"invalid config value for '{where}.{relative[0]}.value': 'baseline' needs the task's trivial "
+                    f"predictor, and task '{task.name}' has none (its baseline is TaskBase's, which predicts nothing), "
+                    f"so no model could ever pass it. Give the task a baseline(targets, state), or set an absolute "
+                    f"bound, e.g. --set {where}.{relative[0]}.value=0.9"
+                )
 
 
 def check_selection_metric(task: Task, metric: str, row_metric_names: Iterable[str]) -> None:

@@ -175,3 +175,30 @@ def test_metric_names_that_say_nothing_or_negate_keep_the_declared_direction(use
         metrics='Metric("accuracy", True), Metric("neg_log_loss", True), Metric("dice", True), Metric("ece", False)'))
     config = load_config(None, ["task.entrypoint=user_task_free_names:make_task"])
     assert [m.higher_is_better for m in load_task(config.task).metrics] == [True, True, True, False]
+
+
+_TASK_WITHOUT_BASELINE = """
+    import numpy as np
+    from components.tasks import TaskBase
+    from components.tasks.tabular import TabularClassification
+    class NoBaseline(TabularClassification):  # a user's task: everything but the optional baseline
+        baseline = TaskBase.baseline
+    def make_task(**options):
+        return NoBaseline()
+"""
+
+
+def test_a_baseline_rule_for_a_task_without_a_baseline_is_a_config_error(user_module):
+    # Before: accepted; every first model was then 'not blessed' after training, with the reason
+    # "accuracy: no interval against the prior predictor".
+    from components.tasks import check_evaluation_metrics
+
+    user_module("user_task_no_baseline", _TASK_WITHOUT_BASELINE)
+    config = load_config(None, ["task.entrypoint=user_task_no_baseline:make_task"])
+    with pytest.raises(ConfigError, match="'evaluate.thresholds.accuracy.value': 'baseline' needs the task's trivial "
+                                          "predictor, and task 'tabular_classification' has none.*value=0.9"):
+        check_evaluation_metrics(load_task(config.task), config.evaluate)
+    absolute = load_config(None, ["task.entrypoint=user_task_no_baseline:make_task",
+                                  "evaluate.thresholds.accuracy.value=0.9", "evaluate.thresholds.log_loss.value=0.5"])
+    check_evaluation_metrics(load_task(absolute.task), absolute.evaluate)
+    check_evaluation_metrics(load_task(Config().task), Config().evaluate)  # the built-in has a baseline
