@@ -24,7 +24,7 @@ from components.training.data import train_stream
 from components.training.device import Dist
 from components.training.faults import Fault
 from components.training.loss_eval import evaluate, val_shard
-from components.training.parallelize import parallelize, resolve_precision, uses_autocast
+from components.training.parallelize import parallelize, resolve_precision, sync_buffers, uses_autocast
 from components.training.progress import Progress, Window
 from components.training.step import build_optimizer, optimizer_step
 from components.training.throughput import flops_per_sample_or_zero
@@ -206,6 +206,7 @@ class Trainer:
             due_ckpt = prog.step % t.checkpoint_every == 0 or prog.step == t.max_steps
             if prog.step % t.eval_every == 0 or due_ckpt:
                 start = time.perf_counter()
+                sync_buffers(self.model)  # every rank validates the model the checkpoint will hold
                 prog.last_metrics = evaluate(self.model, self.val, self.d, self.autocast, self.task)
                 stats["eval_seconds"] += time.perf_counter() - start
                 self.tracker.log_metrics(prog.last_metrics, prog.step)
@@ -268,6 +269,7 @@ class Trainer:
     def save(self) -> None:
         """Checkpoint the current step, index its metrics, apply retention, rewrite index.json."""
         prog, sel = self.progress, self.cfg.select
+        sync_buffers(self.model)
         if prog.last_metrics and not any(e.step == prog.step for e in prog.index):
             prog.index = [e for e in prog.index if e.step < prog.step]
             prog.index.append(ckpt.IndexEntry(prog.step, dict(prog.last_metrics)))
