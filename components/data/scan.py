@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from components.data.batches import iter_batches, partition_of
+from components.data.concat import concat_partitions, conform
 from components.data.encoding import label_text
 from components.data.files import DataFile
 from components.data.snapshot import Schema, Snapshot, SnapshotWriter
@@ -165,7 +166,7 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
         samples.append(sampler.rows())
     for p in partitions:
         out.rows.setdefault(p, 0)
-    sample = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
+    sample = concat_partitions(samples) if samples else pd.DataFrame()
     out.sample = sample.drop(columns=["_priority", "_position"], errors="ignore")
     out.splits = np.concatenate(splits) if splits else out.splits
     out.content = np.concatenate(content) if content else out.content
@@ -214,7 +215,7 @@ def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fm
         batch = batch.reindex(columns=list(scan_result.sample.columns))
         for col, dtype in dtypes.items():
             if batch[col].dtype != dtype:
-                batch[col] = batch[col].astype(dtype)
+                batch[col] = conform(batch[col], dtype).astype(dtype)
         split = np.array(SPLITS, dtype=object)[scan_result.splits[start : start + len(batch)]]
         start += len(batch)
         if quota is not None:
