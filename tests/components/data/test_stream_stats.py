@@ -92,3 +92,15 @@ def test_distinct_count_is_exact_below_k_and_close_above():
     one = DistinctCount(2000).add(value_hashes(big))
     assert np.array_equal(halves.hashes, one.hashes)
     assert abs(one.estimate() / 200_000 - 1) < 4 / np.sqrt(2000 - 2)
+
+
+def test_an_integer_category_is_one_category_whether_its_batch_holds_it_as_int_or_float():
+    # A batch with a null holds the integer codes as float64 (17.0): streamed, the counts were split in two.
+    codes = np.random.default_rng(0).integers(1, 6, 3000)
+    as_float = pd.Series(codes[1000:], dtype="float64")
+    as_float.iloc[0] = np.nan
+    acc = TableStats.for_columns([], ["store"])
+    acc.add(pd.DataFrame({"store": codes[:1000]}))
+    acc.add(pd.DataFrame({"store": as_float}))
+    expected = pd.Series(np.concatenate([codes[:1000], codes[1001:]])).value_counts()
+    assert acc.categorical["store"].frequencies() == {str(k): int(v) for k, v in expected.items()}
