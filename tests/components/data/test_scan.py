@@ -1,0 +1,43 @@
+"""The streaming pass: what it judges exactly over every row, across record batches and partitions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from components.data.scan import scan
+from components.data.simulate import mixed_type_rows, write_partition
+from components.data.snapshot import list_data_files
+from components.data.splits import SplitSettings
+from components.errors import DataValidationError
+
+SETTINGS = SplitSettings(key="customer_id", salt="s", val_fraction=0.1, test_fraction=0.1)
+
+
+def _scan(root):
+    return scan(str(root), list_data_files(str(root)), "auto", label="label", key="customer_id", features=[],
+                settings=SETTINGS, sample_rows=1000)
+
+
+def _two_days(root, other_label: bool):
+    rng = np.random.default_rng(0)
+    old, new = mixed_type_rows(rng, 3000, 0), mixed_type_rows(rng, 3000, 3000)
+    new.loc[5, "customer_id"] = 17  # the key of an old row, delivered again the next day
+    flipped = {"a": "b", "b": "a"}[old.loc[17, "label"]]
+    new.loc[5, "label"] = flipped if other_label else old.loc[17, "label"]
+    write_partition(root, "2026-01-01", old)
+    write_partition(root, "2026-01-02", new)
+
+
+def test_a_key_repeated_with_another_label_in_another_batch_is_a_data_error_naming_its_rows(tmp_path):
+    _two_days(tmp_path, other_label=True)
+    with pytest.raises(DataValidationError) as caught:  # before: each batch was judged alone, and this passed
+        _scan(tmp_path)
+    message = str(caught.value)
+    assert "the key column 'customer_id' (data.key) repeats 1 key(s) with different labels ('label')" in message
+    assert "partition date=2026-01-01 rows 17, partition date=2026-01-02 rows 5" in message
+
+
+def test_a_key_delivered_again_with_the_same_label_is_one_example(tmp_path):
+    _two_days(tmp_path, other_label=False)
+    assert _scan(tmp_path).total == 6000
