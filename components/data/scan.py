@@ -120,13 +120,13 @@ class _PartitionSample:
         frame = batch.assign(_priority=priority, _position=positions)
         for cls, rows in frame.groupby(labels.fillna(_NULL_LABEL).to_numpy(), sort=False):
             self.counts[cls] = self.counts.get(cls, 0) + len(rows)
-            both = pd.concat([self.keep[cls], rows]) if cls in self.keep else rows
+            both = concat_partitions([self.keep[cls], rows]) if cls in self.keep else rows
             self.keep[cls] = both.nsmallest(self.budget, ["_priority", "_position"])
 
     def rows(self) -> pd.DataFrame:
         take = _allocate(self.counts, self.budget)
         parts = [self.keep[c].nsmallest(n, ["_priority", "_position"]) for c, n in take.items()]
-        return pd.concat(parts).sort_values("_position") if parts else pd.DataFrame()
+        return concat_partitions(parts).sort_values("_position") if parts else pd.DataFrame()
 
 
 class _KeyLabels:

@@ -41,3 +41,21 @@ def test_a_key_repeated_with_another_label_in_another_batch_is_a_data_error_nami
 def test_a_key_delivered_again_with_the_same_label_is_one_example(tmp_path):
     _two_days(tmp_path, other_label=False)
     assert _scan(tmp_path).total == 6000
+
+
+def test_the_sample_keeps_a_numeric_column_numeric_when_one_file_of_a_partition_has_it_all_null(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from components.data.snapshot import infer_schema
+
+    rng = np.random.default_rng(1)
+    write_partition(tmp_path, "2026-01-01", mixed_type_rows(rng, 500, 0))
+    # A second file of the day whose writer saw only nulls in 'spend': Arrow's null type, read back as object.
+    late = mixed_type_rows(rng, 50, 10_000).assign(spend=None)
+    pq.write_table(pa.Table.from_pandas(late, preserve_index=False), tmp_path / "date=2026-01-01" / "part-1.parquet")
+    sample = _scan(tmp_path).sample
+    # Before: the partition's sample was joined with pd.concat (float64 + object -> object), and streamed
+    # validation reported "column 'spend' should be numeric ... but arrives as text".
+    assert str(sample["spend"].dtype) == "float64"
+    assert "spend" in infer_schema(sample, label="label", key="customer_id", features=[], categorical=[]).numeric
