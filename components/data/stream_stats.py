@@ -243,7 +243,8 @@ MAX_TEXT_VALUES = 10_000
 class ColumnTotals:
     """Over every row of a column: nulls, min/max of numeric values, counts of text values (while few).
 
-    A column absent from a batch counts as null there. Text values are counted only while the column
+    A column absent from a batch, or all null in it, counts as null there (and does not decide whether the
+    column is numeric). Text values are counted only while the column
     has at most ``MAX_TEXT_VALUES`` distinct ones (``counts`` becomes None past it: too many to judge
     a value set exactly, and the suite profiles no set that large).
     """
@@ -260,7 +261,10 @@ class ColumnTotals:
         if series is None:
             self.nulls += rows
             return self
-        self.nulls += int(series.isna().sum())
+        nulls = int(series.isna().sum())
+        self.nulls += nulls
+        if nulls == len(series):  # no value (Arrow's null type reads as object): says nothing of the column's type
+            return self
         if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
             values = series.to_numpy(dtype="float64", na_value=np.nan)
             if np.isfinite(values).any() or np.isinf(values).any():
