@@ -199,7 +199,7 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
         out.rows[part] = out.rows.get(part, 0) + len(batch)
         if label in batch.columns:
             out.label_nulls += int(batch[label].isna().sum())
-        keys = split_keys(batch, schema)
+        keys = split_keys(batch, schema, first_row=out.rows[part] - len(batch))  # errors name rows in the partition
         split = settings.assign(keys).to_numpy()
         splits.append(pd.Categorical(split, categories=SPLITS).codes.astype(np.int8))
         train = batch[split == "train"]

@@ -59,3 +59,13 @@ def test_the_sample_keeps_a_numeric_column_numeric_when_one_file_of_a_partition_
     # validation reported "column 'spend' should be numeric ... but arrives as text".
     assert str(sample["spend"].dtype) == "float64"
     assert "spend" in infer_schema(sample, label="label", key="customer_id", features=[], categorical=[]).numeric
+
+
+def test_a_null_key_in_a_later_record_batch_is_named_by_its_row_in_the_partition(tmp_path):
+    rows = mixed_type_rows(np.random.default_rng(2), 70_000, 0).astype({"customer_id": "float64"})
+    rows.loc[68_000, "customer_id"] = np.nan  # in the file's second record batch (65,536 rows a batch)
+    write_partition(tmp_path, "2026-01-01", rows)
+    with pytest.raises(DataValidationError) as caught:
+        _scan(tmp_path)
+    # Before: "rows 2464", the row's number within its record batch.
+    assert "is null in 1 row(s): partition date=2026-01-01 rows 68000 " in str(caught.value)
