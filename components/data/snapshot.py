@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.data.concat import concat_partitions
 from components.data.encoding import (
     label_text,
 )
@@ -64,7 +65,8 @@ def read_data(data_uri: str, files: list[DataFile], fmt: str = "auto") -> pd.Dat
             ) from None
         frame[PARTITION_COLUMN] = _partition_of(f.path)
         frames.append(frame)
-    data = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # Not pd.concat: its common dtype can change values that splits are hashed from (concat.py).
+    data = concat_partitions(frames)
     # Hive-style partition keys (date=...) are reconstructed by some readers; they are not features.
     return data
 

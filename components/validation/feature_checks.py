@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from components.data.snapshot import SPLIT_COLUMN, Schema
+from components.data.stream_stats import category_counts, category_key
 from components.validation.findings import ERROR, WARNING, Finding, example_rows
 
 LEAKAGE_BINS = 50
@@ -204,10 +205,12 @@ def numeric_psi(reference: dict[str, Any], values: pd.Series) -> float | None:
 
 
 def categorical_psi(reference: dict[str, Any], values: pd.Series) -> float | None:
-    freq = reference.get("frequencies") or {}
+    freq: dict[str, float] = {}
+    for k, v in (reference.get("frequencies") or {}).items():  # by category_key, as drift compares them
+        freq[category_key(str(k))] = freq.get(category_key(str(k)), 0) + v
     if not freq:
         return None
-    counts = values.dropna().astype(str).value_counts()
+    counts = category_counts(values)
     keys = sorted(set(freq) | set(counts.index))
     return _psi(np.array([freq.get(k, 0) for k in keys], float), np.array([counts.get(k, 0) for k in keys], float))
 
