@@ -107,7 +107,8 @@ class Schema:
         unknown = [c for c in own if c not in self.features and c not in self.other]
         if unknown:
             raise UserError(f"the task reads column(s) {', '.join(unknown)}, which are not feature columns of the data; "
-                            f"feature columns: {', '.join(self.all_features)}")
+                            f"feature columns: {', '.join(self.all_features)}. Name the task's column as the task says (a text task: "
+                            "--set data.text_column=COLUMN)")
         return replace(self, numeric=[c for c in self.numeric if c not in own],
                        categorical=[c for c in self.categorical if c not in own],
                        other=[*self.other, *[c for c in own if c not in self.other]])

@@ -174,8 +174,8 @@ def check_cross_split_duplicates(data: pd.DataFrame, schema: Schema, max_fractio
     severity = ERROR if fraction > max_fraction else WARNING
     return [Finding(
         check="cross_split_duplicates", passed=not failed, severity=severity,
-        message=(f"{count} val/test row(s) ({fraction:.2%}) duplicate the features and label of a row in an earlier "
-                 "split, so the evaluation sees training rows; deduplicate the data or key the split by content "
+        message=(f"{count} val/test row(s) ({fraction:.2%}) repeat a row of an earlier split (its features, and its "
+                 "label where the task has one), so the evaluation sees training rows; deduplicate the data or key the split by content "
                  "(data.key=null)" if failed else "no row repeats across splits"),
         observed=f"{count} rows ({fraction:.2%})", expected=f"0 (error above {max_fraction:.2%})",
         examples=example_rows(data, dup_mask, [c for c in (schema.key or schema.label, *schema.features[:4], *schema.other[:1],

@@ -48,3 +48,15 @@ def test_a_packing_task_is_fitted_and_encoded_on_whole_splits(tmp_path):
     whole = task.encode(train, snap.state)
     assert all(torch.equal(a, b) for a, b in zip(loaded.inputs, whole.inputs, strict=True))
     assert torch.equal(loaded.targets, whole.targets)
+
+
+def test_a_task_column_missing_from_the_data_names_the_setting_that_picks_it():
+    """Before: the error listed the feature columns but not how to name the task's column."""
+    import pytest
+
+    from components.data.snapshot import Schema
+    from components.errors import UserError
+
+    schema = Schema(label=None, key="doc_id", numeric=[], categorical=["body"], classes=[])
+    with pytest.raises(UserError, match=r"column\(s\) text.*feature columns: body.*--set data\.text_column=COLUMN"):
+        schema.with_task_columns(["text"])
