@@ -42,13 +42,13 @@ def build_pipeline(
         config_overrides: str = "",
         mlflow_tracking_uri: str = default_tracking_uri,
     ):
-        """Continuous training of a tabular classifier.
+        """Continuous training of the configured task's model (task.name or task.entrypoint; tabular by default).
 
         Args:
             data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
             trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model.
             config_json: The full ctpipe config as JSON; empty means the defaults of this pipeline version.
-            config_overrides: KEY=VALUE overrides, one per line or separated by ';', e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7
+            config_overrides: KEY=VALUE overrides applied as ctpipe run --set applies them, one per line or separated by ';', e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
             mlflow_tracking_uri: MLflow tracking and registry URI; credentials come from Kubernetes secrets, never from here.
         """
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER

@@ -8,8 +8,14 @@ on a small packed batch, before training:
   by one); targets equal to the inputs themselves, or to the previous token, are named as such;
 * ``causal_gradient``: the gradient of the output at position t with respect to the input embeddings
   at positions s > t is zero (and at s = t it is not: the model reads its input);
+* ``future_tokens``: changing the token ids from position m on never changes an output before m, for
+  every split m (up to MAX_SPLITS), in eval AND train mode. The gradient probe above cannot see a leak
+  before the embedding (a shift of the ids inside the model), a leak at a position it does not probe,
+  or one only in train mode (it runs in eval mode): each trains "beautifully" and each was missed;
 * ``document_isolation`` (only for a model that claims ``isolates_documents``): no gradient from a
-  position to earlier positions of another packed document;
+  position to earlier positions of another packed document, and no output of a document changes when
+  every token of the row's other documents does, in eval AND train mode (a mask passed only when
+  evaluating passed the gradient probe);
 * ``sequence_independence``: no gradient from one row (sequence) of the batch to another.
 
 Gradients are taken at the output of the token embedding (the first ``nn.Embedding`` whose output has
@@ -22,10 +28,13 @@ import torch
 from torch import nn
 
 from components.sanity.report import CheckResult
+from components.tasks.causal_lm import tokenizer
 from components.tasks.causal_lm.packing import IGNORE
 
 LEAK_TOL = 1e-7
 POSITIONS = 12  # output positions probed (spread over the sequence, the last one included)
+MAX_SPLITS = 64  # split points of future_tokens: every one up to a context of 65 tokens, spread beyond
+TOKEN_TOL = 1e-5  # a causal model's earlier logits are bit-identical; allow kernel rounding only
 
 
 def _embedding_grads(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor):
@@ -103,8 +112,82 @@ def check_causal_gradient(model: nn.Module, tokens: torch.Tensor, doc_ids: torch
     return CheckResult("causal_gradient", ok, future, f"<= {LEAK_TOL:g} for s > t", text)
 
 
+def _split_points(seq: int) -> list[int]:
+    if seq - 1 <= MAX_SPLITS:
+        return list(range(1, seq))
+    return sorted({1 + int(round(i * (seq - 2) / (MAX_SPLITS - 1))) for i in range(MAX_SPLITS)})
+
+
+def _changed_ids(tokens: torch.Tensor, where: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``tokens`` with every id at ``where`` made another byte (a special token becomes a byte)."""
+    shift = torch.randint(1, tokenizer.BYTE_TOKENS, tokens.shape, generator=generator)
+    return torch.where(where, (tokens + shift) % tokenizer.BYTE_TOKENS, tokens)
+
+
+@torch.no_grad()
+def check_future_tokens(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult:
+    """Outputs before m are unchanged when the ids from m on change, for every split m, in eval and train mode."""
+    generator = torch.Generator().manual_seed(0)
+    worst: dict[str, tuple[float, int, int]] = {}
+    for mode in ("eval", "train"):
+        model.train(mode == "train")
+        torch.manual_seed(0)  # the same dropout masks in every forward of this mode
+        base = model(tokens, doc_ids).float()
+        worst[mode] = (0.0, 0, 0)
+        for m in _split_points(tokens.shape[1]):
+            later = torch.zeros_like(tokens, dtype=torch.bool)
+            later[:, m:] = True
+            changed = _changed_ids(tokens, later, generator)
+            torch.manual_seed(0)
+            diff = (model(changed, doc_ids).float()[:, :m] - base[:, :m]).abs().amax(dim=(0, 2))
+            t = int(diff.argmax())
+            if float(diff[t]) > worst[mode][0]:
+                worst[mode] = (float(diff[t]), t, m)
+    model.eval()
+    mode = max(worst, key=lambda k: worst[k][0])
+    leak, t, m = worst[mode]
+    ok = leak <= TOKEN_TOL
+    text = f"largest change of an output before position m when the tokens from m on change: {leak:.3g}"
+    if not ok:
+        only_train = worst["eval"][0] <= TOKEN_TOL
+        text += (f" (in {mode} mode, the output at position {t} changes when the tokens from position {m} on "
+                 "change): the model sees FUTURE tokens"
+                 + (" only in TRAIN mode: it is causal when evaluated but reads what it must predict while "
+                    "it trains (an attention path or mask taken only when self.training)" if only_train else "")
+                 + ". Look for a shift of the token ids inside the model, a causal mask wrong at some "
+                 "positions, or a mask missing in one mode; this trains 'beautifully' and is useless")
+    return CheckResult("future_tokens", ok, leak, f"<= {TOKEN_TOL:g} for every split, eval and train mode", text)
+
+
+@torch.no_grad()
+def _other_document_changes(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> dict[str, tuple]:
+    """Per mode, the largest change of a document's outputs when every token of the other documents of its
+    row changes: ``(change, row, position, document)``. One forward per document of a row covers all its
+    positions (the gradient probe covers POSITIONS of them, in eval mode only)."""
+    generator = torch.Generator().manual_seed(1)
+    worst: dict[str, tuple] = {}
+    for mode in ("eval", "train"):
+        model.train(mode == "train")
+        torch.manual_seed(0)  # the same dropout masks in every forward of this mode
+        base = model(tokens, doc_ids).float()
+        worst[mode] = (0.0, 0, 0, 0)
+        for row in range(tokens.shape[0]):
+            for d in sorted(set(doc_ids[row].tolist()) - {-1}):
+                others = torch.zeros_like(tokens, dtype=torch.bool)
+                others[row] = doc_ids[row] != d
+                torch.manual_seed(0)
+                diff = (model(_changed_ids(tokens, others, generator), doc_ids).float()[row] - base[row]).abs()
+                diff = torch.where(doc_ids[row] == d, diff.amax(dim=1), torch.zeros(()))
+                t = int(diff.argmax())
+                if float(diff[t]) > worst[mode][0]:
+                    worst[mode] = (float(diff[t]), row, t, d)
+    model.eval()
+    return worst
+
+
 def check_document_isolation(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult | None:
-    """For a model that claims ``isolates_documents``: no gradient to earlier positions of another document."""
+    """For a model that claims ``isolates_documents``: no gradient to earlier positions of another document
+    (eval mode), and no output of a document changes when the other documents' tokens do (eval and train mode)."""
     if not getattr(model, "isolates_documents", False):
         return None
     out, emb = _embedding_grads(model, tokens, doc_ids)
@@ -118,14 +201,25 @@ def check_document_isolation(model: nn.Module, tokens: torch.Tensor, doc_ids: to
         if value > leak:
             flat = int(masked.argmax())
             leak, where = value, (flat // per.shape[1], t, flat % per.shape[1])
-    ok = leak <= LEAK_TOL
-    text = f"largest gradient from a position to another packed document's inputs is {leak:.3g}"
+    changes = _other_document_changes(model, tokens, doc_ids)
+    mode = max(changes, key=lambda k: changes[k][0])
+    change, c_row, c_t, c_doc = changes[mode]
+    ok = leak <= LEAK_TOL and change <= TOKEN_TOL
+    text = (f"largest gradient from a position to another packed document's inputs is {leak:.3g}; largest "
+            f"change of a document's outputs when the other documents' tokens change is {change:.3g}")
     if not ok:
-        row, t, s = where
-        text += (f" (row {row}: position {t} depends on position {s} of another document): attention crosses "
-                 "packed documents although the model claims to isolate them (isolates_documents=True); "
-                 "mask attention by document (doc_ids) or drop the claim")
-    return CheckResult("document_isolation", ok, leak, f"<= {LEAK_TOL:g}", text)
+        if leak > LEAK_TOL:
+            row, t, s = where
+            text += f" (row {row}: position {t} depends on position {s} of another document)"
+        else:
+            only_train = changes["eval"][0] <= TOKEN_TOL
+            text += (f" (in {mode} mode, row {c_row}: the output at position {c_t}, document {c_doc}, changes with "
+                     "another document's tokens)" + (", only in TRAIN mode: the documents are isolated when the "
+                                                    "model is evaluated, not while it trains" if only_train else ""))
+        text += ("; attention crosses packed documents although the model claims to isolate them "
+                 "(isolates_documents=True); mask attention by document (doc_ids) in every mode or drop the claim")
+    return CheckResult("document_isolation", ok, max(leak, change), f"<= {LEAK_TOL:g} (gradient), "
+                       f"<= {TOKEN_TOL:g} (tokens, eval and train mode)", text)
 
 
 def check_sequence_independence(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult:
@@ -148,9 +242,11 @@ def check_sequence_independence(model: nn.Module, tokens: torch.Tensor, doc_ids:
 
 
 def sequence_checks(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, doc_ids: torch.Tensor) -> list[CheckResult]:
-    """Every check of this module on one packed batch, with the model in eval mode (no dropout noise)."""
+    """Every check of this module on one packed batch, in eval mode (no dropout noise); ``future_tokens``
+    also in train mode, with the same dropout masks for the batches it compares."""
     model.eval()
-    results = [check_next_token_targets(tokens, targets), check_causal_gradient(model, tokens, doc_ids)]
+    results = [check_next_token_targets(tokens, targets), check_causal_gradient(model, tokens, doc_ids),
+               check_future_tokens(model, tokens, doc_ids)]
     isolation = check_document_isolation(model, tokens, doc_ids)
     if isolation is not None:
         results.append(isolation)

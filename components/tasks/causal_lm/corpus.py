@@ -21,6 +21,8 @@ from components.data.demo import write_day_partition
 TEXT_COLUMN = "text"
 KEY_COLUMN = "doc_id"
 MIN_DOC_CHARS = 300
+# A paragraph this long is kept once in the corpus; shorter repeats ("See also:") are ordinary text.
+MIN_REPEATED_CHARS = 40
 MAX_DOC_CHARS = 1500
 # Standard-library modules whose docstrings make the drifted partitions (pure Python, always present).
 DRIFT_MODULES = (
@@ -58,23 +60,41 @@ def help_topic_documents() -> pd.DataFrame:
     """Every help topic of this Python, cut into documents: columns doc_id, text."""
     from pydoc_data.topics import topics
 
+    seen: set[str] = set()
     rows = [
         {KEY_COLUMN: f"{name}/{i}", TEXT_COLUMN: doc}
         for name in sorted(topics)
-        for i, doc in enumerate(chunk_paragraphs(topics[name]))
+        for i, doc in enumerate(chunk_paragraphs(_new_paragraphs(topics[name], seen)))
     ]
     return _unique_texts(pd.DataFrame(rows))
 
 
+def _new_paragraphs(text: str, seen: set[str]) -> str:
+    """``text`` without the paragraphs of MIN_REPEATED_CHARS or more already in ``seen`` (which it updates).
+
+    The help topics repeat passages (``assignment`` and ``augassign``, ``customization`` and
+    ``specialnames`` share paragraphs); in two documents, a passage lands in train and test (dropping
+    only whole repeated documents left 10% of the demo test split's bytes verbatim in train)."""
+    kept = []
+    for para in text.split("\n\n"):
+        key = para.strip("\n")
+        if len(key) >= MIN_REPEATED_CHARS:
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(para)
+    return "\n\n".join(kept)
+
+
 def _unique_texts(frame: pd.DataFrame) -> pd.DataFrame:
-    """The first of documents with the same text: the help topics repeat passages (``customization`` and
-    ``specialnames`` share many), and a repeated text in two splits leaks the test set into training."""
+    """The first of documents with the same text (short documents may still repeat), so that a repeated
+    text in two splits never leaks the test set into training."""
     return frame.drop_duplicates(TEXT_COLUMN, keep="first").reset_index(drop=True)
 
 
 def module_docstring_documents() -> pd.DataFrame:
     """Docstrings of DRIFT_MODULES and their public classes and functions, cut into documents (same columns)."""
-    rows = []
+    rows, seen = [], set()
     for module_name in DRIFT_MODULES:
         module = importlib.import_module(module_name)
         texts = [module.__doc__ or ""]
@@ -82,7 +102,7 @@ def module_docstring_documents() -> pd.DataFrame:
             obj = getattr(module, attr, None)
             if not attr.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == module_name:
                 texts.append(obj.__doc__ or "")
-        for i, doc in enumerate(chunk_paragraphs("\n\n".join(t for t in texts if t))):
+        for i, doc in enumerate(chunk_paragraphs(_new_paragraphs("\n\n".join(t for t in texts if t), seen))):
             rows.append({KEY_COLUMN: f"module:{module_name}/{i}", TEXT_COLUMN: doc})
     return _unique_texts(pd.DataFrame(rows))
 

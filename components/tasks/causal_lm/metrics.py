@@ -2,7 +2,9 @@
 
 A document's row of ``document_losses`` is ``[nll_sum, predicted_tokens, bytes]``: the summed
 next-token negative log-likelihood (nats) over its predicted tokens (its bytes and its EOS), and its
-UTF-8 length. Corpus metrics are ratios of sums, so a bootstrap that resamples DOCUMENTS (rows) and
+UTF-8 length. Each document is scored on rows of its own (``packing.pack_apart``): its row does not
+depend on the other documents scored with it, so a served text's loss does not change with the request
+and the bootstrap's documents are independent units. Corpus metrics are ratios of sums, so a bootstrap that resamples DOCUMENTS (rows) and
 re-sums gives their intervals (``weighted_metrics`` does every resample in one matrix product).
 Both are lower-is-better.
 """
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from components.tasks.causal_lm import tokenizer
-from components.tasks.causal_lm.packing import IGNORE, pack_documents
+from components.tasks.causal_lm.packing import IGNORE, pack_apart
 
 METRICS = ("loss", "bits_per_byte")
 NLL, TOKENS, BYTES = 0, 1, 2
@@ -50,7 +52,7 @@ def document_losses(
 ) -> np.ndarray:
     """[documents, 3]: each text's summed NLL, predicted tokens and bytes (see the module docstring)."""
     device = device or torch.device("cpu")
-    packed = pack_documents(texts, seq_len)
+    packed = pack_apart(texts, seq_len)
     nll = torch.zeros(len(texts), dtype=torch.float64)
     counts = torch.zeros(len(texts), dtype=torch.float64)
     was_training = model.training

@@ -6,6 +6,10 @@ targets are the inputs shifted by one. ``doc_ids`` marks which document each inp
 (a model may isolate documents by attending only within one); a target that begins another document
 (the next document's BOS) is never predicted across the boundary: it is set to ``IGNORE``. The tail of
 the last row is PAD with ``IGNORE`` targets.
+
+``pack_apart`` is for scoring: every document starts a row of its own, so its loss does not depend on
+which documents are scored with it (packed end to end, the model attends to the previous document and
+the row cuts move with it).
 """
 
 from __future__ import annotations
@@ -58,3 +62,12 @@ def pack_documents(texts: Sequence[str], seq_len: int) -> Packed:
         torch.from_numpy(targets.reshape(shape).copy()),
         torch.from_numpy(docs.reshape(shape).copy()),
     )
+
+
+def pack_apart(texts: Sequence[str], seq_len: int) -> Packed:
+    """``texts`` in order, each on rows of its own (no row holds two documents); ``doc_ids`` index ``texts``."""
+    if not texts:
+        return pack_documents([], seq_len)
+    parts = [pack_documents([text], seq_len) for text in texts]
+    doc_ids = torch.cat([torch.where(p.doc_ids >= 0, i, -1) for i, p in enumerate(parts)])
+    return Packed(torch.cat([p.inputs for p in parts]), torch.cat([p.targets for p in parts]), doc_ids)

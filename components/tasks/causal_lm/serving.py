@@ -19,12 +19,12 @@ from components.tasks.causal_lm.metrics import BYTES, NLL, TOKENS, document_loss
 
 
 def score_texts(model: nn.Module, texts: list[str], *, seq_len: int) -> pd.DataFrame:
-    """Per text: ``loss`` (nats per predicted token) and ``bits_per_byte``."""
+    """Per text: ``loss`` (nats per predicted token) and ``bits_per_byte`` (NaN for an empty text: no bytes)."""
     rows = document_losses(model, texts, seq_len=seq_len)
     with np.errstate(invalid="ignore", divide="ignore"):
         return pd.DataFrame({
             "loss": rows[:, NLL] / rows[:, TOKENS],
-            "bits_per_byte": rows[:, NLL] / math.log(2) / np.maximum(rows[:, BYTES], 1),
+            "bits_per_byte": np.where(rows[:, BYTES] > 0, rows[:, NLL] / math.log(2) / rows[:, BYTES], np.nan),
         })
 
 

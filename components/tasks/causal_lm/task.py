@@ -18,7 +18,7 @@ import pandas as pd
 from components.errors import DataValidationError
 from components.tasks.causal_lm import tokenizer
 from components.tasks.causal_lm.sizes import LMConfig, lm_config
-from components.tasks.causal_lm.text_stats import text_byte_counts, text_checks, text_drift_columns
+from components.tasks.causal_lm.text_stats import as_bytes, text_byte_counts, text_checks, text_drift_columns
 from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
@@ -71,8 +71,14 @@ class CausalLM(TaskBase):
         values = frame[column]
         bad = [i for i, v in zip(frame.index, values, strict=True) if not isinstance(v, str | bytes)]
         if bad:
-            raise DataValidationError(f"text column '{column}' has {len(bad)} non-text value(s) (rows {bad[:5]})")
-        return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v for v in values]
+            raise DataValidationError(f"text column '{column}' has {len(bad)} non-text value(s) (rows {bad[:5]}); "
+                                      "allowed: str or UTF-8 bytes")
+        # Scored as they are: a replaced byte would score another text over other bytes (bits per byte).
+        invalid = [i for i, v in zip(frame.index, values, strict=True) if as_bytes(v) is None]
+        if invalid:
+            raise DataValidationError(f"text column '{column}' has {len(invalid)} value(s) that are not valid UTF-8 "
+                                      f"(rows {invalid[:5]}): undecodable bytes or lone surrogates")
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in values]
 
     def fit(self, train: pd.DataFrame, schema: Any) -> TaskState:
         """The tokenizer, the model's shape and the train split's byte unigram counts (for the baseline)."""

@@ -80,3 +80,13 @@ def test_a_state_that_is_not_plain_json_is_named_with_the_part_that_made_it(tmp_
     with pytest.raises(ConfigError, match=rf"task 'tabular_classification': fit returned a state that is not plain JSON "
                                         rf"\({named}\)"):
         _write(tmp_path, data, schema, task, 400)
+
+
+def test_a_task_column_missing_from_the_data_names_the_setting_that_picks_it():
+    """Before: the error listed the feature columns but not how to name the task's column."""
+    from components.data.snapshot import Schema
+    from components.errors import UserError
+
+    schema = Schema(label=None, key="doc_id", numeric=[], categorical=["body"], classes=[])
+    with pytest.raises(UserError, match=r"column\(s\) text.*feature columns: body.*--set data\.text_column=COLUMN"):
+        schema.with_task_columns(["text"])

@@ -60,6 +60,35 @@ class MixesSequencesGPT(GPT):
         return out + out.mean(dim=0, keepdim=True)
 
 
+class LeaksInTrainModeAttention(CausalSelfAttention):
+    """The bug: the causal mask only in eval mode (a training-only attention path that forgot it)."""
+
+    def forward(self, x, mask):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=not self.training)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class OneWrongMaskEntryAttention(CausalSelfAttention):
+    """The bug: a mask wrong at one position only (position 29 sees 30), e.g. an off-by-one at a block edge."""
+
+    def forward(self, x, mask):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+        allowed = torch.ones(t, t, dtype=torch.bool).tril()
+        allowed[29, 30] = True
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class ShiftsTokensGPT(GPT):
+    """The bug: an off-by-one shift of the token ids inside the model, before the embedding."""
+
+    def forward(self, tokens, doc_ids=None):
+        return super().forward(torch.roll(tokens, -1, dims=1), doc_ids)
+
+
 def test_the_real_model_passes_every_sequence_check(batch):
     for model in (tiny(), tiny(isolate_documents=True)):
         results = by_name(sequence_checks(model, *batch))
@@ -119,3 +148,41 @@ def test_head_is_tied_and_the_large_config_needs_sharding():
     assert model.head.weight is model.embed.weight
     assert count_parameters(lm_config("tiny")) < 200_000
     assert count_parameters(lm_config("gpt-350m")) >= 300_000_000  # on the meta device: no memory
+
+
+def with_attention(cls) -> GPT:
+    model = tiny()
+    for block in model.blocks:
+        block.attn.__class__ = cls
+    return model
+
+
+@pytest.mark.parametrize(("make", "needle"), [
+    (lambda: with_attention(LeaksInTrainModeAttention), "only in TRAIN mode"),
+    (lambda: with_attention(OneWrongMaskEntryAttention), "position 29 changes when the tokens from position 30"),
+    (lambda: ShiftsTokensGPT(lm_config("tiny", seq_len=32)), "changes when the tokens from position"),
+])
+def test_future_tokens_the_gradient_probe_misses_are_caught(batch, make, needle):
+    """Three models that see future tokens although the gradient at 12 probed positions in eval mode is clean:
+    a mask only in eval mode, a mask wrong at one unprobed position, a shift of the ids before the embedding."""
+    torch.manual_seed(0)
+    results = by_name(sequence_checks(make(), *batch))
+    assert results["causal_gradient"].passed  # why the token check is needed
+    result = results["future_tokens"]
+    assert not result.passed and needle in result.message and "sees FUTURE tokens" in result.message
+
+
+class IsolatesOnlyInEvalGPT(GPT):
+    """The bug: claims to isolate documents but passes the document mask only when evaluated."""
+
+    def forward(self, tokens, doc_ids=None):
+        return super().forward(tokens, None if self.training else doc_ids)
+
+
+def test_attention_across_documents_only_while_training_fails_when_isolation_is_claimed(batch):
+    torch.manual_seed(0)
+    results = by_name(sequence_checks(IsolatesOnlyInEvalGPT(lm_config("tiny", seq_len=32, isolate_documents=True)),
+                                      *batch))
+    result = results["document_isolation"]
+    assert not result.passed
+    assert "attention crosses packed documents" in result.message and "only in TRAIN mode" in result.message

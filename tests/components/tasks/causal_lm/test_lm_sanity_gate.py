@@ -86,13 +86,33 @@ def sequence_results(snapshot_dir, tmp_path, config, factory=None) -> dict:
 
 def test_the_real_model_passes_the_sequence_checks(snapshot_dir, tmp_path):
     checks = sequence_results(snapshot_dir, tmp_path, load_run_config(None, settings()))
-    for name in ("next_token_targets", "causal_gradient", "sequence_independence", "first_batch_roundtrip"):
+    for name in ("next_token_targets", "causal_gradient", "future_tokens", "sequence_independence",
+                 "first_batch_roundtrip"):
         assert checks[name]["passed"], checks[name]["message"]
 
 
 def test_a_model_without_a_causal_mask_is_stopped(snapshot_dir, tmp_path):
     message = failure(snapshot_dir, tmp_path, load_run_config(None, settings()), no_mask_model)
     assert "causal_gradient" in message and "FUTURE tokens" in message
+
+
+class CausalOnlyInEvalAttention(CausalSelfAttention):
+    def forward(self, x, mask):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=not self.training)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+def test_a_model_that_sees_the_future_only_while_training_is_stopped(snapshot_dir, tmp_path):
+    def factory():
+        model = GPT(lm_config("tiny"))
+        for block in model.blocks:
+            block.attn.__class__ = CausalOnlyInEvalAttention
+        return model
+
+    message = failure(snapshot_dir, tmp_path, load_run_config(None, settings()), factory)
+    assert "future_tokens" in message and "only in TRAIN mode" in message
 
 
 def test_attention_across_packed_documents_is_stopped_when_isolation_is_claimed(snapshot_dir, tmp_path):
