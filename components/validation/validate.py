@@ -332,7 +332,7 @@ def _error_message(summary: ValidationSummary, report_path: str) -> str:
         review = f"edit the suite ({summary.suite_source})"
     else:
         return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
-                f"Fix the data at its source and run again.{where}")
+                f"Fix the data at its source (or the config setting a finding names) and run again.{where}")
     return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
             f"Fix the data; if the change is intended, {review}.{where}")
 
