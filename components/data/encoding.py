@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from components.data.splits import canonical_text
-from components.data.stream_stats import TableStats
+from components.data.stream_stats import TableStats, category_key, category_keys
 from components.errors import DataValidationError
 
 
@@ -50,7 +50,9 @@ def preprocessing_of(stats: TableStats, classes: list[str]) -> Preprocessing:
 
 
 def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray, np.ndarray]:
-    """Numeric features standardised (missing → mean → 0) and categorical ones as vocabulary indices."""
+    """Numeric features standardised (missing → mean → 0) and categorical ones as vocabulary indices (a value
+    and a vocabulary entry match by ``stream_stats.category_key``: an integer column that a null made float
+    keeps its categories)."""
     n = len(data)
     x_num = np.zeros((n, len(prep.numeric)), dtype=np.float32)
     for i, (col, st) in enumerate(prep.numeric.items()):
@@ -59,8 +61,10 @@ def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray
         x_num[:, i] = np.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0)
     x_cat = np.zeros((n, len(prep.categorical)), dtype=np.int64)
     for i, (col, vocab) in enumerate(prep.categorical.items()):
-        index = {v: j + 1 for j, v in enumerate(vocab)}
-        x_cat[:, i] = data[col].astype(str).map(index).fillna(0).astype("int64").to_numpy()
+        index: dict[str, int] = {}
+        for j, v in enumerate(vocab):  # by category_key, so a vocabulary stored as "17.0" still knows 17
+            index.setdefault(category_key(v), j + 1)
+        x_cat[:, i] = category_keys(data[col]).map(index).fillna(0).astype("int64").to_numpy()
         x_cat[data[col].isna().to_numpy(), i] = 0
     return x_num, x_cat
 

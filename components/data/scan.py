@@ -6,7 +6,9 @@ partitions as record batches and keeps:
 - exact figures: rows per partition, label nulls, per column its nulls, numeric min/max and text value
   counts (``ColumnTotals``), each row's split (``splits.py``, per row, so streaming
   changes nothing), and 64-bit content hashes per split for the cross-split duplicate check (9 bytes a
-  row: the one part of the working set that grows with the data, 144 MB at 16M rows);
+  row: the one part of the working set that grows with the data, 144 MB at 16M rows); with ``data.key``, a
+  hash of each row's key and a code of its label, to find a key repeated with different labels anywhere in
+  the data (12 bytes a row, held during the pass only);
 - a seeded sample stratified by partition and label: in each partition, per label class, the rows with
   the smallest hash priority (``stream_stats.row_priority``), proportional to the class's share with a
   floor for rare classes, ``sample_rows / partitions`` rows per partition (at least ``MIN_PER_PARTITION``).
@@ -27,12 +29,14 @@ import numpy as np
 import pandas as pd
 
 from components.data.batches import iter_batches, partition_of
+from components.data.concat import concat_partitions, conform
 from components.data.encoding import label_text
 from components.data.files import DataFile
 from components.data.snapshot import Schema, Snapshot, SnapshotWriter
 from components.data.splits import INTERNAL_COLUMNS, PARTITION_COLUMN, SPLITS, SplitSettings, split_keys
 from components.data.stream_stats import ColumnTotals, row_priority
 from components.data.window import TrainWindow, partition_date
+from components.errors import DataValidationError
 
 MIN_PER_PARTITION = 2_000
 CLASS_FLOOR = 50
@@ -62,7 +66,7 @@ class Scan:
 
     def judged_on(self) -> str:
         return (f"a stratified sample of {len(self.sample)} of {self.total} rows (per partition and label, seeded; "
-                "exact: partition rows, row count, label nulls, split sizes, cross-split duplicates)")
+                "exact: partition rows, row count, label nulls, split sizes, cross-split duplicates, keys with two labels)")
 
 
 def content_hashes(batch: pd.DataFrame, columns: list[str]) -> np.ndarray:
@@ -116,13 +120,64 @@ class _PartitionSample:
         frame = batch.assign(_priority=priority, _position=positions)
         for cls, rows in frame.groupby(labels.fillna(_NULL_LABEL).to_numpy(), sort=False):
             self.counts[cls] = self.counts.get(cls, 0) + len(rows)
-            both = pd.concat([self.keep[cls], rows]) if cls in self.keep else rows
+            both = concat_partitions([self.keep[cls], rows]) if cls in self.keep else rows
             self.keep[cls] = both.nsmallest(self.budget, ["_priority", "_position"])
 
     def rows(self) -> pd.DataFrame:
         take = _allocate(self.counts, self.budget)
         parts = [self.keep[c].nsmallest(n, ["_priority", "_position"]) for c, n in take.items()]
-        return pd.concat(parts).sort_values("_position") if parts else pd.DataFrame()
+        return concat_partitions(parts).sort_values("_position") if parts else pd.DataFrame()
+
+
+class _KeyLabels:
+    """Per row a 64-bit hash of its canonical key and a code of its label, to find a key repeated with different
+    labels in different batches (``splits.key_texts`` judges one batch at a time): 12 bytes a row."""
+
+    def __init__(self) -> None:
+        self.hashes: list[np.ndarray] = []
+        self.codes: list[np.ndarray] = []
+        self.label_codes: dict[str, int] = {}
+        self.batches: list[tuple[int, str, int]] = []  # (first row of the batch, its partition, its first row there)
+
+    def add(self, keys: pd.Series, labels: pd.Series, position: int, part: str, in_part: int) -> None:
+        for text in labels.dropna().unique():
+            self.label_codes.setdefault(text, len(self.label_codes))
+        self.hashes.append(pd.util.hash_array(keys.to_numpy(dtype=object)))
+        self.codes.append(labels.map(self.label_codes).fillna(-1).to_numpy(dtype=np.int32))
+        self.batches.append((position, part, in_part))
+
+    def check(self, key: str, label: str) -> None:
+        """Raise DataValidationError naming the rows of (up to three) keys that carry more than one label."""
+        if not self.hashes:
+            return
+        hashes, codes = np.concatenate(self.hashes), np.concatenate(self.codes)
+        ordered = np.sort(hashes)
+        repeated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+        del ordered
+        if not len(repeated):
+            return
+        rows = np.flatnonzero(np.isin(hashes, repeated))
+        labels_per_key = pd.Series(codes[rows]).groupby(hashes[rows]).nunique()
+        conflicting = labels_per_key.index[labels_per_key.to_numpy() > 1]
+        if not len(conflicting):
+            return
+        firsts = sorted(int(rows[hashes[rows] == h][0]) for h in conflicting)[:3]
+        details = "; ".join(self._where(np.flatnonzero(hashes == hashes[first])) for first in firsts)
+        more = f" (and {len(conflicting) - len(firsts)} more keys)" if len(conflicting) > len(firsts) else ""
+        raise DataValidationError(
+            f"the key column '{key}' (data.key) repeats {len(conflicting)} key(s) with different labels ('{label}'): "
+            f"one key at {details}{more} (rows counting from 0 within each partition's files). A key names one "
+            "example; deduplicate at the source (keep the correct label), or key by a column that is unique per example."
+        )
+
+    def _where(self, positions: np.ndarray) -> str:
+        starts = np.array([b[0] for b in self.batches])
+        per_part: dict[str, list[int]] = {}
+        for pos in positions[:8]:
+            start, part, in_part = self.batches[int(np.searchsorted(starts, pos, side="right")) - 1]
+            per_part.setdefault(part, []).append(in_part + int(pos) - start)
+        more = f" and {len(positions) - 8} more rows" if len(positions) > 8 else ""
+        return ", ".join(f"partition {p} rows {', '.join(map(str, r))}" for p, r in per_part.items()) + more
 
 
 def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, key: str | None, features: list[str],
@@ -134,6 +189,7 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
     samples: list[pd.DataFrame] = []
     current, sampler, splits, content, position = None, None, [], [], 0
     schema = Schema(label=label, key=key, numeric=[], categorical=[], classes=[])
+    key_labels = _KeyLabels()
     for batch in iter_batches(data_uri, files, fmt):
         part = batch[PARTITION_COLUMN].iloc[0] if len(batch) else None
         if part != current and sampler is not None:
@@ -143,7 +199,8 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
         out.rows[part] = out.rows.get(part, 0) + len(batch)
         if label in batch.columns:
             out.label_nulls += int(batch[label].isna().sum())
-        split = settings.assign(split_keys(batch, schema)).to_numpy()
+        keys = split_keys(batch, schema, first_row=out.rows[part] - len(batch))  # errors name rows in the partition
+        split = settings.assign(keys).to_numpy()
         splits.append(pd.Categorical(split, categories=SPLITS).codes.astype(np.int8))
         train = batch[split == "train"]
         for col in batch.columns:
@@ -157,15 +214,19 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
                    else [c for c in batch.columns if c not in (*INTERNAL_COLUMNS, key, "date")])
         content.append(content_hashes(batch, columns))
         labels = label_text(batch[label]) if label in batch.columns else pd.Series(None, index=batch.index)
+        if key is not None and label is not None:
+            key_labels.add(keys, labels, position, part, out.rows[part] - len(batch))
         priority = row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed).copy()
         priority[_stray_text(batch)] = 0  # rows the type checks must see are always in the sample
         sampler.add(batch, labels, priority, np.arange(position, position + len(batch)))
         position += len(batch)
     if sampler is not None:
         samples.append(sampler.rows())
+    if key is not None and label is not None:
+        key_labels.check(key, label)
     for p in partitions:
         out.rows.setdefault(p, 0)
-    sample = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame()
+    sample = concat_partitions(samples) if samples else pd.DataFrame()
     out.sample = sample.drop(columns=["_priority", "_position"], errors="ignore")
     out.splits = np.concatenate(splits) if splits else out.splits
     out.content = np.concatenate(content) if content else out.content
@@ -214,7 +275,7 @@ def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fm
         batch = batch.reindex(columns=list(scan_result.sample.columns))
         for col, dtype in dtypes.items():
             if batch[col].dtype != dtype:
-                batch[col] = batch[col].astype(dtype)
+                batch[col] = conform(batch[col], dtype).astype(dtype)
         split = np.array(SPLITS, dtype=object)[scan_result.splits[start : start + len(batch)]]
         start += len(batch)
         if quota is not None:

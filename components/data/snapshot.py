@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.data.concat import concat_partitions
 from components.data.encoding import (
     label_text,
 )
@@ -33,6 +34,7 @@ from components.data.splits import (
     streamed_keys_digest,
 )
 from components.data.stream_stats import TableStats
+from components.data.task_state import check_task_state
 from components.data.window import TrainWindow, window_mask
 from components.errors import DataValidationError, UserError
 
@@ -64,7 +66,8 @@ def read_data(data_uri: str, files: list[DataFile], fmt: str = "auto") -> pd.Dat
             ) from None
         frame[PARTITION_COLUMN] = _partition_of(f.path)
         frames.append(frame)
-    data = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # Not pd.concat: its common dtype can change values that splits are hashed from (concat.py).
+    data = concat_partitions(frames)
     # Hive-style partition keys (date=...) are reconstructed by some readers; they are not features.
     return data
 
@@ -105,7 +108,8 @@ class Schema:
         unknown = [c for c in own if c not in self.features and c not in self.other]
         if unknown:
             raise UserError(f"the task reads column(s) {', '.join(unknown)}, which are not feature columns of the data; "
-                            f"feature columns: {', '.join(self.all_features)}")
+                            f"feature columns: {', '.join(self.all_features)}. Name the task's column as the task says (a text task: "
+                            "--set data.text_column=COLUMN)")
         return replace(self, numeric=[c for c in self.numeric if c not in own],
                        categorical=[c for c in self.categorical if c not in own],
                        other=[*self.other, *[c for c in own if c not in self.other]])
@@ -273,6 +277,7 @@ class SnapshotWriter:
         if state is None:
             # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
             state = self.task.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)
+        check_task_state(self.task, state)
         return state
 
 

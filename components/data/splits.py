@@ -228,13 +228,14 @@ def content_keys(data: pd.DataFrame, form: str = CANONICAL_FORM) -> pd.Series:
     return pd.Series([f"{v:016x}" for v in total], index=data.index, dtype=object)
 
 
-def _rows_text(data: pd.DataFrame, mask: np.ndarray) -> str:
-    """Where the flagged rows are: row numbers (from 0) within each partition's files, a few per partition."""
+def _rows_text(data: pd.DataFrame, mask: np.ndarray, first_row: int = 0) -> str:
+    """Where the flagged rows are: row numbers (from 0) within each partition's files, a few per partition
+    (``first_row``: the number of ``data``'s first row in its partition, for a record batch of one partition)."""
     if PARTITION_COLUMN not in data.columns:
-        rows = np.flatnonzero(mask)
+        rows = np.flatnonzero(mask) + first_row
         more = f" and {len(rows) - _MAX_LISTED} more" if len(rows) > _MAX_LISTED else ""
         return "rows " + ", ".join(map(str, rows[:_MAX_LISTED])) + more
-    position = data.groupby(PARTITION_COLUMN, sort=False).cumcount().to_numpy()
+    position = data.groupby(PARTITION_COLUMN, sort=False).cumcount().to_numpy() + first_row
     flagged = pd.DataFrame({"part": data[PARTITION_COLUMN].to_numpy()[mask], "row": position[mask]})
     parts = []
     for part, rows in flagged.groupby("part", sort=True)["row"]:
@@ -244,7 +245,8 @@ def _rows_text(data: pd.DataFrame, mask: np.ndarray) -> str:
     return "; ".join(parts[:_MAX_LISTED]) + (f"; and {len(parts) - _MAX_LISTED} more partitions" if len(parts) > _MAX_LISTED else "")
 
 
-def key_texts(data: pd.DataFrame, key: str, label: str | None, form: str = CANONICAL_FORM) -> pd.Series:
+def key_texts(data: pd.DataFrame, key: str, label: str | None, form: str = CANONICAL_FORM, *,
+              first_row: int = 0) -> pd.Series:
     """The canonical key of every row; a null key, or a key repeated with another label, is a data error."""
     keys = canonical_text(data[key])
     if _check_form(form) and _may_hold_text(data[key]):
@@ -254,7 +256,7 @@ def key_texts(data: pd.DataFrame, key: str, label: str | None, form: str = CANON
     null = keys.isna().to_numpy()
     if null.any():
         raise DataValidationError(
-            f"the key column '{key}' (data.key) is null in {int(null.sum())} row(s): {_rows_text(data, null)} "
+            f"the key column '{key}' (data.key) is null in {int(null.sum())} row(s): {_rows_text(data, null, first_row)} "
             "(counting from 0 within each partition's files). Every row needs a key to keep its split; fill the key at "
             "the source, or set data.key=null to split by row content."
         )
@@ -265,7 +267,7 @@ def key_texts(data: pd.DataFrame, key: str, label: str | None, form: str = CANON
         if len(conflicting):
             first = conflicting.index[:3]
             details = "; ".join(
-                f"'{k}' at {_rows_text(data, (keys == k).to_numpy())}" for k in first
+                f"'{k}' at {_rows_text(data, (keys == k).to_numpy(), first_row)}" for k in first
             )
             more = f" (and {len(conflicting) - len(first)} more keys)" if len(conflicting) > len(first) else ""
             raise DataValidationError(
@@ -276,11 +278,11 @@ def key_texts(data: pd.DataFrame, key: str, label: str | None, form: str = CANON
     return keys
 
 
-def split_keys(data: pd.DataFrame, schema: _SplitSchema, form: str = CANONICAL_FORM) -> pd.Series:
+def split_keys(data: pd.DataFrame, schema: _SplitSchema, form: str = CANONICAL_FORM, *, first_row: int = 0) -> pd.Series:
     """The canonical text each row's split is hashed from: its key, or its content key without one
     (``form``: an earlier canonical form from ``KNOWN_FORMS``, to recompute an older model's split)."""
     if schema.key is not None:
-        return key_texts(data, schema.key, schema.label, form)
+        return key_texts(data, schema.key, schema.label, form, first_row=first_row)
     return content_keys(data, form)
 
 

@@ -24,6 +24,7 @@ What is exact and what is sketched:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,33 @@ def row_priority(frame: pd.DataFrame, *, seed: int = 0) -> np.ndarray:
     """A 64-bit priority per row from its content (and ``seed``): the same row always gets the same one."""
     key = f"ctpipe{seed:010d}"[-16:]
     return pd.util.hash_pandas_object(frame, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+
+
+_INTEGRAL_NUMBER_TEXT = re.compile(r"-?\d+\.0")
+
+
+def category_key(text: str) -> str:
+    """The key a categorical value is counted, encoded and compared by: its text, with the ``.0`` of an integral
+    number dropped (``17.0`` → ``17``, ``-0.0`` → ``0``). One null turns an integer column into float64, so
+    ``17`` and ``17.0`` are one category; stored vocabularies and reference frequencies written before this
+    rule (``17.0``) are read through it too."""
+    if _INTEGRAL_NUMBER_TEXT.fullmatch(text):
+        text = text[:-2]
+        return "0" if text == "-0" else text
+    return text
+
+
+def category_counts(values: pd.Series) -> pd.Series:
+    """Rows per ``category_key`` of the non-null ``values`` (the keys of the distinct texts only are computed)."""
+    counts = values.dropna().astype(str).value_counts()
+    return counts.groupby(counts.index.map(category_key), sort=False).sum()
+
+
+def category_keys(values: pd.Series) -> pd.Series:
+    """``category_key`` of every value (nulls stay null), same index."""
+    codes, uniques = pd.factorize(values.astype(str).where(values.notna()), use_na_sentinel=True)
+    keys = np.array([category_key(u) for u in uniques] + [None], dtype=object)
+    return pd.Series(keys[codes], index=values.index, dtype=object)
 
 
 def value_hashes(values: pd.Series) -> np.ndarray:
@@ -176,7 +204,7 @@ class NumericStats:
 
 @dataclass
 class CategoricalStats:
-    """Rows, nulls and the frequency of every value (as text)."""
+    """Rows, nulls and the frequency of every value (by ``category_key``: ``17`` and ``17.0`` are one)."""
 
     rows: int = 0
     nulls: int = 0
@@ -185,7 +213,7 @@ class CategoricalStats:
     def add(self, series: pd.Series) -> CategoricalStats:
         self.rows += len(series)
         self.nulls += int(series.isna().sum())
-        for value, n in series.dropna().astype(str).value_counts().items():
+        for value, n in category_counts(series).items():
             self.counts[value] = self.counts.get(value, 0) + int(n)
         return self
 
@@ -215,7 +243,8 @@ MAX_TEXT_VALUES = 10_000
 class ColumnTotals:
     """Over every row of a column: nulls, min/max of numeric values, counts of text values (while few).
 
-    A column absent from a batch counts as null there. Text values are counted only while the column
+    A column absent from a batch, or all null in it, counts as null there (and does not decide whether the
+    column is numeric). Text values are counted only while the column
     has at most ``MAX_TEXT_VALUES`` distinct ones (``counts`` becomes None past it: too many to judge
     a value set exactly, and the suite profiles no set that large).
     """
@@ -232,7 +261,10 @@ class ColumnTotals:
         if series is None:
             self.nulls += rows
             return self
-        self.nulls += int(series.isna().sum())
+        nulls = int(series.isna().sum())
+        self.nulls += nulls
+        if nulls == len(series):  # no value (Arrow's null type reads as object): says nothing of the column's type
+            return self
         if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
             values = series.to_numpy(dtype="float64", na_value=np.nan)
             if np.isfinite(values).any() or np.isinf(values).any():

@@ -27,6 +27,7 @@ from components.evaluation.metrics import Interval, confusion_matrix, roc_curve
 from components.evaluation.scoring import score_batches
 from components.models.export import ExportedModel, load_model_export
 from components.step_results import read_sanity, read_validation
+from components.tasks.outputs import check_class_predictions
 
 MODEL_ARTIFACT_PATH = "ctpipe/model.pt"
 
@@ -114,6 +115,7 @@ def evaluate_candidate(
                            champion=champion_model, champion_version=champion.version, slices=list(ev.slices),
                            schema=snapshot.schema)
     y, p_cand = scored.targets, scored.candidate
+    check_class_predictions(task, p_cand, classes)  # the confusion matrix and ROC below read them so
     if champion_model is not None:
         champion.error, champion.probabilities = scored.champion_error, scored.champion
     p_champ = champion.probabilities

@@ -18,6 +18,7 @@ import pandas as pd
 
 from components.errors import DataValidationError, UserError
 from components.evaluation.leakage import OverlapCheck, OverlapCounter
+from components.tasks.outputs import checked_predict, checked_targets
 
 
 @dataclass
@@ -54,12 +55,13 @@ def score_batches(
             if champion is not None:
                 counter = OverlapCounter(champion.metadata.get("split"), list(frame.columns), schema,
                                          version=str(champion_version))
+        first = rows == 0
         rows += len(frame)
-        targets.append(candidate.task.targets(frame, reference))
-        cand.append(score_export(candidate, frame, reference))
+        targets.append(checked_targets(candidate.task, frame, reference))
+        cand.append(score_export(candidate, frame, reference, probe=first))
         if champion is not None and champion_error is None:
             try:
-                champ.append(score_export(champion, frame, reference))
+                champ.append(score_export(champion, frame, reference, probe=first))
             except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
                 champion_error = f"champion version {champion_version} cannot score the current test split: {err}"
         if counter is not None:
@@ -78,6 +80,7 @@ def score_batches(
     )
 
 
-def score_export(model: Any, frame: pd.DataFrame, reference: dict[str, Any]) -> np.ndarray:
-    """An ``ExportedModel``'s predictions for every row (its own task and statistics), against ``reference``."""
-    return np.asarray(model.task.predict(model.model, frame, model.state, reference))
+def score_export(model: Any, frame: pd.DataFrame, reference: dict[str, Any], *, probe: bool = False) -> np.ndarray:
+    """An ``ExportedModel``'s predictions for every row (its own task and statistics), against ``reference``:
+    one per row, in the frame's order (``TaskOutputError`` otherwise; ``probe``: re-predict a few rows alone)."""
+    return checked_predict(model.task, model.model, frame, model.state, reference, probe=probe)

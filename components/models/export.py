@@ -41,9 +41,14 @@ class ExportedModel:
         return list(self.task.class_names(self.state) or [])
 
     def serve(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """What the registered pyfunc returns for these raw rows (the task's ``serve``)."""
+        """What the registered pyfunc returns for these raw rows (the task's ``serve``): one row per input row, on
+        the input's index, so that assigning or joining it to the caller's frame pairs each row with its own."""
+        from components.tasks.outputs import check_served_rows
+
         self.model.eval()
-        return self.task.serve(self.model, frame, self.state)
+        served = self.task.serve(self.model, frame, self.state)
+        check_served_rows(self.task, served, len(frame))
+        return served.set_axis(frame.index, axis=0)
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         """The served output as an array: class probabilities in this model's own class order for a classifier."""

@@ -19,6 +19,7 @@ from components.sanity.first_batch import check_first_batch_roundtrip
 from components.sanity.report import SanityResult, failure_message, log_to_mlflow, render_report, write_text
 from components.sanity.sample import load_sanity_data
 from components.sanity.short_training import LossFn
+from components.sanity.task_outputs import check_task_outputs
 
 
 def run_sanity_checks(
@@ -62,7 +63,8 @@ def run_sanity_checks(
     described = task.describe_batch(first.examples, first.raw, snapshot.state, snapshot.schema)
     dump = {"drawn": first.drawn, **{k: v for k, v in described.items() if k != "drawn"}}
     write_text(first_batch_path, json.dumps(dump, indent=1, default=str))
-    checks = [check_first_batch_roundtrip(dump, task.batch_mismatches(dump, first.raw, snapshot.schema))]
+    checks = [check_first_batch_roundtrip(dump, task.batch_mismatches(dump, first.raw, snapshot.schema)),
+              check_task_outputs(task, seeded_factory(), first.raw, snapshot.state, snapshot.schema.all_features)]
     # Tiny models: one thread is as fast, and far faster when the CPU is shared (2 threads spin-wait).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

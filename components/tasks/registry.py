@@ -90,6 +90,11 @@ def _import_factory(entrypoint: str, where: str):
 
 def complete_task(task: Any, where: str = "the task") -> Task:
     """``task`` with TaskBase's defaults for the optional parts it lacks; TaskError if a required one is missing."""
+    if isinstance(task, type):  # a class has every method, but unbound: the first call would fail obscurely
+        raise TaskError(
+            f"{where} returned the class {task.__name__}, not an instance of it: the factory must return a task "
+            f"object, e.g. return {task.__name__}(...)"
+        )
     missing = [part for part in REQUIRED_PARTS if not hasattr(task, part) or getattr(task, part) is None]
     if missing:
         raise TaskError(
@@ -104,6 +109,8 @@ def complete_task(task: Any, where: str = "the task") -> Task:
     metrics = list(task.metrics)
     if not metrics or not all(isinstance(m, Metric) for m in metrics):
         raise TaskError(f"{where}: 'metrics' must be a non-empty sequence of Metric(name, higher_is_better)")
+    for metric in metrics:
+        _check_direction(metric, where)
     for switch in ("needs_label", "rowwise_encoding"):
         if not hasattr(task, switch):
             setattr(task, switch, getattr(TaskBase, switch))
@@ -121,6 +128,21 @@ def complete_task(task: Any, where: str = "the task") -> Task:
         if not hasattr(task, part):
             setattr(task, part, types.MethodType(getattr(TaskBase, part), task))
     return task
+
+
+def _check_direction(metric: Metric, where: str) -> None:
+    """TaskError when a metric's declared direction contradicts its name (the rule ``select.mode=auto`` reads:
+    loss/error lower, accuracy/F1/AUC higher); a ``neg_`` name (sklearn's negated losses) says nothing."""
+    from components.config.gate_sections import metric_direction
+
+    named = None if {"neg", "negative"} & set(metric.name.lower().split("_")) else metric_direction(metric.name)
+    if named is not None and named != metric.direction:
+        said, better = ("lower", "False") if named == "min" else ("higher", "True")
+        raise TaskError(
+            f"{where}: metric '{metric.name}' is declared higher_is_better={metric.higher_is_better}, but its name says "
+            f"{said} is better: the blessing would prefer the worse model. Declare Metric('{metric.name}', "
+            f"higher_is_better={better}), or rename the metric if it really is better the other way"
+        )
 
 
 def label_column(task: Task, data: Any) -> str | None:
@@ -143,6 +165,16 @@ def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
                 f"{unknown[0]!r}; its metrics: {', '.join(names)}. Name those in {where} (e.g. --set "
                 f"{where}.{names[0]}.value=baseline), or remove the rule"
             )
+        # TaskBase's baseline gives no predictions: a 'baseline' floor could then never be met.
+        if getattr(task.baseline, "__func__", None) is TaskBase.baseline:
+            relative = [metric for metric, rule in rules.items() if getattr(rule, "value", None) == "baseline"]
+            if relative:
+                raise ConfigError(
+                    f"invalid config value for '{where}.{relative[0]}.value': 'baseline' needs the task's trivial "
+                    f"predictor, and task '{task.name}' has none (its baseline is TaskBase's, which predicts nothing), "
+                    f"so no model could ever pass it. Give the task a baseline(targets, state), or set an absolute "
+                    f"bound, e.g. --set {where}.{relative[0]}.value=0.9"
+                )
 
 
 def check_selection_metric(task: Task, metric: str, row_metric_names: Iterable[str]) -> None:

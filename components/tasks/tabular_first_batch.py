@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.data.encoding import Preprocessing
+from components.data.stream_stats import category_key
 
 
 @dataclass
@@ -63,7 +64,8 @@ def first_batch_mismatches(dump: dict[str, Any], raw, label: str) -> list[str]:
                     mismatches.append(f"row {i} {col}: tensor decodes to {v['decoded']:.6g}, raw {raw_v}")
         for col, v in rec["categorical"].items():
             raw_v = row[col]
-            if raw_v is not None and str(raw_v) != v["decoded"] and v["decoded"] != "<unseen/missing>":
+            if raw_v is not None and category_key(str(raw_v)) != category_key(v["decoded"]) \
+                    and v["decoded"] != "<unseen/missing>":
                 mismatches.append(f"row {i} {col}: tensor decodes to {v['decoded']!r}, raw {raw_v!r}")
         if str(row[label]) != rec["label"]["decoded"]:
             mismatches.append(f"row {i} label: tensor decodes to {rec['label']['decoded']!r}, raw {row[label]!r}")

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.errors import UserError
+
 COMPLETE_MARKER = ".complete"
 INDEX_FILE = "index.json"
 META_FILE = "meta.json"
@@ -195,6 +197,20 @@ def identity_differences(saved: dict[str, Any], current: dict[str, Any], prefix:
         elif a != b:
             found.append(f"{prefix}{key}: checkpoint {a}, now {b}")
     return found
+
+
+def refuse_another_training(path: Path, current: dict[str, Any]) -> None:
+    """UserError when the checkpoint at ``path`` was trained on other data or settings than ``current``
+    (a ``run_identity``); a checkpoint without the record (older runs) is not checked."""
+    saved = read_meta(path).get("identity")
+    differences = identity_differences(saved, current) if saved is not None else []
+    if differences:
+        raise UserError(
+            f"the checkpoints under '{path.parent}' (latest {path.name}) come from another training: "
+            + "; ".join(differences)
+            + ". Resuming would continue that training's weights under this run's data and settings. Restore "
+            "those settings, or train into a new checkpoint directory (ctpipe train: a new --out)."
+        )
 
 
 def read_index(root: str | Path) -> dict[str, Any]:

@@ -143,6 +143,19 @@ def parallelize(
 
 
 @torch.no_grad()
+def sync_buffers(model: nn.Module) -> None:
+    """Rank 0's buffers on every rank, as DDP's ``broadcast_buffers`` does before each forward. FSDP2 shards
+    parameters only: each rank's BatchNorm running statistics follow its own batches, so ranks would validate
+    different models and a checkpoint would keep one rank's. Collective (every rank calls it)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
+
+
+@torch.no_grad()
 def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
     """Clip gradients by their global L2 norm and return the norm before clipping.
 

@@ -17,14 +17,14 @@ import torch
 import torch.distributed as dist
 
 from components.config import Config
-from components.errors import TrainingError, UserError
+from components.errors import TrainingError
 from components.tasks import check_selection_metric, load_task
 from components.training import checkpointing as ckpt
 from components.training.data import ShardStream, train_stream
 from components.training.device import Dist
 from components.training.faults import Fault
 from components.training.loss_eval import evaluate, val_shard
-from components.training.parallelize import parallelize, resolve_precision, uses_autocast
+from components.training.parallelize import parallelize, resolve_precision, sync_buffers, uses_autocast
 from components.training.progress import Progress, Window
 from components.training.step import build_optimizer, optimizer_step
 from components.training.throughput import flops_per_sample_or_zero
@@ -126,7 +126,7 @@ class Trainer:
         path = ckpt.latest_complete(self.root)
         if path is None:
             return
-        self._check_same_training(path)
+        ckpt.refuse_another_training(path, self._identity())  # every rank, before loading anything
         meta, rank_state = ckpt.load_checkpoint(
             path, model=self.model, optimizer=self.optimizer, rank=self.d.rank
         )
@@ -162,18 +162,6 @@ class Trainer:
             model=asdict(self.cfg.model), train=asdict(self.t), dtype=str(self.dtype).replace("torch.", ""),
             sharded=isinstance(self.stream, ShardStream),
         )
-
-    def _check_same_training(self, path: Path) -> None:
-        """Refuse (every rank, before loading anything) a checkpoint trained on other data or settings."""
-        saved = ckpt.read_meta(path).get("identity")
-        differences = ckpt.identity_differences(saved, self._identity()) if saved is not None else []
-        if differences:
-            raise UserError(
-                f"the checkpoints under '{self.root}' (latest {path.name}) come from another training: "
-                + "; ".join(differences)
-                + ". Resuming would continue that training's weights under this run's data and settings. Restore "
-                "those settings, or train into a new checkpoint directory (ctpipe train: a new --out)."
-            )
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -235,6 +223,7 @@ class Trainer:
             due_ckpt = prog.step % t.checkpoint_every == 0 or prog.step == t.max_steps
             if prog.step % t.eval_every == 0 or due_ckpt:
                 start = time.perf_counter()
+                sync_buffers(self.model)  # every rank validates the model the checkpoint will hold
                 prog.last_metrics = evaluate(self.model, self.val, self.d, self.autocast, self.task)
                 stats["eval_seconds"] += time.perf_counter() - start
                 self.tracker.log_metrics(prog.last_metrics, prog.step)
@@ -297,6 +286,7 @@ class Trainer:
     def save(self) -> None:
         """Checkpoint the current step, index its metrics, apply retention, rewrite index.json."""
         prog = self.progress
+        sync_buffers(self.model)
         if prog.last_metrics and not any(e.step == prog.step for e in prog.index):
             prog.index = [e for e in prog.index if e.step < prog.step]
             prog.index.append(ckpt.IndexEntry(prog.step, dict(prog.last_metrics)))

@@ -49,6 +49,17 @@ def check_required_columns(data: pd.DataFrame, reference: dict[str, Any] | None,
     return findings
 
 
+def check_slice_columns(data: pd.DataFrame, slices: list[str]) -> list[Finding]:
+    """Every ``evaluate.slices`` column is in the data: the blessing judges slices of the test split after
+    training, so a name the data lacks (a typo, another task's column) would fail only then."""
+    present = ", ".join(str(c) for c in data.columns)
+    return [Finding(
+        check="slice_column_exists", passed=False, severity=ERROR, column=col, source="structure",
+        message=(f"evaluate.slices names column '{col}', which the data does not have (columns: {present}); the "
+                 "slices are judged after training, so fix evaluate.slices now"),
+        observed="absent", expected="present") for col in dict.fromkeys(slices) if col not in data.columns]
+
+
 def _kind_in(reference: dict[str, Any], col: str) -> str:
     if col == reference.get("key"):
         return "key"

@@ -143,7 +143,7 @@ def _duplicates(f: Finding, scan: Scan, max_fraction: float) -> Finding:
     failed = count > 0
     return dataclasses.replace(
         f, passed=not failed, severity=ERROR if fraction > max_fraction else "warning",
-        message=(f"{count} val/test row(s) ({fraction:.2%}) duplicate the features and label of a row in an earlier "
-                 "split, so the evaluation sees training rows; deduplicate the data or key the split by content "
+        message=(f"{count} val/test row(s) ({fraction:.2%}) repeat a row of an earlier split (its features, and its "
+                 "label where the task has one), so the evaluation sees training rows; deduplicate the data or key the split by content "
                  "(data.key=null)" if failed else "no row repeats across splits"),
         observed=f"{count} rows ({fraction:.2%})", examples=f.examples if failed else [])

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from components.data.snapshot import SPLIT_COLUMN, Schema
+from components.data.stream_stats import category_counts, category_key
 from components.validation.findings import ERROR, WARNING, Finding, example_rows
 
 LEAKAGE_BINS = 50
@@ -173,8 +174,8 @@ def check_cross_split_duplicates(data: pd.DataFrame, schema: Schema, max_fractio
     severity = ERROR if fraction > max_fraction else WARNING
     return [Finding(
         check="cross_split_duplicates", passed=not failed, severity=severity,
-        message=(f"{count} val/test row(s) ({fraction:.2%}) duplicate the features and label of a row in an earlier "
-                 "split, so the evaluation sees training rows; deduplicate the data or key the split by content "
+        message=(f"{count} val/test row(s) ({fraction:.2%}) repeat a row of an earlier split (its features, and its "
+                 "label where the task has one), so the evaluation sees training rows; deduplicate the data or key the split by content "
                  "(data.key=null)" if failed else "no row repeats across splits"),
         observed=f"{count} rows ({fraction:.2%})", expected=f"0 (error above {max_fraction:.2%})",
         examples=example_rows(data, dup_mask, [c for c in (schema.key or schema.label, *schema.features[:4], *schema.other[:1],
@@ -204,10 +205,12 @@ def numeric_psi(reference: dict[str, Any], values: pd.Series) -> float | None:
 
 
 def categorical_psi(reference: dict[str, Any], values: pd.Series) -> float | None:
-    freq = reference.get("frequencies") or {}
+    freq: dict[str, float] = {}
+    for k, v in (reference.get("frequencies") or {}).items():  # by category_key, as drift compares them
+        freq[category_key(str(k))] = freq.get(category_key(str(k)), 0) + v
     if not freq:
         return None
-    counts = values.dropna().astype(str).value_counts()
+    counts = category_counts(values)
     keys = sorted(set(freq) | set(counts.index))
     return _psi(np.array([freq.get(k, 0) for k in keys], float), np.array([counts.get(k, 0) for k in keys], float))
 

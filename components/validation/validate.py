@@ -167,6 +167,7 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
     found = checks.check_required_columns(data, reference_schema, label)
     found += checks.check_numeric_types(data, reference_schema, list(config.data.categorical))
     found += checks.check_empty_partitions(parts)
+    found += checks.check_slice_columns(data, list(config.evaluate.slices))
     if label in data.columns and data[label].isna().any():
         n = int(data[label].isna().sum())
         found.append(Finding(
@@ -331,7 +332,7 @@ def _error_message(summary: ValidationSummary, report_path: str) -> str:
         review = f"edit the suite ({summary.suite_source})"
     else:
         return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
-                f"Fix the data at its source and run again.{where}")
+                f"Fix the data at its source (or the config setting a finding names) and run again.{where}")
     return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
             f"Fix the data; if the change is intended, {review}.{where}")
 

@@ -33,6 +33,7 @@ import pandas as pd
 from scipy import stats
 
 from components.config import WatchConfig
+from components.data.stream_stats import category_counts, category_key
 from pipelines.triggers.column_drift import (
     MIN_EXPECTED_COUNT,
     RARE_CATEGORY,
@@ -161,10 +162,13 @@ def categorical_drift(
     column: str, series: pd.Series, reference: dict[str, Any], watch: WatchConfig, *, reference_rows: int = 0
 ) -> ColumnDrift:
     """PSI and chi-square over merged reference categories, the unseen-category share and the null fraction."""
-    ref_counts = {str(k): float(v) for k, v in (reference.get("frequencies") or {}).items()}
+    # Both sides by category_key: 17 and 17.0 (an integer column that a null made float) are one category.
+    ref_counts: dict[str, float] = {}
+    for k, v in (reference.get("frequencies") or {}).items():
+        ref_counts[category_key(str(k))] = ref_counts.get(category_key(str(k)), 0.0) + float(v)
     non_null = series.dropna()
     nulls = len(series) - len(non_null)
-    current = non_null.astype(str).value_counts()
+    current = category_counts(non_null)
     seen = current.index.isin(list(ref_counts))
     unseen = int(current[~seen].sum())
     n_seen, n = int(current[seen].sum()), len(non_null)

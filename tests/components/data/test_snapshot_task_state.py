@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from components.data.demo import generate_day
 from components.data.snapshot import SnapshotWriter, assign_splits, infer_schema, load_snapshot, split_keys
+from components.errors import ConfigError
 from components.tasks.causal_lm.corpus import help_topic_documents
 from components.tasks.causal_lm.task import make_task as make_lm_task
+from components.tasks.tabular import TabularClassification
 from components.tasks.tabular import make_task as make_tabular_task
 from components.training.data import load_split
 
@@ -48,3 +52,41 @@ def test_a_packing_task_is_fitted_and_encoded_on_whole_splits(tmp_path):
     whole = task.encode(train, snap.state)
     assert all(torch.equal(a, b) for a, b in zip(loaded.inputs, whole.inputs, strict=True))
     assert torch.equal(loaded.targets, whole.targets)
+
+
+class _NumpyScalarState(TabularClassification):
+    """A user's fit_streamed/fit that keeps a numpy scalar (``x.mean()`` of an array) in the state."""
+
+    def fit_streamed(self, stats, schema):
+        return {**super().fit_streamed(stats, schema), "scale": np.float32(2.0)}
+
+
+class _IntKeyedState(TabularClassification):
+    """A state keyed by ints: JSON turns 0 into "0", so the loaded state would no longer be the fitted one."""
+
+    def fit_streamed(self, stats, schema):
+        return {**super().fit_streamed(stats, schema), "weights": {0: 1.0, 1: 2.0}}
+
+
+@pytest.mark.parametrize("task, named", [
+    (_NumpyScalarState(), r"state\['scale'\] is a numpy\.float32"),
+    (_IntKeyedState(), r"state\['weights'\] has the key 0 \(int\), which JSON turns into \"0\""),
+])
+def test_a_state_that_is_not_plain_json_is_named_with_the_part_that_made_it(tmp_path, task, named):
+    # Before: "Object of type float32 is not JSON serializable" (nothing named), or the int keys silently
+    # became strings in preprocessing.json, so every later step saw another state than the fitted one.
+    data = pd.concat([generate_day(d, 300, 0, False, key_offset=d * 300) for d in range(2)], ignore_index=True)
+    schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])
+    with pytest.raises(ConfigError, match=rf"task 'tabular_classification': fit returned a state that is not plain JSON "
+                                        rf"\({named}\)"):
+        _write(tmp_path, data, schema, task, 400)
+
+
+def test_a_task_column_missing_from_the_data_names_the_setting_that_picks_it():
+    """Before: the error listed the feature columns but not how to name the task's column."""
+    from components.data.snapshot import Schema
+    from components.errors import UserError
+
+    schema = Schema(label=None, key="doc_id", numeric=[], categorical=["body"], classes=[])
+    with pytest.raises(UserError, match=r"column\(s\) text.*feature columns: body.*--set data\.text_column=COLUMN"):
+        schema.with_task_columns(["text"])

@@ -92,3 +92,29 @@ def test_distinct_count_is_exact_below_k_and_close_above():
     one = DistinctCount(2000).add(value_hashes(big))
     assert np.array_equal(halves.hashes, one.hashes)
     assert abs(one.estimate() / 200_000 - 1) < 4 / np.sqrt(2000 - 2)
+
+
+def test_an_integer_category_is_one_category_whether_its_batch_holds_it_as_int_or_float():
+    # A batch with a null holds the integer codes as float64 (17.0): streamed, the counts were split in two.
+    codes = np.random.default_rng(0).integers(1, 6, 3000)
+    as_float = pd.Series(codes[1000:], dtype="float64")
+    as_float.iloc[0] = np.nan
+    acc = TableStats.for_columns([], ["store"])
+    acc.add(pd.DataFrame({"store": codes[:1000]}))
+    acc.add(pd.DataFrame({"store": as_float}))
+    expected = pd.Series(np.concatenate([codes[:1000], codes[1001:]])).value_counts()
+    assert acc.categorical["store"].frequencies() == {str(k): int(v) for k, v in expected.items()}
+
+
+def test_column_totals_of_a_numeric_column_with_an_all_null_batch_equal_pandas_over_every_row():
+    from components.data.stream_stats import ColumnTotals
+
+    # A partition whose writer saw only nulls stores Arrow's null type: the batch reads as object, all None.
+    batches = [pd.Series([1.5, 7.0, np.nan]), pd.Series([None, None], dtype=object), pd.Series([-2.0, 3.0])]
+    totals = ColumnTotals()
+    for b in batches:
+        totals.add(b, len(b))
+    every_row = pd.to_numeric(pd.concat(batches, ignore_index=True))
+    assert totals.numeric  # before: the all-null batch made it a text column, so no exact range check was made
+    assert (totals.min, totals.max, totals.nulls, totals.rows) == (every_row.min(), every_row.max(),
+                                                                   int(every_row.isna().sum()), len(every_row))

@@ -42,3 +42,18 @@ def test_an_empty_test_split_takes_the_example_from_train(snapshot_and_model, tm
     example = _example(build_pyfunc_model(model, snapshot, tmp_path / "pyfunc"))
     expected = train[snapshot.schema.all_features].head(5).reset_index(drop=True)
     pd.testing.assert_frame_equal(example, expected, check_dtype=False)
+
+
+def test_the_registered_pyfunc_answers_on_the_callers_index(snapshot_and_model, tmp_path):
+    # Before: the output had a fresh 0..n-1 index, so `frame["p"] = model.predict(frame)[cls]` on a filtered
+    # frame (index 0, 4, 5, 21, ...) silently put NaN or another row's probability on most rows.
+    import mlflow.pyfunc
+
+    snapshot, model = snapshot_and_model
+    pyfunc = mlflow.pyfunc.load_model(str(build_pyfunc_model(model, snapshot, tmp_path / "pyfunc")))
+    test = snapshot.frame("test")[snapshot.schema.all_features]
+    whole = pyfunc.predict(test)
+    some = test[test["region"] == test["region"].iloc[0]].iloc[::-1]  # filtered and reordered
+    served = pyfunc.predict(some)
+    assert list(served.index) == list(some.index)
+    pd.testing.assert_frame_equal(served, whole.loc[some.index], check_exact=False, rtol=1e-5)

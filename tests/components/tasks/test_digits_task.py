@@ -68,7 +68,7 @@ def test_sanity_gate_runs_on_the_cnn_and_passes(digits, tmp_path):
     checks = {c.name: c for c in result.checks}
     for name in ("init_loss_uniform", "init_loss_prior", "input_dependence", "gradients_flow", "batch_independence",
                  "batch_independence_train_mode", "overfit_one_batch", "loss_decreases", "beats_zero_input_baseline",
-                 "first_batch_roundtrip"):
+                 "first_batch_roundtrip", "task_outputs"):
         assert checks[name].passed, (name, checks[name].message)
     dump = json.loads((tmp_path / "first_batch.json").read_text())
     assert dump["inputs"][0]["shape"] == [32, 1, 8, 8] and len(dump["rows"][0]["pixels"]) == 64

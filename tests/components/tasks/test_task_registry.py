@@ -133,3 +133,72 @@ def test_task_section_survives_the_json_round_trip():
     config = load_config(None, ["task.entrypoint=pkg.mod:factory", "task.options.width=8"])
     again = Config.from_json(config.to_json())
     assert again.task.entrypoint == "pkg.mod:factory" and again.task.options == {"width": 8}
+
+
+def test_a_factory_returning_the_class_instead_of_an_instance_is_named(user_module):
+    # Before: accepted (a class has every method), then validation failed with
+    # "DigitsTask.own_columns() missing 1 required positional argument: 'schema'".
+    user_module("user_task_class", """
+        from components.tasks.tabular import TabularClassification
+        def make_task(**options):
+            return TabularClassification
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_class:make_task"])
+    with pytest.raises(TaskError, match="returned the class TabularClassification, not an instance of it.*"
+                                        "return TabularClassification\\(\\.\\.\\.\\)"):
+        load_task(config.task)
+
+
+_TASK_WITH_METRICS = """
+    from components.tasks import Metric
+    from components.tasks.tabular import TabularClassification
+    class Declared(TabularClassification):
+        metrics = ({metrics})
+    def make_task(**options):
+        return Declared()
+"""
+
+
+def test_a_metric_whose_direction_contradicts_its_name_is_named(user_module):
+    # Before: accepted, and the blessing judged log loss as better when higher (a worse candidate passes a
+    # change rule, a good first model fails the 'baseline' floor).
+    user_module("user_task_direction", _TASK_WITH_METRICS.format(
+        metrics='Metric("accuracy", True), Metric("log_loss", True)'))
+    config = load_config(None, ["task.entrypoint=user_task_direction:make_task"])
+    with pytest.raises(TaskError, match="metric 'log_loss' is declared higher_is_better=True, but its name says lower "
+                                        "is better.*higher_is_better=False"):
+        load_task(config.task)
+
+
+def test_metric_names_that_say_nothing_or_negate_keep_the_declared_direction(user_module):
+    user_module("user_task_free_names", _TASK_WITH_METRICS.format(
+        metrics='Metric("accuracy", True), Metric("neg_log_loss", True), Metric("dice", True), Metric("ece", False)'))
+    config = load_config(None, ["task.entrypoint=user_task_free_names:make_task"])
+    assert [m.higher_is_better for m in load_task(config.task).metrics] == [True, True, True, False]
+
+
+_TASK_WITHOUT_BASELINE = """
+    import numpy as np
+    from components.tasks import TaskBase
+    from components.tasks.tabular import TabularClassification
+    class NoBaseline(TabularClassification):  # a user's task: everything but the optional baseline
+        baseline = TaskBase.baseline
+    def make_task(**options):
+        return NoBaseline()
+"""
+
+
+def test_a_baseline_rule_for_a_task_without_a_baseline_is_a_config_error(user_module):
+    # Before: accepted; every first model was then 'not blessed' after training, with the reason
+    # "accuracy: no interval against the prior predictor".
+    from components.tasks import check_evaluation_metrics
+
+    user_module("user_task_no_baseline", _TASK_WITHOUT_BASELINE)
+    config = load_config(None, ["task.entrypoint=user_task_no_baseline:make_task"])
+    with pytest.raises(ConfigError, match="'evaluate.thresholds.accuracy.value': 'baseline' needs the task's trivial "
+                                          "predictor, and task 'tabular_classification' has none.*value=0.9"):
+        check_evaluation_metrics(load_task(config.task), config.evaluate)
+    absolute = load_config(None, ["task.entrypoint=user_task_no_baseline:make_task",
+                                  "evaluate.thresholds.accuracy.value=0.9", "evaluate.thresholds.log_loss.value=0.5"])
+    check_evaluation_metrics(load_task(absolute.task), absolute.evaluate)
+    check_evaluation_metrics(load_task(Config().task), Config().evaluate)  # the built-in has a baseline

@@ -157,6 +157,9 @@ def test_constant_and_id_like_features_are_warnings(tmp_path):
         ("empty", config(), ("no Parquet", "demo-data")),
         ("ok", Config.from_dict({"data": {"label": "target", "key": KEY}}), ("'target'", "data.label")),
         ("ok", config(suite_path="/no/such/suite.json"), ("/no/such/suite.json", "validation.suite_path")),
+        # Before: found by the evaluate step, after the whole training.
+        ("ok", Config.from_dict({"data": {"key": KEY}, "evaluate": {"slices": ["regoin"]}}),
+         ("evaluate.slices names column 'regoin'", "judged after training")),
     ],
 )
 def test_user_errors_are_one_paragraph_and_still_reported(tmp_path, setup, cfg, needles):

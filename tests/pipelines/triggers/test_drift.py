@@ -204,3 +204,20 @@ def test_psi_noise_bound_holds_its_level_under_the_same_distribution():
             p_values.append(psi_p_value(psi(e[keep], a[keep]), n, m, int(keep.sum())))
         assert 0.0 <= np.mean(np.array(p_values) < 0.01) <= 0.03, (n, m)
         assert 0.35 <= np.mean(np.array(p_values) < 0.5) <= 0.65, (n, m)
+
+
+def test_an_integer_coded_category_is_not_drift_when_a_null_makes_the_window_float():
+    rng = np.random.default_rng(0)
+    schema = Schema(label=None, key=None, numeric=["x"], categorical=["store"], classes=[])
+    reference = compute_reference_stats(pd.DataFrame({"x": rng.random(5000), "store": rng.integers(1, 6, 5000)}), schema)
+    window = pd.DataFrame({"x": rng.random(1000), "store": rng.integers(1, 6, 1000).astype("float64")})
+    window.loc[0, "store"] = np.nan  # one null: the column reads as float64 (1.0, 2.0, ...)
+    report = compute_drift(window, reference, WatchConfig())
+    assert not report.columns["store"].drifted, report.columns["store"].brief()  # before: unseen share 1.0
+    # A reference written before categories were keyed this way ("3.0") against integer rows: the same.
+    legacy = json.loads(json.dumps(reference))
+    legacy["categorical"]["store"]["frequencies"] = {f"{k}.0": v for k, v in reference["categorical"]["store"]["frequencies"].items()}
+    assert not compute_drift(window.fillna(1).astype({"store": "int64"}), legacy, WatchConfig()).columns["store"].drifted
+    # Real drift in such a column still fires.
+    assert compute_drift(window.assign(store=np.where(rng.random(1000) < 0.7, 1.0, window["store"])), reference,
+                         WatchConfig()).columns["store"].drifted

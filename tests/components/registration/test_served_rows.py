@@ -1,0 +1,33 @@
+"""Registration refuses a model whose served output (what the registered pyfunc returns) does not hold one row per
+input row: no version is created, the champion is unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mlflow
+import pytest
+
+from components.models import export
+from components.tasks.outputs import TaskOutputError
+from components.tracking import local_tracking_uri
+from tests.components.evaluation.test_row_alignment import Wrapped
+from tests.components.registration.test_register import _cycle, models  # noqa: F401
+from tests.fixtures.registry import fast_config
+
+
+def test_a_model_serving_one_row_less_is_not_registered(models, tmp_path, monkeypatch):  # noqa: F811
+    config = fast_config()
+    _, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    loaded = export.load_model_export
+
+    def serving_one_row_less(path):
+        model = loaded(path)
+        return dataclasses.replace(model, task=Wrapped(
+            model.task, serve=lambda net, frame, state: model.task.serve(net, frame, state).iloc[:-1]))
+
+    monkeypatch.setattr(export, "load_model_export", serving_one_row_less)
+    with pytest.raises(TaskOutputError, match=r"serve returned 4 row\(s\) for a frame of 5 row\(s\)"):
+        register()
+    client = mlflow.MlflowClient(local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path))
+    assert client.search_model_versions(f"name='{config.registry.model_name}'") == []
