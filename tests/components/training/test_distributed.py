@@ -257,3 +257,15 @@ def test_a_crash_after_the_last_save_is_marked_still_ends_with_the_true_index(re
     assert index["checkpoints"] == expected["checkpoints"] and index["best_step"] == expected["best_step"]
     assert resumed.best_step == index["best_step"]
     assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {index["best_step"], 8}
+
+
+def test_a_checkpoint_trained_on_other_data_is_refused(reference, tmp_path):
+    """The worker itself compares the data fingerprint (the pipeline and cluster restarts hand it a snapshot
+    directory; only `ctpipe train` checked it before)."""
+    import shutil
+
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=210, seed=5)
+    other = build_snapshot(str(tmp_path / "data"), tiny_config(), tmp_path / "snapshot")
+    shutil.copytree(reference[1], tmp_path / "ckpt")
+    with pytest.raises(TrainingError, match=r"exited with code 2.*data\.fingerprint: checkpoint \w+, now \w+"):
+        _train(str(other.root), tmp_path / "ckpt")
