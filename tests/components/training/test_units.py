@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from components.config import load_config
-from components.errors import ConfigError
+from components.errors import ConfigError, TrainingError
 from components.training import checkpointing as ckpt
 from components.training.data import BatchStream
 from components.training.schedule import build_scheduler, lr_multiplier
@@ -226,3 +226,35 @@ def test_a_non_finite_validation_metric_ranks_last_and_never_costs_the_best_chec
     entries.append(ckpt.IndexEntry(4, {metric: values[best] + (0.1 if mode == "min" else -0.1), "val_loss": 1.0}))
     ckpt.apply_retention(tmp_path, entries, keep_best=1, metric=metric, mode=mode)
     assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {best, 4}
+
+
+class _RunsCode:
+    """Pickles as a call of ``exec``: what a tampered ``.metadata`` on a shared volume could hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def test_a_checkpoint_whose_metadata_would_run_code_is_refused_without_running_it(tmp_path):
+    """DCP reads a checkpoint's `.metadata` with plain pickle.load: before, loading a checkpoint (resume,
+    selection's export) executed whatever a tampered file named. Now only DCP's metadata classes, torch sizes,
+    dtypes and layouts, and paths may appear in it; anything else is refused before it is called."""
+    import pickle
+
+    model = nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    path = ckpt.save_checkpoint(tmp_path, 1, model=model, optimizer=opt, rank_state={}, meta={"step": 1}, rank=0)
+    fresh = nn.Linear(2, 2)
+    ckpt.load_model_weights(path, fresh)  # a real checkpoint's metadata loads
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in model.state_dict().items())
+
+    marker = tmp_path / "code-ran"
+    (path / ".metadata").write_bytes(pickle.dumps(_RunsCode(marker)))
+    for load in (lambda: ckpt.load_model_weights(path, nn.Linear(2, 2)),
+                 lambda: ckpt.load_checkpoint(path, model=fresh, optimizer=torch.optim.AdamW(fresh.parameters()), rank=0)):
+        with pytest.raises(TrainingError, match="names builtins.exec, which a checkpoint never holds: refused"):
+            load()
+        assert not marker.exists()
