@@ -37,6 +37,7 @@ ATTEMPT_FIELDS = (
     "status", "attempt_claimed_at", "watcher_pid", "backend", "pid", "log", "run_id", "run_name", "started_at",
     "finished_at", "exit_code", "error", "user_error", "failure", "summary_path", "model_version", "settled_at",
     "stopped_leftovers", "marker", "failed_tasks", "state", "drift_report_mlflow_run", "drift_report_error",
+    "start_error",
 )  # fmt: skip
 # Decided per attempt by the watcher when it settles one; cleared when the next attempt is claimed.
 RETRY_FIELDS = ("next_attempt_after", "given_up", "decision")
@@ -87,7 +88,7 @@ class Ledger:
             if restart:
                 if current != attempt or record.get("status") != "starting":
                     return False
-                return bool(self._write_attempt(record, attempt, {"attempt_claimed_at": now, "watcher_pid": os.getpid()}))
+                return bool(self._write_attempt(record, attempt, {"attempt_claimed_at": now, "watcher_pid": os.getpid(), "start_error": None}))
             if current != attempt - 1 or record.get("status") in ACTIVE:
                 return False
             for key in (*ATTEMPT_FIELDS, *RETRY_FIELDS):

@@ -13,7 +13,7 @@ from pipelines.triggers.start import pid_alive
 # What each attempt shows of its record.
 ATTEMPT_KEYS = (
     "attempt", "status", "failure", "error", "pid", "run_id", "run_name", "exit_code", "model_version",
-    "attempt_claimed_at", "started_at", "finished_at", "settled_at", "stopped_leftovers", "log", "summary_path",
+    "attempt_claimed_at", "started_at", "finished_at", "settled_at", "stopped_leftovers", "log", "summary_path", "start_error",
 )  # fmt: skip
 
 
@@ -61,8 +61,9 @@ def format_versions(versions: list[dict[str, Any]]) -> str:
             outcome = a.get("status", "?") + (f" ({a['failure']})" if a.get("failure") else "")
             extra = f" -> model version {a['model_version']}" if a.get("model_version") else ""
             lines.append(f"    attempt {a.get('attempt')}: {outcome}, {where}{extra}")
-            if a.get("error"):
-                one_line = " / ".join(part.strip() for part in a["error"].splitlines() if part.strip())
+            if a.get("error") or a.get("start_error"):
+                error = a.get("error") or a["start_error"]
+                one_line = " / ".join(part.strip() for part in error.splitlines() if part.strip())
                 lines.append(f"      {one_line[:300]}")
         if v.get("decision") and v["state"] not in ("running", "starting", "trained"):
             lines.append(f"    -> {v['decision'][:400]}")

@@ -327,15 +327,17 @@ def _launch(ledger: Ledger, starter, state: DataState, trigger: str, attempt: in
             trigger=trigger, data_uri=state.data_uri, fingerprint=fingerprint, record_path=ledger.path(fingerprint)
         )
     except Exception as err:
+        from components.errors import UserError
+
+        message = f"the run could not be started: {type(err).__name__}: {err}"[:500]
         if attempt == 1:
             ledger.release(fingerprint)  # not started: a later check may try again
+        elif isinstance(err, UserError):
+            ledger.update_attempt(fingerprint, attempt, status="failed", user_error=True, error=message, finished_at=time.time())
         else:
-            from components.errors import UserError
-
-            ledger.update_attempt(
-                fingerprint, attempt, status="failed", user_error=isinstance(err, UserError),
-                error=f"the run could not be started: {type(err).__name__}: {err}"[:500], finished_at=time.time(),
-            )  # fmt: skip
+            # The request may have created the run before it failed (a timeout): the next check starts this
+            # attempt again under the same run name, which re-attaches to such a run instead of adding one.
+            ledger.update_attempt(fingerprint, attempt, start_error=message)
         raise
     with ledger.locked():
         current = ledger.get(fingerprint) or {}

@@ -486,3 +486,33 @@ def test_watchers_racing_on_a_fresh_home_create_its_tracking_store_once(site, tm
         p.join(120)
     assert [p.exitcode for p in procs] == [0, 0, 0]
     assert sorted(out.read_text().split()) == ["none", "none", "run"]
+
+
+def test_a_retry_whose_start_errs_after_kfp_created_its_run_is_reattached_not_run_twice(site, kfp):
+    """The create request of attempt 2 reaches KFP but its answer is lost (a timeout, a dropped connection):
+    the next check must re-attach to that run by its name, not start attempt 3 beside it."""
+    from pipelines.triggers.start import KfpStarter
+
+    data, home = site
+    server, client = kfp
+    starter = KfpStarter(client, experiment="ctpipe")
+    first = check(site, starter, "watch.retry_backoff_seconds=0")
+    server.state.fail_run(first.run["run_id"], {"train": "OOMKilled (exit code 137)"})
+    real_run_pipeline = client.run_pipeline
+
+    def created_then_timed_out(*args, **kwargs):
+        real_run_pipeline(*args, **kwargs)
+        raise TimeoutError("read timed out")
+
+    client.run_pipeline = created_then_timed_out
+    with pytest.raises(TimeoutError):
+        check(site, starter, "watch.retry_backoff_seconds=0")
+    client.run_pipeline = real_run_pipeline
+    name = f"ctpipe-new_data-{first.fingerprint[:16]}-attempt-2"
+    assert len([r for r in server.state.runs.values() if r["display_name"] == name]) == 1
+    again = check(site, starter, "watch.retry_backoff_seconds=0")
+    record = Ledger(home).get(first.fingerprint)
+    running = [r for r in server.state.runs.values() if r["state"] in ("PENDING", "RUNNING")]
+    assert [r["display_name"] for r in running] == [name], "two runs of one data version at once"
+    assert (again.action, record["attempt"], record["status"]) == ("run", 2, "running")
+    assert record["run_id"] == running[0]["run_id"]
