@@ -12,10 +12,49 @@ def private_name(prefix: str) -> str:
     return f"{prefix}.{os.getpid()}.{threading.get_ident()}"
 
 
+def write_synced(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` and flush it to the disk (a power loss then cannot leave it empty)."""
+    with open(path, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def sync_dir(directory: Path) -> None:
+    """Make a rename or link in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to a private temporary file, then rename it over ``path``: readers see whole files."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(private_name(f".{path.name}") + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        write_synced(tmp, text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # left only when the write failed (a full disk)
+    sync_dir(path.parent)
+
+
+def create_exclusive_text(path: str | Path, text: str) -> bool:
+    """Create ``path`` holding ``text``, whole or not at all; False when it exists. The text is written to a
+    private file first and hard-linked to ``path`` (atomic, and fails when ``path`` exists, on NFS too), so
+    no reader, and no crash or full disk, ever leaves a partial file at ``path``."""
+    path = Path(path)
+    tmp = path.with_name(private_name(f".{path.name}") + ".tmp")
+    try:
+        write_synced(tmp, text)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    sync_dir(path.parent)
+    return True

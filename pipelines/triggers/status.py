@@ -19,8 +19,15 @@ ATTEMPT_KEYS = (
 
 def list_versions(home: str | Path) -> list[dict[str, Any]]:
     """Every data version in the ledger, newest claim first, with its state and attempts."""
-    records = sorted(Ledger(home).records(), key=lambda r: r.get("claimed_at", 0), reverse=True)
-    versions = []
+    ledger = Ledger(home)
+    records = sorted(ledger.records(), key=lambda r: r.get("claimed_at", 0), reverse=True)
+    # Unreadable records first: the watcher starts nothing for their data versions until they are removed.
+    versions = [
+        {"fingerprint": path.stem, "state": "unreadable", "trigger": None, "data_uri": None, "claimed_at": None,
+         "attempts": [], "decision": f"{path} is not valid JSON: check for a run of it, then delete the file",
+         "next_attempt_after": None}
+        for path in ledger.unreadable()
+    ]  # fmt: skip
     for index, record in enumerate(records):
         alive = None
         if record.get("status") in ACTIVE and record.get("backend") == "local" and record.get("pid") is not None:

@@ -516,3 +516,51 @@ def test_a_retry_whose_start_errs_after_kfp_created_its_run_is_reattached_not_ru
     assert [r["display_name"] for r in running] == [name], "two runs of one data version at once"
     assert (again.action, record["attempt"], record["status"]) == ("run", 2, "running")
     assert record["run_id"] == running[0]["run_id"]
+
+
+def test_a_claim_cut_short_leaves_no_record_that_blocks_its_data_version(site, monkeypatch):
+    """The disk fills up (or the watcher is killed) while the claim's record is written: the data version
+    must not stay 'already started' by a half-written record forever; the next check starts it."""
+    import errno
+    import types
+
+    from pipelines.triggers import ledger as ledger_module
+    from pipelines.triggers.start import FunctionStarter
+
+    data, home = site
+
+    def full_disk_dump(obj, handle, **kwargs):
+        handle.write(json.dumps(obj)[:10])  # part of it reaches the file, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_disk_dumps(obj, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    failing = types.SimpleNamespace(dump=full_disk_dump, dumps=full_disk_dumps, loads=json.loads)
+    monkeypatch.setattr(ledger_module, "json", failing)
+    with pytest.raises(OSError, match="No space left"):
+        check(site, FunctionStarter(lambda **kw: "started"))
+    monkeypatch.setattr(ledger_module, "json", json)
+    assert list((home / "watch" / "ledger").glob("*.json")) == []
+    again = check(site, FunctionStarter(lambda **kw: "started"))
+    assert (again.action, again.run["status"]) == ("run", "succeeded")
+
+
+def test_an_unreadable_ledger_record_is_a_clear_error_not_a_run_already_started(site, capsys):
+    """A record left empty or garbled (a watcher killed mid-claim by an older ctpipe, a power loss, an edit
+    by hand) said 'already started at 1970-01-01' at every check: the data version was silently never
+    trained. It is an error naming the file and what to do, and --status lists it."""
+    from components.errors import UserError
+    from pipelines.triggers.new_data import data_state
+    from pipelines.triggers.start import FunctionStarter
+
+    data, home = site
+    fingerprint = data_state(str(data)).fingerprint
+    path = Ledger(home).path(fingerprint)
+    path.write_text('{"fingerprint": "')
+    with pytest.raises(UserError, match="unreadable") as caught:
+        check(site, FunctionStarter(lambda **kw: "started"))
+    assert str(path) in str(caught.value) and "delete" in str(caught.value)
+    assert main(["watch", "--status", "--home", str(home)]) == 0
+    listed = capsys.readouterr().out
+    assert fingerprint[:12] in listed and "unreadable" in listed
