@@ -36,7 +36,7 @@ from pipelines.triggers.atomic import atomic_write_text, create_exclusive_text
 ACTIVE = ("starting", "running")
 # What belongs to one attempt (top level mirrors the current attempt's values).
 ATTEMPT_FIELDS = (
-    "status", "attempt_claimed_at", "watcher_pid", "backend", "pid", "log", "run_id", "run_name", "started_at",
+    "status", "attempt_claimed_at", "watcher_pid", "backend", "pid", "host", "log", "run_id", "run_name", "started_at",
     "finished_at", "exit_code", "error", "user_error", "failure", "summary_path", "model_version", "settled_at",
     "stopped_leftovers", "marker", "failed_tasks", "state", "drift_report_mlflow_run", "drift_report_error",
     "start_error",

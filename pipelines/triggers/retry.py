@@ -141,7 +141,8 @@ def next_step(record: dict[str, Any], now: float) -> NextStep:
 def already_started(record: dict[str, Any]) -> str:
     return (
         f"a run for this data fingerprint was already started at {_utc(record.get('claimed_at', 0))} (trigger "
-        f"{record.get('trigger')}, attempt {record.get('attempt', 1)}, status {record.get('status')}); a "
+        f"{record.get('trigger')}, attempt {record.get('attempt', 1)}, status {record.get('status')}"
+        f"{', on ' + record['host'] if record.get('host') else ''}); a "
         "fingerprint starts one run at a time, and again only after a failure that was not the user's"
     )
 

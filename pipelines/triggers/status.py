@@ -8,11 +8,11 @@ from typing import Any
 
 from pipelines.triggers.ledger import ACTIVE, Ledger
 from pipelines.triggers.retry import version_state
-from pipelines.triggers.start import pid_alive
+from pipelines.triggers.start import on_another_host, pid_alive
 
 # What each attempt shows of its record.
 ATTEMPT_KEYS = (
-    "attempt", "status", "failure", "error", "pid", "run_id", "run_name", "exit_code", "model_version",
+    "attempt", "status", "failure", "error", "pid", "host", "run_id", "run_name", "exit_code", "model_version",
     "attempt_claimed_at", "started_at", "finished_at", "settled_at", "stopped_leftovers", "log", "summary_path", "start_error",
 )  # fmt: skip
 
@@ -30,7 +30,8 @@ def list_versions(home: str | Path) -> list[dict[str, Any]]:
     ]  # fmt: skip
     for index, record in enumerate(records):
         alive = None
-        if record.get("status") in ACTIVE and record.get("backend") == "local" and record.get("pid") is not None:
+        local = record.get("backend") == "local" and record.get("pid") is not None and not on_another_host(record)
+        if record.get("status") in ACTIVE and local:
             alive = pid_alive(int(record["pid"]))  # a killed run still says "running" until a check settles it
         versions.append(
             {
@@ -64,7 +65,7 @@ def format_versions(versions: list[dict[str, Any]]) -> str:
             f"{len(v['attempts'])}"
         )
         for a in v["attempts"]:
-            where = f"pid {a['pid']}" if a.get("pid") else (f"KFP run {a['run_id']}" if a.get("run_id") else "not started")
+            where = f"pid {a['pid']}" + (f" on {a['host']}" if a.get("host") else "") if a.get("pid") else (f"KFP run {a['run_id']}" if a.get("run_id") else "not started")
             outcome = a.get("status", "?") + (f" ({a['failure']})" if a.get("failure") else "")
             extra = f" -> model version {a['model_version']}" if a.get("model_version") else ""
             lines.append(f"    attempt {a.get('attempt')}: {outcome}, {where}{extra}")

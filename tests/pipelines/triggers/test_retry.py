@@ -564,3 +564,33 @@ def test_an_unreadable_ledger_record_is_a_clear_error_not_a_run_already_started(
     assert main(["watch", "--status", "--home", str(home)]) == 0
     listed = capsys.readouterr().out
     assert fingerprint[:12] in listed and "unreadable" in listed
+
+
+def test_a_local_run_on_another_machine_is_not_judged_lost_by_a_watcher_here(site, monkeypatch, capsys):
+    """Two machines share the home (NFS, as documented): a watcher on machine B cannot see machine A's
+    processes. It used to settle A's running attempt as lost and start a second run of the data version."""
+    import socket
+
+    from pipelines.triggers import start as start_module
+    from pipelines.triggers import status as status_module
+
+    data, home = site
+    monkeypatch.setattr(socket, "gethostname", lambda: "machine-a")
+    try:
+        first = check(site, ScriptStarter(home, RUNNING))
+        wait_for(lambda: len(started_pids(home)) == 1 and Ledger(home).get(first.fingerprint)["status"] == "running")
+        # Machine B: its own name, and A's processes are not in its process table (nor /proc).
+        monkeypatch.setattr(socket, "gethostname", lambda: "machine-b")
+        monkeypatch.setattr(start_module, "pid_alive", lambda pid: False)
+        monkeypatch.setattr(status_module, "pid_alive", lambda pid: False)
+        monkeypatch.setattr(start_module, "marked_processes", lambda marker: [])
+        later = check(site, ScriptStarter(home, RUNNING), "watch.retry_backoff_seconds=0", now=time.time() + 3600)
+        assert later.action == "none" and "machine-a" in later.reason
+        assert len(started_pids(home)) == 1
+        record = Ledger(home).get(first.fingerprint)
+        assert (record["attempt"], record["status"], record["host"]) == (1, "running", "machine-a")
+        assert main(["watch", "--status", "--home", str(home)]) == 0
+        listed = capsys.readouterr().out
+        assert "lost?" not in listed and "running" in listed and "machine-a" in listed
+    finally:
+        stop_everything(home)
