@@ -594,3 +594,23 @@ def test_a_local_run_on_another_machine_is_not_judged_lost_by_a_watcher_here(sit
         assert "lost?" not in listed and "running" in listed and "machine-a" in listed
     finally:
         stop_everything(home)
+
+
+def test_deleting_the_record_of_a_cancelled_kfp_run_starts_it_again_as_the_decision_says(site, kfp):
+    """'Delete its ledger record so that the watcher does' (start it again): on KFP the next claim re-attached
+    to the old run of the same name, which was cancelled (or failed), so nothing ever ran again."""
+    from pipelines.triggers.start import KfpStarter
+
+    data, home = site
+    server, client = kfp
+    starter = KfpStarter(client, experiment="ctpipe")
+    first = check(site, starter)
+    server.state.set_run_state(first.run["run_id"], "CANCELED")
+    cancelled = check(site, starter)
+    assert cancelled.action == "none" and "delete its ledger record" in cancelled.reason
+    Ledger(home).path(first.fingerprint).unlink()
+    again = check(site, starter)
+    assert again.action == "run" and again.run["run_id"] != first.run["run_id"]
+    assert server.state.runs[again.run["run_id"]]["state"] in ("PENDING", "RUNNING")
+    assert check(site, starter).action == "none"  # and that new run is followed, not cancelled again
+    assert Ledger(home).get(first.fingerprint)["status"] == "running"
