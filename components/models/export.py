@@ -1,5 +1,9 @@
 """The single-file model export: weights, the task that built the model, its config and train-split statistics.
 
+It also records the whole config the task's ``build_model`` was given (``build_config``), so a task that
+reads more than ``model`` gets the same network back. Exports written before it was recorded load as
+before (a config of ``model`` alone).
+
 Everything in the file is a plain container of str/int/float/bool/list/dict and tensors, so it loads
 with ``torch.load(weights_only=True)``: reading a model never executes code from the file. Loading does
 import the task's module (``task.entrypoint``) to rebuild the network, as every step does.
@@ -62,13 +66,22 @@ def save_model_export(
     task_record: dict[str, Any],
     state: dict[str, Any],
     metadata: dict[str, Any] | None = None,
+    build_config: Config | None = None,
 ) -> str:
-    """Write the export atomically and return its SHA-256."""
+    """Write the export atomically and return its SHA-256.
+
+    ``build_config`` is the config the network was built from (default: ``model_config`` alone); its model
+    section must be ``model_config``."""
+    build_config = build_config or Config(model=model_config)
+    if build_config.model != model_config:
+        raise ValueError(f"build_config.model {build_config.model} is not the exported model_config {model_config}")
     payload = {
         "format": EXPORT_FORMAT,
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in state_dict.items()},
         "model_config": asdict(model_config),
         "task": dict(task_record),
+        # JSON text: plain values only, so the file still loads with weights_only.
+        "build_config": build_config.to_json(),
         # The task's train-split statistics (for the tabular task: the preprocessing).
         "preprocessing": state,
         "metadata": dict(metadata or {}),
@@ -81,9 +94,9 @@ def save_model_export(
     return hashlib.sha256(target.read_bytes()).hexdigest()
 
 
-def build_exported_network(task: Task, model_config: ModelConfig, state: dict[str, Any]) -> nn.Module:
-    """The task's network for this model config and state (the task may also read its own options)."""
-    return task.build_model(Config(model=model_config), state)
+def build_exported_network(task: Task, build_config: Config, state: dict[str, Any]) -> nn.Module:
+    """The task's network for this config and state: the whole config, as training gave it to ``build_model``."""
+    return task.build_model(build_config, state)
 
 
 def load_model_export(path: str | Path) -> ExportedModel:
@@ -95,7 +108,9 @@ def load_model_export(path: str | Path) -> ExportedModel:
     record = payload.get("task") or {"name": DEFAULT_TASK, "entrypoint": None, "options": {}}
     task = load_task(record)
     state = payload["preprocessing"]
-    model = build_exported_network(task, cfg, state)
+    # An export written before build_config was recorded is rebuilt as it always was: from its model section.
+    build_config = Config.from_json(payload["build_config"]) if "build_config" in payload else Config(model=cfg)
+    model = build_exported_network(task, build_config, state)
     model.load_state_dict(payload["state_dict"])
     model.float().eval()
     return ExportedModel(model, cfg, task, state, payload["metadata"], record)
