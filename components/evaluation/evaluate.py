@@ -22,6 +22,7 @@ from components.data.snapshot import load_snapshot
 from components.errors import DataValidationError
 from components.evaluation.blessing import Check
 from components.evaluation.card import Lineage, write_model_card
+from components.evaluation.champion_task import other_task_error
 from components.evaluation.judgement import judge_candidate
 from components.evaluation.metrics import Interval, confusion_matrix, roc_curve
 from components.evaluation.scoring import score_batches
@@ -118,6 +119,8 @@ def evaluate_candidate(
     check_class_predictions(task, p_cand, classes)  # the confusion matrix and ROC below read them so
     if champion_model is not None:
         champion.error, champion.probabilities = scored.champion_error, scored.champion
+        if champion.error:
+            champion.error = other_task_error(candidate, champion_model, champion.error)
     p_champ = champion.probabilities
     split_check = scored.overlap
     if split_check is not None and not split_check.ok:
