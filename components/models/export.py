@@ -1,8 +1,10 @@
 """The single-file model export: weights, the task that built the model, its config and train-split statistics.
 
 It also records the whole config the task's ``build_model`` was given (``build_config``), so a task that
-reads more than ``model`` gets the same network back. Exports written before it was recorded load as
-before (a config of ``model`` alone).
+reads more than ``model`` gets the same network back, and the identity of the task's code (``task_code``:
+entrypoint, distribution version, source digest; ``components/tasks/code_identity.py``), so evaluation can
+say when the code that scores a champion is not the code it was trained with. Exports written before these
+were recorded load as before (a config of ``model`` alone; no task code).
 
 Everything in the file is a plain container of str/int/float/bool/list/dict and tensors, so it loads
 with ``torch.load(weights_only=True)``: reading a model never executes code from the file. Loading does
@@ -24,6 +26,7 @@ from torch import nn
 
 from components.config import Config, ModelConfig
 from components.tasks import Task, load_task
+from components.tasks.code_identity import task_code_identity
 from components.tasks.registry import DEFAULT_TASK
 
 EXPORT_FORMAT = "ctpipe.model/v1"
@@ -39,6 +42,7 @@ class ExportedModel:
     state: dict[str, Any]
     metadata: dict[str, Any]
     task_record: dict[str, Any]
+    task_code: dict[str, Any] | None = None  # None: exported before the task code was recorded
 
     @property
     def classes(self) -> list[str]:
@@ -80,6 +84,7 @@ def save_model_export(
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in state_dict.items()},
         "model_config": asdict(model_config),
         "task": dict(task_record),
+        "task_code": task_code_identity(dict(task_record)),
         # JSON text: plain values only, so the file still loads with weights_only.
         "build_config": build_config.to_json(),
         # The task's train-split statistics (for the tabular task: the preprocessing).
@@ -113,4 +118,4 @@ def load_model_export(path: str | Path) -> ExportedModel:
     model = build_exported_network(task, build_config, state)
     model.load_state_dict(payload["state_dict"])
     model.float().eval()
-    return ExportedModel(model, cfg, task, state, payload["metadata"], record)
+    return ExportedModel(model, cfg, task, state, payload["metadata"], record, payload.get("task_code"))

@@ -100,3 +100,68 @@ def test_a_champion_of_another_task_is_named_with_both_tasks_and_the_fix(world, 
     assert "task 'tabular_classification' (built-in)" in first
     assert "its own registry.model_name" in first
     assert json.loads((tmp_path / "blessing.json").read_text())["champion_error"].startswith(first.split(";")[0])
+
+
+USER_TASK = textwrap.dedent('''
+    from components.tasks.tabular import TabularClassification
+
+
+    class UserTabular(TabularClassification):
+        name = "user_tabular"
+
+
+    def make_task(**options):
+        return UserTabular()
+''')
+
+
+def test_a_champion_scored_by_other_task_code_than_it_was_trained_with_is_said_plainly_not_blocked(
+        world, tmp_path, user_task):
+    user_task("user_tabular", USER_TASK)
+    config, uri = fast_config(), local_tracking_uri(tmp_path)
+    (tmp_path / "champ").mkdir()
+    champion = export_as_task(world["good"], tmp_path / "champ" / "model.pt", "user_tabular:make_task")
+    recorded = torch.load(champion, weights_only=True)["task_code"]
+    assert recorded["name"] == "user_tabular" and recorded["entrypoint"] == "user_tabular:make_task"
+    make_champion(uri, config, champion)
+    # Between the champion's training and today, the user changed their task's code.
+    (tmp_path / "user_tabular.py").write_text(USER_TASK + "\nSCALE = 2.0  # a changed preprocessing\n")
+
+    result = evaluate(world, tmp_path, config, uri)
+    assert result.champion_metrics is not None  # scored and compared, not blocked
+    blessing = json.loads((tmp_path / "blessing.json").read_text())
+    assert blessing["champion_error"] is None
+    code = blessing["champion_task_code"]
+    assert code["same"] is False and code["recorded"] == recorded
+    assert code["scoring"]["source_sha256"] != recorded["source_sha256"]
+    note = next(r for r in result.reasons if "was trained with task code" in r)
+    assert note.startswith("champion version 1 was trained with task code user_tabular:make_task")
+    assert recorded["source_sha256"][:12] in note and code["scoring"]["source_sha256"][:12] in note
+    assert note.endswith("its score is what today's code makes of its weights")
+    assert note in (tmp_path / "card.md").read_text()
+    assert blessing["task_code"]["entrypoint"] == "components.tasks.tabular:make_task"
+
+
+def test_a_champion_scored_by_its_own_task_code_gets_no_note(world, tmp_path):
+    config, uri = fast_config(), local_tracking_uri(tmp_path)
+    (tmp_path / "champ").mkdir()
+    champion = make_model(world["snap"], tmp_path / "champ" / "model.pt", steps=40, seed=1)
+    make_champion(uri, config, champion)
+    result = evaluate(world, tmp_path, config, uri)
+    code = json.loads((tmp_path / "blessing.json").read_text())["champion_task_code"]
+    assert code["same"] is True and code["note"] is None
+    assert not any("task code" in r for r in result.reasons)
+    assert "champion's task code: the code it was trained with" in (tmp_path / "card.md").read_text()
+
+
+def test_a_champion_exported_before_task_code_was_recorded_says_so(world, tmp_path):
+    config, uri = fast_config(), local_tracking_uri(tmp_path)
+    (tmp_path / "champ").mkdir()
+    payload = torch.load(world["good"], weights_only=True)
+    del payload["task_code"], payload["build_config"]  # as exported before either was recorded
+    torch.save(payload, tmp_path / "champ" / "model.pt")
+    make_champion(uri, config, tmp_path / "champ" / "model.pt")
+    result = evaluate(world, tmp_path, config, uri)
+    assert result.champion_metrics is not None
+    assert any(r.startswith("task code of champion version 1 not recorded") for r in result.reasons)
+    assert json.loads((tmp_path / "blessing.json").read_text())["champion_task_code"]["same"] is None
