@@ -104,6 +104,14 @@ def build_exported_network(task: Task, build_config: Config, state: dict[str, An
     return task.build_model(build_config, state)
 
 
+def _recorded_build_config(payload: dict[str, Any], path: str | Path) -> Config:
+    """The config recorded in an export; a ValueError naming the file when this ctpipe cannot read it."""
+    try:
+        return Config.from_json(payload["build_config"])
+    except ValueError as err:  # e.g. written by a ctpipe with a config key this one does not have
+        raise ValueError(f"'{path}': the config its network was built from does not load with this ctpipe: {err}") from err
+
+
 def load_model_export(path: str | Path) -> ExportedModel:
     """Load an export safely (weights_only) and rebuild the model in eval mode, fp32, on CPU."""
     payload = torch.load(Path(path), map_location="cpu", weights_only=True)
@@ -114,7 +122,7 @@ def load_model_export(path: str | Path) -> ExportedModel:
     task = load_task(record)
     state = payload["preprocessing"]
     # An export written before build_config was recorded is rebuilt as it always was: from its model section.
-    build_config = Config.from_json(payload["build_config"]) if "build_config" in payload else Config(model=cfg)
+    build_config = _recorded_build_config(payload, path) if "build_config" in payload else Config(model=cfg)
     model = build_exported_network(task, build_config, state)
     model.load_state_dict(payload["state_dict"])
     model.float().eval()

@@ -82,3 +82,21 @@ def test_the_config_must_be_the_one_of_the_exported_model(tmp_path):
     with pytest.raises(ValueError, match="build_config.model"):
         save_model_export(tmp_path / "m.pt", {}, ModelConfig(hidden=8), {"name": "tabular_classification"}, {}, {},
                           Config(model=ModelConfig(hidden=16)))
+
+
+def test_a_recorded_config_this_ctpipe_cannot_read_is_named_with_the_file(tmp_path):
+    import json
+
+    from components.models.tabular import InputSpec, build_model
+
+    cfg = ModelConfig(hidden=16, depth=1, dropout=0.0)
+    model = build_model(cfg, InputSpec(n_numeric=1, cardinalities=[3], n_classes=2))
+    task = {"name": "tabular_classification", "entrypoint": None, "options": {}}
+    save_model_export(tmp_path / "m.pt", model.state_dict(), cfg, task, {**PREP.to_dict(), "label": "y"}, {})
+    payload = torch.load(tmp_path / "m.pt", weights_only=True)
+    recorded = json.loads(payload["build_config"])
+    recorded["data"]["a_key_of_another_version"] = 1
+    payload["build_config"] = json.dumps(recorded)
+    torch.save(payload, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match=r"other.pt'.*config its network was built from.*a_key_of_another_version"):
+        load_model_export(tmp_path / "other.pt")
