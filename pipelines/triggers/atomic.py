@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -54,7 +55,33 @@ def create_exclusive_text(path: str | Path, text: str) -> bool:
             os.link(tmp, path)
         except FileExistsError:
             return False
+        except OSError as err:
+            if err.errno not in _NO_HARD_LINKS:
+                raise
+            return _create_exclusive_in_place(path, text)
     finally:
         tmp.unlink(missing_ok=True)
+    sync_dir(path.parent)
+    return True
+
+
+# A filesystem without hard links (some FUSE and SMB mounts) answers one of these.
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
+
+
+def _create_exclusive_in_place(path: Path, text: str) -> bool:
+    """``O_CREAT | O_EXCL`` then write: a failed write removes the file (only a kill can leave it partial)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
     sync_dir(path.parent)
     return True

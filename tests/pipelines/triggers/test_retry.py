@@ -614,3 +614,25 @@ def test_deleting_the_record_of_a_cancelled_kfp_run_starts_it_again_as_the_decis
     assert server.state.runs[again.run["run_id"]]["state"] in ("PENDING", "RUNNING")
     assert check(site, starter).action == "none"  # and that new run is followed, not cancelled again
     assert Ledger(home).get(first.fingerprint)["status"] == "running"
+
+
+def test_claims_work_on_a_filesystem_without_hard_links(site, monkeypatch):
+    """The claim is written whole and hard-linked to its name; where links are refused (some FUSE or SMB
+    mounts) it falls back on an exclusive create, still one claim per data version."""
+    import errno
+
+    from pipelines.triggers import atomic
+    from pipelines.triggers.start import FunctionStarter
+
+    data, home = site
+
+    def no_links(*args):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(atomic.os, "link", no_links)
+    counter = []
+    first = check(site, FunctionStarter(lambda **kw: counter.append(kw)))
+    again = check(site, FunctionStarter(lambda **kw: counter.append(kw)))
+    assert (first.action, again.action, len(counter)) == ("run", "none", 1)
+    assert not Ledger(home).claim(first.fingerprint, {"trigger": "new_data"})
+    assert [p.name for p in (home / "watch" / "ledger").iterdir() if p.name != ".lock"] == [f"{first.fingerprint}.json"]
