@@ -310,10 +310,13 @@ def _too_busy(ledger: Ledger, starter, config: Config, fingerprint: str, wanted:
     active = [r for r in ledger.records() if r.get("fingerprint") != fingerprint and starter.is_active(r)]
     if len(active) < config.watch.max_running:
         return None
-    names = ", ".join(r["fingerprint"][:12] for r in active)
+    from pipelines.triggers.start import on_another_host
+
+    names = ", ".join(r["fingerprint"][:12] + (f" on {r['host']}" if on_another_host(r) else "") for r in active)
     return (
         f"{wanted}, but {len(active)} run(s) started by the watcher are still going "
-        f"({names}; watch.max_running={config.watch.max_running}); it will be started by a later check"
+        f"({names}; watch.max_running={config.watch.max_running}); it will be started by a later check (a run "
+        "on another machine is settled there: if that machine is gone for good, delete its ledger record)"
     )
 
 

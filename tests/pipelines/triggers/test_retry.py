@@ -592,6 +592,11 @@ def test_a_local_run_on_another_machine_is_not_judged_lost_by_a_watcher_here(sit
         assert main(["watch", "--status", "--home", str(home)]) == 0
         listed = capsys.readouterr().out
         assert "lost?" not in listed and "running" in listed and "machine-a" in listed
+        # New data waits for it (watch.max_running=1), and the check says where it runs and what to do.
+        write_demo_data(data, days=3, rows_per_day=50)
+        newer = check(site, ScriptStarter(home, RUNNING))
+        assert newer.action == "none" and f"{first.fingerprint[:12]} on machine-a" in newer.reason
+        assert "delete its ledger record" in newer.reason and len(started_pids(home)) == 1
     finally:
         stop_everything(home)
 
