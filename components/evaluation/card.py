@@ -11,6 +11,7 @@ from typing import Any
 from components.config import Config
 from components.data.snapshot import Snapshot
 from components.step_results import NOT_RECORDED, SanityOutcome, ValidationOutcome
+from components.tasks.code_identity import describe
 
 
 @dataclass
@@ -102,6 +103,16 @@ def _sanity_lines(sanity: SanityOutcome) -> list[str]:
     return lines
 
 
+def _task_code_lines(blessing: dict[str, Any]) -> list[str]:
+    """The candidate's task code, and whether the champion is scored with the code it was trained with."""
+    code = blessing.get("task_code")
+    lines = [f"- task code: {describe(code) if code else 'not recorded'}"]
+    champion = blessing.get("champion_task_code")
+    if champion:
+        lines.append(f"- champion's task code: {champion['note'] or 'the code it was trained with'}")
+    return lines
+
+
 def _confusion(blessing: dict[str, Any]) -> list[str]:
     names = blessing["class_names"]
     lines = ["| true \\ predicted | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -156,6 +167,7 @@ def write_model_card(
         "## Training and selection",
         f"- task: `{json.dumps(blessing.get('task') or {'name': config.task.name, 'entrypoint': config.task.entrypoint})}`",
         f"- model: `{json.dumps(blessing.get('model_config') or vars(config.model))}`",
+        *_task_code_lines(blessing),
         f"- selected checkpoint: {json.dumps(meta, default=str)}",
         "",
         "## Sanity checks",

@@ -2,7 +2,8 @@
 
 Each model is scored with its OWN preprocessing statistics (the champion with those it was trained
 with), on the current snapshot's test split, streamed a row group at a time (``scoring.py``). The blessing JSON records the champion version it was
-compared against, so registration can promote by compare-and-set.
+compared against, so registration can promote by compare-and-set, and whether the task code scoring the
+champion is the code it was trained with (``champion_task.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from components.data.snapshot import load_snapshot
 from components.errors import DataValidationError
 from components.evaluation.blessing import Check
 from components.evaluation.card import Lineage, write_model_card
+from components.evaluation.champion_task import champion_task_code, other_task_error
 from components.evaluation.judgement import judge_candidate
 from components.evaluation.metrics import Interval, confusion_matrix, roc_curve
 from components.evaluation.scoring import score_batches
@@ -41,6 +43,7 @@ class ChampionScore:
     metrics: dict[str, float] | None = None
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    task_code: dict[str, Any] | None = None  # recorded vs scoring task code (``champion_task_code``)
 
 
 @dataclass
@@ -110,6 +113,8 @@ def evaluate_candidate(
     task, reference = candidate.task, candidate.state
     classes = list(task.class_names(reference) or [])
     champion, champion_model = load_champion(tracking_uri, config)
+    if champion_model is not None:
+        champion.task_code = champion_task_code(champion_model, champion.version)
     # The split is streamed a row group at a time; only per-row targets and predictions are kept.
     scored = score_batches(snapshot.batches("test"), candidate=candidate, reference=reference,
                            champion=champion_model, champion_version=champion.version, slices=list(ev.slices),
@@ -118,6 +123,8 @@ def evaluate_candidate(
     check_class_predictions(task, p_cand, classes)  # the confusion matrix and ROC below read them so
     if champion_model is not None:
         champion.error, champion.probabilities = scored.champion_error, scored.champion
+        if champion.error:
+            champion.error = other_task_error(candidate, champion_model, champion.error)
     p_champ = champion.probabilities
     split_check = scored.overlap
     if split_check is not None and not split_check.ok:
@@ -177,6 +184,8 @@ def evaluate_candidate(
         "model_metadata": candidate.metadata,
         "model_config": vars(candidate.model_config),
         "task": candidate.task_record,
+        "task_code": candidate.task_code,
+        "champion_task_code": champion.task_code,
         "mlflow_run_id": mlflow_run_id,
         "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 3),
@@ -227,6 +236,8 @@ def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_ru
     if champion.error:
         reasons.append(f"{champion.error}; promote by hand with 'ctpipe models promote' if this model should replace it")
     reasons.extend(c.message for c in checks if c.passed == blessed)
+    if champion.task_code and champion.task_code["note"]:
+        reasons.append(champion.task_code["note"])
     if champion.version is None and has_rules:
         reasons.append("no champion yet: judged on value thresholds only (first model)")
     return reasons

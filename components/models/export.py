@@ -1,5 +1,11 @@
 """The single-file model export: weights, the task that built the model, its config and train-split statistics.
 
+It also records the whole config the task's ``build_model`` was given (``build_config``), so a task that
+reads more than ``model`` gets the same network back, and the identity of the task's code (``task_code``:
+entrypoint, distribution version, source digest; ``components/tasks/code_identity.py``), so evaluation can
+say when the code that scores a champion is not the code it was trained with. Exports written before these
+were recorded load as before (a config of ``model`` alone; no task code).
+
 Everything in the file is a plain container of str/int/float/bool/list/dict and tensors, so it loads
 with ``torch.load(weights_only=True)``: reading a model never executes code from the file. Loading does
 import the task's module (``task.entrypoint``) to rebuild the network, as every step does.
@@ -20,6 +26,7 @@ from torch import nn
 
 from components.config import Config, ModelConfig
 from components.tasks import Task, load_task
+from components.tasks.code_identity import task_code_identity
 from components.tasks.registry import DEFAULT_TASK
 
 EXPORT_FORMAT = "ctpipe.model/v1"
@@ -35,6 +42,7 @@ class ExportedModel:
     state: dict[str, Any]
     metadata: dict[str, Any]
     task_record: dict[str, Any]
+    task_code: dict[str, Any] | None = None  # None: exported before the task code was recorded
 
     @property
     def classes(self) -> list[str]:
@@ -62,13 +70,23 @@ def save_model_export(
     task_record: dict[str, Any],
     state: dict[str, Any],
     metadata: dict[str, Any] | None = None,
+    build_config: Config | None = None,
 ) -> str:
-    """Write the export atomically and return its SHA-256."""
+    """Write the export atomically and return its SHA-256.
+
+    ``build_config`` is the config the network was built from (default: ``model_config`` alone); its model
+    section must be ``model_config``."""
+    build_config = build_config or Config(model=model_config)
+    if build_config.model != model_config:
+        raise ValueError(f"build_config.model {build_config.model} is not the exported model_config {model_config}")
     payload = {
         "format": EXPORT_FORMAT,
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in state_dict.items()},
         "model_config": asdict(model_config),
         "task": dict(task_record),
+        "task_code": task_code_identity(dict(task_record)),
+        # JSON text: plain values only, so the file still loads with weights_only.
+        "build_config": build_config.to_json(),
         # The task's train-split statistics (for the tabular task: the preprocessing).
         "preprocessing": state,
         "metadata": dict(metadata or {}),
@@ -81,9 +99,17 @@ def save_model_export(
     return hashlib.sha256(target.read_bytes()).hexdigest()
 
 
-def build_exported_network(task: Task, model_config: ModelConfig, state: dict[str, Any]) -> nn.Module:
-    """The task's network for this model config and state (the task may also read its own options)."""
-    return task.build_model(Config(model=model_config), state)
+def build_exported_network(task: Task, build_config: Config, state: dict[str, Any]) -> nn.Module:
+    """The task's network for this config and state: the whole config, as training gave it to ``build_model``."""
+    return task.build_model(build_config, state)
+
+
+def _recorded_build_config(payload: dict[str, Any], path: str | Path) -> Config:
+    """The config recorded in an export; a ValueError naming the file when this ctpipe cannot read it."""
+    try:
+        return Config.from_json(payload["build_config"])
+    except ValueError as err:  # e.g. written by a ctpipe with a config key this one does not have
+        raise ValueError(f"'{path}': the config its network was built from does not load with this ctpipe: {err}") from err
 
 
 def load_model_export(path: str | Path) -> ExportedModel:
@@ -95,7 +121,9 @@ def load_model_export(path: str | Path) -> ExportedModel:
     record = payload.get("task") or {"name": DEFAULT_TASK, "entrypoint": None, "options": {}}
     task = load_task(record)
     state = payload["preprocessing"]
-    model = build_exported_network(task, cfg, state)
+    # An export written before build_config was recorded is rebuilt as it always was: from its model section.
+    build_config = _recorded_build_config(payload, path) if "build_config" in payload else Config(model=cfg)
+    model = build_exported_network(task, build_config, state)
     model.load_state_dict(payload["state_dict"])
     model.float().eval()
-    return ExportedModel(model, cfg, task, state, payload["metadata"], record)
+    return ExportedModel(model, cfg, task, state, payload["metadata"], record, payload.get("task_code"))

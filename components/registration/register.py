@@ -43,7 +43,7 @@ LINEAGE_TAGS = (
     "ctpipe.data_fingerprint", "ctpipe.data_uri", "ctpipe.snapshot_uri", "ctpipe.git_commit", "ctpipe.image",
     "ctpipe.pipeline_run_id", "ctpipe.trigger", "ctpipe.blessed", "ctpipe.blessing_reasons", "ctpipe.compared_with",
     "ctpipe.validation_warnings", "ctpipe.sanity", "ctpipe.config", "ctpipe.evaluation", "ctpipe.model_sha256",
-    KEY_TAG, COMPLETE_TAG, "ctpipe.checkpoint_step", "ctpipe.split", "ctpipe.train_keys_sha256",
+    KEY_TAG, COMPLETE_TAG, "ctpipe.checkpoint_step", "ctpipe.split", "ctpipe.train_keys_sha256", "ctpipe.task_code",
 )  # fmt: skip
 
 
@@ -277,6 +277,9 @@ def version_tags(
                 }
             )
         ),
+        # Which task code made the model (entrypoint, distribution version, source digest): a champion scored
+        # later by other code is reported as such (components/evaluation/champion_task.py).
+        "ctpipe.task_code": _clip(json.dumps(blessing["task_code"])) if blessing.get("task_code") else "not recorded",
         "ctpipe.model_sha256": model_sha256,
         KEY_TAG: key,
         COMPLETE_TAG: "complete",

@@ -8,7 +8,7 @@ again on the validation split, so a broken consolidation cannot go unnoticed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from components.config import Config, ModelConfig
@@ -94,7 +94,9 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
     model_config = ModelConfig(**index["model_config"])
     record = index.get("task") or task_record(config.task)
     snapshot = load_snapshot(snapshot_dir)
-    model = build_exported_network(load_task(record), model_config, snapshot.state)
+    # What the trainer's build_model was given: the run's whole config, with the model section it indexed.
+    build_config = replace(config, model=model_config)
+    model = build_exported_network(load_task(record), build_config, snapshot.state)
     ckpt.load_model_weights(ckpt.checkpoint_path(checkpoint_dir, best.step), model)
     metadata = {
         "step": best.step,
@@ -110,7 +112,7 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
     state = {
         k: v.detach().float() if v.is_floating_point() else v.detach() for k, v in model.state_dict().items()
     }
-    save_model_export(model_path, state, model_config, record, snapshot.state, metadata)
+    save_model_export(model_path, state, model_config, record, snapshot.state, metadata, build_config)
     rescored = score_export(model_path, snapshot_dir)
     drift = abs(rescored.get(metric, best.metrics[metric]) - best.metrics[metric])
     if index.get("dtype") == "float32" and metric in rescored and drift > FP32_TOLERANCE:
@@ -120,5 +122,5 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
         )
     # Record the re-scored metrics in the export itself, then hash the final file.
     metadata["export_val_metrics"] = rescored
-    sha256 = save_model_export(model_path, state, model_config, record, snapshot.state, metadata)
+    sha256 = save_model_export(model_path, state, model_config, record, snapshot.state, metadata, build_config)
     return Selected(step=best.step, metric_name=metric, metric_value=best.metrics[metric], sha256=sha256)

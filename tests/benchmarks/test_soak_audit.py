@@ -57,6 +57,10 @@ def test_a_complete_version_passes_and_a_version_without_its_split_lineage_does_
     assert broken["inconsistent_registry_entries"] == 1
     assert "tag ctpipe.train_keys_sha256" in broken["registry_problems"]["1"]
 
+    # So is the identity of the task code that made it.
+    client.delete_model_version_tag(name, "1", "ctpipe.task_code")
+    assert "tag ctpipe.task_code" in audit.audit_registry(uri)["registry_problems"]["1"]
+
 
 def test_a_champion_alias_the_history_does_not_explain_is_a_violation(registered):
     uri, client, name = registered

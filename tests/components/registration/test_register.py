@@ -78,6 +78,10 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
         assert mv.tags.get(tag) or (tag == "ctpipe.compared_with" and tag in mv.tags), tag
     assert mv.tags["ctpipe.blessed"] == "true" and mv.tags["ctpipe.trigger"] == "new_data"
     assert json.loads(mv.tags["ctpipe.config"])["registry"]["model_name"] == config.registry.model_name
+    # Which task code made it: the built-in tabular task, ctpipe's version, a digest of the module's source.
+    code = json.loads(mv.tags["ctpipe.task_code"])
+    assert code["entrypoint"] == "components.tasks.tabular:make_task" and code["distribution"] == "ctpipe"
+    assert len(code["source_sha256"]) == 64
     files = {f.path for f in client.list_artifacts(run_id, "ctpipe")} | {
         f.path for f in client.list_artifacts(run_id, "reference")
     }

@@ -100,6 +100,8 @@ def test_selects_the_best_not_the_last_and_export_reproduces_it(checkpoints, sna
     payload = torch.load(out, weights_only=True)  # no pickled code in the export
     assert payload["metadata"]["step"] == 20
     assert payload["metadata"]["data_fingerprint"] == load_snapshot(snapshot_dir).fingerprint
+    # The network is rebuilt from the whole run config (with the indexed model section), not `model` alone.
+    assert json.loads(payload["build_config"])["data"]["key"] == "customer_id"
     exported = load_model_export(out)
     for name, tensor in best_model.state_dict().items():
         assert torch.equal(exported.model.state_dict()[name], tensor)
