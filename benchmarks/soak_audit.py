@@ -128,39 +128,35 @@ def audit_registry(uri: str) -> dict[str, Any]:
 
 
 def audit_checkpoints(home: Path) -> dict[str, Any]:
-    """Every complete checkpoint loads (DCP → one file → ``torch.load(weights_only=True)``, finite tensors)."""
+    """Every complete checkpoint loads (its model part through the allowlisting reader, finite tensors)."""
     import torch
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     from components.training import checkpointing as ckpt
 
     complete = partial = 0
     unreadable = []
     roots = sorted({p.parent for p in (home / "pipeline_root").glob("*/train/checkpoints/step_*")})
-    with tempfile.TemporaryDirectory() as tmp:
-        for root in roots:
-            latest = ckpt.latest_complete(root)
-            for step_dir in ckpt.checkpoint_dirs(root):
-                if not ckpt.is_complete(step_dir):
-                    partial += 1  # a save that died before its marker: never read, by design
-                    if latest == step_dir:
-                        unreadable.append(f"{step_dir}: incomplete but taken as the latest")
-                    continue
-                try:
-                    out = Path(tmp) / "c.pt"
-                    dcp_to_torch_save(str(step_dir), str(out))
-                    state = torch.load(out, map_location="cpu", weights_only=True)
-                    tensors = [t for t in state["model"].values() if isinstance(t, torch.Tensor)]
-                    assert tensors and all(bool(torch.isfinite(t).all()) for t in tensors), "non-finite weights"
-                    ckpt.read_meta(step_dir)
-                    for rank_file in step_dir.glob("rank*.pt"):
-                        torch.load(rank_file, map_location="cpu", weights_only=True)
-                    complete += 1
-                except Exception as err:  # reported, and counted against the goal
-                    unreadable.append(f"{step_dir}: {type(err).__name__}: {err}"[:300])
-            if (root / ckpt.INDEX_FILE).exists():
-                try:
-                    ckpt.read_index(root)
-                except Exception as err:
-                    unreadable.append(f"{root / ckpt.INDEX_FILE}: {type(err).__name__}: {err}"[:300])
+    for root in roots:
+        latest = ckpt.latest_complete(root)
+        for step_dir in ckpt.checkpoint_dirs(root):
+            if not ckpt.is_complete(step_dir):
+                partial += 1  # a save that died before its marker: never read, by design
+                if latest == step_dir:
+                    unreadable.append(f"{step_dir}: incomplete but taken as the latest")
+                continue
+            try:
+                model = ckpt.read_model_state(step_dir)  # never plain pickle: see checkpointing._SafeReader
+                tensors = [t for t in model.values() if isinstance(t, torch.Tensor)]
+                assert tensors and all(bool(torch.isfinite(t).all()) for t in tensors), "non-finite weights"
+                ckpt.read_meta(step_dir)
+                for rank_file in step_dir.glob("rank*.pt"):
+                    torch.load(rank_file, map_location="cpu", weights_only=True)
+                complete += 1
+            except Exception as err:  # reported, and counted against the goal
+                unreadable.append(f"{step_dir}: {type(err).__name__}: {err}"[:300])
+        if (root / ckpt.INDEX_FILE).exists():
+            try:
+                ckpt.read_index(root)
+            except Exception as err:
+                unreadable.append(f"{root / ckpt.INDEX_FILE}: {type(err).__name__}: {err}"[:300])
     return {"checkpoint_roots": len(roots), "complete_loaded": complete, "partial_ignored": partial, "unreadable": unreadable}

@@ -74,6 +74,7 @@ __all__ = [
     "write_json_atomic",
     "load_checkpoint",
     "load_model_weights",
+    "read_model_state",
     "save_checkpoint",
     "state_dict_sha256",
 ]
@@ -211,6 +212,21 @@ def load_model_weights(path: Path, model: nn.Module) -> None:
     with _quiet_dcp():
         dcp.load(state, storage_reader=_reader(path))
     model.load_state_dict(state["model"])
+
+
+def read_model_state(path: Path) -> dict[str, Any]:
+    """The model part of a checkpoint as a plain state dict, without a model or process group (audits, tools).
+
+    What ``dcp_to_torch_save`` does, but through the allowlisting reader: DCP's converter unpickles
+    ``.metadata`` with plain pickle."""
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}  # filled from the metadata (dcp.load would fill a copy of it)
+    with _quiet_dcp():
+        _load_state_dict(state, storage_reader=_reader(path), planner=_EmptyStateDictLoadPlanner(keys={"model"}),
+                         no_dist=True)
+    return state["model"]
 
 
 # --- bit-identity ------------------------------------------------------------------------------

@@ -92,3 +92,40 @@ def test_two_attempts_of_one_data_version_running_at_once_are_duplicate_runs(tmp
 
     run_folder(104, started=2000.0, last_write=2100.0)  # a run no ledger attempt started
     assert audit.audit_runs(home, records)["runs_not_in_ledger"] == [str(home / "runs" / "20260101-000000-104")]
+
+
+class _RunsCode:
+    """Pickles as a call of ``exec``: what a tampered ``.metadata`` on a shared volume could hold."""
+
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def test_the_checkpoint_audit_reads_metadata_through_the_safe_reader_and_never_runs_code_from_it(tmp_path):
+    """Before: the audit converted each checkpoint with DCP's dcp_to_torch_save, which unpickles `.metadata`
+    with plain pickle.load, so auditing a tampered checkpoint ran its code. Now it reads through the same
+    allowlisting reader as resume and export: a real checkpoint loads, a tampered one is reported unreadable."""
+    import pickle
+
+    import torch
+    from torch import nn
+
+    from components.training import checkpointing as ckpt
+
+    root = tmp_path / "home" / "pipeline_root" / "run1" / "train" / "checkpoints"
+    model = nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    for step in (1, 2):
+        ckpt.save_checkpoint(root, step, model=model, optimizer=opt, rank_state={}, meta={"step": step}, rank=0)
+    clean = audit.audit_checkpoints(tmp_path / "home")
+    assert (clean["complete_loaded"], clean["unreadable"]) == (2, [])
+
+    marker = tmp_path / "code-ran"
+    (ckpt.checkpoint_path(root, 2) / ".metadata").write_bytes(pickle.dumps(_RunsCode(marker)))
+    found = audit.audit_checkpoints(tmp_path / "home")
+    assert not marker.exists()
+    assert found["complete_loaded"] == 1 and len(found["unreadable"]) == 1
+    assert "TrainingError" in found["unreadable"][0] and "the checkpoint's DCP metadata" in found["unreadable"][0]
