@@ -14,7 +14,7 @@ from pathlib import Path
 from components.config import Config, ModelConfig
 from components.data.snapshot import load_snapshot, training_split_record
 from components.data.splits import SplitSettings
-from components.errors import TrainingError
+from components.errors import DataValidationError, TrainingError
 from components.tasks import load_task, task_record
 from components.training import checkpoint_index as index_files
 
@@ -94,6 +94,14 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
     model_config = ModelConfig(**index["model_config"])
     record = index.get("task") or task_record(config.task)
     snapshot = load_snapshot(snapshot_dir)
+    trained_on = index.get("data_fingerprint")  # absent in older indexes: not checked
+    if trained_on is not None and trained_on != snapshot.fingerprint:
+        # The export records the given snapshot's fingerprint and split: another's would be false lineage.
+        raise DataValidationError(
+            f"the checkpoints under '{checkpoint_dir}' were trained on the snapshot with fingerprint {trained_on}, "
+            f"but the snapshot given to export them ('{snapshot_dir}') has fingerprint {snapshot.fingerprint}: "
+            "export with the snapshot the run trained on"
+        )
     # What the trainer's build_model was given: the run's whole config, with the model section it indexed.
     build_config = replace(config, model=model_config)
     model = build_exported_network(load_task(record), build_config, snapshot.state)

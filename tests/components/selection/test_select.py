@@ -211,3 +211,24 @@ def test_an_export_with_a_config_that_did_not_make_the_snapshot_is_refused(check
     other = load_config(None, CONFIG + ["data.split_salt=another"])
     with pytest.raises(DataValidationError, match="split_salt"):
         select_and_export(str(ckpt_dir), str(snapshot_dir), other, str(tmp_path / "m.pt"))
+
+
+def test_checkpoints_of_another_snapshot_are_refused_naming_both_fingerprints(checkpoints, snapshot_dir, tmp_path):
+    """Before: the export took the split record and fingerprint of whatever snapshot it was given, so a model
+    trained on one snapshot was exported with another's lineage, silently. Now the index's fingerprint must
+    match; an index without one (older runs) is exported as before."""
+    from components.errors import DataValidationError
+
+    ckpt_dir, _ = checkpoints
+    index_path = ckpt_dir / "index.json"
+    index = json.loads(index_path.read_text())
+    config, out = load_config(None, CONFIG), tmp_path / "m.pt"
+    fingerprint = load_snapshot(snapshot_dir).fingerprint
+    index_path.write_text(json.dumps(index | {"data_fingerprint": "f" * 64}))
+    with pytest.raises(DataValidationError) as err:
+        select_and_export(str(ckpt_dir), str(snapshot_dir), config, str(out))
+    assert "f" * 64 in str(err.value) and fingerprint in str(err.value)
+    assert not out.exists()
+
+    index_path.write_text(json.dumps(index | {"data_fingerprint": fingerprint}))
+    assert select_and_export(str(ckpt_dir), str(snapshot_dir), config, str(out)).step == 20
