@@ -175,12 +175,18 @@ RESUME_TRAIN_KEYS = (
 )
 
 
+def split_identity(data: Any) -> dict[str, Any]:
+    """The split settings of a ``DataConfig``, named as its keys (``data.<name>`` in a run identity)."""
+    return {"key": data.key, "split_salt": data.split_salt, "val_fraction": data.val_fraction,
+            "test_fraction": data.test_fraction}
+
+
 def run_identity(*, data_fingerprint: str, train_rows: int, task: dict, model: dict, train: dict,
-                 dtype: str, sharded: bool) -> dict[str, Any]:
+                 dtype: str, sharded: bool, split: dict[str, Any]) -> dict[str, Any]:
     """What a checkpoint was trained on and with, saved in its meta: a resume under other values would
     continue one training with another's weights (as JSON stores it, so saved and current compare equal)."""
     return json.loads(json.dumps({
-        "data": {"fingerprint": data_fingerprint, "train_rows": train_rows, "sharded": sharded},
+        "data": {"fingerprint": data_fingerprint, "train_rows": train_rows, "sharded": sharded} | split,
         "task": task,
         "model": model,
         "train": {k: train[k] for k in RESUME_TRAIN_KEYS} | {"dtype": dtype},
@@ -188,9 +194,11 @@ def run_identity(*, data_fingerprint: str, train_rows: int, task: dict, model: d
 
 
 def identity_differences(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
-    """``"key: checkpoint X, now Y"`` for every setting that differs between two ``run_identity`` values."""
+    """``"key: checkpoint X, now Y"`` for every setting that differs between two ``run_identity`` values.
+
+    A setting the checkpoint does not record (saved before it was recorded) is not compared."""
     found = []
-    for key in sorted(set(saved) | set(current)):
+    for key in sorted(saved):
         a, b = saved.get(key), current.get(key)
         if isinstance(a, dict) and isinstance(b, dict):
             found += identity_differences(a, b, f"{prefix}{key}.")

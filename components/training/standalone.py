@@ -29,7 +29,7 @@ from components.data.snapshot import (
 from components.data.splits import SplitSettings
 from components.data.window import TrainWindow
 from components.errors import UserError
-from components.training.checkpointing import latest_complete, write_json_atomic
+from components.training.checkpointing import latest_complete, read_meta, split_identity, write_json_atomic
 from components.training.launch import train_model
 from components.training.launchers.local import LocalLauncher
 
@@ -96,8 +96,23 @@ def _snapshot_for_resume(data_uri: str, config: Config, out: Path) -> Snapshot:
                 f"'{out}' holds checkpoints trained on other data (fingerprint {previous[:12]}, the data root now "
                 f"has {current[:12]}); resuming would mix datasets. Pass a new --out directory."
             )
+        _refuse_other_split(out, latest_complete(ckpt_dir), config)
         return load_snapshot(snap_dir)
     return build_snapshot(data_uri, config, snap_dir)
+
+
+def _refuse_other_split(out: Path, latest: Path, config: Config) -> None:
+    """UserError when the checkpoints (and so the snapshot kept for them) were split with other data.* split
+    settings: resuming would ignore the new ones. Checkpoints without the record are not checked."""
+    saved = (read_meta(latest).get("identity") or {}).get("data") or {}
+    differences = [f"data.{name}: checkpoint {saved[name]}, now {value}"
+                   for name, value in split_identity(config.data).items() if name in saved and saved[name] != value]
+    if differences:
+        raise UserError(
+            f"'{out}' holds a snapshot and checkpoints split with other settings ({'; '.join(differences)}); "
+            "resuming would train on the old split and ignore the new settings. Pass a new --out directory to "
+            "split and train afresh, or restore those settings to resume."
+        )
 
 
 def mlflow_run_for_output(tracking_uri: str, config: Config, out: Path, data_uri: str) -> str:

@@ -160,7 +160,7 @@ class Trainer:
         return ckpt.run_identity(
             data_fingerprint=self.fingerprint, train_rows=self.stream.n, task=task_record(self.cfg.task),
             model=asdict(self.cfg.model), train=asdict(self.t), dtype=str(self.dtype).replace("torch.", ""),
-            sharded=isinstance(self.stream, ShardStream),
+            sharded=isinstance(self.stream, ShardStream), split=ckpt.split_identity(self.cfg.data),
         )
 
     # -- the loop ---------------------------------------------------------------------------------

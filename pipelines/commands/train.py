@@ -2,7 +2,9 @@
 
     ctpipe train --data DATA --out DIR [--config FILE] [--set train.max_steps=100 ...] [--tracking-uri URI]
 
-Run again with the same --out and it resumes from the latest complete checkpoint.
+Run again with the same --out and it resumes from the latest complete checkpoint, with the same data,
+split (data.key, split_salt, val_fraction, test_fraction) and training settings; other ones are refused,
+naming each: pass a new --out to start afresh.
 
 FSDP2 units: --set train.fsdp_unit_min_params=N (default 1000000) makes a model block with at least N
 parameters its own unit; smaller consecutive blocks are grouped, a small rest goes to the root (the

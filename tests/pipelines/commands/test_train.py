@@ -73,3 +73,23 @@ def test_one_mlflow_run_per_output_directory(tmp_path):
         mlflow_run_for_output(uri, config, tmp_path / "out", "/data") == first
     )  # a resumed run logs into the same run
     assert mlflow.MlflowClient(uri).get_run(first).data.tags["ctpipe.trigger"] == "train-cli"
+
+
+def test_a_rerun_with_other_split_settings_is_refused_not_resumed_on_the_old_split(tmp_path, capsys):
+    """Before: a re-run with a new data.split_salt (or key, or fractions) reused the old snapshot and resumed,
+    so the new split settings were silently ignored. Now it is refused before training, naming each setting
+    and the fix (a new --out); the checkpoints and snapshot are left as they were."""
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=150, seed=3)
+    out = tmp_path / "out"
+    assert main(_args(tmp_path / "data", out)) == 0
+    capsys.readouterr()
+
+    def files():
+        return {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != "train_summary.json"}
+
+    before = files()
+    assert main(_args(tmp_path / "data", out, "data.split_salt=another", "data.val_fraction=0.3")) == 2
+    err = capsys.readouterr().err
+    assert "data.split_salt: checkpoint ctpipe-v1, now another" in err and "data.val_fraction: checkpoint" in err
+    assert "new --out" in err and "Traceback" not in err
+    assert files() == before
