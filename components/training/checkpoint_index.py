@@ -182,12 +182,15 @@ def split_identity(data: Any) -> dict[str, Any]:
 
 
 def run_identity(*, data_fingerprint: str, train_rows: int, task: dict, model: dict, train: dict,
-                 dtype: str, sharded: bool, split: dict[str, Any]) -> dict[str, Any]:
+                 dtype: str, sharded: bool, split: dict[str, Any], task_code: dict[str, Any]) -> dict[str, Any]:
     """What a checkpoint was trained on and with, saved in its meta: a resume under other values would
     continue one training with another's weights (as JSON stores it, so saved and current compare equal)."""
     return json.loads(json.dumps({
         "data": {"fingerprint": data_fingerprint, "train_rows": train_rows, "sharded": sharded} | split,
         "task": task,
+        # The code that encodes and builds the model (code_identity.py): a changed user task module is
+        # another training even under the same task record.
+        "task_code": {k: task_code.get(k) for k in ("entrypoint", "source_sha256")},
         "model": model,
         "train": {k: train[k] for k in RESUME_TRAIN_KEYS} | {"dtype": dtype},
     }))

@@ -18,7 +18,8 @@ import torch.distributed as dist
 
 from components.config import Config
 from components.errors import TrainingError
-from components.tasks import check_selection_metric, load_task
+from components.tasks import check_selection_metric, load_task, task_record
+from components.tasks.code_identity import task_code_identity
 from components.training import checkpointing as ckpt
 from components.training.data import ShardStream, train_stream
 from components.training.device import Dist
@@ -43,6 +44,8 @@ class Trainer:
         self.cfg, self.t, self.d, self.tracker = cfg, cfg.train, d, tracker
         self.root = Path(checkpoint_dir)
         self.task = load_task(cfg.task)
+        # Hashed once (recorded in each checkpoint's identity): the source does not change under a running job.
+        self.task_code = task_code_identity(task_record(cfg.task))
         self.fault = Fault.from_env()
         self._load_data(snapshot_dir)
         self._build_model()
@@ -155,12 +158,11 @@ class Trainer:
     def _identity(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        from components.tasks import task_record
-
         return ckpt.run_identity(
             data_fingerprint=self.fingerprint, train_rows=self.stream.n, task=task_record(self.cfg.task),
             model=asdict(self.cfg.model), train=asdict(self.t), dtype=str(self.dtype).replace("torch.", ""),
             sharded=isinstance(self.stream, ShardStream), split=ckpt.split_identity(self.cfg.data),
+            task_code=self.task_code,
         )
 
     # -- the loop ---------------------------------------------------------------------------------

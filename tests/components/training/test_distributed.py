@@ -269,3 +269,56 @@ def test_a_checkpoint_trained_on_other_data_is_refused(reference, tmp_path):
     shutil.copytree(reference[1], tmp_path / "ckpt")
     with pytest.raises(TrainingError, match=r"exited with code 2.*data\.fingerprint: checkpoint \w+, now \w+"):
         _train(str(other.root), tmp_path / "ckpt")
+
+
+USER_TASK = '''
+from components.tasks.tabular import TabularClassification
+
+
+class Scaled(TabularClassification):
+    """A user's task whose encoding scales the numeric inputs."""
+
+    def encode(self, frame, state):
+        batch = super().encode(frame, state)
+        return type(batch)((batch.inputs[0] * SCALE, *batch.inputs[1:]), batch.targets)
+
+
+SCALE = {scale}
+
+
+def make_task(**options):
+    return Scaled()
+'''
+
+
+def test_a_checkpoint_of_other_task_code_is_refused_not_resumed(snapshot_dir, tmp_path, monkeypatch):
+    """Before: the resume identity held the task record (name, entrypoint, options) but not its code, so a
+    re-run after the user's task module changed (here its encoding) resumed the old weights under the new
+    code. Now the checkpoint records the code's identity (entrypoint, source digest) and a change is refused,
+    naming it; a checkpoint without that record resumes as before."""
+    import os
+
+    from components.tasks.registry import _CACHE
+
+    module = tmp_path / "user_scaled_task.py"
+    module.write_text(USER_TASK.format(scale=1.0))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    _CACHE.clear()
+    change = ("task.entrypoint=user_scaled_task:make_task", "train.max_steps=4")
+    ckpt_dir = tmp_path / "ckpt"
+    _train(snapshot_dir, ckpt_dir, *change)
+    latest = ckpt.latest_complete(ckpt_dir)
+    assert ckpt.read_meta(latest)["identity"]["task_code"]["entrypoint"] == "user_scaled_task:make_task"
+
+    module.write_text(USER_TASK.format(scale=2.0))
+    with pytest.raises(TrainingError, match="exited with code 2") as err:
+        _train(snapshot_dir, ckpt_dir, *change)
+    assert "task_code.source_sha256: checkpoint " in str(err.value)
+
+    meta = ckpt.read_meta(latest)  # a checkpoint saved before the task code was recorded
+    del meta["identity"]["task_code"]
+    ckpt.write_json_atomic(latest / ckpt.META_FILE, meta)
+    assert _train(snapshot_dir, ckpt_dir, *change).summary()["resumed_from_step"] == 4
+    sys.modules.pop("user_scaled_task", None)
+    _CACHE.clear()
