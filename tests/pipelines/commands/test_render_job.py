@@ -96,3 +96,19 @@ def test_the_trainer_pods_get_the_text_column_like_every_config_key(capsys):
         argv = replica["template"]["spec"]["containers"][0]["command"]
         config = Config.from_json(argv[argv.index("--config-json") + 1])
         assert config.data.text_column == "body" and config.task.name == "causal_lm"
+
+
+def test_render_job_shows_the_job_the_compiled_pipeline_submits(tmp_path, capsys):
+    """Same flags, same job: the trainer pods get the config the compiled pipeline carries (the cluster defaults:
+    a PyTorchJob, MLflow credentials from the ctpipe-mlflow-client secret), not the laptop defaults."""
+    from pipelines.compile import compile_pipeline
+
+    flags = ["train.workers=3"]
+    spec, _ = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, flags, image=None).read_text())
+    compiled = spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]
+    assert main(["render-job", *[a for f in flags for a in ("--set", f)]]) == 0
+    container = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    argv = container["command"]
+    assert argv[argv.index("--config-json") + 1] == compiled
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
+    assert refs == {"MLFLOW_TRACKING_USERNAME": "ctpipe-mlflow-client", "MLFLOW_TRACKING_PASSWORD": "ctpipe-mlflow-client"}
