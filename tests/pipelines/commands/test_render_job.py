@@ -47,10 +47,11 @@ def test_rendered_job_validates_once_placeholders_are_filled():
     validate_pytorchjob(job)
 
 
-def test_render_job_without_shared_pvc_shows_step_path_placeholders(capsys):
-    assert main(["render-job", "--set", "kubernetes.shared_pvc=null"]) == 0
-    argv = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
-    assert "${SNAPSHOT_DIR}" in argv and "${CHECKPOINT_DIR}" in argv
+def test_render_job_without_shared_pvc_exits_2_naming_it(capsys):
+    """The train step refuses it (its artifact paths are not in the worker pods), so render-job does too."""
+    assert main(["render-job", "--set", "kubernetes.shared_pvc=null"]) == 2
+    err = capsys.readouterr().err
+    assert "kubernetes.shared_pvc is unset" in err and "'${SNAPSHOT_DIR}'" in err and "ctpipe-render" not in err
 
 
 def test_bad_config_exits_2_with_the_reason(capsys):
@@ -66,7 +67,7 @@ def test_bad_config_exits_2_with_the_reason(capsys):
 def test_render_job_creates_and_deletes_nothing(tmp_path, monkeypatch, capsys):
     """render-job builds the job from a plain build_launch(): no directory made, no file written or removed."""
     monkeypatch.chdir(tmp_path)
-    argv = ["render-job", "--set", "train.workers=3", "--set", "kubernetes.shared_pvc=null"]
+    argv = ["render-job", "--set", "train.workers=3"]
     assert main(argv) == 0  # first: imports (and their bytecode caches) happen here, not below
     capsys.readouterr()
     seen: list[tuple[str, tuple]] = []
@@ -83,7 +84,7 @@ def test_render_job_creates_and_deletes_nothing(tmp_path, monkeypatch, capsys):
         recording = False
     assert seen == []
     argv = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
-    assert argv[argv.index("--checkpoints") + 1] == "${CHECKPOINT_DIR}"
+    assert argv[argv.index("--checkpoints") + 1].startswith("/mnt/ctpipe/jobs/")  # planned, not made
     assert list(tmp_path.iterdir()) == []
 
 
