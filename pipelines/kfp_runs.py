@@ -30,7 +30,8 @@ def submit_run(
     service_account: str | None = None,
     reuse_existing: bool = False,
 ):
-    """Create a run of the latest deployed version; with ``reuse_existing``, return a run of that name instead."""
+    """Create a run of the latest deployed version; with ``reuse_existing``, return a run of that name that is
+    still going or succeeded instead."""
     pipeline_id = find_pipeline_id(client, pipeline_name, namespace)
     if pipeline_id is None:
         raise UserError(
@@ -38,8 +39,12 @@ def submit_run(
         )
     experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
     if reuse_existing:
-        for run in find_runs(client, experiment_id, run_name):
-            return run
+        # A run of that name that is going (or succeeded) is this run: re-attach. A failed or cancelled one is
+        # history: whoever asks for the run again (a watcher's record deleted to start it again) gets a new one.
+        runs = {str(r.state or "RUNTIME_STATE_UNSPECIFIED").upper(): r for r in find_runs(client, experiment_id, run_name)}
+        for state in (*ACTIVE_RUN_STATES, "SUCCEEDED"):
+            if state in runs:
+                return runs[state]
     version = latest_version(client, pipeline_id)
     return client.run_pipeline(
         experiment_id=experiment_id,

@@ -53,11 +53,14 @@ def scan_data_files(data_uri: str) -> tuple[fsspec.AbstractFileSystem, list[List
         base = root
     files = []
     for path, info in sorted(entries.items()):
-        name = path.rsplit("/", 1)[-1]
+        rel = path[len(base) :].lstrip("/")
+        name = rel.rsplit("/", 1)[-1]
         suffix = "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
-        if suffix not in DATA_SUFFIXES or name.startswith((".", "_")):
+        # A file or folder named with '.' or '_' is not data (as for Hadoop, Spark and pyarrow): writers keep
+        # output in progress there (Spark's _temporary/, .staging/) and move it into place when it is whole.
+        if suffix not in DATA_SUFFIXES or any(part.startswith((".", "_")) for part in rel.split("/")):
             continue
-        files.append(ListedFile(path[len(base) :].lstrip("/"), path, int(info.get("size") or 0), info))
+        files.append(ListedFile(rel, path, int(info.get("size") or 0), info))
     if not files:
         raise UserError(
             f"data root '{data_uri}' holds no Parquet (.parquet) or CSV (.csv) files. Write partitions such as "

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.errors import UserError
+
 COMPLETE_MARKER = ".complete"
 INDEX_FILE = "index.json"
 META_FILE = "meta.json"
@@ -99,12 +101,19 @@ def better(a: float, b: float, mode: str) -> bool:
 
 def rank_entries(entries: list[IndexEntry], metric: str, mode: str) -> list[IndexEntry]:
     """Entries that have ``metric``, best first by ``mode`` (max/min); ties go to the lower validation
-    loss, then to the earlier step."""
+    loss, then to the earlier step. A NaN ranks last (it compares False both ways, which would leave the
+    sorted order arbitrary, and with it which checkpoints retention keeps)."""
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be max or min (resolve 'auto' with SelectionConfig.direction), got {mode!r}")
     scored = [e for e in entries if metric in e.metrics]
     sign = -1.0 if mode == "max" else 1.0
-    return sorted(scored, key=lambda e: (sign * e.metrics[metric], e.metrics.get("val_loss", math.inf), e.step))
+
+    def key(e: IndexEntry) -> tuple:
+        value, loss = e.metrics[metric], e.metrics.get("val_loss", math.inf)
+        return (math.isnan(value), sign * value if not math.isnan(value) else 0.0,
+                loss if not math.isnan(loss) else math.inf, e.step)
+
+    return sorted(scored, key=key)
 
 
 def retained_steps(
@@ -129,6 +138,9 @@ def apply_retention(
     for p in dirs:
         step = step_of(p)
         if step not in keep or not is_complete(p):
+            # Un-mark first: a deletion killed midway leaves a partial directory, never a marked one
+            # whose shards are gone.
+            (p / COMPLETE_MARKER).unlink(missing_ok=True)
             shutil.rmtree(p, ignore_errors=True)
             deleted.append(step)
     for e in entries:
@@ -153,6 +165,52 @@ def write_index(
     }
     write_json_atomic(Path(root) / INDEX_FILE, payload)
     return payload
+
+
+# The train settings a checkpoint's trajectory depends on (the schedule, the batches, the update); the others
+# (eval/checkpoint cadence, retention, threads, timeouts, units, workers) may change between attempts.
+RESUME_TRAIN_KEYS = (
+    "max_steps", "batch_size", "grad_accum_steps", "lr", "weight_decay", "warmup_steps", "min_lr_ratio",
+    "grad_clip", "seed",
+)
+
+
+def run_identity(*, data_fingerprint: str, train_rows: int, task: dict, model: dict, train: dict,
+                 dtype: str, sharded: bool) -> dict[str, Any]:
+    """What a checkpoint was trained on and with, saved in its meta: a resume under other values would
+    continue one training with another's weights (as JSON stores it, so saved and current compare equal)."""
+    return json.loads(json.dumps({
+        "data": {"fingerprint": data_fingerprint, "train_rows": train_rows, "sharded": sharded},
+        "task": task,
+        "model": model,
+        "train": {k: train[k] for k in RESUME_TRAIN_KEYS} | {"dtype": dtype},
+    }))
+
+
+def identity_differences(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> list[str]:
+    """``"key: checkpoint X, now Y"`` for every setting that differs between two ``run_identity`` values."""
+    found = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found += identity_differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            found.append(f"{prefix}{key}: checkpoint {a}, now {b}")
+    return found
+
+
+def refuse_another_training(path: Path, current: dict[str, Any]) -> None:
+    """UserError when the checkpoint at ``path`` was trained on other data or settings than ``current``
+    (a ``run_identity``); a checkpoint without the record (older runs) is not checked."""
+    saved = read_meta(path).get("identity")
+    differences = identity_differences(saved, current) if saved is not None else []
+    if differences:
+        raise UserError(
+            f"the checkpoints under '{path.parent}' (latest {path.name}) come from another training: "
+            + "; ".join(differences)
+            + ". Resuming would continue that training's weights under this run's data and settings. Restore "
+            "those settings, or train into a new checkpoint directory (ctpipe train: a new --out)."
+        )
 
 
 def read_index(root: str | Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ import torch.distributed as dist
 # training loop at its first checkpoint.
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from components.errors import TrainingError
 from components.training.checkpoint_index import (
     COMPLETE_MARKER,
     INDEX_FILE,
@@ -34,12 +36,15 @@ from components.training.checkpoint_index import (
     better,
     checkpoint_dirs,
     checkpoint_path,
+    identity_differences,
     is_complete,
     latest_complete,
     rank_entries,
     read_index,
     read_meta,
+    refuse_another_training,
     retained_steps,
+    run_identity,
     step_of,
     write_index,
     write_json_atomic,
@@ -60,7 +65,10 @@ __all__ = [
     "rank_entries",
     "read_index",
     "read_meta",
+    "refuse_another_training",
     "retained_steps",
+    "run_identity",
+    "identity_differences",
     "step_of",
     "write_index",
     "write_json_atomic",
@@ -127,6 +135,62 @@ def save_checkpoint(
     return path
 
 
+# What a DCP ``.metadata`` pickle may name: DCP's own metadata classes, torch sizes, dtypes and layouts, paths.
+_METADATA_MODULE = "torch.distributed.checkpoint.metadata"
+_METADATA_GLOBALS = {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        allowed = (
+            module == _METADATA_MODULE
+            or (module, name) in _METADATA_GLOBALS
+            or (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype))
+        )
+        if not allowed:
+            raise pickle.UnpicklingError(
+                f"the checkpoint's DCP metadata names {module}.{name}, which a checkpoint never holds: refused "
+                "(reading it would run code from the file)"
+            )
+        return super().find_class(module, name)
+
+
+class _SafeReader(FileSystemReader):
+    """DCP's file reader, but ``.metadata`` (a pickle; DCP reads it with plain ``pickle.load``) is unpickled
+    with only the globals a checkpoint's metadata holds, as ``torch.load(weights_only=True)`` does for
+    tensors (the shards themselves DCP already reads with ``weights_only=True``)."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any):
+        from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+
+        with open(self._get_metadata_path(kwargs.get("rank")), "rb") as f:
+            metadata = _MetadataUnpickler(f).load()
+        if not isinstance(metadata, Metadata):
+            raise pickle.UnpicklingError(f"the checkpoint's DCP metadata is a {type(metadata).__name__}, not Metadata")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def _reader(path: Path) -> _SafeReader:
+    """A reader of the checkpoint at ``path`` whose metadata has been checked (refused: a TrainingError)."""
+    reader = _SafeReader(path)
+    try:
+        reader.read_metadata()
+    except pickle.UnpicklingError as err:
+        raise TrainingError(f"checkpoint '{path}': {err}") from err
+    return reader
+
+
 def load_checkpoint(
     path: Path, *, model: nn.Module, optimizer: torch.optim.Optimizer, rank: int
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -134,7 +198,7 @@ def load_checkpoint(
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     with _quiet_dcp():
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, storage_reader=_reader(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     rank_file = path / f"rank{rank}.pt"
     rank_state = torch.load(rank_file, map_location="cpu", weights_only=True) if rank_file.is_file() else None
@@ -145,7 +209,7 @@ def load_model_weights(path: Path, model: nn.Module) -> None:
     """Load only the model part of a checkpoint into a plain (unsharded) model, without a process group."""
     state = {"model": model.state_dict()}
     with _quiet_dcp():
-        dcp.load(state, checkpoint_id=str(path))
+        dcp.load(state, storage_reader=_reader(path))
     model.load_state_dict(state["model"])
 
 

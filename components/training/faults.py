@@ -6,7 +6,8 @@ soak (benchmarks/soak.py); it is never part of a user config, and unset it costs
 ``nan@STEP`` makes the loss NaN at optimizer step STEP (0-based), ``raise@STEP:RANK`` raises on RANK at
 STEP, ``exit@STEP:RANK`` kills RANK abruptly at STEP, ``kill@STEP:RANK`` sends RANK a SIGKILL at STEP (as
 the OOM killer does), ``save_crash@STEP:RANK`` kills RANK in the middle of the checkpoint save of STEP
-(after its shards, before the completion marker). Without ``:RANK`` every rank is hit.
+(after its shards, before the completion marker), ``marked_crash@STEP:RANK`` kills RANK just after the
+save of STEP is marked complete (before retention and index.json). Without ``:RANK`` every rank is hit.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class Fault:
     def save_crash(self, step: int, rank: int) -> Callable[[], None] | None:
         """``save_crash``: what the save of ``step`` calls between the shards and the completion marker."""
         return (lambda: os._exit(18)) if self.hits("save_crash", step, rank) else None
+
+    def after_marker(self, step: int, rank: int) -> None:
+        """``marked_crash``: die once the save of ``step`` is complete, before its retention and index."""
+        if self.hits("marked_crash", step, rank):
+            os._exit(19)
 
 
 def _nan_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from components.config import Config
 from components.errors import TrainingError
 from components.tasks import check_selection_metric, load_task
 from components.training import checkpointing as ckpt
-from components.training.data import train_stream
+from components.training.data import ShardStream, train_stream
 from components.training.device import Dist
 from components.training.faults import Fault
 from components.training.loss_eval import evaluate, val_shard
@@ -126,6 +126,7 @@ class Trainer:
         path = ckpt.latest_complete(self.root)
         if path is None:
             return
+        ckpt.refuse_another_training(path, self._identity())  # every rank, before loading anything
         meta, rank_state = ckpt.load_checkpoint(
             path, model=self.model, optimizer=self.optimizer, rank=self.d.rank
         )
@@ -150,6 +151,17 @@ class Trainer:
             torch.manual_seed(self.t.seed + 1 + self.d.rank + self.progress.step)
         self.resumed_from = self.saved_step = self.progress.step
         log_rank0(self.d, f"resumed from {path.name} (step {self.progress.step})")
+
+    def _identity(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from components.tasks import task_record
+
+        return ckpt.run_identity(
+            data_fingerprint=self.fingerprint, train_rows=self.stream.n, task=task_record(self.cfg.task),
+            model=asdict(self.cfg.model), train=asdict(self.t), dtype=str(self.dtype).replace("torch.", ""),
+            sharded=isinstance(self.stream, ShardStream),
+        )
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -186,6 +198,11 @@ class Trainer:
         """Train to max_steps with evaluation and checkpoints; return the result (meaningful on rank 0)."""
         t, prog, stats = self.t, self.progress, self.stats
         self._check_selection_metric()
+        if self.resumed_from is not None:
+            # A crash after the marker of the resumed checkpoint may have skipped its retention and index.json,
+            # and a run resumed at its last step saves nothing more: finish that (idempotent) bookkeeping now,
+            # once select.metric is known to be reported (retention by an unknown metric would keep only the latest).
+            self._retain_and_index()
         self.model.train()
         loop_start = time.perf_counter()
         while prog.step < t.max_steps:
@@ -268,7 +285,7 @@ class Trainer:
 
     def save(self) -> None:
         """Checkpoint the current step, index its metrics, apply retention, rewrite index.json."""
-        prog, sel = self.progress, self.cfg.select
+        prog = self.progress
         sync_buffers(self.model)
         if prog.last_metrics and not any(e.step == prog.step for e in prog.index):
             prog.index = [e for e in prog.index if e.step < prog.step]
@@ -288,6 +305,7 @@ class Trainer:
                 "train_seconds": prog.train_seconds,
             },
             "index": [e.to_dict() for e in prog.index],
+            "identity": self._identity(),
         }
         crash = self.fault.save_crash(prog.step, self.d.rank)
         start = time.perf_counter()
@@ -301,18 +319,24 @@ class Trainer:
             rank=self.d.rank,
             before_marker=crash,
         )
-        if self.d.rank == 0:
-            ckpt.apply_retention(
-                self.root, prog.index, keep_best=self.t.keep_best, metric=sel.metric, mode=sel.direction
-            )
-            ckpt.write_index(
-                self.root, prog.index, metric=sel.metric, mode=sel.direction, extra=self._index_extra()
-            )
+        self.fault.after_marker(prog.step, self.d.rank)
+        self._retain_and_index()
         self.saved_step = prog.step
         save_seconds = time.perf_counter() - start
         self.stats["checkpoint_seconds"] += save_seconds
         self.stats["checkpoints"] += 1
         self.tracker.log_metrics({"checkpoint_seconds": save_seconds}, prog.step)
+
+    def _retain_and_index(self) -> None:
+        """Rank 0: retention, then index.json, from this rank's index (after a save, and on resume)."""
+        if self.d.rank == 0:
+            sel = self.cfg.select
+            ckpt.apply_retention(
+                self.root, self.progress.index, keep_best=self.t.keep_best, metric=sel.metric, mode=sel.direction
+            )
+            ckpt.write_index(
+                self.root, self.progress.index, metric=sel.metric, mode=sel.direction, extra=self._index_extra()
+            )
 
     def _index_extra(self) -> dict[str, Any]:
         from dataclasses import asdict

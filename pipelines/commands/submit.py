@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import time
 
 from components.config import TRIGGERS
@@ -93,7 +94,8 @@ def _submit_local(args: argparse.Namespace) -> int:
         if args.record:
             record_outcome(args.record, args.attempt, **fields)
 
-    record(status="running", pid=os.getpid(), started_at=time.time())
+    # The machine too: a watcher on another machine sharing the home cannot judge this pid.
+    record(status="running", pid=os.getpid(), host=socket.gethostname(), started_at=time.time())
     try:
         summary = run_local(
             home=args.home, data_uri=args.data, config_path=args.config, overrides=args.overrides, trigger=args.trigger

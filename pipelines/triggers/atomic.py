@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -12,10 +13,75 @@ def private_name(prefix: str) -> str:
     return f"{prefix}.{os.getpid()}.{threading.get_ident()}"
 
 
+def write_synced(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` and flush it to the disk (a power loss then cannot leave it empty)."""
+    with open(path, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def sync_dir(directory: Path) -> None:
+    """Make a rename or link in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to a private temporary file, then rename it over ``path``: readers see whole files."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(private_name(f".{path.name}") + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        write_synced(tmp, text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # left only when the write failed (a full disk)
+    sync_dir(path.parent)
+
+
+def create_exclusive_text(path: str | Path, text: str) -> bool:
+    """Create ``path`` holding ``text``, whole or not at all; False when it exists. The text is written to a
+    private file first and hard-linked to ``path`` (atomic, and fails when ``path`` exists, on NFS too), so
+    no reader, and no crash or full disk, ever leaves a partial file at ``path``."""
+    path = Path(path)
+    tmp = path.with_name(private_name(f".{path.name}") + ".tmp")
+    try:
+        write_synced(tmp, text)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as err:
+            if err.errno not in _NO_HARD_LINKS:
+                raise
+            return _create_exclusive_in_place(path, text)
+    finally:
+        tmp.unlink(missing_ok=True)
+    sync_dir(path.parent)
+    return True
+
+
+# A filesystem without hard links (some FUSE and SMB mounts) answers one of these.
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
+
+
+def _create_exclusive_in_place(path: Path, text: str) -> bool:
+    """``O_CREAT | O_EXCL`` then write: a failed write removes the file (only a kill can leave it partial)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    sync_dir(path.parent)
+    return True

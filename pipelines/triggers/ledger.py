@@ -1,6 +1,7 @@
 """The watcher's run ledger in the ctpipe home: one record per data fingerprint, claimed atomically.
 
-A record is created with ``O_CREAT | O_EXCL``, so of several watchers (threads, processes, a restarted
+A record is created whole or not at all (written to a private file, then hard-linked to its name, which
+fails when the name exists), so of several watchers (threads, processes, a restarted
 watcher) exactly one claims a fingerprint and starts its first attempt. Every later change goes through
 the home's file lock as a read-modify-write, so a retry is claimed by exactly one watcher too (the
 attempt number moves from n to n+1 once), and a late write of an earlier attempt cannot overwrite the
@@ -29,14 +30,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipelines.triggers.atomic import atomic_write_text
+from components.errors import UserError
+from pipelines.triggers.atomic import atomic_write_text, create_exclusive_text
 
 ACTIVE = ("starting", "running")
 # What belongs to one attempt (top level mirrors the current attempt's values).
 ATTEMPT_FIELDS = (
-    "status", "attempt_claimed_at", "watcher_pid", "backend", "pid", "log", "run_id", "run_name", "started_at",
+    "status", "attempt_claimed_at", "watcher_pid", "backend", "pid", "host", "log", "run_id", "run_name", "started_at",
     "finished_at", "exit_code", "error", "user_error", "failure", "summary_path", "model_version", "settled_at",
     "stopped_leftovers", "marker", "failed_tasks", "state", "drift_report_mlflow_run", "drift_report_error",
+    "start_error",
 )  # fmt: skip
 # Decided per attempt by the watcher when it settles one; cleared when the next attempt is claimed.
 RETRY_FIELDS = ("next_attempt_after", "given_up", "decision")
@@ -60,10 +63,6 @@ class Ledger:
 
     def claim(self, fingerprint: str, record: dict[str, Any]) -> bool:
         """Create the record for ``fingerprint`` as attempt 1; False when one exists (already started)."""
-        try:
-            fd = os.open(self.path(fingerprint), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
         now = record.get("claimed_at", time.time())
         # The first attempt's claim time is the record's claimed_at (later attempts add attempt_claimed_at).
         created = {"fingerprint": fingerprint, "claimed_at": now, **record, "status": "starting", "attempt": 1}
@@ -71,9 +70,7 @@ class Ledger:
         for key in ("watcher_pid",):
             if key in record:
                 created["attempts"][0][key] = record[key]
-        with os.fdopen(fd, "w") as handle:
-            json.dump(created, handle)
-        return True
+        return create_exclusive_text(self.path(fingerprint), json.dumps(created))
 
     def claim_attempt(self, fingerprint: str, attempt: int, *, now: float | None = None, restart: bool = False) -> bool:
         """Claim ``attempt`` (n+1 after attempt n ended; with ``restart`` the current one again, when the
@@ -87,7 +84,7 @@ class Ledger:
             if restart:
                 if current != attempt or record.get("status") != "starting":
                     return False
-                return bool(self._write_attempt(record, attempt, {"attempt_claimed_at": now, "watcher_pid": os.getpid()}))
+                return bool(self._write_attempt(record, attempt, {"attempt_claimed_at": now, "watcher_pid": os.getpid(), "start_error": None}))
             if current != attempt - 1 or record.get("status") in ACTIVE:
                 return False
             for key in (*ATTEMPT_FIELDS, *RETRY_FIELDS):
@@ -100,7 +97,16 @@ class Ledger:
             return True
 
     def get(self, fingerprint: str) -> dict[str, Any] | None:
-        return read_record(self.path(fingerprint))
+        """The record of ``fingerprint``, None when there is none; an unreadable one is an error."""
+        path = self.path(fingerprint)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError as err:
+            raise UnreadableRecord(path, err) from None
 
     def update(self, fingerprint: str, **fields: Any) -> dict[str, Any]:
         """Merge fields into the record's top level (and, for attempt fields, into its current attempt)."""
@@ -119,6 +125,10 @@ class Ledger:
         """Drop a claim whose first attempt could not be started, so a later check starts it afresh."""
         self.path(fingerprint).unlink(missing_ok=True)
 
+    def unreadable(self) -> list[Path]:
+        """Records that exist but are not valid JSON (see UnreadableRecord)."""
+        return [path for path in sorted(self.root.glob("*.json")) if path.exists() and read_record(path) is None]
+
     def records(self) -> list[dict[str, Any]]:
         out = []
         for path in sorted(self.root.glob("*.json")):
@@ -131,6 +141,19 @@ class Ledger:
         """When the newest run with ``trigger`` was claimed (epoch seconds), or None."""
         times = [r.get("claimed_at", 0.0) for r in self.records() if r.get("trigger") == trigger]
         return max(times) if times else None
+
+
+class UnreadableRecord(UserError):
+    """A ledger record that exists but cannot be read: whether its data version was started is unknown."""
+
+    def __init__(self, path: Path, err: Exception) -> None:
+        super().__init__(
+            f"the watcher's ledger record {path} is unreadable ({type(err).__name__}: {err}): it was cut short "
+            "(a watcher killed or a disk full while writing it, before ctpipe wrote records whole; a power loss) "
+            f"or edited by hand. Whether a run of data version {path.stem[:12]} was started cannot be told from "
+            "it, so the watcher starts nothing for it: look for such a run (the KFP UI, HOME/watch/logs), then "
+            "delete the file, and the next check starts the version if it is still untrained."
+        )
 
 
 @contextlib.contextmanager
@@ -152,10 +175,11 @@ def lock_dir(directory: str | Path) -> Iterator[None]:
 
 
 def read_record(path: str | Path) -> dict[str, Any] | None:
+    """The record at ``path``; None when it is gone (released) or unreadable (``Ledger.get`` says so)."""
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
-        return None  # being written for the first time by another watcher, or gone
+        return None
 
 
 def merge_attempt(record: dict[str, Any], attempt: int, fields: dict[str, Any]) -> None:

@@ -43,6 +43,8 @@ def claim_time(record: dict[str, Any]) -> float:
 def claim_in_flight(record: dict[str, Any], now: float | None = None) -> bool:
     """Whether a record is a fresh claim whose run is being started right now (no process or run id yet)."""
     now = time.time() if now is None else now
+    if record.get("start_error"):
+        return False  # its watcher tried and failed: nobody is starting it now
     return record.get("status") == "starting" and now - claim_time(record) < STARTING_GRACE_SECONDS
 
 
@@ -117,6 +119,8 @@ def next_step(record: dict[str, Any], now: float) -> NextStep:
     n = int(record.get("attempt", 1))
     status = record.get("status")
     if status in ACTIVE:
+        if status == "starting" and record.get("start_error") and stale_claim(record, now):
+            return NextStep("restart", f"attempt {n} is started again ({record['start_error']})", n)
         if status == "starting" and stale_claim(record, now):
             return NextStep("restart", f"attempt {n} was claimed by a watcher that died before starting it", n)
         return NextStep("wait", already_started(record), n)
@@ -137,7 +141,8 @@ def next_step(record: dict[str, Any], now: float) -> NextStep:
 def already_started(record: dict[str, Any]) -> str:
     return (
         f"a run for this data fingerprint was already started at {_utc(record.get('claimed_at', 0))} (trigger "
-        f"{record.get('trigger')}, attempt {record.get('attempt', 1)}, status {record.get('status')}); a "
+        f"{record.get('trigger')}, attempt {record.get('attempt', 1)}, status {record.get('status')}"
+        f"{', on ' + record['host'] if record.get('host') else ''}); a "
         "fingerprint starts one run at a time, and again only after a failure that was not the user's"
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,6 +44,11 @@ class RunStarter(Protocol):
         """None while the recorded attempt is going; else what the record lacks about how it ended
         (``read_only``: judge without side effects, for a dry run)."""
         ...
+
+
+def on_another_host(record: dict[str, Any]) -> bool:
+    """Whether a local attempt runs on another machine sharing the home, whose processes cannot be seen here."""
+    return bool(record.get("host")) and record["host"] != socket.gethostname()
 
 
 def pid_alive(pid: int) -> bool:
@@ -99,7 +105,8 @@ class LocalStarter:
                 env={**os.environ, RUN_MARKER_ENV: run_marker(record_path, attempt)},
             )
         self._children[child.pid] = child
-        info = {"backend": "local", "pid": child.pid, "log": str(log), "marker": run_marker(record_path, attempt), "status": "running"}
+        info = {"backend": "local", "pid": child.pid, "host": socket.gethostname(), "log": str(log),
+                "marker": run_marker(record_path, attempt), "status": "running"}
         # Record the process at once so other watchers see it running (the child adds its own fields).
         update_attempt(record_path, attempt, **{k: v for k, v in info.items() if k != "status"})
         if self.wait:
@@ -119,6 +126,8 @@ class LocalStarter:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
+        if on_another_host(record):
+            return True  # not ours to judge: its own report, or a watcher on its machine, settles it
         return pid_alive(int(pid)) and carries_marker(int(pid), record.get("marker"))
 
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
@@ -261,7 +270,7 @@ class KfpStarter:
                 raise
         if record.get("pid") is None:
             return claim_in_flight(record)
-        return pid_alive(int(record["pid"]))
+        return on_another_host(record) or pid_alive(int(record["pid"]))
 
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
         from kfp_server_api.exceptions import ApiException

@@ -8,22 +8,30 @@ from typing import Any
 
 from pipelines.triggers.ledger import ACTIVE, Ledger
 from pipelines.triggers.retry import version_state
-from pipelines.triggers.start import pid_alive
+from pipelines.triggers.start import on_another_host, pid_alive
 
 # What each attempt shows of its record.
 ATTEMPT_KEYS = (
-    "attempt", "status", "failure", "error", "pid", "run_id", "run_name", "exit_code", "model_version",
-    "attempt_claimed_at", "started_at", "finished_at", "settled_at", "stopped_leftovers", "log", "summary_path",
+    "attempt", "status", "failure", "error", "pid", "host", "run_id", "run_name", "exit_code", "model_version",
+    "attempt_claimed_at", "started_at", "finished_at", "settled_at", "stopped_leftovers", "log", "summary_path", "start_error",
 )  # fmt: skip
 
 
 def list_versions(home: str | Path) -> list[dict[str, Any]]:
     """Every data version in the ledger, newest claim first, with its state and attempts."""
-    records = sorted(Ledger(home).records(), key=lambda r: r.get("claimed_at", 0), reverse=True)
-    versions = []
+    ledger = Ledger(home)
+    records = sorted(ledger.records(), key=lambda r: r.get("claimed_at", 0), reverse=True)
+    # Unreadable records first: the watcher starts nothing for their data versions until they are removed.
+    versions = [
+        {"fingerprint": path.stem, "state": "unreadable", "trigger": None, "data_uri": None, "claimed_at": None,
+         "attempts": [], "decision": f"{path} is not valid JSON: check for a run of it, then delete the file",
+         "next_attempt_after": None}
+        for path in ledger.unreadable()
+    ]  # fmt: skip
     for index, record in enumerate(records):
         alive = None
-        if record.get("status") in ACTIVE and record.get("backend") == "local" and record.get("pid") is not None:
+        local = record.get("backend") == "local" and record.get("pid") is not None and not on_another_host(record)
+        if record.get("status") in ACTIVE and local:
             alive = pid_alive(int(record["pid"]))  # a killed run still says "running" until a check settles it
         versions.append(
             {
@@ -57,12 +65,13 @@ def format_versions(versions: list[dict[str, Any]]) -> str:
             f"{len(v['attempts'])}"
         )
         for a in v["attempts"]:
-            where = f"pid {a['pid']}" if a.get("pid") else (f"KFP run {a['run_id']}" if a.get("run_id") else "not started")
+            where = f"pid {a['pid']}" + (f" on {a['host']}" if a.get("host") else "") if a.get("pid") else (f"KFP run {a['run_id']}" if a.get("run_id") else "not started")
             outcome = a.get("status", "?") + (f" ({a['failure']})" if a.get("failure") else "")
             extra = f" -> model version {a['model_version']}" if a.get("model_version") else ""
             lines.append(f"    attempt {a.get('attempt')}: {outcome}, {where}{extra}")
-            if a.get("error"):
-                one_line = " / ".join(part.strip() for part in a["error"].splitlines() if part.strip())
+            if a.get("error") or a.get("start_error"):
+                error = a.get("error") or a["start_error"]
+                one_line = " / ".join(part.strip() for part in error.splitlines() if part.strip())
                 lines.append(f"      {one_line[:300]}")
         if v.get("decision") and v["state"] not in ("running", "starting", "trained"):
             lines.append(f"    -> {v['decision'][:400]}")

@@ -310,10 +310,13 @@ def _too_busy(ledger: Ledger, starter, config: Config, fingerprint: str, wanted:
     active = [r for r in ledger.records() if r.get("fingerprint") != fingerprint and starter.is_active(r)]
     if len(active) < config.watch.max_running:
         return None
-    names = ", ".join(r["fingerprint"][:12] for r in active)
+    from pipelines.triggers.start import on_another_host
+
+    names = ", ".join(r["fingerprint"][:12] + (f" on {r['host']}" if on_another_host(r) else "") for r in active)
     return (
         f"{wanted}, but {len(active)} run(s) started by the watcher are still going "
-        f"({names}; watch.max_running={config.watch.max_running}); it will be started by a later check"
+        f"({names}; watch.max_running={config.watch.max_running}); it will be started by a later check (a run "
+        "on another machine is settled there: if that machine is gone for good, delete its ledger record)"
     )
 
 
@@ -327,15 +330,17 @@ def _launch(ledger: Ledger, starter, state: DataState, trigger: str, attempt: in
             trigger=trigger, data_uri=state.data_uri, fingerprint=fingerprint, record_path=ledger.path(fingerprint)
         )
     except Exception as err:
+        from components.errors import UserError
+
+        message = f"the run could not be started: {type(err).__name__}: {err}"[:500]
         if attempt == 1:
             ledger.release(fingerprint)  # not started: a later check may try again
+        elif isinstance(err, UserError):
+            ledger.update_attempt(fingerprint, attempt, status="failed", user_error=True, error=message, finished_at=time.time())
         else:
-            from components.errors import UserError
-
-            ledger.update_attempt(
-                fingerprint, attempt, status="failed", user_error=isinstance(err, UserError),
-                error=f"the run could not be started: {type(err).__name__}: {err}"[:500], finished_at=time.time(),
-            )  # fmt: skip
+            # The request may have created the run before it failed (a timeout): the next check starts this
+            # attempt again under the same run name, which re-attaches to such a run instead of adding one.
+            ledger.update_attempt(fingerprint, attempt, start_error=message)
         raise
     with ledger.locked():
         current = ledger.get(fingerprint) or {}
@@ -366,9 +371,10 @@ def _ended(starter, record: dict[str, Any], *, read_only: bool) -> dict[str, Any
         return starter.ended(record, read_only=read_only)
     if starter is not None:  # a starter that only says whether a run is active: gone means lost
         return None if starter.is_active(record) else {"status": "lost", "error": "the run is no longer active"}
-    from pipelines.triggers.start import pid_alive
+    from pipelines.triggers.start import on_another_host, pid_alive
 
-    if record.get("backend") == "local" and record.get("pid") is not None and not pid_alive(int(record["pid"])):
+    if record.get("backend") == "local" and record.get("pid") is not None and not on_another_host(record) \
+            and not pid_alive(int(record["pid"])):
         return {"status": "lost", "error": f"process {record['pid']} is gone without recording an outcome"}
     return None
 

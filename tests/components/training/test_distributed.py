@@ -207,3 +207,65 @@ def test_a_selection_metric_validation_never_reports_stops_the_job_before_its_fi
         _train(snapshot_dir, tmp_path, "select.metric=val_bogus", "select.mode=max")
     assert "exited with code 2" in str(err.value)
     assert ckpt.checkpoint_dirs(tmp_path) == []  # not one step was checkpointed
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (("train.lr=0.01", "model.dropout=0.3"), ["train.lr: checkpoint 0.003, now 0.01", "model.dropout"]),
+        (("model.hidden=32",), ["model.hidden: checkpoint 16, now 32"]),
+    ],
+    ids=["hyperparameters", "model-size"],
+)
+def test_a_checkpoint_of_another_training_is_refused_not_resumed(reference, tmp_path, snapshot_dir, change, named):
+    """Before: a finished run re-run with another lr/dropout 'resumed' at its last step and returned the old
+    weights as the new config's result; a changed model size died in DCP with a size mismatch (exit 1, so a
+    launcher restarted it). Now a permanent error naming what differs, and nothing is written."""
+    import shutil
+
+    shutil.copytree(reference[1], tmp_path / "ckpt")
+    def checkpoint_files():
+        return {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "ckpt").rglob("step_*/*")} | {
+            "index": (tmp_path / "ckpt" / "index.json").read_bytes()}
+
+    before = checkpoint_files()
+    with pytest.raises(TrainingError, match="exited with code 2") as err:
+        _train(snapshot_dir, tmp_path / "ckpt", *change)
+    for text in named:
+        assert text in str(err.value)
+    assert checkpoint_files() == before
+
+
+def test_a_crash_after_the_last_save_is_marked_still_ends_with_the_true_index(reference, snapshot_dir, tmp_path,
+                                                                                monkeypatch):
+    """Rank 0 dies after step 8 (the last) is marked complete, before retention and index.json. Before: the
+    restart resumed at step 8, had nothing to train, and never rewrote index.json, so selection read the
+    index of step 6 (no step 8, stale `kept` flags) while train_result.json named another best step."""
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "marked_crash@8:0")
+    with pytest.raises(TrainingError, match="rank 0 exited with code 19"):
+        _train(snapshot_dir, tmp_path)
+    assert ckpt.is_complete(ckpt.checkpoint_path(tmp_path, 8))
+    monkeypatch.delenv("CTPIPE_TEST_FAULT")
+    # A restart with a metric validation never reports is refused before that bookkeeping deletes anything.
+    on_disk = ckpt.checkpoint_dirs(tmp_path)
+    with pytest.raises(TrainingError, match="val_bogus"):
+        _train(snapshot_dir, tmp_path, "select.metric=val_bogus", "select.mode=max")
+    assert ckpt.checkpoint_dirs(tmp_path) == on_disk
+    resumed = _train(snapshot_dir, tmp_path)
+    assert resumed.resumed_from_step == 8
+    index, expected = (json.loads((d / "index.json").read_text()) for d in (tmp_path, reference[1]))
+    assert index["checkpoints"] == expected["checkpoints"] and index["best_step"] == expected["best_step"]
+    assert resumed.best_step == index["best_step"]
+    assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {index["best_step"], 8}
+
+
+def test_a_checkpoint_trained_on_other_data_is_refused(reference, tmp_path):
+    """The worker itself compares the data fingerprint (the pipeline and cluster restarts hand it a snapshot
+    directory; only `ctpipe train` checked it before)."""
+    import shutil
+
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=210, seed=5)
+    other = build_snapshot(str(tmp_path / "data"), tiny_config(), tmp_path / "snapshot")
+    shutil.copytree(reference[1], tmp_path / "ckpt")
+    with pytest.raises(TrainingError, match=r"exited with code 2.*data\.fingerprint: checkpoint \w+, now \w+"):
+        _train(str(other.root), tmp_path / "ckpt")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from components.config import load_config
-from components.errors import ConfigError
+from components.errors import ConfigError, TrainingError
 from components.training import checkpointing as ckpt
 from components.training.data import BatchStream
 from components.training.schedule import build_scheduler, lr_multiplier
@@ -174,3 +175,86 @@ def test_resaving_a_step_unmarks_it_before_writing(tmp_path):
     assert ckpt.is_complete(ckpt.checkpoint_path(tmp_path, 3))
     _save_killed_before_marker(tmp_path, 3, model, opt)
     assert ckpt.latest_complete(tmp_path) is None  # a half-rewritten directory never keeps its old marker
+
+
+def test_a_deletion_killed_midway_leaves_no_marked_half_checkpoint(tmp_path, monkeypatch):
+    """Retention killed while it removes a directory (shards gone, process dead) must not leave the marker:
+    before, `.complete` could outlive the shards, so selection (reading the index written before the kill,
+    which still lists the step as kept) picked a checkpoint with missing files."""
+    from types import SimpleNamespace
+
+    from components.training import checkpoint_index
+
+    entries = [ckpt.IndexEntry(s, {"val_accuracy": a}) for s, a in {1: 0.9, 2: 0.5, 3: 0.6}.items()]
+    for e in entries:
+        (_fake_checkpoint(tmp_path, e.step) / "__0_0.distcp").write_text("shard")
+
+    def killed_after_the_shards(path, ignore_errors=False):
+        for shard in Path(path).glob("*.distcp"):
+            shard.unlink()
+        raise KeyboardInterrupt("killed while deleting")
+
+    monkeypatch.setattr(checkpoint_index, "shutil", SimpleNamespace(rmtree=killed_after_the_shards))
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.apply_retention(tmp_path, entries, keep_best=1, metric="val_accuracy", mode="max")
+    monkeypatch.undo()
+    half = ckpt.checkpoint_path(tmp_path, 2)
+    assert not ckpt.is_complete(half)  # no longer a checkpoint for resume or selection
+    ckpt.apply_retention(tmp_path, entries, keep_best=1, metric="val_accuracy", mode="max")
+    assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {1, 3}
+
+
+@pytest.mark.parametrize("metric, mode, values, best", [
+    ("val_loss", "min", {1: 0.5, 2: math.nan, 3: 0.3}, 3),
+    ("val_loss", "min", {1: math.nan, 2: 0.5, 3: 0.3}, 3),
+    ("val_accuracy", "max", {1: 0.6, 2: math.nan, 3: 0.8}, 3),
+])
+def test_a_non_finite_validation_metric_ranks_last_and_never_costs_the_best_checkpoint(
+    tmp_path, metric, mode, values, best
+):
+    """A NaN metric (a task's row metric, a bf16 eval overflow) compared False both ways, so sorting left the
+    order arbitrary: with {0.5, NaN, 0.3} and mode min, step 1 (0.5) ranked first, retention kept it and
+    deleted step 3 (0.3), and selection exported it."""
+    entries = [ckpt.IndexEntry(s, {metric: v, "val_loss": v if metric == "val_loss" else 1.0})
+               for s, v in values.items()]
+    ranked = ckpt.rank_entries(entries, metric, mode)
+    assert ranked[0].step == best
+    assert ranked[-1].step == next(s for s, v in values.items() if math.isnan(v))
+    for e in entries:
+        _fake_checkpoint(tmp_path, e.step)
+    _fake_checkpoint(tmp_path, 4)  # the latest, always kept
+    entries.append(ckpt.IndexEntry(4, {metric: values[best] + (0.1 if mode == "min" else -0.1), "val_loss": 1.0}))
+    ckpt.apply_retention(tmp_path, entries, keep_best=1, metric=metric, mode=mode)
+    assert {ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path)} == {best, 4}
+
+
+class _RunsCode:
+    """Pickles as a call of ``exec``: what a tampered ``.metadata`` on a shared volume could hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def test_a_checkpoint_whose_metadata_would_run_code_is_refused_without_running_it(tmp_path):
+    """DCP reads a checkpoint's `.metadata` with plain pickle.load: before, loading a checkpoint (resume,
+    selection's export) executed whatever a tampered file named. Now only DCP's metadata classes, torch sizes,
+    dtypes and layouts, and paths may appear in it; anything else is refused before it is called."""
+    import pickle
+
+    model = nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    path = ckpt.save_checkpoint(tmp_path, 1, model=model, optimizer=opt, rank_state={}, meta={"step": 1}, rank=0)
+    fresh = nn.Linear(2, 2)
+    ckpt.load_model_weights(path, fresh)  # a real checkpoint's metadata loads
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in model.state_dict().items())
+
+    marker = tmp_path / "code-ran"
+    (path / ".metadata").write_bytes(pickle.dumps(_RunsCode(marker)))
+    for load in (lambda: ckpt.load_model_weights(path, nn.Linear(2, 2)),
+                 lambda: ckpt.load_checkpoint(path, model=fresh, optimizer=torch.optim.AdamW(fresh.parameters()), rank=0)):
+        with pytest.raises(TrainingError, match="names builtins.exec, which a checkpoint never holds: refused"):
+            load()
+        assert not marker.exists()

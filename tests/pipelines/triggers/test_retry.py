@@ -486,3 +486,158 @@ def test_watchers_racing_on_a_fresh_home_create_its_tracking_store_once(site, tm
         p.join(120)
     assert [p.exitcode for p in procs] == [0, 0, 0]
     assert sorted(out.read_text().split()) == ["none", "none", "run"]
+
+
+def test_a_retry_whose_start_errs_after_kfp_created_its_run_is_reattached_not_run_twice(site, kfp):
+    """The create request of attempt 2 reaches KFP but its answer is lost (a timeout, a dropped connection):
+    the next check must re-attach to that run by its name, not start attempt 3 beside it."""
+    from pipelines.triggers.start import KfpStarter
+
+    data, home = site
+    server, client = kfp
+    starter = KfpStarter(client, experiment="ctpipe")
+    first = check(site, starter, "watch.retry_backoff_seconds=0")
+    server.state.fail_run(first.run["run_id"], {"train": "OOMKilled (exit code 137)"})
+    real_run_pipeline = client.run_pipeline
+
+    def created_then_timed_out(*args, **kwargs):
+        real_run_pipeline(*args, **kwargs)
+        raise TimeoutError("read timed out")
+
+    client.run_pipeline = created_then_timed_out
+    with pytest.raises(TimeoutError):
+        check(site, starter, "watch.retry_backoff_seconds=0")
+    client.run_pipeline = real_run_pipeline
+    name = f"ctpipe-new_data-{first.fingerprint[:16]}-attempt-2"
+    assert len([r for r in server.state.runs.values() if r["display_name"] == name]) == 1
+    again = check(site, starter, "watch.retry_backoff_seconds=0")
+    record = Ledger(home).get(first.fingerprint)
+    running = [r for r in server.state.runs.values() if r["state"] in ("PENDING", "RUNNING")]
+    assert [r["display_name"] for r in running] == [name], "two runs of one data version at once"
+    assert (again.action, record["attempt"], record["status"]) == ("run", 2, "running")
+    assert record["run_id"] == running[0]["run_id"]
+
+
+def test_a_claim_cut_short_leaves_no_record_that_blocks_its_data_version(site, monkeypatch):
+    """The disk fills up (or the watcher is killed) while the claim's record is written: the data version
+    must not stay 'already started' by a half-written record forever; the next check starts it."""
+    import errno
+    import types
+
+    from pipelines.triggers import ledger as ledger_module
+    from pipelines.triggers.start import FunctionStarter
+
+    data, home = site
+
+    def full_disk_dump(obj, handle, **kwargs):
+        handle.write(json.dumps(obj)[:10])  # part of it reaches the file, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_disk_dumps(obj, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    failing = types.SimpleNamespace(dump=full_disk_dump, dumps=full_disk_dumps, loads=json.loads)
+    monkeypatch.setattr(ledger_module, "json", failing)
+    with pytest.raises(OSError, match="No space left"):
+        check(site, FunctionStarter(lambda **kw: "started"))
+    monkeypatch.setattr(ledger_module, "json", json)
+    assert list((home / "watch" / "ledger").glob("*.json")) == []
+    again = check(site, FunctionStarter(lambda **kw: "started"))
+    assert (again.action, again.run["status"]) == ("run", "succeeded")
+
+
+def test_an_unreadable_ledger_record_is_a_clear_error_not_a_run_already_started(site, capsys):
+    """A record left empty or garbled (a watcher killed mid-claim by an older ctpipe, a power loss, an edit
+    by hand) said 'already started at 1970-01-01' at every check: the data version was silently never
+    trained. It is an error naming the file and what to do, and --status lists it."""
+    from components.errors import UserError
+    from pipelines.triggers.new_data import data_state
+    from pipelines.triggers.start import FunctionStarter
+
+    data, home = site
+    fingerprint = data_state(str(data)).fingerprint
+    path = Ledger(home).path(fingerprint)
+    path.write_text('{"fingerprint": "')
+    with pytest.raises(UserError, match="unreadable") as caught:
+        check(site, FunctionStarter(lambda **kw: "started"))
+    assert str(path) in str(caught.value) and "delete" in str(caught.value)
+    assert main(["watch", "--status", "--home", str(home)]) == 0
+    listed = capsys.readouterr().out
+    assert fingerprint[:12] in listed and "unreadable" in listed
+
+
+def test_a_local_run_on_another_machine_is_not_judged_lost_by_a_watcher_here(site, monkeypatch, capsys):
+    """Two machines share the home (NFS, as documented): a watcher on machine B cannot see machine A's
+    processes. It used to settle A's running attempt as lost and start a second run of the data version."""
+    import socket
+
+    from pipelines.triggers import start as start_module
+    from pipelines.triggers import status as status_module
+
+    data, home = site
+    monkeypatch.setattr(socket, "gethostname", lambda: "machine-a")
+    try:
+        first = check(site, ScriptStarter(home, RUNNING))
+        wait_for(lambda: len(started_pids(home)) == 1 and Ledger(home).get(first.fingerprint)["status"] == "running")
+        # Machine B: its own name, and A's processes are not in its process table (nor /proc).
+        monkeypatch.setattr(socket, "gethostname", lambda: "machine-b")
+        monkeypatch.setattr(start_module, "pid_alive", lambda pid: False)
+        monkeypatch.setattr(status_module, "pid_alive", lambda pid: False)
+        monkeypatch.setattr(start_module, "marked_processes", lambda marker: [])
+        later = check(site, ScriptStarter(home, RUNNING), "watch.retry_backoff_seconds=0", now=time.time() + 3600)
+        assert later.action == "none" and "machine-a" in later.reason
+        assert len(started_pids(home)) == 1
+        record = Ledger(home).get(first.fingerprint)
+        assert (record["attempt"], record["status"], record["host"]) == (1, "running", "machine-a")
+        assert main(["watch", "--status", "--home", str(home)]) == 0
+        listed = capsys.readouterr().out
+        assert "lost?" not in listed and "running" in listed and "machine-a" in listed
+        # New data waits for it (watch.max_running=1), and the check says where it runs and what to do.
+        write_demo_data(data, days=3, rows_per_day=50)
+        newer = check(site, ScriptStarter(home, RUNNING))
+        assert newer.action == "none" and f"{first.fingerprint[:12]} on machine-a" in newer.reason
+        assert "delete its ledger record" in newer.reason and len(started_pids(home)) == 1
+    finally:
+        stop_everything(home)
+
+
+def test_deleting_the_record_of_a_cancelled_kfp_run_starts_it_again_as_the_decision_says(site, kfp):
+    """'Delete its ledger record so that the watcher does' (start it again): on KFP the next claim re-attached
+    to the old run of the same name, which was cancelled (or failed), so nothing ever ran again."""
+    from pipelines.triggers.start import KfpStarter
+
+    data, home = site
+    server, client = kfp
+    starter = KfpStarter(client, experiment="ctpipe")
+    first = check(site, starter)
+    server.state.set_run_state(first.run["run_id"], "CANCELED")
+    cancelled = check(site, starter)
+    assert cancelled.action == "none" and "delete its ledger record" in cancelled.reason
+    Ledger(home).path(first.fingerprint).unlink()
+    again = check(site, starter)
+    assert again.action == "run" and again.run["run_id"] != first.run["run_id"]
+    assert server.state.runs[again.run["run_id"]]["state"] in ("PENDING", "RUNNING")
+    assert check(site, starter).action == "none"  # and that new run is followed, not cancelled again
+    assert Ledger(home).get(first.fingerprint)["status"] == "running"
+
+
+def test_claims_work_on_a_filesystem_without_hard_links(site, monkeypatch):
+    """The claim is written whole and hard-linked to its name; where links are refused (some FUSE or SMB
+    mounts) it falls back on an exclusive create, still one claim per data version."""
+    import errno
+
+    from pipelines.triggers import atomic
+    from pipelines.triggers.start import FunctionStarter
+
+    data, home = site
+
+    def no_links(*args):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(atomic.os, "link", no_links)
+    counter = []
+    first = check(site, FunctionStarter(lambda **kw: counter.append(kw)))
+    again = check(site, FunctionStarter(lambda **kw: counter.append(kw)))
+    assert (first.action, again.action, len(counter)) == ("run", "none", 1)
+    assert not Ledger(home).claim(first.fingerprint, {"trigger": "new_data"})
+    assert [p.name for p in (home / "watch" / "ledger").iterdir() if p.name != ".lock"] == [f"{first.fingerprint}.json"]

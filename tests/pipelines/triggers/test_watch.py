@@ -346,3 +346,23 @@ def test_watcher_on_kfp_starts_one_drift_run_and_records_its_report_in_mlflow(si
     )
     names = sorted(a.path for a in client_ml.list_artifacts(report_run.info.run_id, "drift"))
     assert [Path(n).suffix for n in names] == [".html", ".json"]
+
+
+def test_a_writers_output_in_progress_under_a_hidden_or_underscore_folder_is_not_data(site):
+    """Spark, Hive and Hadoop write a partition under DATA/date=.../_temporary/... and move it into place
+    on commit (others under .staging folders). The watcher fingerprinted those files, read a half-written
+    one for drift and failed with 'Replace or remove the file' (or, without a champion, started a run on
+    it), and validation would train on them. Folders named with '_' or '.' are skipped as files are."""
+    data, home, fingerprint = site
+    part = next(data.glob("date=*/part-0.parquet"))
+    in_progress = data / "date=2099-01-01" / "_temporary" / "0" / "_temporary" / "attempt_1"
+    in_progress.mkdir(parents=True)
+    shutil.copy(part, in_progress / "part-00000.parquet")  # one task committed its file
+    (in_progress / "part-00001.parquet").write_bytes(part.read_bytes()[:3000])  # one still writing
+    (data / ".staging").mkdir()
+    shutil.copy(part, data / ".staging" / "part-0.parquet")
+    assert fingerprint_files(list_data_files(str(data))) == fingerprint
+    counter = Counter()
+    decision = check(data, home, FunctionStarter(counter))
+    assert decision.action == "none" and decision.fingerprint == fingerprint and "nothing new" in decision.reason
+    assert counter.calls == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -64,6 +65,7 @@ def test_submit_records_the_outcome_of_a_local_run_in_the_ledger(tmp_path, monke
     assert calls[0]["trigger"] == "new_data" and calls[0]["data_uri"] == "/data"
     record = ledger.get("a" * 64)
     assert record["status"] == status and record["model_version"] == "3" and record["finished_at"] >= record["started_at"]
+    assert record["host"] == socket.gethostname()  # its pid means something on this machine only
 
 
 def test_watch_loop_prints_one_decision_per_check_and_survives_errors(tmp_path, capsys):
