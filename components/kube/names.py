@@ -12,8 +12,10 @@ DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-# Pods are named "<job>-worker-<index>" by the operator: keep room for that suffix within 63.
-MAX_JOB_NAME = 48
+# Keep room within 63 for the names of the pods a job creates: "<job>-worker-<index>" (PyTorchJob), and
+# "<job>-node-0-<index>-<5 random>" (TrainJob: its JobSet's webhook refuses the JobSet, not the TrainJob,
+# when those would exceed 63). 45 fits up to 10,000 nodes.
+MAX_JOB_NAME = 45
 
 
 def is_dns1035_label(name: str) -> bool:

@@ -44,6 +44,19 @@ def plan_staging(command: list[str], shared_root: str | None, job_name: str) -> 
     return Staging(command=out, mapping=mapping)
 
 
+def step_local_paths(command: list[str]) -> list[str]:
+    """The absolute paths of a worker command (``/x`` and ``--flag=/x``; argv[0] aside), each once.
+
+    Without a shared volume the worker pods mount nothing that holds them (fsspec URLs are not paths).
+    """
+    found: list[str] = []
+    for token in command[1:]:
+        value = token.partition("=")[2] if token.startswith("--") and "=" in token else token
+        if value.startswith("/") and value not in found:
+            found.append(value)
+    return found
+
+
 def stage_in(staging: Staging) -> None:
     """Copy every existing step path to its place on the shared volume, merging into what is there.
 

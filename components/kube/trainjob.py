@@ -96,6 +96,15 @@ def trainjob_violations(job: dict[str, Any]) -> list[str]:
     meta = job.get("metadata") or {}
     if not is_dns1035_label(str(meta.get("name", ""))):
         problems.append(f"metadata.name: {meta.get('name')!r} is not a DNS-1035 label")
+    nodes = (((job.get("spec") or {}).get("trainer") or {}).get("numNodes"))
+    if isinstance(nodes, int) and nodes >= 1:
+        # JobSet's webhook rule (the TrainJob is admitted, its JobSet is not; no pod ever starts).
+        pod = f"{meta.get('name')}-{NODE}-0-{nodes - 1}-abcde"
+        if len(pod) > 63:
+            problems.append(
+                f"metadata.name: {meta.get('name')!r} is too long for {nodes} nodes: the JobSet's pod names "
+                f"('{pod}', {len(pod)} characters) would exceed 63 characters"
+            )
     namespace = str(meta.get("namespace", ""))
     if not (len(namespace) <= 63 and DNS1123_LABEL.match(namespace)):
         problems.append(f"metadata.namespace: {namespace!r} is not a DNS-1123 label")

@@ -19,9 +19,14 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import copy
+
     from components.tasks.run_config import load_run_config
     from components.training.launchers.render import render_pytorchjob_yaml
+    from pipelines.cluster_config import CLUSTER_DEFAULTS
 
-    config = load_run_config(args.config, args.overrides)
+    # The defaults `ctpipe compile` starts from, so the same flags show the job the compiled pipeline submits
+    # (a PyTorchJob, MLflow credentials from the manifests' secret), not one built on `ctpipe run`'s defaults.
+    config = load_run_config(args.config, args.overrides, defaults=copy.deepcopy(CLUSTER_DEFAULTS))
     print(render_pytorchjob_yaml(config), end="")
     return 0

@@ -31,8 +31,9 @@ from components.kube.job_status import created_at, failure_reason, job_phase
 from components.kube.logs import LogFollower, failing_pod_tail
 from components.kube.names import training_job_name
 from components.kube.namespace import resolve_namespace
+from components.kube.pod import JobValidationError
 from components.kube.retry import is_transient, retry_call
-from components.kube.staging import Staging, plan_staging, stage_in, stage_out
+from components.kube.staging import Staging, plan_staging, stage_in, stage_out, step_local_paths
 from components.training.launchers.base import PERMANENT_FAILURE_EXIT_CODE, WorkerLaunch, sigterm_raises
 
 
@@ -103,6 +104,15 @@ class KubeflowJobLauncher:
         """The validated job for ``launch`` and the staging of its paths onto the shared volume."""
         name = training_job_name(launch.job_name)
         root = self.kube.shared_mount_path if self.kube.shared_pvc else None
+        local = step_local_paths(launch.command) if root is None else []
+        if local:
+            # The worker pods mount only /dev/shm and /tmp then: a job with these paths could only fail.
+            raise JobValidationError(
+                f"kubernetes.shared_pvc is unset, so the worker pods mount no volume holding the train step's paths "
+                f"{', '.join(repr(p) for p in local)}: they exist only in the step's own pod (KFP downloads artifacts "
+                "there). Set kubernetes.shared_pvc to a ReadWriteMany PVC of the namespace (manifests/: ctpipe-shared), "
+                "or give the worker fsspec URLs its pods can reach."
+            )
         staging = plan_staging(launch.command, root, name)
         kube = replace(self.kube, namespace=self.namespace)
         job = self.api.build(kube, replace(launch, command=staging.command))

@@ -13,6 +13,7 @@ import yaml
 
 from components.config import Config
 from components.kube.names import training_job_name
+from components.kube.pod import JobValidationError
 from components.training.launch import build_launch
 from components.training.launchers.factory import kubeflow_launcher_for
 
@@ -49,10 +50,14 @@ def render_pytorchjob(config: Config) -> dict[str, Any]:
                           mlflow_run_id=MLFLOW_RUN_ID, job_name=_SAMPLE_RUN_ID)
     # The job kind follows train.backend; local training renders the PyTorchJob a cluster would run.
     namespace = config.kubernetes.namespace or _SAMPLE_NAMESPACE
-    job, _ = kubeflow_launcher_for(config, api_client=None, namespace=namespace).plan(launch)
     name = training_job_name(_SAMPLE_RUN_ID)
-    job = _substitute(job, {name: f"ctpipe-train-{RUN_ID}", _SAMPLE_RUN_ID: RUN_ID, _SAMPLE_SNAPSHOT: SNAPSHOT,
-                            _SAMPLE_CHECKPOINTS: CHECKPOINTS})
+    placeholders = {name: f"ctpipe-train-{RUN_ID}", _SAMPLE_RUN_ID: RUN_ID, _SAMPLE_SNAPSHOT: SNAPSHOT,
+                    _SAMPLE_CHECKPOINTS: CHECKPOINTS}
+    try:
+        job, _ = kubeflow_launcher_for(config, api_client=None, namespace=namespace).plan(launch)
+    except JobValidationError as err:  # the reason names the run's values, not the samples
+        raise JobValidationError(_substitute(str(err), placeholders)) from None
+    job = _substitute(job, placeholders)
     if not config.kubernetes.namespace:
         job["metadata"]["namespace"] = NAMESPACE
     return job
@@ -64,7 +69,7 @@ def render_pytorchjob_yaml(config: Config) -> str:
         "# The job the train step submits (validated strictly against the CRD and the admission rules).\n"
         f"# Set at run time: {RUN_ID} (KFP run id; the real name is a DNS-1035 label derived from it),\n"
         f"# {MLFLOW_RUN_ID}, {TRACKING_URI}; {NAMESPACE} is the namespace the train step runs in (when\n"
-        f"# kubernetes.namespace is unset); {SNAPSHOT}/{CHECKPOINTS} are the step's artifact paths\n"
-        "# (shown only when no shared PVC is configured: with one, they are staged under its mount).\n"
+        f"# kubernetes.namespace is unset); {SNAPSHOT}/{CHECKPOINTS} stand for the step's artifact paths\n"
+        "# (in a refusal; a job shows them staged under the shared volume's mount).\n"
     )
     return header + yaml.safe_dump(render_pytorchjob(config), sort_keys=False, width=120)

@@ -47,10 +47,11 @@ def test_rendered_job_validates_once_placeholders_are_filled():
     validate_pytorchjob(job)
 
 
-def test_render_job_without_shared_pvc_shows_step_path_placeholders(capsys):
-    assert main(["render-job", "--set", "kubernetes.shared_pvc=null"]) == 0
-    argv = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
-    assert "${SNAPSHOT_DIR}" in argv and "${CHECKPOINT_DIR}" in argv
+def test_render_job_without_shared_pvc_exits_2_naming_it(capsys):
+    """The train step refuses it (its artifact paths are not in the worker pods), so render-job does too."""
+    assert main(["render-job", "--set", "kubernetes.shared_pvc=null"]) == 2
+    err = capsys.readouterr().err
+    assert "kubernetes.shared_pvc is unset" in err and "'${SNAPSHOT_DIR}'" in err and "ctpipe-render" not in err
 
 
 def test_bad_config_exits_2_with_the_reason(capsys):
@@ -66,7 +67,7 @@ def test_bad_config_exits_2_with_the_reason(capsys):
 def test_render_job_creates_and_deletes_nothing(tmp_path, monkeypatch, capsys):
     """render-job builds the job from a plain build_launch(): no directory made, no file written or removed."""
     monkeypatch.chdir(tmp_path)
-    argv = ["render-job", "--set", "train.workers=3", "--set", "kubernetes.shared_pvc=null"]
+    argv = ["render-job", "--set", "train.workers=3"]
     assert main(argv) == 0  # first: imports (and their bytecode caches) happen here, not below
     capsys.readouterr()
     seen: list[tuple[str, tuple]] = []
@@ -83,7 +84,7 @@ def test_render_job_creates_and_deletes_nothing(tmp_path, monkeypatch, capsys):
         recording = False
     assert seen == []
     argv = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
-    assert argv[argv.index("--checkpoints") + 1] == "${CHECKPOINT_DIR}"
+    assert argv[argv.index("--checkpoints") + 1].startswith("/mnt/ctpipe/jobs/")  # planned, not made
     assert list(tmp_path.iterdir()) == []
 
 
@@ -96,3 +97,19 @@ def test_the_trainer_pods_get_the_text_column_like_every_config_key(capsys):
         argv = replica["template"]["spec"]["containers"][0]["command"]
         config = Config.from_json(argv[argv.index("--config-json") + 1])
         assert config.data.text_column == "body" and config.task.name == "causal_lm"
+
+
+def test_render_job_shows_the_job_the_compiled_pipeline_submits(tmp_path, capsys):
+    """Same flags, same job: the trainer pods get the config the compiled pipeline carries (the cluster defaults:
+    a PyTorchJob, MLflow credentials from the ctpipe-mlflow-client secret), not the laptop defaults."""
+    from pipelines.compile import compile_pipeline
+
+    flags = ["train.workers=3"]
+    spec, _ = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, flags, image=None).read_text())
+    compiled = spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]
+    assert main(["render-job", *[a for f in flags for a in ("--set", f)]]) == 0
+    container = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    argv = container["command"]
+    assert argv[argv.index("--config-json") + 1] == compiled
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
+    assert refs == {"MLFLOW_TRACKING_USERNAME": "ctpipe-mlflow-client", "MLFLOW_TRACKING_PASSWORD": "ctpipe-mlflow-client"}

@@ -192,3 +192,33 @@ def test_dropped_and_expired_watches_resume(fake, tmp_path):
     assert any("resourceVersion=" in p for p in watches), "a dropped watch resumes from the last resourceVersion"
     assert len(watches) >= 4  # two drops, one 410 Gone (re-listed from now), then a watch that completes
     assert any(ln.endswith(": Succeeded") for ln in lines) and fake.count("POST") == 1
+
+
+@pytest.mark.parametrize("backend", ["pytorchjob", "trainjob"])
+def test_without_a_shared_pvc_a_step_local_path_is_refused_before_any_job(fake, tmp_path, backend):
+    """With kubernetes.shared_pvc unset the worker pods mount no volume but /dev/shm and /tmp: the step's own
+    artifact paths (KFP: /minio/..., /gcs/..., /s3/...) do not exist there. Refuse before creating a job that
+    can only fail (and be restarted kubernetes.backoff_limit times), naming the setting."""
+    from components.kube.pod import JobValidationError
+    from components.training.launchers.factory import kubeflow_launcher_for
+
+    config = load_config(overrides=[f"kubernetes.namespace={NS}", "kubernetes.shared_pvc=null", f"train.backend={backend}"])
+    conf = client.Configuration()
+    conf.host = fake.url
+    launcher = kubeflow_launcher_for(config, api_client=client.ApiClient(conf), namespace=NS)
+    with pytest.raises(JobValidationError, match="kubernetes.shared_pvc") as err:
+        launcher.run(_launch(tmp_path))
+    assert str(tmp_path / "step" / "snapshot") in str(err.value)
+    assert fake.count("POST") == 0 and not fake.jobs
+
+
+def test_without_a_shared_pvc_fsspec_urls_still_reach_the_pods(tmp_path):
+    from components.training.launchers.factory import kubeflow_launcher_for
+
+    config = load_config(overrides=[f"kubernetes.namespace={NS}", "kubernetes.shared_pvc=null"])
+    launch = WorkerLaunch(job_name="ctpipe-train-url", world_size=2, deadline_seconds=30, env={},
+                          command=["python", "-m", "components.training.worker", "--snapshot", "s3://bucket/snap",
+                                   "--checkpoints", "s3://bucket/ckpt"])
+    job, staging = kubeflow_launcher_for(config, api_client=None, namespace=NS).plan(launch)
+    assert staging.mapping == {}
+    assert job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"][-1] == "s3://bucket/ckpt"
