@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from components.tasks.protocol import Task
+from components.tasks.registry import check_selection_metric
 from components.training.data import Split
 from components.training.device import Dist
 
@@ -81,3 +82,17 @@ def evaluate(model: nn.Module, val: ValShard | Split, d: Dist, autocast, task: T
     dist.all_reduce(totals)
     model.train()
     return {f"val_{name}": float(totals[k] / totals[-1]) for k, name in enumerate(names)}
+
+
+@torch.no_grad()
+def check_reported(model: nn.Module, val: ValShard, d: Dist, autocast, task: Task, metric: str) -> None:
+    """ConfigError unless ``evaluate`` reports ``metric`` (``select.metric``): the task's row metrics, from
+    scoring a few of this rank's val rows (every rank calls it: under FSDP the forward is a collective).
+    Otherwise the whole training would run, then fail. Eval mode and no grad draw no random numbers, so a
+    resumed run stays bit-identical."""
+    inputs, targets = val.examples.batch(torch.arange(min(8, len(val.examples))), d.device)
+    model.eval()
+    with autocast():
+        names = task.row_metrics(model(*inputs), targets)
+    model.train()
+    check_selection_metric(task, metric, names)

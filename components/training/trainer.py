@@ -18,13 +18,13 @@ import torch.distributed as dist
 
 from components.config import Config
 from components.errors import TrainingError
-from components.tasks import check_selection_metric, load_task, task_record
+from components.tasks import load_task, task_record
 from components.tasks.code_identity import task_code_identity
 from components.training import checkpointing as ckpt
 from components.training.data import ShardStream, train_stream
 from components.training.device import Dist
 from components.training.faults import Fault
-from components.training.loss_eval import evaluate, val_shard
+from components.training.loss_eval import check_reported, evaluate, val_shard
 from components.training.parallelize import parallelize, resolve_precision, sync_buffers, uses_autocast
 from components.training.progress import Progress, Window
 from components.training.step import build_optimizer, optimizer_step
@@ -199,7 +199,8 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         """Train to max_steps with evaluation and checkpoints; return the result (meaningful on rank 0)."""
         t, prog, stats = self.t, self.progress, self.stats
-        self._check_selection_metric()
+        # Before the first step: checkpoints are indexed and kept by select.metric (loss_eval.py).
+        check_reported(self.model, self.val, self.d, self.autocast, self.task, self.cfg.select.metric)
         if self.resumed_from is not None:
             # A crash after the marker of the resumed checkpoint may have skipped its retention and index.json,
             # and a run resumed at its last step saves nothing more: finish that (idempotent) bookkeeping now,
@@ -243,18 +244,6 @@ class Trainer:
             # marker of the last save while another rank gets here, and save() is a collective.
             self.save()
         return self.result()
-
-    def _check_selection_metric(self) -> None:
-        """ConfigError before the first step unless validation reports ``select.metric`` (its row metrics,
-        from scoring a few val rows; every rank runs it, as the forward is a collective under FSDP). Checkpoints
-        are indexed and kept by that metric: otherwise the whole training would run, then fail. Eval mode
-        and no grad draw no random numbers, so a resumed run stays bit-identical."""
-        inputs, targets = self.val.examples.batch(torch.arange(min(8, len(self.val.examples))), self.d.device)
-        self.model.eval()
-        with torch.no_grad(), self.autocast():
-            names = self.task.row_metrics(self.model(*inputs), targets)
-        self.model.train()
-        check_selection_metric(self.task, self.cfg.select.metric, names)
 
     def _log_window(self) -> None:
         # One small all-reduce per window, not per step: the mean train loss over all ranks.
@@ -342,8 +331,6 @@ class Trainer:
 
     def _index_extra(self) -> dict[str, Any]:
         from dataclasses import asdict
-
-        from components.tasks import task_record
 
         return {
             "model_config": asdict(self.cfg.model),
