@@ -11,17 +11,11 @@ from collections.abc import Iterator
 import pandas as pd
 import pyarrow.parquet as pq
 
-from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root
+from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, partition_of
 from components.data.splits import PARTITION_COLUMN
 from components.errors import DataValidationError
 
 BATCH_ROWS = 65_536
-
-
-def partition_of(rel_path: str) -> str:
-    """A file's partition: its directory under the data root (the file itself at the top level)."""
-    parts = rel_path.split("/")[:-1]
-    return "/".join(parts) if parts else rel_path
 
 
 def _kind(f: DataFile, fmt: str) -> str:

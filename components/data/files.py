@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import fsspec
 
@@ -37,8 +38,31 @@ class ListedFile:
     info: dict
 
 
+def partition_of(rel_path: str) -> str:
+    """A file's partition: its directory under the data root (the file itself at the top level)."""
+    parts = rel_path.split("/")[:-1]
+    return "/".join(parts) if parts else rel_path
+
+
+_File = TypeVar("_File", "ListedFile", DataFile)
+
+
+def grouped_by_partition(files: list[_File]) -> list[_File]:
+    """``files`` with each partition's files next to each other: partitions in the order of their first file,
+    files in their own order within (a stable sort, so a listing already grouped keeps its order).
+
+    Why: in path order a folder's files are not contiguous when it also has subfolders (``d/a``, ``d/sub/b``,
+    ``d/z``: ``d/sub`` is a partition of its own), and the streaming scan (``scan.py``) and pass 2 read each
+    partition's rows as one run. The fingerprint does not depend on this order (``fingerprint_files`` sorts)."""
+    first: dict[str, int] = {}
+    for f in files:
+        first.setdefault(partition_of(f.path), len(first))
+    return sorted(files, key=lambda f: first[partition_of(f.path)])
+
+
 def scan_data_files(data_uri: str) -> tuple[fsspec.AbstractFileSystem, list[ListedFile]]:
-    """The data files under ``data_uri`` in a stable order (one listing); a UserError when there are none."""
+    """The data files under ``data_uri`` in a stable order, grouped by partition (one listing); a UserError
+    when there are none."""
     fs, root = _fs_and_root(data_uri)
     if not fs.exists(root):
         raise UserError(
@@ -66,11 +90,11 @@ def scan_data_files(data_uri: str) -> tuple[fsspec.AbstractFileSystem, list[List
             f"data root '{data_uri}' holds no Parquet (.parquet) or CSV (.csv) files. Write partitions such as "
             "DATA/date=2026-01-01/part-0.parquet, or run 'ctpipe demo-data --out DATA' to create an example."
         )
-    return fs, files
+    return fs, grouped_by_partition(files)
 
 
 def list_data_files(data_uri: str, *, with_hashes: bool = True) -> list[DataFile]:
-    """List the data files under ``data_uri`` in a stable order, with their content hashes."""
+    """List the data files under ``data_uri`` in a stable order grouped by partition, with their content hashes."""
     fs, listed = scan_data_files(data_uri)
     return [DataFile(f.path, f.size, sha256_file(fs, f.full_path) if with_hashes else "") for f in listed]
 

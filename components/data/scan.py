@@ -31,7 +31,7 @@ import pandas as pd
 from components.data.batches import iter_batches, partition_of
 from components.data.concat import concat_partitions, conform
 from components.data.encoding import label_text
-from components.data.files import DataFile
+from components.data.files import DataFile, grouped_by_partition
 from components.data.snapshot import Schema, Snapshot, SnapshotWriter
 from components.data.splits import INTERNAL_COLUMNS, PARTITION_COLUMN, SPLITS, SplitSettings, split_keys
 from components.data.stream_stats import ColumnTotals, row_priority
@@ -183,6 +183,8 @@ class _KeyLabels:
 def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, key: str | None, features: list[str],
          settings: SplitSettings, sample_rows: int, seed: int = 0) -> Scan:
     """Pass 1: exact figures and a stratified sample (see the module docstring)."""
+    if grouped_by_partition(files) != list(files):  # each partition's sample, and pass 2's windows, are one run
+        raise ValueError("scan needs the files grouped by partition, as list_data_files lists them")
     partitions = sorted({partition_of(f.path) for f in files})
     budget = max(MIN_PER_PARTITION, sample_rows // max(len(partitions), 1))
     out = Scan(sample=pd.DataFrame())

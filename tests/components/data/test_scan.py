@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from components.data.scan import scan
+from components.data.scan import MIN_PER_PARTITION, scan
 from components.data.simulate import mixed_type_rows, write_partition
-from components.data.snapshot import list_data_files
+from components.data.snapshot import fingerprint_files, list_data_files
 from components.data.splits import SplitSettings
 from components.errors import DataValidationError
 
@@ -69,3 +69,40 @@ def test_a_null_key_in_a_later_record_batch_is_named_by_its_row_in_the_partition
         _scan(tmp_path)
     # Before: "rows 2464", the row's number within its record batch.
     assert "is null in 1 row(s): partition date=2026-01-01 rows 68000 " in str(caught.value)
+
+
+def _nested(root):
+    """Partition date=2026-01-01 holds files on both sides of its subfolder (its own partition) in path order."""
+    rng = np.random.default_rng(3)
+    day, sub = root / "date=2026-01-01", root / "date=2026-01-01" / "sub"
+    sub.mkdir(parents=True)
+    mixed_type_rows(rng, 1500, 0).to_parquet(day / "part-0.parquet", index=False)
+    mixed_type_rows(rng, 300, 1500).to_parquet(sub / "part-0.parquet", index=False)
+    mixed_type_rows(rng, 1500, 1800).to_parquet(day / "tail.parquet", index=False)
+    write_partition(root, "2026-01-02", mixed_type_rows(rng, 400, 3300))
+
+
+def test_the_listing_keeps_each_partition_together_when_a_partition_folder_has_subfolders(tmp_path):
+    _nested(tmp_path)
+    files = list_data_files(str(tmp_path))
+    # Before: path order put date=2026-01-01/sub/part-0 between the two files of date=2026-01-01.
+    assert [f.path for f in files] == ["date=2026-01-01/part-0.parquet", "date=2026-01-01/tail.parquet",
+                                       "date=2026-01-01/sub/part-0.parquet", "date=2026-01-02/part-0.parquet"]
+    assert fingerprint_files(files) == fingerprint_files(sorted(files, key=lambda f: f.path))
+
+
+def test_a_partition_split_by_a_subfolder_is_sampled_once_within_its_budget(tmp_path):
+    _nested(tmp_path)
+    result = _scan(tmp_path)
+    assert result.rows == {"date=2026-01-01": 3000, "date=2026-01-01/sub": 300, "date=2026-01-02": 400}
+    # Before: its sample was finished twice (1500 + 1500 rows) past the budget of MIN_PER_PARTITION rows.
+    assert result.sample["__partition"].value_counts().to_dict() == {
+        "date=2026-01-01": MIN_PER_PARTITION, "date=2026-01-02": 400, "date=2026-01-01/sub": 300}
+
+
+def test_the_scan_refuses_files_whose_partitions_are_not_grouped(tmp_path):
+    _nested(tmp_path)
+    files = sorted(list_data_files(str(tmp_path)), key=lambda f: f.path)
+    with pytest.raises(ValueError, match="grouped by partition"):
+        scan(str(tmp_path), files, "auto", label="label", key="customer_id", features=[], settings=SETTINGS,
+             sample_rows=1000)

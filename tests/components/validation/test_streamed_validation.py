@@ -174,3 +174,24 @@ def test_a_suite_profiled_from_a_sample_keeps_every_category_and_the_exact_range
              if e["type"] == "expect_column_values_to_be_between" and e["kwargs"].get("column") == "monthly_spend"]
     assert sets and all("rare-island" in s for s in sets)
     assert highs and min(highs) >= 5000.0
+
+
+def test_a_partition_folder_with_a_subfolder_gets_the_same_train_window_when_streamed(tmp_path):
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=3000)
+    day = tmp_path / "data" / "date=2026-01-01"
+    rows = pd.read_parquet(day / "part-0.parquet")
+    (day / "sub").mkdir()
+    rows.iloc[:1200].to_parquet(day / "part-0.parquet", index=False)
+    rows.iloc[1200:1500].to_parquet(day / "sub" / "part-0.parquet", index=False)  # a partition of its own
+    rows.iloc[1500:].to_parquet(day / "tail.parquet", index=False)  # after sub/ in path order
+    window = {"data": {"key": KEY, "max_train_rows": 2500}}
+    in_memory = verdict(tmp_path / "data", Config.from_dict(window), tmp_path / "memory")
+    streamed = verdict(tmp_path / "data", Config.from_dict({**window, "validation": {"in_memory_rows": 0}}),
+                       tmp_path / "streamed")
+    assert in_memory[0] and streamed[0]
+    assert streamed[2]["rows"] == in_memory[2]["rows"]
+    # Before: pass 2 counted each partition's train rows as one run of the listing, and the window kept others.
+    a, b = load_snapshot(tmp_path / "memory" / "snapshot"), load_snapshot(tmp_path / "streamed" / "snapshot")
+    assert len(a.frame("train")) == 2500  # all of the newest day, then part of date=2026-01-01/sub
+    for split in ("train", "val", "test"):
+        pd.testing.assert_frame_equal(a.frame(split), b.frame(split))
