@@ -21,7 +21,14 @@ from components.data.concat import concat_partitions
 from components.data.encoding import (
     label_text,
 )
-from components.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, fingerprint_files, list_data_files
+from components.data.files import (
+    DATA_SUFFIXES,
+    DataFile,
+    _fs_and_root,
+    fingerprint_files,
+    list_data_files,
+    partition_of,
+)
 from components.data.reference_stats import reference_stats_of, table_stats, write_reference_stats
 from components.data.split_files import ROW_GROUP_ROWS, SplitWriter, iter_split_batches, split_rows
 from components.data.splits import (
@@ -43,11 +50,6 @@ __all__ = ["DataFile", "fingerprint_files", "list_data_files", "PARTITION_COLUMN
            "assign_splits", "split_keys"]
 
 
-def _partition_of(rel_path: str) -> str:
-    parts = rel_path.split("/")[:-1]
-    return "/".join(parts) if parts else rel_path
-
-
 def read_data(data_uri: str, files: list[DataFile], fmt: str = "auto") -> pd.DataFrame:
     """Read every file into one frame with a ``__partition`` column; corrupt files are named."""
     fs, root = _fs_and_root(data_uri)
@@ -64,7 +66,7 @@ def read_data(data_uri: str, files: list[DataFile], fmt: str = "auto") -> pd.Dat
                 f"data file '{f.path}' under '{data_uri}' cannot be read as {kind}: {type(err).__name__}: "
                 f"{str(err)[:200]}. Replace or remove the file and run again."
             ) from None
-        frame[PARTITION_COLUMN] = _partition_of(f.path)
+        frame[PARTITION_COLUMN] = partition_of(f.path)
         frames.append(frame)
     # Not pd.concat: its common dtype can change values that splits are hashed from (concat.py).
     data = concat_partitions(frames)
@@ -320,7 +322,7 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
             "validated with, or validate the data again."
         )
     window = json.loads((snapshot.root / "fingerprint.json").read_text()).get("train_window") or {}
-    partitions = window.get("partitions") or sorted({_partition_of(f.path) for f in snapshot.files})
+    partitions = window.get("partitions") or sorted({partition_of(f.path) for f in snapshot.files})
     return {
         **settings.to_dict(),
         "window_days": window.get("window_days"),

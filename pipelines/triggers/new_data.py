@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.data.files import DataFile, fingerprint_files, scan_data_files, sha256_file
+from components.data.files import DataFile, fingerprint_files, partition_of, scan_data_files, sha256_file
 from pipelines.triggers.atomic import atomic_write_text
 
 
@@ -42,11 +42,6 @@ class DataState:
             # Sorted order is time order for date=YYYY-MM-DD (and most other) partition names.
             keep = set(partitions[-newest:])
         return [f for f in self.files if partition_of(f.path) in keep]
-
-
-def partition_of(rel_path: str) -> str:
-    """The folder of a file relative to the data root (the file itself when at the root)."""
-    return rel_path.rsplit("/", 1)[0] if "/" in rel_path else rel_path
 
 
 def partition_date(partition: str) -> dt.date | None:
