@@ -244,6 +244,13 @@ class KubeflowJobLauncher:
         self.emit(
             f"{self.api.kind} {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
         )
+        self._clean_up_after(name)
+
+    def _clean_up_after(self, name: str) -> None:
+        """kubernetes.clean_pod_policy All: the job was submitted keeping its finished pods (so their exit codes
+        and logs could be read); now that they have been, delete the job and with it its pods."""
+        if self.kube.clean_pod_policy == "All":
+            self._delete(name)
 
     def _restart_or_raise(self, name: str, job: dict[str, Any], launch: WorkerLaunch, restarts: int) -> None:
         """After a failed attempt: delete the job (stopping every surviving rank) so the caller creates it anew,
@@ -251,11 +258,13 @@ class KubeflowJobLauncher:
         message = self._failure_message(name, job)
         limit = self.kube.backoff_limit
         if PERMANENT_FAILURE_EXIT_CODE in self._exit_codes(name):
+            self._clean_up_after(name)
             raise TrainingError(
                 f"{message}\n(not restarted: a rank exited with code {PERMANENT_FAILURE_EXIT_CODE}, a failure a "
                 "restart would repeat: fix the input or config named above)"
             )
         if restarts >= limit:
+            self._clean_up_after(name)
             raise TrainingError(f"{message}\n(restarted {restarts} times, kubernetes.backoff_limit={limit}; giving up)")
         self.emit(message)
         self.emit(
