@@ -42,7 +42,9 @@ class KubernetesConfig:
     backoff_limit: int = 3
     ttl_seconds_after_finished: int = 3600
     # Pods the operator deletes when the job ends: Running stops the surviving ranks of a failed job at
-    # once (they would wait in a collective for the dead one) and keeps the failed pods' logs.
+    # once (they would wait in a collective for the dead one) and keeps the failed pods' logs. All is submitted
+    # as Running (the failed pod must outlive the launcher's read of its exit code and log) and the launcher
+    # deletes the job, pods and all, once it has read them.
     clean_pod_policy: Literal["None", "Running", "All"] = "Running"
     # ClusterTrainingRuntime a TrainJob (train.backend=trainjob) runs on.
     trainjob_runtime: str = "torch-distributed"

@@ -107,7 +107,10 @@ def build_pytorchjob(kube: KubernetesConfig, launch: RankLaunch) -> dict[str, An
                 "backoffLimit": 0,  # restarts are the launcher's (kubernetes.backoff_limit), of all ranks at once
                 "activeDeadlineSeconds": launch.deadline_seconds,
                 "ttlSecondsAfterFinished": kube.ttl_seconds_after_finished,
-                "cleanPodPolicy": kube.clean_pod_policy,
+                # All would let the operator delete the failed pod before the launcher reads its exit code and
+                # log tail (an exit-2 failure would be restarted, the message would lack its log): the job keeps
+                # its terminated pods and the launcher deletes the job once it has read them (kubeflow.py).
+                "cleanPodPolicy": "Running" if kube.clean_pod_policy == "All" else kube.clean_pod_policy,
             },
         },
     }

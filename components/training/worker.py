@@ -36,7 +36,12 @@ from components.timing import process_start_time
 from components.tracking.retry import RetryPolicy
 from components.training import checkpointing as ckpt
 from components.training.device import Dist, choose_device, gpus_per_rank
-from components.training.launchers.base import ERROR_FILE_ENV, PERMANENT_FAILURE_EXIT_CODE, RESULT_FILE
+from components.training.launchers.base import (
+    ERROR_FILE_ENV,
+    PERMANENT_FAILURE_EXIT_CODE,
+    PERMANENT_FAILURE_FILE_ENV,
+    RESULT_FILE,
+)
 from components.training.tracker import NullTracker, flatten, make_tracker
 from components.training.trainer import Trainer
 
@@ -117,18 +122,23 @@ def train(
                 dist.destroy_process_group()
 
 
-def _write_error(err: BaseException) -> None:
-    """Leave this rank's error where the launcher finds it (the launcher puts the first one on top)."""
+def _write_error(err: BaseException, *, permanent: bool = False) -> None:
+    """Leave this rank's error where the launcher finds it (the launcher puts the first one on top); a
+    ``permanent`` one (a restart would repeat it) also where a cluster launcher looks before restarting."""
     path = os.environ.get(ERROR_FILE_ENV)
+    marker = os.environ.get(PERMANENT_FAILURE_FILE_ENV) if permanent else None
     message = {
         "rank": int(os.environ.get("RANK", "0")),
         "type": type(err).__name__,
         "message": str(err),
         "time": time.time(),
     }
-    if path:
+    for target in (path, marker):
+        if not target:
+            continue
         try:
-            Path(path).write_text(json.dumps(message))
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            Path(target).write_text(json.dumps(message))
         except OSError:
             pass
     print(
@@ -159,9 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except BaseException as err:
         traceback.print_exc()
-        _write_error(err)
         # Launchers restart a job from its checkpoint unless a restart would fail the same way.
-        return PERMANENT_FAILURE_EXIT_CODE if isinstance(err, UserError | TrainingError) else 1
+        permanent = isinstance(err, UserError | TrainingError)
+        _write_error(err, permanent=permanent)
+        return PERMANENT_FAILURE_EXIT_CODE if permanent else 1
     return 0
 
 

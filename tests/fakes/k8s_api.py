@@ -371,8 +371,10 @@ class FakeKubeAPI:
 
 def run_job(fake: FakeKubeAPI, ns: str, name: str, *, outcome: str = "Succeeded", lines: tuple[str, ...] = (),
             workers: int = 1, reason: str = "", message: str = "", delay: float = 0.05, on_success: Any = None,
-            trainjob: bool = False) -> None:
-    """Play the operator: Created, pods Running, rank-0 log lines, then Succeeded (TrainJob: Complete) or Failed."""
+            trainjob: bool = False, exit_code: int = 1) -> None:
+    """Play the operator: Created, pods Running, rank-0 log lines, then Succeeded (TrainJob: Complete) or Failed
+    (rank 0 exits with ``exit_code``). ``runPolicy.cleanPodPolicy`` All deletes every pod of the finished job, the
+    failed ones too, before the launcher can see the job finished (the worst case of the operator's race)."""
     time.sleep(delay)
     fake.set_condition(ns, name, "Created")
     if trainjob:
@@ -388,12 +390,16 @@ def run_job(fake: FakeKubeAPI, ns: str, name: str, *, outcome: str = "Succeeded"
         time.sleep(delay / 5)
         fake.log(ns, master, line)
     time.sleep(delay)
-    code = 0 if outcome in ("Succeeded", "Complete") else 1
+    code = 0 if outcome in ("Succeeded", "Complete") else exit_code
     if code == 0 and on_success is not None:
         on_success(fake.jobs[(ns, name)])
     fake.end_pod(ns, master, code)
     for pod in worker_pods:
         fake.end_pod(ns, pod, 0 if code == 0 else 137)
+    if (fake.jobs[(ns, name)]["spec"].get("runPolicy") or {}).get("cleanPodPolicy") == "All":
+        with fake.lock:
+            for pod in (master, *worker_pods):
+                fake.pods.pop((ns, pod), None)
     fake.set_condition(ns, name, outcome, reason, message)
 
 

@@ -432,3 +432,45 @@ def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):
     _, platform = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", str(config_path), [], None).read_text())
     for executor, spec in platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].items():
         assert spec["imagePullPolicy"] == "Always", executor
+
+
+def _janitor_command() -> list[str]:
+    cronjob = yaml.safe_load((MANIFESTS / "base" / "janitor-cronjob.yaml").read_text())
+    (container,) = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    return [*container.get("command", []), *container.get("args", [])]
+
+
+def test_the_janitor_keeps_a_job_whose_checkpoints_are_recent_however_old_its_folder(tmp_path):
+    """The manifest's own command, run against a temp jobs tree: a folder is judged by the newest file in it."""
+    import os
+    import time
+
+    command = _janitor_command()
+    assert "/mnt/ctpipe/jobs" in command, command
+    jobs = tmp_path / "jobs"
+    old = time.time() - 10 * 86400
+
+    def job(name: str, checkpoint_age: float) -> Path:
+        folder = jobs / name
+        ckpt = folder / "checkpoints" / "step-100"
+        ckpt.mkdir(parents=True)
+        (ckpt / "model.pt").write_text("weights")
+        (folder / "snapshot.json").write_text("{}")
+        os.utime(ckpt / "model.pt", (checkpoint_age, checkpoint_age))
+        for path in (ckpt, folder / "checkpoints", folder / "snapshot.json", folder):
+            os.utime(path, (old, old))
+        return folder
+
+    running = job("running-9-days", time.time() - 3600)  # long job, checkpoint written an hour ago
+    finished = job("finished-long-ago", old)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    os.utime(outside, (old, old))
+    (jobs / "link-out").symlink_to(outside)
+
+    argv = [str(jobs) if part == "/mnt/ctpipe/jobs" else part for part in command]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (running / "checkpoints" / "step-100" / "model.pt").is_file()
+    assert not finished.exists()
+    assert outside.is_dir() and (jobs / "link-out").is_symlink()

@@ -7,10 +7,12 @@ file a failing rank leaves its error in.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 # A worker exits with this code when a restart would fail the same way (bad input or config, a non-finite
@@ -21,6 +23,22 @@ RESULT_FILE = "train_result.json"
 
 # A launcher may set this to a file path per rank; a failing worker writes its error there as JSON.
 ERROR_FILE_ENV = "CTPIPE_ERROR_FILE"
+# A launcher may set this to a path it can read after the job (on the shared volume); a rank failing with
+# PERMANENT_FAILURE_EXIT_CODE also writes its error there, since the code may not reach the launcher (under a
+# TrainJob torchrun turns the worker's 2 into 1).
+PERMANENT_FAILURE_FILE_ENV = "CTPIPE_PERMANENT_FAILURE_FILE"
+PERMANENT_FAILURE_FILE = "permanent_failure.json"  # in the job's directory on the shared volume
+
+
+def read_permanent_failure(path: Path | None) -> str | None:
+    """The error a rank left at PERMANENT_FAILURE_FILE_ENV's path, as "rank N: Type: message"; None if none."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        info = json.loads(path.read_text())
+        return f"rank {info['rank']}: {info['type']}: {info['message']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"(unreadable: {path})"  # still written by a rank that failed for good
 
 
 @dataclass

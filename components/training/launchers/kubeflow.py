@@ -11,7 +11,8 @@ the configured deadline, the job is deleted on timeout and on SIGTERM, the Maste
 streamed into the step's log, and transient API errors are retried with backoff. A failed rank fails the
 job (no rank restarts alone while its peers wait in a collective): the launcher restarts the whole job,
 every rank together from the latest checkpoint, up to ``kubernetes.backoff_limit`` times, unless a rank
-exited with the worker's "a restart would repeat this" code.
+exited with the worker's "a restart would repeat this" code or left that verdict in the job's
+permanent_failure.json on the shared volume (under a TrainJob, torchrun reports every failure as exit 1).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
@@ -34,7 +36,14 @@ from components.kube.namespace import resolve_namespace
 from components.kube.pod import JobValidationError
 from components.kube.retry import is_transient, retry_call
 from components.kube.staging import Staging, plan_staging, stage_in, stage_out, step_local_paths
-from components.training.launchers.base import PERMANENT_FAILURE_EXIT_CODE, WorkerLaunch, sigterm_raises
+from components.training.launchers.base import (
+    PERMANENT_FAILURE_EXIT_CODE,
+    PERMANENT_FAILURE_FILE,
+    PERMANENT_FAILURE_FILE_ENV,
+    WorkerLaunch,
+    read_permanent_failure,
+    sigterm_raises,
+)
 
 
 class _Cancelled(BaseException):
@@ -115,9 +124,15 @@ class KubeflowJobLauncher:
             )
         staging = plan_staging(launch.command, root, name)
         kube = replace(self.kube, namespace=self.namespace)
-        job = self.api.build(kube, replace(launch, command=staging.command))
+        marker = self._permanent_failure_file(name)
+        env = launch.env if marker is None else {**launch.env, PERMANENT_FAILURE_FILE_ENV: str(marker)}
+        job = self.api.build(kube, replace(launch, command=staging.command, env=env))
         self.api.validate(job)
         return job, staging
+
+    def _permanent_failure_file(self, name: str) -> Path | None:
+        """Where a rank reports a failure a restart would repeat: the job's directory on the shared volume."""
+        return Path(self.kube.shared_mount_path, "jobs", name, PERMANENT_FAILURE_FILE) if self.kube.shared_pvc else None
 
     # --- API access ----------------------------------------------------------------------------
 
@@ -244,18 +259,29 @@ class KubeflowJobLauncher:
         self.emit(
             f"{self.api.kind} {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
         )
+        self._clean_up_after(name)
+
+    def _clean_up_after(self, name: str) -> None:
+        """kubernetes.clean_pod_policy All: the job was submitted keeping its finished pods (so their exit codes
+        and logs could be read); now that they have been, delete the job and with it its pods."""
+        if self.kube.clean_pod_policy == "All":
+            self._delete(name)
 
     def _restart_or_raise(self, name: str, job: dict[str, Any], launch: WorkerLaunch, restarts: int) -> None:
         """After a failed attempt: delete the job (stopping every surviving rank) so the caller creates it anew,
         or raise TrainingError when the failure would repeat or no restarts are left."""
         message = self._failure_message(name, job)
         limit = self.kube.backoff_limit
-        if PERMANENT_FAILURE_EXIT_CODE in self._exit_codes(name):
+        # The exit code reaches us from a PyTorchJob's pods; under a TrainJob torchrun turns 2 into 1: the file.
+        reported = read_permanent_failure(self._permanent_failure_file(name))
+        if reported or PERMANENT_FAILURE_EXIT_CODE in self._exit_codes(name):
+            self._clean_up_after(name)
+            why = f"{reported}" if reported else f"a rank exited with code {PERMANENT_FAILURE_EXIT_CODE}"
             raise TrainingError(
-                f"{message}\n(not restarted: a rank exited with code {PERMANENT_FAILURE_EXIT_CODE}, a failure a "
-                "restart would repeat: fix the input or config named above)"
+                f"{message}\n(not restarted: {why}, a failure a restart would repeat: fix the input or config named above)"
             )
         if restarts >= limit:
+            self._clean_up_after(name)
             raise TrainingError(f"{message}\n(restarted {restarts} times, kubernetes.backoff_limit={limit}; giving up)")
         self.emit(message)
         self.emit(
@@ -300,6 +326,9 @@ class KubeflowJobLauncher:
                 f"re-attaching to existing {self.api.kind} {self.namespace}/{name} ({job_phase(existing)})"
             )
             return created_at(existing) or time.time()
+        marker = self._permanent_failure_file(name)
+        if marker is not None:
+            marker.unlink(missing_ok=True)  # left by an earlier attempt's job: not this one's verdict
         stage_in(staging)
         created = self._create(job)
         if created is None:

@@ -90,6 +90,24 @@ def test_failure_reports_reason_and_failing_pod_log(fake, tmp_path):
     assert not (tmp_path / "step" / "checkpoints" / "index.json").exists()
 
 
+def test_clean_pod_policy_all_keeps_the_failed_pod_until_the_launcher_has_read_it(fake, tmp_path):
+    """The operator's All deletes the failed pod when the job ends: read too late, an exit-2 failure would be
+    restarted and reported without its log. The launcher submits Running, reads the pod, then deletes the job."""
+    fake.on_create = functools.partial(run_job, outcome="Failed", exit_code=2,
+                                       lines=("step 3 loss nan", "TrainingError: loss is not finite at step 3"))
+    config = load_config(overrides=[f"kubernetes.namespace={NS}", f"kubernetes.shared_mount_path={tmp_path / 'pvc'}",
+                                    "kubernetes.clean_pod_policy=All"])
+    conf = client.Configuration()
+    conf.host = fake.url
+    launcher = PyTorchJobLauncher(config, api_client=client.ApiClient(conf), emit=[].append, poll_seconds=0.05,
+                                  backoff_seconds=0.01, grace_seconds=0.0, watch_seconds=5)
+    with pytest.raises(TrainingError, match="not restarted") as err:
+        launcher.run(_launch(tmp_path))
+    assert "loss is not finite at step 3" in str(err.value)
+    assert fake.count("POST", "/pytorchjobs") == 1
+    assert fake.count("DELETE", "/pytorchjobs/") == 1 and not fake.jobs  # cleaned up once read
+
+
 def test_retried_step_reattaches_without_second_create(fake, tmp_path):
     launch = _launch(tmp_path)
     launcher = _launcher(fake, [], tmp_path)

@@ -4,6 +4,7 @@ v2.3 CRD, and the launcher against the stand-in API server through the real kube
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import time
@@ -113,3 +114,61 @@ def test_trainjob_is_deleted_on_sigterm(tmp_path):
         with pytest.raises(TrainingError, match="cancelled and deleted"):
             _launcher(fake, [], tmp_path).run(LAUNCH)
         assert fake.count("DELETE", "/trainjobs/") == 1 and not fake.jobs
+
+
+def _as_failing_worker(fake, ns, name, *, error: dict | None):
+    """A node whose worker failed: ``error`` (a permanent failure) is written where the job's env says, as the
+    worker does; under torchrun the pod's exit code is 1 either way."""
+    if error is not None:
+        (env,) = [e["value"] for e in fake.jobs[(ns, name)]["spec"]["trainer"]["env"]
+                  if e["name"] == "CTPIPE_PERMANENT_FAILURE_FILE"]
+        os.makedirs(os.path.dirname(env), exist_ok=True)
+        with open(env, "w") as f:
+            json.dump(error, f)
+    run_job(fake, ns, name, trainjob=True, outcome="Failed", exit_code=1, lines=("torchrun: worker failed",))
+
+
+def test_trainjob_a_permanent_failure_is_not_restarted_though_torchrun_exits_1(tmp_path):
+    error = {"rank": 1, "type": "ConfigError", "message": "data.key 'id' is not a column", "time": 0.0}
+    with FakeKubeAPI() as fake:
+        fake.on_create = functools.partial(_as_failing_worker, error=error)
+        with pytest.raises(TrainingError, match="not restarted") as err:
+            _launcher(fake, [], tmp_path).run(LAUNCH)
+        assert fake.count("POST", "/trainjobs") == 1
+    assert "rank 1: ConfigError: data.key 'id' is not a column" in str(err.value)
+
+
+def test_trainjob_a_marker_left_by_an_earlier_attempt_does_not_stop_a_restart(tmp_path):
+    attempts = []
+
+    def fail_once_then_succeed(fake, ns, name):
+        attempts.append(name)
+        if len(attempts) == 1:
+            _as_failing_worker(fake, ns, name, error=None)  # a crash a restart may fix
+        else:
+            run_job(fake, ns, name, trainjob=True)
+
+    stale = tmp_path / "pvc" / "jobs"
+    with FakeKubeAPI() as fake:
+        fake.on_create = fail_once_then_succeed
+        launcher = _launcher(fake, [], tmp_path)
+        marker = stale / launcher.plan(LAUNCH)[0]["metadata"]["name"] / "permanent_failure.json"
+        marker.parent.mkdir(parents=True)
+        marker.write_text(json.dumps({"rank": 0, "type": "ConfigError", "message": "old", "time": 0.0}))
+        launcher.run(LAUNCH)
+        assert fake.count("POST", "/trainjobs") == 2
+    assert not marker.exists()
+
+
+def test_a_worker_failing_for_good_writes_the_permanent_failure_file(tmp_path, monkeypatch):
+    from components.training import worker
+
+    marker = tmp_path / "jobs" / "j" / "permanent_failure.json"
+    monkeypatch.setenv("CTPIPE_PERMANENT_FAILURE_FILE", str(marker))
+    monkeypatch.delenv("CTPIPE_ERROR_FILE", raising=False)
+    monkeypatch.setenv("RANK", "1")
+    code = worker.main(["--snapshot", str(tmp_path), "--checkpoints", str(tmp_path / "ckpt"),
+                        "--config-json", '{"trian": {}}'])
+    assert code == 2
+    info = json.loads(marker.read_text())
+    assert info["rank"] == 1 and info["type"] == "ConfigError" and "trian" in info["message"]
