@@ -29,7 +29,13 @@ from components.data.snapshot import (
 from components.data.splits import SplitSettings
 from components.data.window import TrainWindow
 from components.errors import UserError
-from components.training.checkpointing import latest_complete, read_meta, split_identity, write_json_atomic
+from components.training.checkpointing import (
+    identity_differences,
+    latest_complete,
+    read_meta,
+    split_identity,
+    write_json_atomic,
+)
 from components.training.launch import train_model
 from components.training.launchers.local import LocalLauncher
 
@@ -105,8 +111,8 @@ def _refuse_other_split(out: Path, latest: Path, config: Config) -> None:
     """UserError when the checkpoints (and so the snapshot kept for them) were split with other data.* split
     settings: resuming would ignore the new ones. Checkpoints without the record are not checked."""
     saved = (read_meta(latest).get("identity") or {}).get("data") or {}
-    differences = [f"data.{name}: checkpoint {saved[name]}, now {value}"
-                   for name, value in split_identity(config.data).items() if name in saved and saved[name] != value]
+    current = split_identity(config.data)
+    differences = identity_differences({k: v for k, v in saved.items() if k in current}, current, "data.")
     if differences:
         raise UserError(
             f"'{out}' holds a snapshot and checkpoints split with other settings ({'; '.join(differences)}); "
