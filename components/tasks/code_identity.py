@@ -11,6 +11,7 @@ digest are relative, so the same code hashes alike wherever it is installed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -59,8 +60,10 @@ def same_code(recorded: dict[str, Any], current: dict[str, Any]) -> bool:
     return all(recorded.get(k) == current.get(k) for k in COMPARED)
 
 
+@functools.cache
 def _distribution_of(top_level: str) -> str | None:
-    """The installed distribution that provides the import name ``top_level``, if any."""
+    """The installed distribution that provides the import name ``top_level``, if any (cached: listing every
+    installed distribution's files takes a while, and the answer does not change within a process)."""
     providers = importlib.metadata.packages_distributions().get(top_level) or []
     return providers[0] if providers else None
 
