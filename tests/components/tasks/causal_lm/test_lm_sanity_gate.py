@@ -22,6 +22,7 @@ from components.tasks.causal_lm.sizes import lm_config
 from components.tasks.registry import _CACHE
 from components.tasks.run_config import load_run_config
 from components.training.standalone import build_snapshot
+from tests.components.tasks.causal_lm.test_lm_causality import LeaksInTrainModeAttention
 
 # Few training steps: the broken models must fail on the sequence checks, which need no training.
 QUICK = ["sanity.overfit_steps=5", "sanity.short_train_steps=5", "sanity.sample_rows=64",
@@ -96,19 +97,11 @@ def test_a_model_without_a_causal_mask_is_stopped(snapshot_dir, tmp_path):
     assert "causal_gradient" in message and "FUTURE tokens" in message
 
 
-class CausalOnlyInEvalAttention(CausalSelfAttention):
-    def forward(self, x, mask):
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.n_heads, c // self.n_heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=not self.training)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
-
-
 def test_a_model_that_sees_the_future_only_while_training_is_stopped(snapshot_dir, tmp_path):
     def factory():
         model = GPT(lm_config("tiny"))
         for block in model.blocks:
-            block.attn.__class__ = CausalOnlyInEvalAttention
+            block.attn.__class__ = LeaksInTrainModeAttention
         return model
 
     message = failure(snapshot_dir, tmp_path, load_run_config(None, settings()), factory)
