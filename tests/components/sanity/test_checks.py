@@ -178,13 +178,13 @@ def test_a_row_leaking_into_other_rows_is_caught_whichever_row_it_is(snapshot, t
     assert "x[0] where x[:, 0] was meant" in message
 
 
-def test_rows_mixing_only_in_train_mode_fail_unless_the_model_has_batchnorm(snapshot, tmp_path):
+def test_rows_mixing_only_in_train_mode_fail_and_a_batchnorm_model_passes(snapshot, tmp_path):
     spec, cfg = spec_of(snapshot), fast_config()
     with pytest.raises(SanityCheckError) as caught:
         run(snapshot, tmp_path, cfg, model_factory=lambda: MixesRowsInTrainMode(build_model(cfg.model, spec)))
     assert "batch_independence_train_mode:" in str(caught.value) and "in train mode" in str(caught.value)
 
-    class WithBatchNorm(nn.Module):  # BatchNorm mixes rows in train mode by design: a warning, not a failure
+    class WithBatchNorm(nn.Module):  # BatchNorm mixes rows in train mode by design: held in eval mode there
         def __init__(self) -> None:
             super().__init__()
             self.inner = build_model(cfg.model, spec)
@@ -194,9 +194,28 @@ def test_rows_mixing_only_in_train_mode_fail_unless_the_model_has_batchnorm(snap
             return self.inner(self.norm(x_num), x_cat)
 
     checks = run(snapshot, tmp_path, cfg, model_factory=WithBatchNorm).summary()["checks"]
-    assert checks["batch_independence"]["passed"]
-    assert checks["batch_independence_train_mode"]["severity"] == "warning"
-    assert not checks["batch_independence_train_mode"]["passed"]
+    assert checks["batch_independence"]["passed"] and checks["batch_independence_train_mode"]["passed"]
+    assert "BatchNorm layers in eval mode" in checks["batch_independence_train_mode"]["message"]
+
+
+def test_a_batchnorm_layer_does_not_excuse_another_row_leak_in_train_mode(snapshot, tmp_path):
+    # Before: any model with a BatchNorm layer got a warning for every train-mode leak, so this one passed.
+    spec, cfg = spec_of(snapshot), fast_config()
+
+    class BatchNormAndLeak(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = build_model(cfg.model, spec)
+            self.head, self.norm = self.inner.head, nn.BatchNorm1d(spec.n_numeric)
+
+        def forward(self, x_num, x_cat):
+            x_num = self.norm(x_num)
+            return self.inner(x_num + 0.5 * x_num[:1] if self.training else x_num, x_cat)
+
+    with pytest.raises(SanityCheckError) as caught:
+        run(snapshot, tmp_path, cfg, model_factory=BatchNormAndLeak)
+    message = str(caught.value)
+    assert message.startswith("sanity check 'batch_independence_train_mode' failed") and "from row 0" in message
 
 
 def test_a_detached_body_is_caught_by_the_per_parameter_gradient_check(snapshot, tmp_path):
