@@ -70,7 +70,7 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     timed_run(check_init_loss, ctx, cfg.sanity.init_loss_tolerance)
     timed_run(check_input_dependence, ctx)
     timed_run(check_gradients_flow, ctx)
-    timed_run(check_independence, ctx)
+    timed_run(check_independence, ctx, cfg.train.batch_size)
     timed_run(task_checks, ctx)
     timed_run(check_overfit_one_batch, ctx, cfg, tracker)
     timed_run(check_short_training, ctx, cfg, tracker)
@@ -167,9 +167,10 @@ def check_gradients_flow(ctx: CheckContext) -> CheckResult:
     return CheckResult("gradients_flow", ok, reached, "every trainable parameter > 0, norm finite", text)
 
 
-def check_independence(ctx: CheckContext) -> list[CheckResult]:
-    """Batch independence (``independence.py``) of a fresh model initialised as the trainer does."""
-    return check_batch_independence(ctx.trained_init(), ctx.data.train)
+def check_independence(ctx: CheckContext, batch_rows: int) -> list[CheckResult]:
+    """Batch independence (``independence.py``) of a fresh model initialised as the trainer does, also over a
+    batch of ``batch_rows`` (the trainer's batch size)."""
+    return check_batch_independence(ctx.trained_init(), ctx.data.train, batch_rows)
 
 
 def overfit_batch_rows(y, size: int):

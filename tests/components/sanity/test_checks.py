@@ -229,6 +229,46 @@ def test_a_detached_body_is_caught_by_the_per_parameter_gradient_check(snapshot,
     assert 0 < share < 10  # only the head's parameters: a few percent of the model
 
 
+
+class _Wrapped(nn.Module):
+    """The configured model behind a forward of the test's own (keeps ``head`` for the prior bias)."""
+
+    def __init__(self, spec, cfg, forward) -> None:
+        super().__init__()
+        self.inner, self.forward_fn = build_model(cfg.model, spec), forward
+        self.head = self.inner.head
+
+    def forward(self, x_num, x_cat):
+        return self.inner(self.forward_fn(self, x_num), x_cat)
+
+
+def _leaks_beyond_eight_rows(module, x):
+    return x + 0.5 * torch.roll(x, 8, dims=0) if len(x) > 8 else x
+
+
+def _leaks_beyond_eight_rows_in_train_mode(module, x):
+    return _leaks_beyond_eight_rows(module, x) if module.training else x
+
+
+def _scaled_by_batch_size(module, x):
+    return x * len(x) / 64
+
+
+@pytest.mark.parametrize(("forward", "check", "needle"), [
+    (_leaks_beyond_eight_rows, "batch_independence", "over the 64-row training batch"),
+    (_leaks_beyond_eight_rows_in_train_mode, "batch_independence_train_mode", "over the 64-row training batch"),
+    (_scaled_by_batch_size, "batch_independence", "in a batch of 32 rows"),
+], ids=["rows 8 apart", "rows 8 apart in train mode", "batch size"])
+def test_rows_mixed_beyond_the_eight_row_batch_or_by_batch_size_are_caught(forward, check, needle, snapshot, tmp_path):
+    # Before: only an 8-row batch was looked at, so rows 8 apart and the batch size itself went unseen.
+    spec, cfg = spec_of(snapshot), fast_config()
+    assert cfg.train.batch_size == 64
+    with pytest.raises(SanityCheckError) as caught:
+        run(snapshot, tmp_path, cfg, model_factory=lambda: _Wrapped(spec, cfg, forward))
+    message = str(caught.value)
+    assert message.startswith(f"sanity check '{check}' failed") and needle in message, message
+
+
 @pytest.fixture(scope="module")
 def rare_snapshot(tmp_path_factory) -> Path:
     from components.data.simulate import rare_positive_day, write_partitions
