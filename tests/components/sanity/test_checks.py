@@ -269,6 +269,37 @@ def test_rows_mixed_beyond_the_eight_row_batch_or_by_batch_size_are_caught(forwa
     assert message.startswith(f"sanity check '{check}' failed") and needle in message, message
 
 
+
+class ZeroInitialised(nn.Module):
+    """Healthy layers that get no gradient at init: a LoRA-style adapter (B = 0, so A waits for B) and,
+    optionally, a zero-initialised head (the body waits for the head), as DiT or JAX ViTs initialise it."""
+
+    def __init__(self, spec, cfg, zero_head: bool) -> None:
+        super().__init__()
+        self.inner = build_model(cfg.model, spec)
+        self.head = self.inner.head
+        self.lora_a = nn.Linear(spec.n_numeric, 4, bias=False)
+        self.lora_b = nn.Linear(4, spec.n_numeric, bias=False)
+        nn.init.zeros_(self.lora_b.weight)
+        if zero_head:
+            nn.init.zeros_(self.head.weight)
+
+    def forward(self, x_num, x_cat):
+        return self.inner(x_num + self.lora_b(self.lora_a(x_num)), x_cat)
+
+
+@pytest.mark.parametrize(("zero_head", "waits"), [(False, "lora_a.weight"), (True, "inner.stem.weight")],
+                         ids=["lora adapter", "zero head"])
+def test_zero_initialised_layers_pass_the_gradient_check(zero_head, waits, snapshot, tmp_path):
+    # Before: a parameter without a gradient at init failed the run (and a zero head's constant output failed
+    # input_dependence), though the trainer's first steps reach them.
+    spec, cfg = spec_of(snapshot), fast_config()
+    checks = run(snapshot, tmp_path, cfg, model_factory=lambda: ZeroInitialised(spec, cfg, zero_head)).summary()["checks"]
+    message = checks["gradients_flow"]["message"]
+    assert checks["gradients_flow"]["passed"] and checks["input_dependence"]["passed"], message
+    assert waits in message.split("only after")[1], message
+
+
 @pytest.fixture(scope="module")
 def rare_snapshot(tmp_path_factory) -> Path:
     from components.data.simulate import rare_positive_day, write_partitions
