@@ -116,7 +116,8 @@ def build_pipeline(
             "register": registered,
         }
         for step, task in tasks.items():
-            # Retrying a step that failed on bad input would fail the same way: no retries by default.
+            # Never cached: validate_data reads a data root that moves under the same URI, so a cached step
+            # would hand a retrain the old snapshot. No retries: a step that failed on bad input fails again.
             task.set_caching_options(False)
             if cluster is not None:
                 from pipelines.cluster_settings import apply_cluster_settings

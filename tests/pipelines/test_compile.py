@@ -38,6 +38,17 @@ def test_every_parameter_has_a_default_and_a_description(compiled):
         assert param.get("description"), f"parameter {name} has no description"
 
 
+def test_no_step_is_cached_or_retried(compiled):
+    """A cached step would hand a retrain the old outputs (validate_data reads a data root that moves under the
+    same URI); a retried step that failed on bad input would fail the same way."""
+    spec = next(yaml.safe_load_all(compiled.read_text()))
+    tasks = spec["root"]["dag"]["tasks"]
+    assert {name.replace("-", "_") for name in tasks} == set(STEP_NAMES)
+    for name, task in tasks.items():
+        assert task.get("cachingOptions", {}).get("enableCache", False) is False, name
+        assert "retryPolicy" not in task, name
+
+
 def test_every_step_runs_in_the_project_image_without_installing_kfp(compiled):
     spec = next(yaml.safe_load_all(compiled.read_text()))
     executors = spec["deploymentSpec"]["executors"]
