@@ -59,6 +59,8 @@ def build_pipeline(
             pipeline_run_id=run_id,
             trigger=trigger,
             data_uri=data_uri,
+            # A constant of this version: a run that clears config_json gets it, not the laptop defaults.
+            default_config_json=default_config_json,
         ).set_display_name("prepare run")
         config = prepared.outputs["config_json"]
         mlflow_run = prepared.outputs["mlflow_run_id"]
