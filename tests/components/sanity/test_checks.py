@@ -281,6 +281,7 @@ class ZeroInitialised(nn.Module):
         self.lora_a = nn.Linear(spec.n_numeric, 4, bias=False)
         self.lora_b = nn.Linear(4, spec.n_numeric, bias=False)
         nn.init.zeros_(self.lora_b.weight)
+        self.zero_head = zero_head
         if zero_head:
             nn.init.zeros_(self.head.weight)
 
@@ -298,6 +299,31 @@ def test_zero_initialised_layers_pass_the_gradient_check(zero_head, waits, snaps
     message = checks["gradients_flow"]["message"]
     assert checks["gradients_flow"]["passed"] and checks["input_dependence"]["passed"], message
     assert waits in message.split("only after")[1], message
+
+
+
+class MixesWhereNothingReachesTheOutputAtInit(ZeroInitialised):
+    """The same layers, and a batch mean where nothing reaches the output at init: inside the adapter, or
+    anywhere before a zero head."""
+
+    def forward(self, x_num, x_cat):
+        mixed = x_num - x_num.mean(dim=0, keepdim=True)
+        if self.zero_head:
+            return self.inner(mixed + self.lora_b(self.lora_a(x_num)), x_cat)
+        return self.inner(x_num + self.lora_b(self.lora_a(mixed)), x_cat)
+
+
+@pytest.mark.parametrize("zero_head", [False, True], ids=["inside a lora adapter", "before a zero head"])
+def test_rows_mixed_where_nothing_reaches_the_output_at_init_are_caught(zero_head, snapshot, tmp_path):
+    # Zero-initialised layers pass the gradient check after a few steps; the independence checks must not
+    # then look at a model whose output cannot show the mixing yet.
+    spec, cfg = spec_of(snapshot), fast_config()
+
+    with pytest.raises(SanityCheckError) as caught:
+        run(snapshot, tmp_path, cfg, model_factory=lambda: MixesWhereNothingReachesTheOutputAtInit(spec, cfg, zero_head))
+    message = str(caught.value)
+    assert message.startswith("sanity check 'batch_independence' failed"), message
+    assert "after 5 training steps" in message, message
 
 
 @pytest.fixture(scope="module")
