@@ -98,6 +98,10 @@ def check_schema_changes(data: pd.DataFrame, reference: dict[str, Any] | None, s
             observed=f"new column, dtype {data[col].dtype}", expected="absent"))
     types = reference.get("column_types") or {}
     for col in schema.features:
+        role = _role_in(reference, col)
+        if role:
+            findings.append(_role_now_a_feature(col, *role))
+            continue
         if data[col].notna().sum() == 0:
             continue  # all missing: the null expectations report it
         was_kind = "numeric" if col in reference.get("numeric", []) else "categorical"
@@ -116,6 +120,26 @@ def check_schema_changes(data: pd.DataFrame, reference: dict[str, Any] | None, s
                      "intended, review the suite"),
             observed=now, expected=was))
     return findings
+
+
+def _role_in(reference: dict[str, Any], col: str) -> tuple[str, str] | None:
+    """(what, setting) when ``col`` was the reference's split key or label, so it was never a feature there."""
+    if col == reference.get("key"):
+        return "split key", "data.key"
+    if col == reference.get("label"):
+        return "label", "data.label"
+    return None
+
+
+def _role_now_a_feature(col: str, what: str, setting: str) -> Finding:
+    # Usually the run's config, not the data, changed: a run without the key the suite was profiled with
+    # (e.g. --data on the demo data, whose runs without --data set data.key) reads the key as a feature.
+    return Finding(
+        check=SCHEMA_ANOMALY, passed=False, severity=ERROR, column=col, source="structure",
+        message=(f"schema anomaly (role changed): column '{col}' was the {what} ({setting}) of the reference schema "
+                 f"and is a feature in this run, so the model would learn from it. Run with --set {setting}={col} "
+                 f"as the reference did; if the change is intended, review the suite"),
+        observed="a feature", expected=f"the {what} ({setting}={col})")
 
 
 def check_numeric_types(data: pd.DataFrame, reference: dict[str, Any] | None, categorical: list[str]) -> list[Finding]:

@@ -121,3 +121,17 @@ def test_id_like_numeric_columns_with_nulls_or_in_some_partitions_are_reported_w
         assert found and f"set data.key={column}" in found[0] and "data.features=" in found[0], result.warnings
     # A continuous measurement is unique on every row too, but it is no identifier.
     assert not any("'monthly_spend' has a distinct value" in w for w in result.warnings)
+
+
+def test_the_reference_key_read_as_a_feature_names_data_key_not_a_type_change(tmp_path, reviewed_suite):
+    """The suite was profiled with data.key=KEY; a run without that key reads the key column as a feature.
+    Before: 'column KEY was categorical in the reference schema and is numeric now' (the key was never
+    categorical) with 'fix the export', which sent a user after the data. Now the message says the column
+    was the reference's key and names the setting that fixes it."""
+    data = write_clean(tmp_path / "data")
+    with pytest.raises(DataValidationError) as caught:
+        run(data, tmp_path / "out", Config.from_dict({"validation": {"suite_path": str(reviewed_suite)}}))
+    message = str(caught.value)
+    assert f"column '{KEY}' was the split key (data.key) of the reference schema" in message
+    assert f"--set data.key={KEY}" in message
+    assert "was categorical" not in message
