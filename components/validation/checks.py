@@ -122,6 +122,34 @@ def check_schema_changes(data: pd.DataFrame, reference: dict[str, Any] | None, s
     return findings
 
 
+def check_champion_task(champion_task: dict[str, Any] | None, champion: str, record: dict[str, Any]) -> list[Finding]:
+    """The champion whose suite is the reference is a model of this run's task (name and entrypoint, as its
+    ``ctpipe.task_code`` tag records them; a champion without the tag is not checked). A registered model
+    holds one task's versions: another task's suite would report each of its columns as dropped, and its
+    model could not be scored on this data after the whole training."""
+    from components.tasks.code_identity import task_code_identity
+    from components.tasks.registry import BUILTIN_TASKS
+
+    if not champion_task:
+        return []
+    current = task_code_identity(record)
+    if (champion_task.get("name"), champion_task.get("entrypoint")) == (current["name"], current["entrypoint"]):
+        return []
+
+    def label(task: dict[str, Any]) -> str:
+        builtin = task.get("entrypoint") in BUILTIN_TASKS.values()
+        return f"'{task.get('name')}' ({'built-in' if builtin else 'task.entrypoint ' + str(task.get('entrypoint'))})"
+
+    return [Finding(
+        check="champion_task", passed=False, severity=ERROR, source="structure",
+        message=(f"{champion} is a model of task {label(champion_task)}; this run's task is {label(current)}, so "
+                 "neither its suite nor its scores apply to this run. Give each task its own registry.model_name "
+                 f"(e.g. --set registry.model_name=ctpipe-{current['name']}) or another --home "
+                 "(validation.use_champion_suite=false skips only its suite: the run would still be compared "
+                 "with that champion)"),
+        observed=f"champion of task {champion_task.get('name')}", expected=f"a champion of task {current['name']}")]
+
+
 def _role_in(reference: dict[str, Any], col: str) -> tuple[str, str] | None:
     """(what, setting) when ``col`` was the reference's split key or label, so it was never a feature there."""
     if col == reference.get("key"):

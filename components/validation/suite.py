@@ -163,8 +163,11 @@ def load_suite_file(path: str | Path) -> dict[str, Any]:
     return suite
 
 
-def champion_suite(tracking_uri: str, config) -> tuple[dict[str, Any], dict[str, Any] | None, str] | None:
-    """The champion's stored suite and reference stats, and its version; None without a champion."""
+def champion_suite(
+    tracking_uri: str, config
+) -> tuple[dict[str, Any], dict[str, Any] | None, str, dict[str, Any] | None] | None:
+    """The champion's stored suite and reference stats, its version and the task that made it (its
+    ``ctpipe.task_code`` tag: name, entrypoint; None when not recorded); None without a champion."""
     from components.tracking import fetch_champion_files
 
     if not tracking_uri:
@@ -177,7 +180,11 @@ def champion_suite(tracking_uri: str, config) -> tuple[dict[str, Any], dict[str,
         suite = load_suite_file(found.files["reference/suite.json"])
         stats_file = found.files["reference/reference_stats.json"]
         stats = json.loads(Path(stats_file).read_text()) if stats_file else None
-    return suite, stats, found.version
+    try:
+        task = json.loads(found.tags.get("ctpipe.task_code") or "null")
+    except json.JSONDecodeError:
+        task = None
+    return suite, stats, found.version, task if isinstance(task, dict) else None
 
 
 @dataclass
@@ -187,6 +194,7 @@ class Reference:
     suite: dict[str, Any] | None
     stats: dict[str, Any] | None
     source: str
+    champion_task: dict[str, Any] | None = None  # the champion's task (name, entrypoint) when the suite is its
 
 
 def resolve_reference(config, tracking_uri: str) -> Reference:
@@ -196,8 +204,9 @@ def resolve_reference(config, tracking_uri: str) -> Reference:
     if config.validation.use_champion_suite and tracking_uri:
         found = champion_suite(tracking_uri, config)
         if found is not None:
-            suite, stats, version = found
-            return Reference(suite, stats, f"champion {config.registry.model_name} v{version} (reference/suite.json)")
+            suite, stats, version, task = found
+            return Reference(suite, stats, f"champion {config.registry.model_name} v{version} (reference/suite.json)",
+                             task)
     return Reference(None, None, "profiled from this data's train split")
 
 
