@@ -322,8 +322,12 @@ def _finding(result: Any, frame: pd.DataFrame, *, partition_table: bool = False)
         examples = _rows_as_records(picked)
     elif not result.success and res.get("partial_unexpected_list"):
         examples = [{"value": v} for v in res["partial_unexpected_list"][:EXAMPLE_ROWS]]
+    if partition_table and "unexpected_count" in res:  # the table's rows are partitions: name them
+        named = ", ".join(f"{e.get('partition')}: {e.get('rows')} rows" for e in examples)
+        observed = (f"{res['unexpected_count']} of {res.get('element_count')} partitions unexpected"
+                    + (f" ({named})" if named else ""))
     label = "partition row count" if partition_table else kind.removeprefix("expect_").replace("_", " ")
-    where = " per partition" if partition_table else (f" on column '{column}'" if column else "")
+    where = "" if partition_table else (f" on column '{column}'" if column else "")
     return Finding(
         check=kind, passed=bool(result.success), severity=severity_of(exp), column=column,
         message=f"{label}{where}", observed=observed, expected=_describe_expected(kind, kw),

@@ -135,3 +135,18 @@ def test_the_reference_key_read_as_a_feature_names_data_key_not_a_type_change(tm
     assert f"column '{KEY}' was the split key (data.key) of the reference schema" in message
     assert f"--set data.key={KEY}" in message
     assert "was categorical" not in message
+
+
+def test_a_partition_outside_the_row_count_range_is_named_with_its_rows(tmp_path, reviewed_suite):
+    """Before: 'partition row count per partition (observed 1 of 3 rows (33.3%) unexpected; ...)': it counted
+    partitions, called them rows, and did not say which partition. Now the partition and its row count."""
+    data = write_clean(tmp_path / "data")
+    bigger = write_clean(tmp_path / "bigger", days=1, rows_per_day=1200, seed=11)
+    fresh = pd.read_parquet(next(bigger.glob("date=*/part-0.parquet")))
+    edit_last(data, lambda f: fresh.assign(**{KEY: fresh[KEY] + 10**6}))
+    newest = sorted(data.glob("date=*"))[-1].name
+    with pytest.raises(DataValidationError) as caught:
+        run(data, tmp_path / "out", config(suite_path=str(reviewed_suite)))
+    message = str(caught.value)
+    assert "partition row count (observed 1 of 3 partitions unexpected" in message, message
+    assert f"{newest}: 1200 rows" in message and " rows (33" not in message
