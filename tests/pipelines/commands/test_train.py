@@ -53,6 +53,8 @@ def test_user_errors_are_one_paragraph_without_traceback(tmp_path, capsys):
     assert main(_args(tmp_path / "missing", tmp_path / "out")) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "Traceback" not in err
+    # `ctpipe train` needs --data: the message must not tell it to leave --data out (it said so before).
+    assert "omit --data" not in err and "ctpipe demo-data --out" in err
     write_demo_data(tmp_path / "data", days=1, rows_per_day=50, seed=3)
     assert main(_args(tmp_path / "data", tmp_path / "out", "train.strategy=zero")) == 2
     assert "train.strategy" in capsys.readouterr().err
