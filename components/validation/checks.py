@@ -31,6 +31,19 @@ def check_required_columns(data: pd.DataFrame, reference: dict[str, Any] | None,
                      + reference.get("other", []) if c]
     findings = []
     present = ", ".join(str(c) for c in data.columns if c != PARTITION_COLUMN)
+    features = [c for c in reference["numeric"] + reference["categorical"] if c] if reference else []
+    if features and not columns.intersection(features):
+        # Not a dropped column: another dataset (e.g. one's own data on the home of the demo's champion).
+        findings.append(Finding(
+            check=SCHEMA_ANOMALY, passed=False, severity=ERROR, source="structure",
+            message=(f"schema anomaly (another dataset): none of the reference's feature columns "
+                     f"({', '.join(features[:8])}{', …' if len(features) > 8 else ''}) is in the data (columns: "
+                     f"{present}), so this is another dataset than the reference suite was profiled on (the "
+                     "champion's, when registry.model_name already has one). One registered model follows one "
+                     "dataset: give this data its own --set registry.model_name=NAME or another --home, or set "
+                     "validation.suite_path to a suite of this data"),
+            observed="no reference feature column", expected="the reference's columns"))
+        required = [label] if label is not None else []
     for col in dict.fromkeys(required):
         if col not in columns:
             if col == label:

@@ -150,3 +150,19 @@ def test_a_partition_outside_the_row_count_range_is_named_with_its_rows(tmp_path
     message = str(caught.value)
     assert "partition row count (observed 1 of 3 partitions unexpected" in message, message
     assert f"{newest}: 1200 rows" in message and " rows (33" not in message
+
+
+def test_data_sharing_no_feature_with_the_reference_is_named_another_dataset(tmp_path, reviewed_suite):
+    """The README's 'your own data' command on the home of its demo runs: the champion's suite is the demo's.
+    Before: one 'column dropped' error per demo column (nine), each saying 'restore the column in the data'.
+    Now one error: no column of the reference is in this data, so it is another dataset, with the fix
+    (its own registry.model_name, or another home)."""
+    data = write_clean(tmp_path / "data")
+    edit_all(data, lambda f: f.rename(columns={c: f"x_{c}" for c in f.columns if c not in ("label", KEY)})
+             .drop(columns=[KEY]))
+    with pytest.raises(DataValidationError) as caught:
+        run(data, tmp_path / "out", Config.from_dict({"validation": {"suite_path": str(reviewed_suite)}}))
+    message = str(caught.value)
+    assert "with 1 error(s)" in message and "column dropped" not in message
+    assert "none of the reference's feature columns" in message and "another dataset" in message
+    assert "--set registry.model_name=" in message and "--home" in message
