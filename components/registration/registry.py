@@ -46,6 +46,16 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def recorded_champion_alias(version: Any) -> str | None:
+    """The champion alias in the config a version was registered with (``ctpipe.config``), if readable."""
+    try:
+        config = json.loads((version.tags or {}).get("ctpipe.config", ""))
+    except ValueError:  # absent, or clipped to the tag limit
+        return None
+    alias = config.get("registry", {}).get("champion_alias") if isinstance(config, dict) else None
+    return alias if isinstance(alias, str) else None
+
+
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -276,6 +286,15 @@ class Registry:
             raise UserError(
                 f"version {mv.version} of '{self.name}' was not registered completely by ctpipe (tag "
                 f"{COMPLETE_TAG}=complete missing), so it cannot become champion; register it again."
+            )
+        alias = self.config.champion_alias
+        recorded = recorded_champion_alias(mv)
+        if recorded is not None and recorded != alias:
+            # Its pipeline reads another alias: moving this one would change nothing it serves or compares with.
+            raise UserError(
+                f"version {mv.version} of '{self.name}' was registered by a pipeline whose champion alias is "
+                f"'{recorded}' (registry.champion_alias), but this would move '{alias}'. Pass that pipeline's "
+                f"--config, or --set registry.champion_alias={recorded}."
             )
         with self.locked():
             current = self.alias_version(self.config.champion_alias)

@@ -111,3 +111,44 @@ def test_a_home_without_a_registry_fails_clearly(tmp_path, capsys):
     code, _, err = _run(capsys, "models", "list", "--home", str(tmp_path / "nowhere"))
     assert code == 2 and "no MLflow registry" in err
     assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.fixture(scope="module")
+def production_home(tmp_path_factory):
+    """A registry whose pipeline names its champion alias 'production' (registry.champion_alias):
+    version 1 is the production model, version 2 is not blessed."""
+    root = tmp_path_factory.mktemp("models-alias")
+    snap = make_snapshot(root)
+    home = root / "home"
+    uri = local_tracking_uri(home)
+    for i, floor in ((1, 0.5), (2, 0.999)):
+        config = fast_config(champion_alias="production")
+        config.evaluate.thresholds["accuracy"].value = floor
+        model = make_model(snap, root / f"m{i}.pt", steps=60, seed=i)
+        run_id = make_run(uri, config, f"p{i}")
+        blessing, card = root / f"b{i}.json", root / f"c{i}.md"
+        evaluate_candidate(str(model), str(snap), config, tracking_uri=uri, mlflow_run_id=run_id,
+                           blessing_path=str(blessing), card_path=str(card))  # fmt: skip
+        register_candidate(str(model), str(snap), str(blessing), config, tracking_uri=uri, mlflow_run_id=run_id,
+                           pipeline_run_id=f"p{i}", trigger="schedule", reports={})  # fmt: skip
+    return home
+
+
+def test_promote_moves_the_configured_champion_alias_and_refuses_another(production_home, capsys, tmp_path):
+    registry = Registry(local_tracking_uri(production_home), fast_config(champion_alias="production").registry)
+    assert registry.alias_version("production") == "1"
+    # Without the pipeline's config the command would move 'champion', an alias the pipeline never reads.
+    code, _, err = _run(capsys, "models", "promote", "2", "--reason", "x", "--home", str(production_home))
+    assert code == 2 and "'production'" in err and "registry.champion_alias" in err and "Traceback" not in err
+    assert registry.aliases() == {"production": "1", "challenger": "2"}
+    # With it (a file as the pipeline's, or --set), the pipeline's champion moves, and rolls back.
+    cfg = tmp_path / "ctpipe.yaml"
+    cfg.write_text("registry:\n  champion_alias: production\n")
+    code, out, _ = _run(capsys, "models", "promote", "2", "--reason", "canary", "--home", str(production_home),
+                        "--config", str(cfg))  # fmt: skip
+    assert code == 0 and out.strip().splitlines()[-1] == "2"
+    assert registry.aliases() == {"production": "2", "challenger": "2"}
+    code, out, _ = _run(capsys, "models", "rollback", "--home", str(production_home),
+                        "--set", "registry.champion_alias=production")  # fmt: skip
+    assert code == 0 and out.strip().splitlines()[-1] == "1"
+    assert registry.aliases() == {"production": "1", "challenger": "2"}
