@@ -251,6 +251,27 @@ class Registry:
             "record champion history",
         )
 
+    def _record_cut_off_move(self, version: str, previous: str | None) -> None:
+        """Record a move to ``version`` whose attempt was cut off after the alias moved (call with the lock held).
+
+        ``_move_champion`` tags the version before it moves the alias and writes the stack and history after:
+        the alias on a version tagged promoted, with a history not ending at it, is such a move. Its retry
+        finds the version already champion; without this the stack and history would never show it."""
+        history = self.champion_history()
+        if history and str(history[-1].get("version")) == version:
+            return
+        tags = self.get_version(version).tags or {}
+        if tags.get("ctpipe.promotion") not in ("auto", "manual"):
+            return  # the alias was set outside ctpipe (or by a rollback, which pops): nothing of ours to complete
+        if history and tags.get("ctpipe.promoted_at", "") < str(history[-1].get("at", "")):
+            return  # promoted before the last recorded move: the alias was set back to it outside ctpipe
+        previous = previous if previous is not None else (str(history[-1]["version"]) if history else None)
+        stack = self.champion_stack()
+        if stack[-1:] == [version]:
+            self._write_stack(stack[:-1])  # the cut-off attempt wrote the stack but not the history
+        self._move_champion(version, kind=tags["ctpipe.promotion"], by=tags.get("ctpipe.promoted_by", "pipeline"),
+                            reason=tags.get("ctpipe.promotion_reason", ""), previous=previous, pop=False)
+
     def promote_if_unchanged(
         self, version: str, expected: str | None, *, reason: str, by: str = "pipeline"
     ) -> Promotion:
@@ -260,6 +281,7 @@ class Registry:
             fault_point("in_promotion_lock")
             current = self.alias_version(self.config.champion_alias)
             if current == version:
+                self._record_cut_off_move(version, str(expected) if expected is not None else None)
                 return Promotion(True, version, expected, f"version {version} is already the champion")
             if current != (str(expected) if expected is not None else None):
                 return Promotion(
@@ -299,6 +321,7 @@ class Registry:
         with self.locked():
             current = self.alias_version(self.config.champion_alias)
             if current == str(mv.version):
+                self._record_cut_off_move(current, None)
                 return Promotion(False, current, current, f"version {current} is already the champion")
             self._move_champion(
                 str(mv.version), kind="manual", by=by, reason=reason, previous=current, pop=False
