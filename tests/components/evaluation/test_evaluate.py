@@ -191,6 +191,33 @@ def test_a_champion_whose_export_cannot_be_read_blocks_the_blessing_and_says_why
     assert "ctpipe models promote" in result.reasons[0]
 
 
+def test_a_champion_download_that_fails_for_a_moment_is_retried_not_called_a_champion_without_a_model(
+    world, tmp_path, monkeypatch
+):
+    # Before: every download error (MLflow unreachable included) read as "not logged", so a moment's outage
+    # made "champion version 1 has no 'ctpipe/model.pt'": not compared, and the card advised promoting by hand.
+    from mlflow.exceptions import MlflowException
+
+    config = fast_config()
+    uri = local_tracking_uri(tmp_path)
+    run1 = make_run(uri, config, "p1")
+    _evaluate(world, tmp_path, world["good"], config, run1)
+    assert _register(world, tmp_path, world["good"], config, run1, "p1").aliases == ["challenger", "champion"]
+    real, calls = mlflow.artifacts.download_artifacts, []
+
+    def unreachable_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MlflowException("API request to http://mlflow/api/2.0/mlflow/runs/get failed with exception "
+                                  "HTTPConnectionPool: Max retries exceeded (connection refused)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts", unreachable_once)
+    result = _evaluate(world, tmp_path, world["good"], config, make_run(uri, config, "p2"))
+    assert len(calls) == 2 and result.champion_version == "1" and result.champion_metrics is not None
+    assert not any("has no 'ctpipe/model.pt'" in r for r in result.reasons)
+
+
 def _rare_positive_snapshot(root):
     """A snapshot of 90/10 data (a label the features barely predict), split as the pipeline splits."""
     import pandas as pd
