@@ -135,6 +135,35 @@ class Registry:
 
         return self.call(get, f"read the tags of '{self.name}'")
 
+    def require_model(self, *, empty_store_ok: bool = False) -> None:
+        """UserError unless the registered model exists, naming those that do (a mistyped name is not empty);
+        with ``empty_store_ok``, a store that has no registered model at all (nothing registered yet) passes."""
+        from mlflow.exceptions import MlflowException
+
+        from components.registration.lock import LOCK_SUFFIX
+
+        def exists() -> bool:
+            try:
+                self.client.get_registered_model(self.name)
+                return True
+            except MlflowException as err:
+                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                    return False
+                raise
+
+        if self.call(exists, f"read registered model '{self.name}'"):
+            return
+        names = self.call(lambda: [m.name for m in self.client.search_registered_models(max_results=1000)],
+                          "list registered models")
+        others = sorted(n for n in names if not n.endswith(LOCK_SUFFIX))
+        if empty_store_ok and not others:
+            return
+        found = ", ".join(others) or "none"
+        raise UserError(
+            f"there is no registered model '{self.name}' at {self.uri}; registered models: {found}. Pass the "
+            "pipeline's --config (registry.model_name) or --model-name."
+        )
+
     def get_version(self, version: str):
         """The model version, or a UserError naming the versions that exist."""
         from mlflow.exceptions import MlflowException
@@ -155,6 +184,7 @@ class Registry:
 
         found = self.call(get, f"read version {text} of '{self.name}'")
         if found is None:
+            self.require_model()
             existing = ", ".join(str(v.version) for v in self.versions()) or "none"
             raise UserError(
                 f"model '{self.name}' has no version {text}; existing versions: {existing}. "
@@ -334,6 +364,7 @@ class Registry:
             current = self.alias_version(self.config.champion_alias)
             stack = self.champion_stack()
             if current is None:
+                self.require_model()
                 raise UserError(f"model '{self.name}' has no champion, so there is nothing to roll back")
             if not stack or stack[-1] != current:
                 stack = [*stack, current]

@@ -152,3 +152,19 @@ def test_promote_moves_the_configured_champion_alias_and_refuses_another(product
                         "--set", "registry.champion_alias=production")  # fmt: skip
     assert code == 0 and out.strip().splitlines()[-1] == "1"
     assert registry.aliases() == {"production": "1", "challenger": "2"}
+
+
+@pytest.mark.parametrize("action", [["list"], ["show", "1"], ["promote", "1", "--reason", "x"]])
+def test_a_model_name_the_registry_does_not_have_fails_naming_the_ones_it_has(home, capsys, action):
+    # Before: 'list' printed "no registered versions yet" for a mistyped --model-name, as for an empty registry.
+    code, _, err = _run(capsys, "models", *action, "--home", str(home), "--model-name", "ctpipe-clasifier")
+    assert code == 2 and "no registered model 'ctpipe-clasifier'" in err and "ctpipe-classifier" in err
+    assert "promotion-lock" not in err
+
+
+def test_a_registry_with_nothing_registered_yet_lists_no_versions(tmp_path, capsys):
+    from components.tracking import ensure_experiment
+
+    ensure_experiment(local_tracking_uri(tmp_path), "ctpipe")  # a first run that stopped before registering
+    code, out, _ = _run(capsys, "models", "list", "--home", str(tmp_path))
+    assert code == 0 and "no registered versions yet" in out
