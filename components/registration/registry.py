@@ -356,7 +356,15 @@ class Registry:
             self._move_champion(
                 str(mv.version), kind="manual", by=by, reason=reason, previous=current, pop=False
             )
-            return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {reason}")
+            tags = mv.tags or {}
+            unblessed = ""
+            if tags.get("ctpipe.blessed") != "true":  # allowed (a human's call), but said, with evaluation's reason
+                try:
+                    why = (json.loads(tags.get("ctpipe.blessing_reasons") or "[]") or ["no reason recorded"])[0]
+                except ValueError:  # clipped to the tag limit
+                    why = "see 'ctpipe models show'"
+                unblessed = f" (note: evaluation did not bless version {mv.version}: {why})"
+            return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {reason}{unblessed}")
 
     def rollback(self, *, reason: str, by: str) -> Promotion:
         """Move the champion back to the previous champion on the stack."""

@@ -66,7 +66,7 @@ def test_show_prints_lineage_and_reasons(home, capsys):
 
 
 def test_promote_by_hand_is_recorded_and_rollback_returns_to_the_previous_champion(home, capsys):
-    code, out, _ = _run(
+    code, out, err = _run(
         capsys,
         "models",
         "promote",
@@ -79,6 +79,8 @@ def test_promote_by_hand_is_recorded_and_rollback_returns_to_the_previous_champi
         str(home),
     )
     assert code == 0 and out.strip().splitlines()[-1] == "2"
+    # Version 2 was not blessed: allowed by hand, but said, with evaluation's reason.
+    assert "evaluation did not bless version 2" in err and "fails value threshold" in err
     registry = Registry(local_tracking_uri(home), fast_config().registry)
     tags = registry.get_version("2").tags
     assert (tags["ctpipe.promotion"], tags["ctpipe.promoted_by"], tags["ctpipe.promotion_reason"]) == (
