@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from components.config import TRIGGERS, Config, apply_settings
 from components.errors import ConfigError
@@ -50,17 +51,37 @@ def resolve_config(config_json: str, overrides: str) -> Config:
 
 
 def git_commit() -> str:
-    """The commit of the code being run: the CTPIPE_GIT_COMMIT baked into the image, else git, else ''."""
+    """The commit of ctpipe's own code being run: the CTPIPE_GIT_COMMIT baked into the image; else, when the
+    package runs from a git checkout (an editable install), that checkout's HEAD, suffixed ``-dirty`` when
+    tracked files differ from it; else ''.
+
+    Git is asked in the package's directory, never in the working directory: a run started inside another
+    repository (the user's project, a data repository) would otherwise record that repository's commit as
+    the model's code, and a checkout with uncommitted changes would claim a commit that did not train it.
+    """
     import os
 
     baked = os.environ.get("CTPIPE_GIT_COMMIT", "")
     if baked:
         return baked
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False)
-        return out.stdout.strip() if out.returncode == 0 else ""
-    except OSError:
+    root = Path(__file__).resolve().parents[2]  # components/run_setup/prepare.py -> the package's root
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    # Installed into site-packages inside some other repository (its .venv): that repository is not ctpipe's.
+    if not top or Path(top).resolve() != root:
         return ""
+    head = git("rev-parse", "HEAD")
+    if not head:
+        return ""
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return f"{head}-dirty" if changed else head
 
 
 def prepare_run(
