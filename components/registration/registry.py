@@ -268,6 +268,7 @@ class Registry:
                 lambda k=key, v=value: c.set_model_version_tag(self.name, version, k, v),
                 f"tag version {version}",
             )
+        self.lock.assert_held()  # again: those retried calls can outlast the lock's TTL on a slow MLflow
         self.call(
             lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version),
             "move the champion alias",
