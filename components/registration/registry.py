@@ -342,8 +342,10 @@ class Registry:
             )
         alias = self.config.champion_alias
         recorded = recorded_champion_alias(mv)
-        if recorded is not None and recorded != alias:
-            # Its pipeline reads another alias: moving this one would change nothing it serves or compares with.
+        in_use = self.aliases() if recorded is not None and recorded != alias else {}
+        if recorded in in_use and alias not in in_use:
+            # Its pipeline reads another alias, in use here: moving this unused one would change nothing it serves
+            # or compares with (an alias renamed since, and already in use, is not refused).
             raise UserError(
                 f"version {mv.version} of '{self.name}' was registered by a pipeline whose champion alias is "
                 f"'{recorded}' (registry.champion_alias), but this would move '{alias}'. Pass that pipeline's "
