@@ -217,3 +217,23 @@ def test_a_rule_direction_that_contradicts_the_tasks_metric_is_a_config_error(wh
     agreeing = load_config(None, [f"{where}.log_loss.direction=lower", f"{where}.log_loss.change_abs=0",
                                   f"{where}.accuracy.direction=higher", f"{where}.accuracy.change_abs=0"])
     check_evaluation_metrics(load_task(agreeing.task), agreeing.evaluate)
+
+
+def test_an_example_dimension_other_than_0_is_refused(user_module):
+    # Before: accepted, and the sanity gate (like Batch.select and the trainer) still took dimension 0 as the
+    # examples: its batch-independence checks perturbed what the task had declared something else.
+    user_module("user_task_time_major", """
+        from components.tasks import TaskBase, Metric, SanitySpec
+        class TimeMajor(TaskBase):
+            name = "time_major"
+            metrics = (Metric("accuracy", True),)
+            sanity = SanitySpec(example_dim=1, sequence_dim=0)
+        for part in ("fit", "encode", "build_model", "shard_units", "loss", "row_losses", "row_metrics",
+                     "init_losses", "targets", "predict", "compute_metrics", "serve"):
+            setattr(TimeMajor, part, lambda self, *a, **k: None)
+        def make_task():
+            return TimeMajor()
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_time_major:make_task"])
+    with pytest.raises(TaskError, match="sanity.example_dim must be 0.*got 1"):
+        load_task(config.task)
