@@ -27,7 +27,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--home", metavar="DIR", help="ctpipe home with mlflow.db (default $CTPIPE_HOME or ./.ctpipe)"
     )
-    parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI; overrides --home")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking URI (default registry.tracking_uri, else the --home's SQLite)")
     parser.add_argument(
         "--model-name", metavar="NAME", help="registered model name (default: registry.model_name)"
     )
@@ -69,7 +70,7 @@ def _registry(args: argparse.Namespace):
     config = load_run_config(args.config, list(args.overrides)).registry
     if args.model_name:
         config.model_name = args.model_name
-    return Registry(existing_registry_uri(args), config)
+    return Registry(existing_registry_uri(args, config.tracking_uri), config)
 
 
 def _print_table(rows: list[dict]) -> None:
@@ -132,7 +133,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             record = show_version(registry, args.version)
             print(json.dumps(record, indent=2)) if args.json else _print_record(record)
             return 0
-        by = args.by or getpass.getuser()
+        by = args.by or _current_user()
         if action == "promote":
             if not args.reason.strip():
                 raise UserError("--reason must say why the version is promoted by hand")
@@ -145,3 +146,14 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(outcome.reason, file=sys.stderr)
             print(outcome.champion)
         return 0
+
+
+def _current_user() -> str:
+    """Who runs the command, for the record. ``getpass.getuser`` raises where the uid has no passwd entry and no
+    USER/LOGNAME is set (an arbitrary-uid container, as OpenShift runs them): then the uid."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        import os
+
+        return f"uid {os.getuid()}"

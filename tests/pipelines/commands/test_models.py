@@ -170,3 +170,36 @@ def test_a_registry_with_nothing_registered_yet_lists_no_versions(tmp_path, caps
     ensure_experiment(local_tracking_uri(tmp_path), "ctpipe")  # a first run that stopped before registering
     code, out, _ = _run(capsys, "models", "list", "--home", str(tmp_path))
     assert code == 0 and "no registered versions yet" in out
+
+
+def test_the_configs_registry_is_the_one_read_and_promoted_in(home, capsys, tmp_path):
+    """``registry.tracking_uri`` (where the pipeline registers) is where `ctpipe models` looks, as `ctpipe run`
+    and `ctpipe watch` do; before, it read the --home's own SQLite registry instead, so a promote moved the
+    alias in a registry the pipeline does not use."""
+    from components.tracking import ensure_experiment
+
+    other_home = tmp_path / "laptop"
+    ensure_experiment(local_tracking_uri(other_home), "ctpipe")  # an unrelated local registry, nothing registered
+    code, out, _ = _run(capsys, "models", "list", "--home", str(other_home), "--json",
+                        "--set", f"registry.tracking_uri={local_tracking_uri(home)}")
+    assert code == 0
+    assert [r["version"] for r in json.loads(out)] == ["2", "1"]
+    # --tracking-uri still wins over the config.
+    code, out, _ = _run(capsys, "models", "list", "--tracking-uri", local_tracking_uri(other_home),
+                        "--set", f"registry.tracking_uri={local_tracking_uri(home)}")
+    assert code == 0 and "no registered versions yet" in out
+
+
+def test_the_recorded_user_falls_back_to_the_uid_where_there_is_no_user_name(monkeypatch):
+    """In a container running under an arbitrary uid (no passwd entry, no USER), getpass.getuser() raises:
+    promote and rollback record the uid instead of failing."""
+    import getpass
+    import os
+
+    from pipelines.commands import models
+
+    def no_user():
+        raise KeyError(f"getpwuid(): uid not found: {os.getuid()}")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert models._current_user() == f"uid {os.getuid()}"
