@@ -244,7 +244,8 @@ class ColumnTotals:
     """Over every row of a column: nulls, min/max of numeric values, counts of text values (while few).
 
     A column absent from a batch, or all null in it, counts as null there (and does not decide whether the
-    column is numeric). Text values are counted only while the column
+    column is numeric). The values of numeric batches are counted in ``numeric_values``, so that a text column
+    one partition writes as numbers (category codes) still counts them. Text values are counted only while the column
     has at most ``MAX_TEXT_VALUES`` distinct ones (``counts`` becomes None past it: too many to judge
     a value set exactly, and the suite profiles no set that large).
     """
@@ -255,6 +256,7 @@ class ColumnTotals:
     max: float = -np.inf
     counts: dict[str, int] | None = field(default_factory=dict)
     numeric: bool = True
+    numeric_values: int = 0  # non-null values of numeric batches (not in ``counts``)
 
     def add(self, series: pd.Series | None, rows: int) -> ColumnTotals:
         self.rows += rows
@@ -266,6 +268,7 @@ class ColumnTotals:
         if nulls == len(series):  # no value (Arrow's null type reads as object): says nothing of the column's type
             return self
         if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+            self.numeric_values += len(series) - nulls
             values = series.to_numpy(dtype="float64", na_value=np.nan)
             if np.isfinite(values).any() or np.isinf(values).any():
                 self.min = min(self.min, float(np.nanmin(values)))

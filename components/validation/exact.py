@@ -79,7 +79,9 @@ def _column_expectation(f: Finding, scan: Scan, kw: dict[str, Any] | None) -> Fi
         allowed = kw.get("value_set") or []
         if not all(isinstance(v, str) for v in allowed):
             return None
-        unexpected = sum(n for v, n in totals.counts.items() if v not in set(allowed))
+        # Numbers in a text column (a partition writing categories as codes) are in no set of texts, as GX judges
+        # them in memory.
+        unexpected = sum(n for v, n in totals.counts.items() if v not in set(allowed)) + totals.numeric_values
         return _unexpected(f, present == 0 or (present - unexpected) / present >= mostly, unexpected, present)
     if f.check == "expect_column_values_to_be_between" and totals.numeric and totals.min <= totals.max:
         low, high = kw.get("min_value"), kw.get("max_value")
@@ -111,7 +113,7 @@ def exact_profile(suite: dict[str, Any], scan: Scan, schema_label: str | None, *
         if kind == "expect_column_values_to_be_between" and totals.numeric and totals.min <= totals.max:
             margin = range_margin if severity_of(exp) != ERROR else max(range_margin, ERROR_RANGE_MARGIN)
             kw["min_value"], kw["max_value"] = _range_with_margin(pd.Series([totals.min, totals.max]), margin)
-        elif kind == "expect_column_values_to_be_in_set" and not totals.numeric \
+        elif kind == "expect_column_values_to_be_in_set" and not totals.numeric and not totals.numeric_values \
                 and all(isinstance(v, str) for v in kw.get("value_set") or []):
             if totals.counts is None or len(totals.counts) > MAX_VALUE_SET:
                 continue  # as profiling does: a set this large is no expectation

@@ -118,3 +118,15 @@ def test_column_totals_of_a_numeric_column_with_an_all_null_batch_equal_pandas_o
     assert totals.numeric  # before: the all-null batch made it a text column, so no exact range check was made
     assert (totals.min, totals.max, totals.nulls, totals.rows) == (every_row.min(), every_row.max(),
                                                                    int(every_row.isna().sum()), len(every_row))
+
+
+def test_column_totals_of_a_text_column_count_a_numeric_batch_as_values():
+    from components.data.stream_stats import ColumnTotals
+
+    # A category column that one partition writes as numeric codes: those values are present, and not text.
+    batches = [pd.Series(["free", "pro", None]), pd.Series([0, 2]), pd.Series(["basic"])]
+    totals = ColumnTotals()
+    for b in batches:
+        totals.add(b, len(b))
+    assert not totals.numeric and (totals.rows, totals.nulls) == (6, 1)
+    assert totals.counts == {"free": 1, "pro": 1, "basic": 1} and totals.numeric_values == 2
