@@ -55,6 +55,8 @@ class Scan:
     # Exact per column over every row (nulls, numeric min/max, text value counts): stream_stats.ColumnTotals.
     columns: dict[str, ColumnTotals] = field(default_factory=dict)
     train_columns: dict[str, ColumnTotals] = field(default_factory=dict)  # the same over the train rows
+    # Non-null values per partition and column (a column a partition's files lack: absent, i.e. 0).
+    present: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -199,6 +201,9 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
         if part != current:
             current, sampler = part, _PartitionSample(budget)
         out.rows[part] = out.rows.get(part, 0) + len(batch)
+        counted = out.present.setdefault(part, {})
+        for col, n in batch.drop(columns=[PARTITION_COLUMN]).notna().sum().items():
+            counted[col] = counted.get(col, 0) + int(n)
         if label in batch.columns:
             out.label_nulls += int(batch[label].isna().sum())
         keys = split_keys(batch, schema, first_row=out.rows[part] - len(batch))  # errors name rows in the partition

@@ -194,3 +194,59 @@ def check_label_classes(labels: pd.Series) -> list[Finding]:
                  f"every labelled row has the same label {top} in column '{labels.name}': a classifier needs at least "
                  "two classes. Check the export of the label (a join or a filter may have dropped the other classes)"),
         observed=f"{len(counts)} classes", expected=">= 2 classes")]
+
+
+# --- per partition: a column lost in one partition must not hide behind the others -----------------
+
+# A partition's nulls count as a change when this unlikely under the null share the suite allows.
+PARTITION_NULL_P_VALUE = 0.001
+
+
+def check_partition_nulls(present: pd.DataFrame, rows: pd.Series, suite: dict[str, Any], features: list[str]) -> list[Finding]:
+    """Each partition's null share of every feature the reference suite allows some nulls in (``mostly`` < 1).
+
+    The suite judges the whole data root, so one partition that lost a column (an export dropped it, or wrote
+    it 90% null) adds under 1% of nulls among a hundred daily partitions and passes ``mostly``. Here a
+    partition fails when its share exceeds what the suite allows AND a binomial test at that allowed share
+    gives p < PARTITION_NULL_P_VALUE (a small partition's chance nulls do not fail). ``present``: non-null
+    counts, partitions x columns (a column a partition's files lack counts 0); ``rows``: rows per partition.
+    Never-null columns (``mostly`` = 1) are left to the suite, which fails any null exactly.
+    """
+    from scipy import stats
+
+    from components.validation.suite import severity_of
+
+    findings = []
+    for exp in suite.get("expectations", []):
+        kw = exp.get("kwargs") or {}
+        col, mostly = kw.get("column"), kw.get("mostly")
+        if (exp.get("type") != "expect_column_values_to_not_be_null" or (exp.get("meta") or {}).get("ctpipe_table")
+                or col not in features or mostly is None or not 0 <= float(mostly) < 1):
+            continue
+        allowed = 1.0 - float(mostly)
+        bad = []
+        for part, n in rows.items():
+            n = int(n)
+            nulls = n - int(present[col].get(part, 0)) if col in present.columns else n
+            if n and nulls / n > allowed and stats.binom.sf(nulls - 1, n, allowed) < PARTITION_NULL_P_VALUE:
+                bad.append((part, nulls, n))
+        if not bad:
+            continue
+        listed = "; ".join(f"partition {p}: {k} of {n} rows" + (" (it has no value there: the column is absent from "
+                                                                  "its files, or all null)" if k == n else "")
+                           for p, k, n in bad[:5])
+        more = f"; and {len(bad) - 5} more partition(s)" if len(bad) > 5 else ""
+        total = float(1 - present[col].sum() / rows.sum()) if col in present.columns and rows.sum() else 1.0
+        findings.append(Finding(
+            check="partition_nulls", passed=False, severity=severity_of(exp), column=col, source="structure",
+            message=(f"column '{col}' is null in {len(bad)} partition(s) far more often than the reference suite allows "
+                     f"({allowed:.2%}, mostly {float(mostly):g}): {listed}{more}. Over all partitions it is {total:.2%}, "
+                     "so the whole-data expectation alone would pass. Re-export those partitions with the column, or "
+                     "review the suite if the column is meant to be gone"),
+            observed=f"{len(bad)} partition(s) above {allowed:.2%} nulls", expected=f"<= {allowed:.2%} nulls per partition",
+            examples=[{"partition": p, "rows": n, "nulls": k} for p, k, n in bad[:EXAMPLES]]))
+    if not findings:
+        findings.append(Finding(check="partition_nulls", passed=True, source="structure",
+                                message="no partition has more nulls than the reference suite allows",
+                                observed="0 partitions", expected="0 partitions"))
+    return findings

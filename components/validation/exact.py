@@ -18,7 +18,8 @@ from components.validation.findings import ERROR, Finding
 
 ROW_COUNT = "expect_table_row_count_to_be_between"
 # Exact from the stream (or from the per-partition table, which is built from exact counts).
-EXACT_CHECKS = {ROW_COUNT, "label_not_null", "cross_split_duplicates", "empty_partitions", "train_window"}
+EXACT_CHECKS = {ROW_COUNT, "label_not_null", "cross_split_duplicates", "empty_partitions", "train_window",
+                "partition_nulls"}
 SAMPLED_NOTE = " [judged on the stratified sample]"
 
 
