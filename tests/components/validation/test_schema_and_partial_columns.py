@@ -140,7 +140,7 @@ def test_a_column_lost_in_the_newest_of_many_partitions_is_an_error_naming_the_p
         run(data, tmp_path / "out", cfg)
     message = str(caught.value)
     newest = sorted(p.parent.name for p in data.glob("date=*/part-0.parquet"))[-1]
-    assert f"column 'sessions_last_30d' is null in" in message and f"partition {newest}" in message
+    assert "column 'sessions_last_30d' is null in" in message and f"partition {newest}" in message
     assert ("has no value" in message) == (change == "dropped")
     assert "the reference suite allows (1.99%" in message and "[judged on" not in message
 
