@@ -149,3 +149,19 @@ def test_a_column_whose_nulls_vary_by_chance_between_partitions_passes(tmp_path,
     data = write_clean(tmp_path / "data", days=120, rows_per_day=150)
     result = run(data, tmp_path / "out", config(suite_path=str(reviewed_suite)))
     assert not [w for w in result.warnings if "is null in" in w]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["in_memory", "streamed"])
+def test_a_category_column_written_as_codes_by_the_newest_of_many_partitions_is_a_type_change(tmp_path, reviewed_suite,
+                                                                                             streamed):
+    # The newest of 120 partitions writes 'plan' as its numeric code: under 1% of all rows, so the value-set
+    # expectation only warned and the whole column (mixed text and numbers) still read as text. Before: a pass.
+    data = write_clean(tmp_path / "data", days=120, rows_per_day=150)
+    edit_last(data, lambda f: f.assign(plan=f["plan"].map({"free": 0, "basic": 1, "pro": 2, "enterprise": 3})))
+    cfg = config(suite_path=str(reviewed_suite), **({"in_memory_rows": 0} if streamed else {}))
+    with pytest.raises(DataValidationError) as caught:
+        run(data, tmp_path / "out", cfg)
+    newest = sorted(p.parent.name for p in data.glob("date=*/part-0.parquet"))[-1]
+    message = str(caught.value)
+    assert "schema anomaly (type changed): column 'plan'" in message and f"partition {newest}" in message, message
+    assert "number values" in message
