@@ -257,6 +257,8 @@ class ColumnTotals:
     counts: dict[str, int] | None = field(default_factory=dict)
     numeric: bool = True
     numeric_values: int = 0  # non-null values of numeric batches (not in ``counts``)
+    finite_min: float = np.inf  # min/max of the finite values (``min``/``max`` include infinities)
+    finite_max: float = -np.inf
 
     def add(self, series: pd.Series | None, rows: int) -> ColumnTotals:
         self.rows += rows
@@ -273,6 +275,10 @@ class ColumnTotals:
             if np.isfinite(values).any() or np.isinf(values).any():
                 self.min = min(self.min, float(np.nanmin(values)))
                 self.max = max(self.max, float(np.nanmax(values)))
+            finite = values[np.isfinite(values)]
+            if len(finite):
+                self.finite_min = min(self.finite_min, float(finite.min()))
+                self.finite_max = max(self.finite_max, float(finite.max()))
             return self
         self.numeric = False
         if self.counts is not None:

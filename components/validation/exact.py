@@ -111,9 +111,11 @@ def exact_profile(suite: dict[str, Any], scan: Scan, schema_label: str | None, *
         if totals is None or kw.get("column") == schema_label or totals.rows == 0:
             kept.append(exp)
             continue
-        if kind == "expect_column_values_to_be_between" and totals.numeric and totals.min <= totals.max:
+        if kind == "expect_column_values_to_be_between" and totals.numeric and totals.finite_min <= totals.finite_max:
             margin = range_margin if severity_of(exp) != ERROR else max(range_margin, ERROR_RANGE_MARGIN)
-            kw["min_value"], kw["max_value"] = _range_with_margin(pd.Series([totals.min, totals.max]), margin)
+            # Finite values only, as profiling does: one inf would make the range endless.
+            kw["min_value"], kw["max_value"] = _range_with_margin(pd.Series([totals.finite_min, totals.finite_max]),
+                                                                  margin)
         elif kind == "expect_column_values_to_be_in_set" and not totals.numeric and not totals.numeric_values \
                 and all(isinstance(v, str) for v in kw.get("value_set") or []):
             if totals.counts is None or len(totals.counts) > MAX_VALUE_SET:
