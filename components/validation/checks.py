@@ -169,6 +169,13 @@ def check_numeric_types(data: pd.DataFrame, reference: dict[str, Any] | None, ca
         parsed = pd.to_numeric(non_null, errors="coerce")
         bad = parsed.isna()
         share_numeric = 1.0 - float(bad.mean())
+        family = column_type(series)
+        if family == "text" and series.dtype == object:  # booleans with a null read as object
+            families = set(non_null.head(1000).map(_value_family))
+            family = families.pop() if len(families) == 1 else family
+        if col in expected_numeric and family in ("boolean", "datetime"):
+            findings.append(_another_type(data, col, non_null, family))  # to_numeric parses them as numbers
+            continue
         if col in expected_numeric and not bad.any():
             findings.append(_numbers_as_text(data, col, non_null))
             continue
@@ -187,6 +194,18 @@ def check_numeric_types(data: pd.DataFrame, reference: dict[str, Any] | None, ca
                 examples=example_rows(data, series.notna() & pd.to_numeric(series, errors="coerce").isna(),
                                    [col, PARTITION_COLUMN])))
     return findings
+
+
+def _another_type(data: pd.DataFrame, col: str, non_null: pd.Series, family: str) -> Finding:
+    """A column the reference says is numeric that arrives as booleans or dates."""
+    values = [str(v) for v in non_null.head(EXAMPLES)]
+    return Finding(
+        check=SCHEMA_ANOMALY, passed=False, severity=ERROR, column=col, source="structure",
+        message=(f"schema anomaly (type changed): column '{col}' should be numeric (the reference suite says it is "
+                 f"numeric) but arrives as {family} values (dtype {data[col].dtype}), e.g. {values}. Fix the export "
+                 "to write the column as numbers; if the change is intended, review the suite"),
+        observed=f"dtype {data[col].dtype} ({family} values)", expected="a numeric dtype",
+        examples=example_rows(data, data[col].notna(), [col, PARTITION_COLUMN]))
 
 
 def _numbers_as_text(data: pd.DataFrame, col: str, non_null: pd.Series) -> Finding:
