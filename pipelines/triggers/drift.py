@@ -33,6 +33,7 @@ import pandas as pd
 from scipy import stats
 
 from components.config import WatchConfig
+from components.data.concat import conform
 from components.data.stream_stats import category_counts, category_key
 from pipelines.triggers.column_drift import (
     MIN_EXPECTED_COUNT,
@@ -89,6 +90,10 @@ class DriftReport:
 
 
 def _numeric_values(series: pd.Series) -> tuple[np.ndarray, int]:
+    if pd.api.types.is_float_dtype(series) and series.dtype.itemsize < 8:
+        # A float32 export: 0.1 would read as 0.10000000149, above the reference's tied edges and sample values
+        # (a false shift of every such row); widened through its shortest text, as partitions are (concat.py).
+        series = conform(series, np.dtype("float64"))
     values = pd.to_numeric(series, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
     finite = values[np.isfinite(values)]
     return finite, len(values) - len(finite)

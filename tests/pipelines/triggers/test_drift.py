@@ -240,3 +240,17 @@ def test_a_rare_category_turning_common_drifts_in_a_window_too_small_for_its_own
         window = pd.DataFrame({"flag": np.random.default_rng(seed).choice(["no", "yes"], rows, p=[0.995, 0.005])})
         flag = compute_drift(window, reference, WatchConfig()).columns["flag"]
         assert not flag.drifted, (seed, flag.tests)
+
+
+def test_a_window_stored_as_float32_is_not_drift_from_a_float64_reference():
+    # An export that now writes the column as float32: 0.1 reads back as 0.10000000149, just above the reference's
+    # tied decile edge and sample values. Before: PSI 2.1 and KS 0.26 on the same distribution (drift).
+    rng = np.random.default_rng(0)
+    schema = Schema(label=None, key=None, numeric=["rate"], categorical=[], classes=[])
+    levels = [0.1, 0.2, 0.3, 0.7]
+    reference = compute_reference_stats(pd.DataFrame({"rate": rng.choice(levels, 5000)}), schema)
+    window = pd.DataFrame({"rate": rng.choice(levels, 1000).astype(np.float32)})
+    rate = compute_drift(window, reference, WatchConfig()).columns["rate"]
+    assert not rate.drifted and rate.tests["ks"]["value"] < 0.05, rate.tests
+    shifted = pd.DataFrame({"rate": rng.choice(levels, 1000, p=[0.1, 0.1, 0.1, 0.7]).astype(np.float32)})
+    assert compute_drift(shifted, reference, WatchConfig()).columns["rate"].drifted
