@@ -5,7 +5,9 @@ Some verdicts must not depend on a sample, and are recomputed from the exact fig
 table's row count, label nulls, cross-split duplicates, and the suite's column expectations that
 column totals decide (``stream_stats.ColumnTotals``): columns exist, null fractions, value sets of text
 columns, and numeric ranges when every value is inside (or, with ``mostly`` = 1, any is outside).
-Every other finding keeps its sample verdict and says so in its message.
+A range or value set with ``mostly`` < 1 that the totals cannot decide is judged on the sample with each row
+weighted by the rows it stands for (``Scan.weights``), since the sample is not proportional to partitions
+or classes. Every other finding keeps its sample verdict and says so in its message.
 """
 
 from __future__ import annotations
@@ -93,7 +95,38 @@ def _column_expectation(f: Finding, scan: Scan, kw: dict[str, Any] | None) -> Fi
             return dataclasses.replace(f, passed=False, observed=(
                 f"values from {totals.min:.6g} to {totals.max:.6g} (exact over {present} rows); "
                 f"on the sample: {f.observed}"))
+    if mostly < 1.0 and f.check in ("expect_column_values_to_be_between", "expect_column_values_to_be_in_set"):
+        return _weighted_share(f, scan, kw, mostly)
     return None
+
+
+def _weighted_share(f: Finding, scan: Scan, kw: dict[str, Any], mostly: float) -> Finding | None:
+    """A ``mostly`` verdict from the sample with each row weighted by the rows it stands for (``Scan.weights``):
+    partitions get equal sample budgets and rare classes a floor, so the sample's own share of unexpected rows
+    is not the data's (a big partition's errors were diluted by the small ones)."""
+    import numpy as np
+    import pandas as pd
+
+    if f.column not in scan.sample.columns or len(scan.weights) != len(scan.sample):
+        return None
+    values, weights = scan.sample[f.column], scan.weights
+    present = values.notna().to_numpy()
+    if f.check == "expect_column_values_to_be_in_set":
+        inside = values.isin(kw.get("value_set") or []).to_numpy(dtype=bool)
+    else:
+        numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        low, high = kw.get("min_value"), kw.get("max_value")
+        inside = np.ones(len(numbers), dtype=bool)  # text in a numeric column (NaN here) is outside
+        if low is not None:
+            inside &= numbers >= low
+        if high is not None:
+            inside &= numbers <= high
+    unexpected = present & ~inside
+    total = float(weights[present].sum())
+    share = float(weights[unexpected].sum()) / total if total else 0.0
+    return dataclasses.replace(f, passed=1.0 - share >= mostly, message=f.message + SAMPLED_NOTE, observed=(
+        f"about {100 * share:.3g}% of rows unexpected (weighted estimate: {int(unexpected.sum())} of {int(present.sum())} "
+        "sample rows, each weighted by the rows of its partition and label class it stands for)"))
 
 
 def exact_profile(suite: dict[str, Any], scan: Scan, schema_label: str | None, *, range_margin: float,

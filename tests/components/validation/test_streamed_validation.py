@@ -231,3 +231,25 @@ def test_an_infinite_value_in_the_train_split_does_not_make_the_profiled_range_e
     assert len(highs) == 2 and all(h < 1000 for h in highs), highs
     # The inf itself is reported: outside the range (a warning, below 1% of rows).
     assert any("between on column 'monthly_spend'" in w for w in result.warnings), result.warnings
+
+
+def test_an_error_share_judged_on_the_sample_weights_each_row_by_its_stratum(tmp_path):
+    # 30 daily partitions of 1,000 rows and one of 30,000, which has a sign error on 2.5% of its rows: 1.25% of
+    # all rows, above the 1% the error range tolerates. The sample takes up to 2,000 rows a partition, so the
+    # big partition is 2,000 of 32,000 sample rows. Before: the unweighted sample share (0.16%) passed.
+    from components.data.demo import generate_day
+
+    write_demo_data(tmp_path / "data", days=31, rows_per_day=1000)
+    big = sorted((tmp_path / "data").glob("date=*/part-0.parquet"))[-1]
+    generate_day(30, 30_000, 0, False, 10**7).to_parquet(big, index=False)
+    validate_data(str(tmp_path / "data"), config(), snapshot_dir=str(tmp_path / "ref"), data_docs_path="",
+                  report_path="", tracking_uri="", mlflow_run_id="")
+    frame = pd.read_parquet(big)
+    frame.loc[frame.index[::40], "monthly_spend"] = -500.0
+    frame.to_parquet(big, index=False)
+    suite = str(tmp_path / "ref" / "suite.json")
+    for name, cfg in (("memory", config(suite)), ("streamed", config(suite, in_memory_rows=0))):
+        with pytest.raises(DataValidationError, match="between on column 'monthly_spend'"):
+            validate_data(str(tmp_path / "data"), cfg, snapshot_dir=str(tmp_path / name), data_docs_path="",
+                          report_path=str(tmp_path / f"{name}.md"), tracking_uri="", mlflow_run_id="")
+    assert "weighted" in (tmp_path / "streamed.md").read_text()
