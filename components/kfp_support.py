@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from components.atomic_files import atomic_write_text
+
 # The project image; `ctpipe compile --image` rewrites it in the compiled spec.
 COMPONENT_IMAGE = "ghcr.io/ctpipe/ctpipe:0.1.0"
 
@@ -43,11 +45,7 @@ def _write_status(name: str, payload: dict[str, Any]) -> None:
     status_dir = os.environ.get(STATUS_DIR_ENV)
     if not status_dir:
         return
-    path = Path(status_dir) / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
-    tmp.replace(path)
+    atomic_write_text(Path(status_dir) / f"{name}.json", json.dumps(payload, indent=2, default=str))
 
 
 def in_kfp_executor() -> bool:

@@ -59,6 +59,8 @@ def build_pipeline(
             pipeline_run_id=run_id,
             trigger=trigger,
             data_uri=data_uri,
+            # A constant of this version: a run that clears config_json gets it, not the laptop defaults.
+            default_config_json=default_config_json,
         ).set_display_name("prepare run")
         config = prepared.outputs["config_json"]
         mlflow_run = prepared.outputs["mlflow_run_id"]
@@ -116,7 +118,8 @@ def build_pipeline(
             "register": registered,
         }
         for step, task in tasks.items():
-            # Retrying a step that failed on bad input would fail the same way: no retries by default.
+            # Never cached: validate_data reads a data root that moves under the same URI, so a cached step
+            # would hand a retrain the old snapshot. No retries: a step that failed on bad input fails again.
             task.set_caching_options(False)
             if cluster is not None:
                 from pipelines.cluster_settings import apply_cluster_settings

@@ -15,8 +15,12 @@ def prepare_run(
     pipeline_run_id: str,
     trigger: str,
     data_uri: str,
+    default_config_json: str = "",
 ) -> NamedTuple("PreparedRun", [("config_json", str), ("mlflow_run_id", str)]):
-    """Validate the run's config and open its MLflow run."""
+    """Validate the run's config and open its MLflow run.
+
+    ``default_config_json`` is the config the pipeline was compiled with: a run whose ``config_json`` is
+    empty gets it, not the laptop defaults."""
     from collections import namedtuple
 
     from components.kfp_support import step_status
@@ -31,6 +35,7 @@ def prepare_run(
             pipeline_run_id=pipeline_run_id,
             trigger=trigger,
             data_uri=data_uri,
+            default_config_json=default_config_json,
         )
         record.setup_seconds = prepared.mlflow_setup_seconds
         record.result = {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": pipeline_run_id}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from components.config import TRIGGERS, Config, apply_settings
 from components.errors import ConfigError
@@ -19,8 +20,9 @@ class PreparedRun:
     mlflow_setup_seconds: float = 0.0
 
 
-def resolve_config(config_json: str, overrides: str) -> Config:
-    """The config from JSON (empty: defaults) with newline- or ';'-separated KEY=VALUE overrides applied.
+def resolve_config(config_json: str, overrides: str, *, default_json: str = "") -> Config:
+    """The config from JSON with newline- or ';'-separated KEY=VALUE overrides applied; an empty JSON means
+    ``default_json`` (the config the pipeline was compiled with), and the defaults when that is empty too.
 
     The overrides apply exactly as ``ctpipe run --set`` applies them (``evaluate.thresholds={}`` replaces the
     whole mapping). An override that changes the task (``task.name``, ``task.entrypoint``) layers as a local
@@ -31,7 +33,9 @@ def resolve_config(config_json: str, overrides: str) -> Config:
     A pipeline compiled for a cluster (a PyTorchJob or TrainJob backend) refuses a run's override back to
     the local backend: it would train inside the 1-CPU step pod instead of the workers.
     """
-    base = Config.from_json(config_json).to_dict() if config_json.strip() else Config().to_dict()
+    # Empty on a cluster pipeline: its compiled config (a PyTorchJob backend), never the laptop defaults.
+    chosen = config_json if config_json.strip() else default_json
+    base = Config.from_json(chosen).to_dict() if chosen.strip() else Config().to_dict()
     settings = [s.strip() for s in overrides.replace(";", "\n").splitlines() if s.strip()]
     values = apply_settings(base, settings)
     if values["task"] != base["task"]:
@@ -50,26 +54,47 @@ def resolve_config(config_json: str, overrides: str) -> Config:
 
 
 def git_commit() -> str:
-    """The commit of the code being run: the CTPIPE_GIT_COMMIT baked into the image, else git, else ''."""
+    """The commit of ctpipe's own code being run: the CTPIPE_GIT_COMMIT baked into the image; else, when the
+    package runs from a git checkout (an editable install), that checkout's HEAD, suffixed ``-dirty`` when
+    tracked files differ from it; else ''.
+
+    Git is asked in the package's directory, never in the working directory: a run started inside another
+    repository (the user's project, a data repository) would otherwise record that repository's commit as
+    the model's code, and a checkout with uncommitted changes would claim a commit that did not train it.
+    """
     import os
 
     baked = os.environ.get("CTPIPE_GIT_COMMIT", "")
     if baked:
         return baked
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False)
-        return out.stdout.strip() if out.returncode == 0 else ""
-    except OSError:
+    root = Path(__file__).resolve().parents[2]  # components/run_setup/prepare.py -> the package's root
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    # Installed into site-packages inside some other repository (its .venv): that repository is not ctpipe's.
+    if not top or Path(top).resolve() != root:
         return ""
+    head = git("rev-parse", "HEAD")
+    if not head:
+        return ""
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return f"{head}-dirty" if changed else head
 
 
 def prepare_run(
-    config_json: str, overrides: str, *, tracking_uri: str, pipeline_run_id: str, trigger: str, data_uri: str
+    config_json: str, overrides: str, *, tracking_uri: str, pipeline_run_id: str, trigger: str, data_uri: str,
+    default_config_json: str = "",
 ) -> PreparedRun:
     """Validate everything a run is configured with, then get-or-create its MLflow run (idempotent on retry)."""
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
-    config = resolve_config(config_json, overrides)
+    config = resolve_config(config_json, overrides, default_json=default_config_json)
     from components.tasks import check_evaluation_metrics, load_task
 
     # The first step of a run: a missing or incomplete task, or a blessing rule on a metric it does not

@@ -49,6 +49,8 @@ __all__ = ["CheckResult", "SanityResult", "check_model"]
 
 INPUT_DEPENDENCE_MIN = 1e-6
 GRADIENT_ROWS = 64
+# Trainer steps after which a parameter without a gradient at init is asked again (zero-initialised layers).
+GRADIENT_RETRY_STEPS = 5
 
 
 def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task: Any, *,
@@ -68,9 +70,9 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
         timed.extend(items)
 
     timed_run(check_init_loss, ctx, cfg.sanity.init_loss_tolerance)
-    timed_run(check_input_dependence, ctx)
-    timed_run(check_gradients_flow, ctx)
-    timed_run(check_independence, ctx)
+    timed_run(check_input_dependence, ctx, cfg)
+    timed_run(check_gradients_flow, ctx, cfg)
+    timed_run(check_independence, ctx, cfg)
     timed_run(task_checks, ctx)
     timed_run(check_overfit_one_batch, ctx, cfg, tracker)
     timed_run(check_short_training, ctx, cfg, tracker)
@@ -88,6 +90,9 @@ class CheckContext:
 
     def __init__(self, factory, data: SanityData, task, loss_fn, custom_loss) -> None:
         self.factory, self.data, self.task, self.loss_fn, self.custom_loss = factory, data, task, loss_fn, custom_loss
+        # Set when a parameter gets no gradient, or the output does not vary, at init (zero-initialised layers):
+        # the independence checks then look at the model after that many steps, when every layer shows.
+        self.warm_up_steps = 0
 
     def trained_init(self):
         """A fresh model initialised as the trainer does it, on the train sample's targets."""
@@ -121,34 +126,63 @@ def check_init_loss(ctx: CheckContext, tol: float) -> list[CheckResult]:
     return out
 
 
-def check_input_dependence(ctx: CheckContext) -> CheckResult:
-    """The output at init varies across examples (a model that ignores its input does not)."""
+def check_input_dependence(ctx: CheckContext, cfg: Config) -> CheckResult:
+    """The output at init varies across examples (a model that ignores its input does not); an output that
+    does not vary at init (a zero-initialised head) is asked again after ``GRADIENT_RETRY_STEPS`` of the
+    trainer's steps."""
     sample = ctx.data.train.select(slice(0, 256))
-    logits = eval_logits(ctx.factory(), sample.inputs)
+    model = ctx.factory()
+    logits = eval_logits(model, sample.inputs)
     spread = float(logits.std(dim=0).max()) if len(logits) > 1 else 0.0
+    when = "at init"
+    if not spread > INPUT_DEPENDENCE_MIN and len(logits) > 1:
+        run_steps(model, ctx.loss_fn, sample, cfg, steps=GRADIENT_RETRY_STEPS, batch_size=len(sample), seed=3,
+                  tracker=StepTracker(), where="input_dependence")
+        spread = float(eval_logits(model, sample.inputs).std(dim=0).max())
+        when = f"after {GRADIENT_RETRY_STEPS} training steps (none at init: a zero-initialised output layer?)"
+        ctx.warm_up_steps = GRADIENT_RETRY_STEPS
     ok = spread > INPUT_DEPENDENCE_MIN
     return CheckResult(
         "input_dependence", ok, spread, f"> {INPUT_DEPENDENCE_MIN:g}",
-        f"largest per-output std of the model's output across {len(logits)} examples at init is {spread:.3g}"
+        f"largest per-output std of the model's output across {len(logits)} examples {when} is {spread:.3g}"
         + ("" if ok else "; the output ignores the input: check that forward() uses its inputs"))
 
 
-def check_gradients_flow(ctx: CheckContext) -> CheckResult:
-    """Every trainable parameter gets a non-zero, finite gradient from the loss at init (trainer's init).
-
-    A parameter tensor counts as reached when any of its entries has a non-zero gradient (an embedding
-    gets gradients only in the rows of the categories the batch holds).
-    """
+def _gradients(model, loss_fn, part) -> tuple[list, float, list]:
+    """(trainable named parameters, total gradient norm, those whose gradient is missing or all zero) of one
+    backward of the loss on ``part``."""
     import torch
 
-    model = ctx.trained_init().train()
-    part = ctx.data.train.select(slice(0, GRADIENT_ROWS))
+    model.zero_grad(set_to_none=True)
     torch.manual_seed(0)
-    ctx.loss_fn(model(*part.inputs).float(), part.targets).backward()
+    loss_fn(model(*part.inputs).float(), part.targets).backward()
     trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     norms = [p.grad.detach().float().norm() for _, p in trainable if p.grad is not None]
     norm = float(torch.stack(norms).norm()) if norms else 0.0
     dead = [(name, p) for name, p in trainable if p.grad is None or not bool((p.grad != 0).any())]
+    return trainable, norm, dead
+
+
+def check_gradients_flow(ctx: CheckContext, cfg: Config) -> CheckResult:
+    """Every trainable parameter gets a non-zero, finite gradient from the loss (trainer's init).
+
+    A parameter tensor counts as reached when any of its entries has a non-zero gradient (an embedding
+    gets gradients only in the rows of the categories the batch holds). One that gets none at init is
+    asked again after ``GRADIENT_RETRY_STEPS`` of the trainer's steps: a zero-initialised layer (a LoRA
+    adapter's B, a zero head) holds the gradient back from the layers before it only until it moves;
+    a detached or unused layer never gets one.
+    """
+    model = ctx.trained_init().train()
+    part = ctx.data.train.select(slice(0, GRADIENT_ROWS))
+    trainable, norm, dead = _gradients(model, ctx.loss_fn, part)
+    late: list = []
+    if dead and math.isfinite(norm) and norm > 0.0:
+        run_steps(model, ctx.loss_fn, part, cfg, steps=GRADIENT_RETRY_STEPS, batch_size=len(part), seed=3,
+                  tracker=StepTracker(), where="gradients_flow")
+        still = {name for name, _ in _gradients(model, ctx.loss_fn, part)[2]}
+        late = [name for name, _ in dead if name not in still]
+        dead = [(name, p) for name, p in dead if name in still]
+        ctx.warm_up_steps = GRADIENT_RETRY_STEPS if late else ctx.warm_up_steps
     total = sum(p.numel() for _, p in trainable)
     reached = 1.0 - sum(p.numel() for _, p in dead) / total if total else 0.0
     ok = math.isfinite(norm) and norm > 0.0 and not dead
@@ -164,12 +198,26 @@ def check_gradients_flow(ctx: CheckContext) -> CheckResult:
         text += (f"; no gradient reaches {names}: part of the model is cut off from the loss (a .detach(), .data, "
                  "torch.no_grad() or an unused layer), so it would never train; freeze parameters on purpose with "
                  "requires_grad=False")
+    if late:
+        names = ", ".join(late[:6]) + (", …" if len(late) > 6 else "")
+        text += f"; reached only after {GRADIENT_RETRY_STEPS} training steps (zero-initialised layers): {names}"
     return CheckResult("gradients_flow", ok, reached, "every trainable parameter > 0, norm finite", text)
 
 
-def check_independence(ctx: CheckContext) -> list[CheckResult]:
-    """Batch independence (``independence.py``) of a fresh model initialised as the trainer does."""
-    return check_batch_independence(ctx.trained_init(), ctx.data.train)
+def check_independence(ctx: CheckContext, cfg: Config) -> list[CheckResult]:
+    """Batch independence (``independence.py``) of a fresh model initialised as the trainer does, also over a
+    batch of ``train.batch_size`` rows; after ``ctx.warm_up_steps`` of the trainer's steps when zero-initialised
+    layers hide part of the model from the output at init (a mixing there would not show)."""
+    model = ctx.trained_init()
+    if ctx.warm_up_steps:
+        part = ctx.data.train.select(slice(0, GRADIENT_ROWS))
+        run_steps(model, ctx.loss_fn, part, cfg, steps=ctx.warm_up_steps, batch_size=len(part), seed=3,
+                  tracker=StepTracker(), where="batch_independence")
+    results = check_batch_independence(model, ctx.data.train, cfg.train.batch_size)
+    for result in results if ctx.warm_up_steps else []:
+        result.message = (f"after {ctx.warm_up_steps} training steps (zero-initialised layers hide part of the model "
+                          f"from the output at init): {result.message}")
+    return results
 
 
 def overfit_batch_rows(y, size: int):

@@ -63,7 +63,8 @@ class SanitySpec:
     """What the sanity gate needs to know about the model's shapes.
 
     ``example_dim``: the dimension of every input, output and target that indexes independent examples
-    (the batch-independence checks perturb one example and watch the others). ``sequence_dim``: the
+    (the batch-independence checks perturb one example and watch the others); only 0 is accepted
+    (``load_task`` refuses another), as batches, the trainer and the gate index examples along it. ``sequence_dim``: the
     input dimension along which the model must be causal (output at position t depends only on inputs at
     positions <= t), or None for a model with no such dimension.
     """

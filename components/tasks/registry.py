@@ -106,6 +106,12 @@ def complete_task(task: Any, where: str = "the task") -> Task:
         raise TaskError(f"{where}: {', '.join(not_callable)} must be method(s) of the task")
     if not isinstance(task.sanity, SanitySpec):
         raise TaskError(f"{where}: 'sanity' must be a SanitySpec, got {type(task.sanity).__name__}")
+    if task.sanity.example_dim != 0:
+        raise TaskError(
+            f"{where}: sanity.example_dim must be 0, got {task.sanity.example_dim}: ctpipe's batches, trainer and "
+            "sanity gate index examples along dimension 0; put the examples first in every input, output and target "
+            "(e.g. [batch, time, ...]) and name the other dimension as sequence_dim"
+        )
     metrics = list(task.metrics)
     if not metrics or not all(isinstance(m, Metric) for m in metrics):
         raise TaskError(f"{where}: 'metrics' must be a non-empty sequence of Metric(name, higher_is_better)")

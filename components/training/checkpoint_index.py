@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components.atomic_files import write_json_atomic
 from components.errors import UserError
 
 COMPLETE_MARKER = ".complete"
@@ -56,16 +56,6 @@ def latest_complete(root: str | Path) -> Path | None:
     """The newest checkpoint whose completion marker exists, or None."""
     complete = [p for p in checkpoint_dirs(root) if is_complete(p)]
     return complete[-1] if complete else None
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON so that readers see the old or the new file, never a torn one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_meta(path: Path) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
+from components.atomic_files import atomic_write_text
 from components.errors import UserError
 from pipelines.commands import add_config_args, existing_registry_uri
 
@@ -96,8 +96,4 @@ def _check(args: argparse.Namespace, config) -> int:
 
 
 def _write(path: str, suite: dict) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=target.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(suite, tmp, indent=2, default=str)
-    Path(tmp.name).replace(target)
+    atomic_write_text(path, json.dumps(suite, indent=2, default=str))

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from pipelines.triggers.atomic import atomic_write_text, private_name
+from components.atomic_files import atomic_write_text, private_name
 from pipelines.triggers.ledger import Ledger
 
 REFERENCE_FILE = "reference/reference_stats.json"

@@ -7,8 +7,8 @@ import html
 import json
 from pathlib import Path
 
+from components.atomic_files import atomic_write_text
 from components.tracking import end_run, ensure_experiment, find_or_create_run, log_step
-from pipelines.triggers.atomic import atomic_write_text
 from pipelines.triggers.drift import ColumnDrift, DriftReport
 
 _BAR_W, _GAP, _H = 18, 10, 140

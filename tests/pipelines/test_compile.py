@@ -38,6 +38,35 @@ def test_every_parameter_has_a_default_and_a_description(compiled):
         assert param.get("description"), f"parameter {name} has no description"
 
 
+def test_no_step_is_cached_or_retried(compiled):
+    """A cached step would hand a retrain the old outputs (validate_data reads a data root that moves under the
+    same URI); a retried step that failed on bad input would fail the same way."""
+    spec = next(yaml.safe_load_all(compiled.read_text()))
+    tasks = spec["root"]["dag"]["tasks"]
+    assert {name.replace("-", "_") for name in tasks} == set(STEP_NAMES)
+    for name, task in tasks.items():
+        assert task.get("cachingOptions", {}).get("enableCache", False) is False, name
+        assert "retryPolicy" not in task, name
+
+
+def test_an_empty_config_json_runs_the_compiled_config_not_the_laptop_defaults(compiled):
+    # Before: config_json="" (its description: "empty means the defaults of this pipeline version") fell back
+    # to Config(), the laptop defaults: train.backend=local, so a cluster run trained in the train step's own
+    # 1-CPU pod, and an override back to the local backend was not refused either.
+    from components.errors import ConfigError
+    from components.run_setup.prepare import resolve_config
+
+    spec = next(yaml.safe_load_all(compiled.read_text()))
+    compiled_default = spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]
+    baked = spec["root"]["dag"]["tasks"]["prepare-run"]["inputs"]["parameters"]["default_config_json"]
+    assert baked["runtimeValue"]["constant"] == compiled_default
+    config = resolve_config("", "train.max_steps=70", default_json=baked["runtimeValue"]["constant"])
+    assert config.train.backend == "pytorchjob" and config.train.max_steps == 70
+    assert config.kubernetes.image == "registry.example.com/ctpipe:1.2.3"
+    with pytest.raises(ConfigError, match="train.backend=local"):
+        resolve_config("", "train.backend=local", default_json=compiled_default)
+
+
 def test_every_step_runs_in_the_project_image_without_installing_kfp(compiled):
     spec = next(yaml.safe_load_all(compiled.read_text()))
     executors = spec["deploymentSpec"]["executors"]

@@ -178,13 +178,13 @@ def test_a_row_leaking_into_other_rows_is_caught_whichever_row_it_is(snapshot, t
     assert "x[0] where x[:, 0] was meant" in message
 
 
-def test_rows_mixing_only_in_train_mode_fail_unless_the_model_has_batchnorm(snapshot, tmp_path):
+def test_rows_mixing_only_in_train_mode_fail_and_a_batchnorm_model_passes(snapshot, tmp_path):
     spec, cfg = spec_of(snapshot), fast_config()
     with pytest.raises(SanityCheckError) as caught:
         run(snapshot, tmp_path, cfg, model_factory=lambda: MixesRowsInTrainMode(build_model(cfg.model, spec)))
     assert "batch_independence_train_mode:" in str(caught.value) and "in train mode" in str(caught.value)
 
-    class WithBatchNorm(nn.Module):  # BatchNorm mixes rows in train mode by design: a warning, not a failure
+    class WithBatchNorm(nn.Module):  # BatchNorm mixes rows in train mode by design: held in eval mode there
         def __init__(self) -> None:
             super().__init__()
             self.inner = build_model(cfg.model, spec)
@@ -194,9 +194,28 @@ def test_rows_mixing_only_in_train_mode_fail_unless_the_model_has_batchnorm(snap
             return self.inner(self.norm(x_num), x_cat)
 
     checks = run(snapshot, tmp_path, cfg, model_factory=WithBatchNorm).summary()["checks"]
-    assert checks["batch_independence"]["passed"]
-    assert checks["batch_independence_train_mode"]["severity"] == "warning"
-    assert not checks["batch_independence_train_mode"]["passed"]
+    assert checks["batch_independence"]["passed"] and checks["batch_independence_train_mode"]["passed"]
+    assert "BatchNorm layers in eval mode" in checks["batch_independence_train_mode"]["message"]
+
+
+def test_a_batchnorm_layer_does_not_excuse_another_row_leak_in_train_mode(snapshot, tmp_path):
+    # Before: any model with a BatchNorm layer got a warning for every train-mode leak, so this one passed.
+    spec, cfg = spec_of(snapshot), fast_config()
+
+    class BatchNormAndLeak(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = build_model(cfg.model, spec)
+            self.head, self.norm = self.inner.head, nn.BatchNorm1d(spec.n_numeric)
+
+        def forward(self, x_num, x_cat):
+            x_num = self.norm(x_num)
+            return self.inner(x_num + 0.5 * x_num[:1] if self.training else x_num, x_cat)
+
+    with pytest.raises(SanityCheckError) as caught:
+        run(snapshot, tmp_path, cfg, model_factory=BatchNormAndLeak)
+    message = str(caught.value)
+    assert message.startswith("sanity check 'batch_independence_train_mode' failed") and "from row 0" in message
 
 
 def test_a_detached_body_is_caught_by_the_per_parameter_gradient_check(snapshot, tmp_path):
@@ -208,6 +227,103 @@ def test_a_detached_body_is_caught_by_the_per_parameter_gradient_check(snapshot,
     assert message.startswith("sanity check 'gradients_flow' failed") and "inner.stem.weight" in message
     share = float(message.split("trainable parameter tensors (")[1].split("%")[0])
     assert 0 < share < 10  # only the head's parameters: a few percent of the model
+
+
+
+class _Wrapped(nn.Module):
+    """The configured model behind a forward of the test's own (keeps ``head`` for the prior bias)."""
+
+    def __init__(self, spec, cfg, forward) -> None:
+        super().__init__()
+        self.inner, self.forward_fn = build_model(cfg.model, spec), forward
+        self.head = self.inner.head
+
+    def forward(self, x_num, x_cat):
+        return self.inner(self.forward_fn(self, x_num), x_cat)
+
+
+def _leaks_beyond_eight_rows(module, x):
+    return x + 0.5 * torch.roll(x, 8, dims=0) if len(x) > 8 else x
+
+
+def _leaks_beyond_eight_rows_in_train_mode(module, x):
+    return _leaks_beyond_eight_rows(module, x) if module.training else x
+
+
+def _scaled_by_batch_size(module, x):
+    return x * len(x) / 64
+
+
+@pytest.mark.parametrize(("forward", "check", "needle"), [
+    (_leaks_beyond_eight_rows, "batch_independence", "over the 64-row training batch"),
+    (_leaks_beyond_eight_rows_in_train_mode, "batch_independence_train_mode", "over the 64-row training batch"),
+    (_scaled_by_batch_size, "batch_independence", "in a batch of 32 rows"),
+], ids=["rows 8 apart", "rows 8 apart in train mode", "batch size"])
+def test_rows_mixed_beyond_the_eight_row_batch_or_by_batch_size_are_caught(forward, check, needle, snapshot, tmp_path):
+    # Before: only an 8-row batch was looked at, so rows 8 apart and the batch size itself went unseen.
+    spec, cfg = spec_of(snapshot), fast_config()
+    assert cfg.train.batch_size == 64
+    with pytest.raises(SanityCheckError) as caught:
+        run(snapshot, tmp_path, cfg, model_factory=lambda: _Wrapped(spec, cfg, forward))
+    message = str(caught.value)
+    assert message.startswith(f"sanity check '{check}' failed") and needle in message, message
+
+
+
+class ZeroInitialised(nn.Module):
+    """Healthy layers that get no gradient at init: a LoRA-style adapter (B = 0, so A waits for B) and,
+    optionally, a zero-initialised head (the body waits for the head), as DiT or JAX ViTs initialise it."""
+
+    def __init__(self, spec, cfg, zero_head: bool) -> None:
+        super().__init__()
+        self.inner = build_model(cfg.model, spec)
+        self.head = self.inner.head
+        self.lora_a = nn.Linear(spec.n_numeric, 4, bias=False)
+        self.lora_b = nn.Linear(4, spec.n_numeric, bias=False)
+        nn.init.zeros_(self.lora_b.weight)
+        self.zero_head = zero_head
+        if zero_head:
+            nn.init.zeros_(self.head.weight)
+
+    def forward(self, x_num, x_cat):
+        return self.inner(x_num + self.lora_b(self.lora_a(x_num)), x_cat)
+
+
+@pytest.mark.parametrize(("zero_head", "waits"), [(False, "lora_a.weight"), (True, "inner.stem.weight")],
+                         ids=["lora adapter", "zero head"])
+def test_zero_initialised_layers_pass_the_gradient_check(zero_head, waits, snapshot, tmp_path):
+    # Before: a parameter without a gradient at init failed the run (and a zero head's constant output failed
+    # input_dependence), though the trainer's first steps reach them.
+    spec, cfg = spec_of(snapshot), fast_config()
+    checks = run(snapshot, tmp_path, cfg, model_factory=lambda: ZeroInitialised(spec, cfg, zero_head)).summary()["checks"]
+    message = checks["gradients_flow"]["message"]
+    assert checks["gradients_flow"]["passed"] and checks["input_dependence"]["passed"], message
+    assert waits in message.split("only after")[1], message
+
+
+
+class MixesWhereNothingReachesTheOutputAtInit(ZeroInitialised):
+    """The same layers, and a batch mean where nothing reaches the output at init: inside the adapter, or
+    anywhere before a zero head."""
+
+    def forward(self, x_num, x_cat):
+        mixed = x_num - x_num.mean(dim=0, keepdim=True)
+        if self.zero_head:
+            return self.inner(mixed + self.lora_b(self.lora_a(x_num)), x_cat)
+        return self.inner(x_num + self.lora_b(self.lora_a(mixed)), x_cat)
+
+
+@pytest.mark.parametrize("zero_head", [False, True], ids=["inside a lora adapter", "before a zero head"])
+def test_rows_mixed_where_nothing_reaches_the_output_at_init_are_caught(zero_head, snapshot, tmp_path):
+    # Zero-initialised layers pass the gradient check after a few steps; the independence checks must not
+    # then look at a model whose output cannot show the mixing yet.
+    spec, cfg = spec_of(snapshot), fast_config()
+
+    with pytest.raises(SanityCheckError) as caught:
+        run(snapshot, tmp_path, cfg, model_factory=lambda: MixesWhereNothingReachesTheOutputAtInit(spec, cfg, zero_head))
+    message = str(caught.value)
+    assert message.startswith("sanity check 'batch_independence' failed"), message
+    assert "after 5 training steps" in message, message
 
 
 @pytest.fixture(scope="module")

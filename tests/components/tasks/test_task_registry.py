@@ -202,3 +202,23 @@ def test_a_baseline_rule_for_a_task_without_a_baseline_is_a_config_error(user_mo
                                   "evaluate.thresholds.accuracy.value=0.9", "evaluate.thresholds.log_loss.value=0.5"])
     check_evaluation_metrics(load_task(absolute.task), absolute.evaluate)
     check_evaluation_metrics(load_task(Config().task), Config().evaluate)  # the built-in has a baseline
+
+
+def test_an_example_dimension_other_than_0_is_refused(user_module):
+    # Before: accepted, and the sanity gate (like Batch.select and the trainer) still took dimension 0 as the
+    # examples: its batch-independence checks perturbed what the task had declared something else.
+    user_module("user_task_time_major", """
+        from components.tasks import TaskBase, Metric, SanitySpec
+        class TimeMajor(TaskBase):
+            name = "time_major"
+            metrics = (Metric("accuracy", True),)
+            sanity = SanitySpec(example_dim=1, sequence_dim=0)
+        for part in ("fit", "encode", "build_model", "shard_units", "loss", "row_losses", "row_metrics",
+                     "init_losses", "targets", "predict", "compute_metrics", "serve"):
+            setattr(TimeMajor, part, lambda self, *a, **k: None)
+        def make_task():
+            return TimeMajor()
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_time_major:make_task"])
+    with pytest.raises(TaskError, match="sanity.example_dim must be 0.*got 1"):
+        load_task(config.task)

@@ -626,7 +626,7 @@ def test_claims_work_on_a_filesystem_without_hard_links(site, monkeypatch):
     mounts) it falls back on an exclusive create, still one claim per data version."""
     import errno
 
-    from pipelines.triggers import atomic
+    from components import atomic_files as atomic
     from pipelines.triggers.start import FunctionStarter
 
     data, home = site

@@ -1,11 +1,17 @@
-"""Atomic file writes for watchers that race, as processes or as threads of one process."""
+"""Atomic file writes: readers see the old or the new file, never a torn one, whoever writes at once.
+
+The watcher's ledger and reports (watchers racing as processes or threads of one process) and the
+trainer's checkpoint records and results all write through here.
+"""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 
 def private_name(prefix: str) -> str:
@@ -41,6 +47,11 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     finally:
         tmp.unlink(missing_ok=True)  # left only when the write failed (a full disk)
     sync_dir(path.parent)
+
+
+def write_json_atomic(path: str | Path, payload: Any) -> None:
+    """``payload`` as indented JSON with sorted keys, written as ``atomic_write_text`` writes."""
+    atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=True))
 
 
 def create_exclusive_text(path: str | Path, text: str) -> bool:
