@@ -228,7 +228,7 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
         labels = label_text(batch[label]) if label in batch.columns else pd.Series(None, index=batch.index)
         if key is not None and label is not None:
             key_labels.add(keys, labels, position, part, out.rows[part] - len(batch))
-        priority = row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed).copy()
+        priority = row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed, first_row=position).copy()
         priority[_stray_text(batch)] = 0  # rows the type checks must see are always in the sample
         sampler.add(batch, labels, priority, np.arange(position, position + len(batch)))
         position += len(batch)

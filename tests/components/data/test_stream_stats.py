@@ -31,6 +31,7 @@ def stats_of(*batches: pd.DataFrame) -> TableStats:
 def test_streaming_statistics_equal_exact_pandas_results():
     data = frame(5000)
     acc = stats_of(*(data.iloc[i : i + 700] for i in range(0, len(data), 700)))
+    assert np.array_equal(acc.numeric["x"].sample.finish().values, stats_of(data).numeric["x"].sample.finish().values)
     for col in NUMERIC:
         values = data[col].replace([np.inf, -np.inf], np.nan).dropna()
         got = acc.numeric[col]
@@ -50,7 +51,8 @@ def test_streaming_statistics_equal_exact_pandas_results():
 def test_merge_of_two_accumulators_equals_one_pass_over_both():
     a, b = frame(3000, seed=1), frame(2000, seed=2)
     one = stats_of(pd.concat([a, b], ignore_index=True))
-    merged = stats_of(a).merge(stats_of(b))
+    # Each accumulator is given its rows' positions in the stream (a worker knows its rows' ids).
+    merged = stats_of(a).merge(TableStats.for_columns(NUMERIC, CATEGORICAL).add(b, first_row=len(a)))
     assert merged.rows == one.rows
     for col in NUMERIC:
         m, o = merged.numeric[col], one.numeric[col]
