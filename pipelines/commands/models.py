@@ -5,6 +5,9 @@
     ctpipe models promote VERSION --reason "hotfix for ..." [--by alice] --home DIR
     ctpipe models rollback [--reason TEXT] --home DIR
 
+Each takes the pipeline's --config FILE / --set KEY=VALUE: its registry section names the model and the
+champion alias that promote and rollback move (a version registered under another alias is refused).
+
 Promotions and rollbacks take the registry's promotion lock, are recorded on the version (manual /
 rollback, who, why) and in the champion history; `promote` and `rollback` print the new champion last.
 """
@@ -17,7 +20,7 @@ import json
 import sys
 
 from components.errors import UserError
-from pipelines.commands import existing_registry_uri
+from pipelines.commands import add_config_args, existing_registry_uri
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +32,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--model-name", metavar="NAME", help="registered model name (default: registry.model_name)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    # The pipeline's registry section (model name, champion alias, retries): promote must move its alias.
+    add_config_args(parser, config_help="the pipeline's config file (its registry section names the model and aliases)",
+                    example="registry.champion_alias=production")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,10 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _registry(args: argparse.Namespace):
-    from components.config import Config
     from components.registration.registry import Registry
+    from components.tasks.run_config import load_run_config
 
-    config = Config().registry
+    config = load_run_config(args.config, list(args.overrides)).registry
     if args.model_name:
         config.model_name = args.model_name
     return Registry(existing_registry_uri(args), config)
