@@ -3,8 +3,10 @@
 Each case builds a snapshot with the pipeline's own ``validate_data`` and runs ``run_sanity_checks`` with the
 default config (the configured MLP unless a case brings its own model); ``blocked`` is "SanityCheckError".
 Healthy: the demo data (MLP and transformer), a weak signal (best possible gain ~1%), rare positives (0.6%),
-each of the last two with two data seeds. Broken: a row leaking into the others (x + x[:1]), rows mixing
-only in train mode, a detached body, a model whose only trainable parameter is the head bias on
+each of the last two with two data seeds, a BatchNorm model and a zero-initialised adapter and head.
+Broken: a row leaking into the others (x + x[:1]; x + roll(x, 8), which only a
+batch of more than 8 rows shows; x[:1] in train mode beside a BatchNorm), inputs scaled by the batch size,
+rows mixing only in train mode, a detached body, a model whose only trainable parameter is the head bias on
 rare-positive data (memorises a one-class batch), the trainer's schedule stuck at learning rate 0 and
 its clipping zeroing every gradient (bugs in the step that sanity now shares), plus the older corpus
 (batch mean, softmax twice, NaN loss, clamped loss, input ignored).
@@ -18,6 +20,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from components.config import Config
 from components.data.demo import write_demo_data
 from components.data.encoding import Preprocessing
@@ -28,10 +32,13 @@ from components.models.tabular import InputSpec, build_model
 from components.sanity.bugs import (
     AddsFirstRow,
     BatchMean,
+    BatchNormAndFirstRowInTrainMode,
     DetachedBody,
     IgnoresInput,
+    LeaksBeyondEightRows,
     MixesRowsInTrainMode,
     ReturnsProbabilities,
+    ScaledByBatchSize,
     clipped_loss,
     nan_loss,
     only_the_bias_trains,
@@ -41,6 +48,35 @@ from components.sanity.gate import run_sanity_checks
 from components.validation.validate import validate_data
 
 KEY = "customer_id"
+
+
+# --- healthy models that look odd at init or in train mode ----------------------------------------------
+
+
+class WithBatchNorm(nn.Module):
+    """BatchNorm on the inputs: mixes rows in train mode by design (batch statistics), never in eval mode."""
+
+    def __init__(self, inner: nn.Module, n_numeric: int) -> None:
+        super().__init__()
+        self.inner, self.head, self.norm = inner, inner.head, nn.BatchNorm1d(n_numeric)
+
+    def forward(self, x_num, x_cat):
+        return self.inner(self.norm(x_num), x_cat)
+
+
+class ZeroInitialisedAdapter(nn.Module):
+    """A LoRA-style adapter (B = 0) and a zero-initialised head: parts of it get a gradient only after a step."""
+
+    def __init__(self, inner: nn.Module, n_numeric: int) -> None:
+        super().__init__()
+        self.inner, self.head = inner, inner.head
+        self.lora_a = nn.Linear(n_numeric, 4, bias=False)
+        self.lora_b = nn.Linear(4, n_numeric, bias=False)
+        nn.init.zeros_(self.lora_b.weight)
+        nn.init.zeros_(self.head.weight)
+
+    def forward(self, x_num, x_cat):
+        return self.inner(x_num + self.lora_b(self.lora_a(x_num)), x_cat)
 
 
 # --- the bugs --------------------------------------------------------------------------------------
@@ -110,12 +146,24 @@ def cases(seed: int) -> list[dict]:
             _case(root, "demo data, transformer", "demo", seed, broken=False,
                   overrides={"model": {"kind": "transformer", "hidden": 64, "depth": 2}}),
         ]
+        found += [
+            _case(root, "demo data, BatchNorm on the inputs", "demo", seed, broken=False,
+                  model=lambda spec, cfg: WithBatchNorm(build_model(cfg.model, spec), spec.n_numeric)),
+            _case(root, "demo data, zero-initialised adapter and head", "demo", seed, broken=False,
+                  model=lambda spec, cfg: ZeroInitialisedAdapter(build_model(cfg.model, spec), spec.n_numeric)),
+        ]
         for s in (seed, seed + 1):
             found.append(_case(root, f"weak signal (best gain ~1%), data seed {s}", "weak_signal", s, broken=False))
             found.append(_case(root, f"rare positives (0.6%), data seed {s}", "rare_positive", s, broken=False))
         found += [
             _case(root, "x + x[:1] (a row leaks into every other)", "demo", seed, broken=True,
                   model=lambda spec, cfg: AddsFirstRow(build_model(cfg.model, spec))),
+            _case(root, "x + roll(x, 8) (a leak only a batch of more than 8 rows shows)", "demo", seed, broken=True,
+                  model=lambda spec, cfg: LeaksBeyondEightRows(build_model(cfg.model, spec))),
+            _case(root, "inputs scaled by the batch size", "demo", seed, broken=True,
+                  model=lambda spec, cfg: ScaledByBatchSize(build_model(cfg.model, spec))),
+            _case(root, "BatchNorm and x + x[:1] in train mode", "demo", seed, broken=True,
+                  model=lambda spec, cfg: BatchNormAndFirstRowInTrainMode(build_model(cfg.model, spec), spec.n_numeric)),
             _case(root, "rows mix in train mode only", "demo", seed, broken=True,
                   model=lambda spec, cfg: MixesRowsInTrainMode(build_model(cfg.model, spec))),
             _case(root, "batch mean in eval mode", "demo", seed, broken=True,

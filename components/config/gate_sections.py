@@ -72,7 +72,7 @@ class Threshold:
     """TFX-style blessing rule for one metric, judged on paired bootstrap intervals (see README, "Gates and
     their statistics"): a value bound and/or a change bound against the champion."""
 
-    # Which way is better; auto: lower for log_loss, higher for the others.
+    # Which way is better; auto: the task metric's (lower for log_loss). An explicit one must agree with it.
     direction: Literal["auto", "higher", "lower"] = "auto"
     # Value threshold. "baseline": the candidate must beat the prior predictor (class frequencies of the
     # same test split) with evidence: the paired interval of its gain lies wholly above 0. A number: an

@@ -217,7 +217,7 @@ def load_champion(tracking_uri: str, config: Config) -> tuple[ChampionScore, Exp
             champion = load_model_export(path)
         except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
             return ChampionScore(
-                found.version, error=f"champion version {found.version} cannot score the current test split: {err}"
+                found.version, error=f"champion version {found.version} cannot be loaded from its '{MODEL_ARTIFACT_PATH}': {err}"
             ), None
     return ChampionScore(found.version, metadata=dict(champion.metadata)), champion
 

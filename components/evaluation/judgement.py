@@ -130,13 +130,18 @@ def evaluate_slices(
         champ = scorer.compute_metrics(y[mask], champion[mask]) if champion is not None else None
         slice_checks: list[Check] = []
         evidence: dict[str, Evidence] = {}
+        undefined: list[str] = []
         if judged and rules:
             evidence = collect_evidence(
                 y[mask], candidate[mask], champion[mask] if champion is not None else None,
                 baseline[mask] if baseline is not None else None,
                 samples=ev.bootstrap_samples, seed=ev.seed + 1 + i, confidence=level, normal=True, scorer=scorer,
             )
-            slice_checks = judge(rules, evidence, where=name, directions=metric_directions_of(scorer))
+            # A metric these rows cannot define (ROC AUC of a one-class slice) is NaN for every model alike:
+            # reported, not read as a regression. A candidate alone with NaN is still judged (and fails).
+            undefined = sorted(m for m in rules if m in evidence and _undefined_for_all(evidence[m]))
+            judged_evidence = {m: e for m, e in evidence.items() if m not in undefined}
+            slice_checks = judge(rules, judged_evidence, where=name, directions=metric_directions_of(scorer))
         checks.extend(slice_checks)
         rows.append(
             {
@@ -149,11 +154,18 @@ def evaluate_slices(
                 "champion": champ,
                 "confidence": level if judged else None,
                 "differences": {m: e.vs_champion.to_dict() for m, e in evidence.items() if e.vs_champion},
+                "undefined": undefined,
                 "blocking": any(not c.passed for c in slice_checks),
                 "failed": [c.message for c in slice_checks if not c.passed],
             }
         )
     return rows, checks
+
+
+def _undefined_for_all(evidence: Evidence) -> bool:
+    """The metric is NaN for the candidate and for every reference it is compared with on these rows."""
+    values = [evidence.candidate.value, evidence.champion, evidence.baseline]
+    return all(v is None or not np.isfinite(v) for v in values)
 
 
 def metric_directions_of(scorer: Scorer) -> dict[str, bool] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,12 @@ def _recorded_build_config(payload: dict[str, Any], path: str | Path) -> Config:
 
 def load_model_export(path: str | Path) -> ExportedModel:
     """Load an export safely (weights_only) and rebuild the model in eval mode, fp32, on CPU."""
-    payload = torch.load(Path(path), map_location="cpu", weights_only=True)
+    try:
+        payload = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except (EOFError, pickle.UnpicklingError) as err:  # empty, not a torch file, or objects weights_only refuses
+        raise ValueError(f"'{path}' cannot be read as a ctpipe model export: {type(err).__name__}: {err}") from err
+    if not isinstance(payload, dict):
+        raise ValueError(f"'{path}' is not a ctpipe model export (it holds a {type(payload).__name__}, not a dict)")
     if payload.get("format") != EXPORT_FORMAT:
         raise ValueError(f"'{path}' is not a ctpipe model export (format {payload.get('format')!r})")
     cfg = ModelConfig(**payload["model_config"])

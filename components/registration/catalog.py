@@ -54,7 +54,8 @@ def _aliases_by_version(registry: Registry) -> dict[str, list[str]]:
 
 
 def list_versions(registry: Registry) -> list[dict[str, Any]]:
-    """Every version, newest first."""
+    """Every version, newest first (UserError when the model does not exist but others do: a mistyped name)."""
+    registry.require_model(empty_store_ok=True)
     by_version = _aliases_by_version(registry)
     return [version_record(mv, by_version) for mv in reversed(registry.versions())]
 

@@ -46,6 +46,16 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def recorded_champion_alias(version: Any) -> str | None:
+    """The champion alias in the config a version was registered with (``ctpipe.config``), if readable."""
+    try:
+        config = json.loads((version.tags or {}).get("ctpipe.config", ""))
+    except ValueError:  # absent, or clipped to the tag limit
+        return None
+    alias = config.get("registry", {}).get("champion_alias") if isinstance(config, dict) else None
+    return alias if isinstance(alias, str) else None
+
+
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -125,6 +135,35 @@ class Registry:
 
         return self.call(get, f"read the tags of '{self.name}'")
 
+    def require_model(self, *, empty_store_ok: bool = False) -> None:
+        """UserError unless the registered model exists, naming those that do (a mistyped name is not empty);
+        with ``empty_store_ok``, a store that has no registered model at all (nothing registered yet) passes."""
+        from mlflow.exceptions import MlflowException
+
+        from components.registration.lock import LOCK_SUFFIX
+
+        def exists() -> bool:
+            try:
+                self.client.get_registered_model(self.name)
+                return True
+            except MlflowException as err:
+                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                    return False
+                raise
+
+        if self.call(exists, f"read registered model '{self.name}'"):
+            return
+        names = self.call(lambda: [m.name for m in self.client.search_registered_models(max_results=1000)],
+                          "list registered models")
+        others = sorted(n for n in names if not n.endswith(LOCK_SUFFIX))
+        if empty_store_ok and not others:
+            return
+        found = ", ".join(others) or "none"
+        raise UserError(
+            f"there is no registered model '{self.name}' at {self.uri}; registered models: {found}. Pass the "
+            "pipeline's --config (registry.model_name) or --model-name."
+        )
+
     def get_version(self, version: str):
         """The model version, or a UserError naming the versions that exist."""
         from mlflow.exceptions import MlflowException
@@ -145,6 +184,7 @@ class Registry:
 
         found = self.call(get, f"read version {text} of '{self.name}'")
         if found is None:
+            self.require_model()
             existing = ", ".join(str(v.version) for v in self.versions()) or "none"
             raise UserError(
                 f"model '{self.name}' has no version {text}; existing versions: {existing}. "
@@ -228,6 +268,7 @@ class Registry:
                 lambda k=key, v=value: c.set_model_version_tag(self.name, version, k, v),
                 f"tag version {version}",
             )
+        self.lock.assert_held()  # again: those retried calls can outlast the lock's TTL on a slow MLflow
         self.call(
             lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version),
             "move the champion alias",
@@ -241,6 +282,27 @@ class Registry:
             "record champion history",
         )
 
+    def _record_cut_off_move(self, version: str, previous: str | None) -> None:
+        """Record a move to ``version`` whose attempt was cut off after the alias moved (call with the lock held).
+
+        ``_move_champion`` tags the version before it moves the alias and writes the stack and history after:
+        the alias on a version tagged promoted, with a history not ending at it, is such a move. Its retry
+        finds the version already champion; without this the stack and history would never show it."""
+        history = self.champion_history()
+        if history and str(history[-1].get("version")) == version:
+            return
+        tags = self.get_version(version).tags or {}
+        if tags.get("ctpipe.promotion") not in ("auto", "manual"):
+            return  # the alias was set outside ctpipe (or by a rollback, which pops): nothing of ours to complete
+        if history and tags.get("ctpipe.promoted_at", "") < str(history[-1].get("at", "")):
+            return  # promoted before the last recorded move: the alias was set back to it outside ctpipe
+        previous = previous if previous is not None else (str(history[-1]["version"]) if history else None)
+        stack = self.champion_stack()
+        if stack[-1:] == [version]:
+            self._write_stack(stack[:-1])  # the cut-off attempt wrote the stack but not the history
+        self._move_champion(version, kind=tags["ctpipe.promotion"], by=tags.get("ctpipe.promoted_by", "pipeline"),
+                            reason=tags.get("ctpipe.promotion_reason", ""), previous=previous, pop=False)
+
     def promote_if_unchanged(
         self, version: str, expected: str | None, *, reason: str, by: str = "pipeline"
     ) -> Promotion:
@@ -250,6 +312,7 @@ class Registry:
             fault_point("in_promotion_lock")
             current = self.alias_version(self.config.champion_alias)
             if current == version:
+                self._record_cut_off_move(version, str(expected) if expected is not None else None)
                 return Promotion(True, version, expected, f"version {version} is already the champion")
             if current != (str(expected) if expected is not None else None):
                 return Promotion(
@@ -277,14 +340,34 @@ class Registry:
                 f"version {mv.version} of '{self.name}' was not registered completely by ctpipe (tag "
                 f"{COMPLETE_TAG}=complete missing), so it cannot become champion; register it again."
             )
+        alias = self.config.champion_alias
+        recorded = recorded_champion_alias(mv)
+        in_use = self.aliases() if recorded is not None and recorded != alias else {}
+        if recorded in in_use and alias not in in_use:
+            # Its pipeline reads another alias, in use here: moving this unused one would change nothing it serves
+            # or compares with (an alias renamed since, and already in use, is not refused).
+            raise UserError(
+                f"version {mv.version} of '{self.name}' was registered by a pipeline whose champion alias is "
+                f"'{recorded}' (registry.champion_alias), but this would move '{alias}'. Pass that pipeline's "
+                f"--config, or --set registry.champion_alias={recorded}."
+            )
         with self.locked():
             current = self.alias_version(self.config.champion_alias)
             if current == str(mv.version):
+                self._record_cut_off_move(current, None)
                 return Promotion(False, current, current, f"version {current} is already the champion")
             self._move_champion(
                 str(mv.version), kind="manual", by=by, reason=reason, previous=current, pop=False
             )
-            return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {reason}")
+            tags = mv.tags or {}
+            unblessed = ""
+            if tags.get("ctpipe.blessed") != "true":  # allowed (a human's call), but said, with evaluation's reason
+                try:
+                    why = (json.loads(tags.get("ctpipe.blessing_reasons") or "[]") or ["no reason recorded"])[0]
+                except ValueError:  # clipped to the tag limit
+                    why = "see 'ctpipe models show'"
+                unblessed = f" (note: evaluation did not bless version {mv.version}: {why})"
+            return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {reason}{unblessed}")
 
     def rollback(self, *, reason: str, by: str) -> Promotion:
         """Move the champion back to the previous champion on the stack."""
@@ -292,6 +375,7 @@ class Registry:
             current = self.alias_version(self.config.champion_alias)
             stack = self.champion_stack()
             if current is None:
+                self.require_model()
                 raise UserError(f"model '{self.name}' has no champion, so there is nothing to roll back")
             if not stack or stack[-1] != current:
                 stack = [*stack, current]

@@ -39,6 +39,33 @@ class BatchMean(_Wrapper):
         return self.inner(x_num - x_num.mean(dim=0, keepdim=True), x_cat)
 
 
+class LeaksBeyondEightRows(_Wrapper):
+    """Each row gets half of the row 8 places before it (``torch.roll``): invisible in a batch of 8 or fewer."""
+
+    def forward(self, x_num, x_cat):
+        return self.inner(x_num + 0.5 * torch.roll(x_num, 8, dims=0) if len(x_num) > 8 else x_num, x_cat)
+
+
+class ScaledByBatchSize(_Wrapper):
+    """Scales its inputs by the batch size (a sum meant as a mean): a row's output depends on how many rows
+    came with it, not on what they hold."""
+
+    def forward(self, x_num, x_cat):
+        return self.inner(x_num * len(x_num) / 64, x_cat)
+
+
+class BatchNormAndFirstRowInTrainMode(_Wrapper):
+    """A legitimate BatchNorm, and beside it the x[:1] leak while training: the BatchNorm must not excuse it."""
+
+    def __init__(self, inner: nn.Module, n_numeric: int) -> None:
+        super().__init__(inner)
+        self.norm = nn.BatchNorm1d(n_numeric)
+
+    def forward(self, x_num, x_cat):
+        x_num = self.norm(x_num)
+        return self.inner(x_num + 0.5 * x_num[:1] if self.training else x_num, x_cat)
+
+
 class ForcedTrainBatchNorm(_Wrapper):
     """BatchNorm that always uses batch statistics, even in eval mode."""
 

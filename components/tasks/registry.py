@@ -171,6 +171,16 @@ def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
                 f"{unknown[0]!r}; its metrics: {', '.join(names)}. Name those in {where} (e.g. --set "
                 f"{where}.{names[0]}.value=baseline), or remove the rule"
             )
+        # The metric says which way it improves; a rule saying the other would bless the worse model.
+        better = {m.name: m.higher_is_better for m in task.metrics}
+        for metric, rule in rules.items():
+            said = getattr(rule, "direction", "auto")
+            if said != "auto" and (said == "higher") != better[metric]:
+                raise ConfigError(
+                    f"invalid config value for '{where}.{metric}.direction': {said!r} contradicts task "
+                    f"'{task.name}', whose metric {metric!r} is better when {'higher' if better[metric] else 'lower'} "
+                    f"(the blessing would prefer the worse model); use direction=auto"
+                )
         # TaskBase's baseline gives no predictions: a 'baseline' floor could then never be met.
         if getattr(task.baseline, "__func__", None) is TaskBase.baseline:
             relative = [metric for metric, rule in rules.items() if getattr(rule, "value", None) == "baseline"]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from components.tracking.retry import RetryPolicy, bounded_mlflow_http
+from components.tracking.retry import RetryPolicy, bounded_mlflow_http, error_code
 
 if TYPE_CHECKING:
     from components.config import RegistryConfig
@@ -77,7 +77,10 @@ def get_alias_version(tracking_uri: str, model_name: str, alias: str):
 
 
 def download_version_file(tracking_uri: str, version, relative_path: str, dst_dir: str | Path) -> Path | None:
-    """Download one file logged on a model version's source run; None when it was not logged."""
+    """Download one file logged on a model version's source run; None when it was not logged.
+
+    Only "does not exist" means not logged: any other failure (MLflow unreachable, a reset connection) is
+    raised, for the caller's retries, instead of passing for a version without that file."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -86,8 +89,12 @@ def download_version_file(tracking_uri: str, version, relative_path: str, dst_di
         local = mlflow.artifacts.download_artifacts(
             run_id=version.run_id, artifact_path=relative_path, dst_path=str(dst_dir), tracking_uri=tracking_uri
         )
-    except (MlflowException, OSError):
+    except FileNotFoundError:
         return None
+    except MlflowException as err:
+        if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
     path = Path(local)
     return path if path.exists() else None
 

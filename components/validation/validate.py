@@ -263,6 +263,11 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     if len(derived.columns):
         checked = pd.concat([checked, derived], axis=1)
     summary.findings += run_suite(task_suite, checked, parts)
+    if ref.suite is not None:  # a partition that lost a column the reference knew (a profiled suite has no prior)
+        present = (pd.DataFrame.from_dict(scanned.present, orient="index").fillna(0) if scanned is not None
+                   else data[schema.features].notna().groupby(data[PARTITION_COLUMN]).sum())
+        summary.findings += checks.check_partition_nulls(present, parts.set_index("partition")["rows"], suite,
+                                                         schema.features)
     timer.lap("great_expectations")
     v = config.validation
     if label is not None:

@@ -26,10 +26,14 @@ def add_config_args(
     )
 
 
-def existing_registry_uri(args: argparse.Namespace) -> str:
-    """--tracking-uri, else the SQLite registry of --home, which must exist: reading never creates one."""
+def existing_registry_uri(args: argparse.Namespace, configured: str | None = None) -> str:
+    """--tracking-uri, else ``configured`` (the config's ``registry.tracking_uri``, where the pipeline registers,
+    as ``ctpipe run`` and ``ctpipe watch`` read it), else the SQLite registry of --home, which must exist:
+    reading never creates one."""
     if args.tracking_uri:
         return args.tracking_uri
+    if configured:
+        return configured
     from components.tracking import local_tracking_uri
     from pipelines.local_run import default_home
 

@@ -5,6 +5,9 @@
     ctpipe models promote VERSION --reason "hotfix for ..." [--by alice] --home DIR
     ctpipe models rollback [--reason TEXT] --home DIR
 
+Each takes the pipeline's --config FILE / --set KEY=VALUE: its registry section names the model and the
+champion alias that promote and rollback move (a version registered under another alias is refused).
+
 Promotions and rollbacks take the registry's promotion lock, are recorded on the version (manual /
 rollback, who, why) and in the champion history; `promote` and `rollback` print the new champion last.
 """
@@ -17,18 +20,22 @@ import json
 import sys
 
 from components.errors import UserError
-from pipelines.commands import existing_registry_uri
+from pipelines.commands import add_config_args, existing_registry_uri
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--home", metavar="DIR", help="ctpipe home with mlflow.db (default $CTPIPE_HOME or ./.ctpipe)"
     )
-    parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI; overrides --home")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking URI (default registry.tracking_uri, else the --home's SQLite)")
     parser.add_argument(
         "--model-name", metavar="NAME", help="registered model name (default: registry.model_name)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    # The pipeline's registry section (model name, champion alias, retries): promote must move its alias.
+    add_config_args(parser, config_help="the pipeline's config file (its registry section names the model and aliases)",
+                    example="registry.champion_alias=production")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,13 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _registry(args: argparse.Namespace):
-    from components.config import Config
     from components.registration.registry import Registry
+    from components.tasks.run_config import load_run_config
 
-    config = Config().registry
+    config = load_run_config(args.config, list(args.overrides)).registry
     if args.model_name:
         config.model_name = args.model_name
-    return Registry(existing_registry_uri(args), config)
+    return Registry(existing_registry_uri(args, config.tracking_uri), config)
 
 
 def _print_table(rows: list[dict]) -> None:
@@ -126,7 +133,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             record = show_version(registry, args.version)
             print(json.dumps(record, indent=2)) if args.json else _print_record(record)
             return 0
-        by = args.by or getpass.getuser()
+        by = args.by or _current_user()
         if action == "promote":
             if not args.reason.strip():
                 raise UserError("--reason must say why the version is promoted by hand")
@@ -139,3 +146,14 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(outcome.reason, file=sys.stderr)
             print(outcome.champion)
         return 0
+
+
+def _current_user() -> str:
+    """Who runs the command, for the record. ``getpass.getuser`` raises where the uid has no passwd entry and no
+    USER/LOGNAME is set (an arbitrary-uid container, as OpenShift runs them): then the uid."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        import os
+
+        return f"uid {os.getuid()}"

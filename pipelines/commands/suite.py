@@ -34,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     champion = sub.add_parser("champion", help="download the suite stored with the champion model")
     champion.add_argument("--out", required=True, help="where to write the suite JSON")
     champion.add_argument("--home", metavar="DIR", help="ctpipe home with mlflow.db (default $CTPIPE_HOME or ./.ctpipe)")
-    champion.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI; overrides --home")
+    champion.add_argument("--tracking-uri", metavar="URI",
+                          help="MLflow tracking URI (default registry.tracking_uri, else the --home's SQLite)")
     add_config_args(champion)
     check = sub.add_parser("check", help="run the validation step alone and write its reports")
     check.add_argument("--data", required=True, help="data root (local path or fsspec URL)")
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.suite_command == "champion":
         from components.validation.suite import champion_suite
 
-        found = champion_suite(existing_registry_uri(args), config)
+        found = champion_suite(existing_registry_uri(args, config.registry.tracking_uri), config)
         if found is None:
             raise UserError(
                 f"model '{config.registry.model_name}' has no '{config.registry.champion_alias}' version with a stored "

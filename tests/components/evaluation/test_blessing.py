@@ -279,6 +279,30 @@ def test_a_slice_that_regresses_beyond_noise_blocks_and_is_named():
     assert rows[0]["confidence"] == pytest.approx(1 - 0.05 / 8)  # 4 slices x 2 change rules
 
 
+def test_a_metric_undefined_on_a_slice_is_reported_not_judged_as_a_regression():
+    # ROC AUC needs both classes; on a segment without positives it is undefined for every model alike.
+    rng = np.random.default_rng(11)
+    n = 4000
+    segment = rng.choice(["a", "b"], n)
+    y = np.where(segment == "b", 0, (rng.random(n) < 0.4).astype(int))
+    score = np.clip(0.4 + 0.3 * (y - 0.4) + rng.normal(0, 0.2, n), 0.01, 0.99)
+    model = np.column_stack([1 - score, score])
+    config = Config()
+    config.evaluate.thresholds["roc_auc"] = Threshold(change_abs=0.0)
+    config.evaluate.slices = ["segment"]
+    judged = judge_candidate(y, model, model.copy(), config, pd.DataFrame({"segment": segment}), [])
+    assert judged.passed, [c.message for c in judged.checks if not c.passed]  # the same model as the champion
+    row = next(r for r in judged.slices if r["slice"] == "segment=b")
+    assert row["judged"] and row["undefined"] == ["roc_auc"] and not row["blocking"]
+    assert not any(c.slice == "segment=b" and c.metric == "roc_auc" for c in judged.checks)
+    # A candidate that is worse on the segment's defined metrics is still blocked there.
+    worse = model.copy()
+    in_b = segment == "b"
+    worse[in_b] = worse[in_b][:, ::-1]  # predicts the absent class on every row of b
+    judged = judge_candidate(y, worse, model, config, pd.DataFrame({"segment": segment}), [])
+    assert not judged.passed and [r["slice"] for r in judged.slices if r["blocking"]] == ["segment=b"]
+
+
 def test_small_slices_are_reported_but_not_judged():
     rng = np.random.default_rng(5)
     frame, y, champion, candidate = _sliced(rng, 60, 3)

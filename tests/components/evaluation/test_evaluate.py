@@ -165,6 +165,59 @@ def test_a_champion_that_cannot_be_scored_blocks_the_blessing_and_says_why(world
     )
 
 
+@pytest.mark.parametrize("content", ["empty", "garbage", "not_an_export"])
+def test_a_champion_whose_export_cannot_be_read_blocks_the_blessing_and_says_why(world, tmp_path, content):
+    import torch
+
+    config = fast_config()
+    uri = local_tracking_uri(tmp_path)
+    stray_run = make_run(uri, config, "outside")
+    broken = tmp_path / "art" / "model.pt"
+    broken.parent.mkdir()
+    if content == "empty":
+        broken.write_bytes(b"")
+    elif content == "garbage":
+        broken.write_bytes(np.random.default_rng(0).bytes(1000))
+    else:
+        torch.save([1, 2, 3], broken)
+    client = mlflow.MlflowClient(uri, registry_uri=uri)
+    client.log_artifact(stray_run, str(broken), "ctpipe")
+    client.create_registered_model(config.registry.model_name)
+    client.create_model_version(config.registry.model_name, "file:///elsewhere", run_id=stray_run)
+    client.set_registered_model_alias(config.registry.model_name, "champion", "1")
+    result = _evaluate(world, tmp_path, world["good"], config, make_run(uri, config, "p2"))
+    assert not result.blessed and result.champion_version == "1" and result.champion_metrics is None
+    assert "champion version 1 cannot be loaded" in result.reasons[0] and "model.pt" in result.reasons[0]
+    assert "ctpipe models promote" in result.reasons[0]
+
+
+def test_a_champion_download_that_fails_for_a_moment_is_retried_not_called_a_champion_without_a_model(
+    world, tmp_path, monkeypatch
+):
+    # Before: every download error (MLflow unreachable included) read as "not logged", so a moment's outage
+    # made "champion version 1 has no 'ctpipe/model.pt'": not compared, and the card advised promoting by hand.
+    from mlflow.exceptions import MlflowException
+
+    config = fast_config()
+    uri = local_tracking_uri(tmp_path)
+    run1 = make_run(uri, config, "p1")
+    _evaluate(world, tmp_path, world["good"], config, run1)
+    assert _register(world, tmp_path, world["good"], config, run1, "p1").aliases == ["challenger", "champion"]
+    real, calls = mlflow.artifacts.download_artifacts, []
+
+    def unreachable_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise MlflowException("API request to http://mlflow/api/2.0/mlflow/runs/get failed with exception "
+                                  "HTTPConnectionPool: Max retries exceeded (connection refused)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts", unreachable_once)
+    result = _evaluate(world, tmp_path, world["good"], config, make_run(uri, config, "p2"))
+    assert len(calls) == 2 and result.champion_version == "1" and result.champion_metrics is not None
+    assert not any("has no 'ctpipe/model.pt'" in r for r in result.reasons)
+
+
 def _rare_positive_snapshot(root):
     """A snapshot of 90/10 data (a label the features barely predict), split as the pipeline splits."""
     import pandas as pd

@@ -177,3 +177,34 @@ def test_versions_not_registered_completely_are_never_promoted(models, tmp_path)
     with pytest.raises(UserError, match="not registered completely"):
         registry.promote_manual(str(stray.version), reason="try", by="me")
     assert registry.alias_version("champion") == "1"
+
+
+def test_a_retry_after_a_promotion_cut_off_after_the_alias_moved_completes_its_record(models, tmp_path, monkeypatch):
+    # The alias moved, then MLflow failed for good before the champion stack and history were written; the
+    # step failed and is retried. Before: the retry found "already the champion" and left the history at
+    # version 1 (its audit saw the alias at 2, the history ending at 1) and the stack without version 2.
+    from components.registration.registry import STACK_TAG
+    from components.tracking.retry import RegistryUnavailableError
+
+    config = fast_config()
+    config.evaluate.thresholds = {"accuracy": Threshold(value="baseline")}
+    _cycle(models, tmp_path, "a", "p1", config)[2]()
+    _, _, register_b = _cycle(models, tmp_path, "b", "p2", config)
+    real = mlflow.MlflowClient.set_registered_model_tag
+
+    def fail_on_the_stack(self, name, key, value):
+        if key == STACK_TAG:
+            raise ConnectionError("connection reset by peer")
+        return real(self, name, key, value)
+
+    monkeypatch.setattr(mlflow.MlflowClient, "set_registered_model_tag", fail_on_the_stack)
+    with pytest.raises(RegistryUnavailableError):
+        register_b()
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    assert registry.alias_version("champion") == "2"  # the cut-off came after the alias moved
+    monkeypatch.setattr(mlflow.MlflowClient, "set_registered_model_tag", real)
+    again = register_b()
+    assert again.version == "2" and again.promoted and not again.created
+    assert registry.champion_stack() == ["1", "2"]
+    assert [(e["version"], e["previous"]) for e in registry.champion_history()] == [("1", None), ("2", "1")]
+    assert registry.rollback(reason="bad canary", by="ops").champion == "1"

@@ -116,6 +116,31 @@ def test_an_alias_is_never_moved_by_a_holder_that_lost_its_lock(registry, tmp_pa
     assert registry.lock_name in {m.name for m in client.search_registered_models()}  # not ours to delete
 
 
+def test_an_alias_is_not_moved_when_the_lock_is_lost_while_the_version_is_tagged(registry, monkeypatch):
+    # The version's promotion tags are four retried calls; against a slow MLflow they can outlast
+    # registry.lock_ttl_seconds, and another process breaks the lock and promotes its own candidate. Before:
+    # ownership was checked only before those calls, so this holder then moved the alias over the other's.
+    client = mlflow.MlflowClient(registry.uri, registry_uri=registry.uri)
+    client.create_model_version("m", "file:///elsewhere")
+    real = mlflow.MlflowClient.set_model_version_tag
+
+    def slow_then_taken_over(self, *args, **kwargs):
+        if registry.lock_name in {m.name for m in client.search_registered_models()} and \
+                client.get_registered_model(registry.lock_name).tags.get("ctpipe.lock_owner") != "other":
+            client.delete_registered_model(registry.lock_name)
+            client.create_registered_model(
+                registry.lock_name,
+                tags={"ctpipe.lock_owner": "other", "ctpipe.lock_expires_at": str(time.time() + 60)},
+            )
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(mlflow.MlflowClient, "set_model_version_tag", slow_then_taken_over)
+    with registry.locked():
+        with pytest.raises(RegistryBusyError, match="lost the promotion lock"):
+            registry._move_champion("1", kind="manual", by="me", reason="x", previous=None, pop=False)
+    assert registry.alias_version("champion") is None and registry.champion_history() == []
+
+
 def test_releasing_a_lock_that_is_already_gone_is_not_an_error(registry):
     # Between our read of the lock (our token) and our delete, it disappears: another process broke it as
     # stale, or our own earlier delete landed and only its response was lost. Either way it is released.

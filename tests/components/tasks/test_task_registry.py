@@ -204,6 +204,21 @@ def test_a_baseline_rule_for_a_task_without_a_baseline_is_a_config_error(user_mo
     check_evaluation_metrics(load_task(Config().task), Config().evaluate)  # the built-in has a baseline
 
 
+@pytest.mark.parametrize("where", ["evaluate.thresholds", "evaluate.slice_thresholds"])
+def test_a_rule_direction_that_contradicts_the_tasks_metric_is_a_config_error(where):
+    # Before: accepted; log loss was then judged higher-is-better, so a candidate with a WORSE log loss than the
+    # champion passed the change rule and one with a better log loss was blocked, with no error.
+    from components.tasks import check_evaluation_metrics
+
+    config = load_config(None, [f"{where}.log_loss.direction=higher", f"{where}.log_loss.change_abs=0"])
+    with pytest.raises(ConfigError, match=f"'{where}.log_loss.direction': 'higher' contradicts .*log_loss.* better when "
+                                          "lower.*direction=auto"):
+        check_evaluation_metrics(load_task(config.task), config.evaluate)
+    agreeing = load_config(None, [f"{where}.log_loss.direction=lower", f"{where}.log_loss.change_abs=0",
+                                  f"{where}.accuracy.direction=higher", f"{where}.accuracy.change_abs=0"])
+    check_evaluation_metrics(load_task(agreeing.task), agreeing.evaluate)
+
+
 def test_an_example_dimension_other_than_0_is_refused(user_module):
     # Before: accepted, and the sanity gate (like Batch.select and the trainer) still took dimension 0 as the
     # examples: its batch-independence checks perturbed what the task had declared something else.

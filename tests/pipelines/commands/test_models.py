@@ -66,7 +66,7 @@ def test_show_prints_lineage_and_reasons(home, capsys):
 
 
 def test_promote_by_hand_is_recorded_and_rollback_returns_to_the_previous_champion(home, capsys):
-    code, out, _ = _run(
+    code, out, err = _run(
         capsys,
         "models",
         "promote",
@@ -79,6 +79,8 @@ def test_promote_by_hand_is_recorded_and_rollback_returns_to_the_previous_champi
         str(home),
     )
     assert code == 0 and out.strip().splitlines()[-1] == "2"
+    # Version 2 was not blessed: allowed by hand, but said, with evaluation's reason.
+    assert "evaluation did not bless version 2" in err and "fails value threshold" in err
     registry = Registry(local_tracking_uri(home), fast_config().registry)
     tags = registry.get_version("2").tags
     assert (tags["ctpipe.promotion"], tags["ctpipe.promoted_by"], tags["ctpipe.promotion_reason"]) == (
@@ -111,3 +113,93 @@ def test_a_home_without_a_registry_fails_clearly(tmp_path, capsys):
     code, _, err = _run(capsys, "models", "list", "--home", str(tmp_path / "nowhere"))
     assert code == 2 and "no MLflow registry" in err
     assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.fixture(scope="module")
+def production_home(tmp_path_factory):
+    """A registry whose pipeline names its champion alias 'production' (registry.champion_alias):
+    version 1 is the production model, version 2 is not blessed."""
+    root = tmp_path_factory.mktemp("models-alias")
+    snap = make_snapshot(root)
+    home = root / "home"
+    uri = local_tracking_uri(home)
+    for i, floor in ((1, 0.5), (2, 0.999)):
+        config = fast_config(champion_alias="production")
+        config.evaluate.thresholds["accuracy"].value = floor
+        model = make_model(snap, root / f"m{i}.pt", steps=60, seed=i)
+        run_id = make_run(uri, config, f"p{i}")
+        blessing, card = root / f"b{i}.json", root / f"c{i}.md"
+        evaluate_candidate(str(model), str(snap), config, tracking_uri=uri, mlflow_run_id=run_id,
+                           blessing_path=str(blessing), card_path=str(card))  # fmt: skip
+        register_candidate(str(model), str(snap), str(blessing), config, tracking_uri=uri, mlflow_run_id=run_id,
+                           pipeline_run_id=f"p{i}", trigger="schedule", reports={})  # fmt: skip
+    return home
+
+
+def test_promote_moves_the_configured_champion_alias_and_refuses_another(production_home, capsys, tmp_path):
+    registry = Registry(local_tracking_uri(production_home), fast_config(champion_alias="production").registry)
+    assert registry.alias_version("production") == "1"
+    # Without the pipeline's config the command would move 'champion', an alias the pipeline never reads.
+    code, _, err = _run(capsys, "models", "promote", "2", "--reason", "x", "--home", str(production_home))
+    assert code == 2 and "'production'" in err and "registry.champion_alias" in err and "Traceback" not in err
+    assert registry.aliases() == {"production": "1", "challenger": "2"}
+    # With it (a file as the pipeline's, or --set), the pipeline's champion moves, and rolls back.
+    cfg = tmp_path / "ctpipe.yaml"
+    cfg.write_text("registry:\n  champion_alias: production\n")
+    code, out, _ = _run(capsys, "models", "promote", "2", "--reason", "canary", "--home", str(production_home),
+                        "--config", str(cfg))  # fmt: skip
+    assert code == 0 and out.strip().splitlines()[-1] == "2"
+    assert registry.aliases() == {"production": "2", "challenger": "2"}
+    code, out, _ = _run(capsys, "models", "rollback", "--home", str(production_home),
+                        "--set", "registry.champion_alias=production")  # fmt: skip
+    assert code == 0 and out.strip().splitlines()[-1] == "1"
+    assert registry.aliases() == {"production": "1", "challenger": "2"}
+
+
+@pytest.mark.parametrize("action", [["list"], ["show", "1"], ["promote", "1", "--reason", "x"]])
+def test_a_model_name_the_registry_does_not_have_fails_naming_the_ones_it_has(home, capsys, action):
+    # Before: 'list' printed "no registered versions yet" for a mistyped --model-name, as for an empty registry.
+    code, _, err = _run(capsys, "models", *action, "--home", str(home), "--model-name", "ctpipe-clasifier")
+    assert code == 2 and "no registered model 'ctpipe-clasifier'" in err and "ctpipe-classifier" in err
+    assert "promotion-lock" not in err
+
+
+def test_a_registry_with_nothing_registered_yet_lists_no_versions(tmp_path, capsys):
+    from components.tracking import ensure_experiment
+
+    ensure_experiment(local_tracking_uri(tmp_path), "ctpipe")  # a first run that stopped before registering
+    code, out, _ = _run(capsys, "models", "list", "--home", str(tmp_path))
+    assert code == 0 and "no registered versions yet" in out
+
+
+def test_the_configs_registry_is_the_one_read_and_promoted_in(home, capsys, tmp_path):
+    """``registry.tracking_uri`` (where the pipeline registers) is where `ctpipe models` looks, as `ctpipe run`
+    and `ctpipe watch` do; before, it read the --home's own SQLite registry instead, so a promote moved the
+    alias in a registry the pipeline does not use."""
+    from components.tracking import ensure_experiment
+
+    other_home = tmp_path / "laptop"
+    ensure_experiment(local_tracking_uri(other_home), "ctpipe")  # an unrelated local registry, nothing registered
+    code, out, _ = _run(capsys, "models", "list", "--home", str(other_home), "--json",
+                        "--set", f"registry.tracking_uri={local_tracking_uri(home)}")
+    assert code == 0
+    assert [r["version"] for r in json.loads(out)] == ["2", "1"]
+    # --tracking-uri still wins over the config.
+    code, out, _ = _run(capsys, "models", "list", "--tracking-uri", local_tracking_uri(other_home),
+                        "--set", f"registry.tracking_uri={local_tracking_uri(home)}")
+    assert code == 0 and "no registered versions yet" in out
+
+
+def test_the_recorded_user_falls_back_to_the_uid_where_there_is_no_user_name(monkeypatch):
+    """In a container running under an arbitrary uid (no passwd entry, no USER), getpass.getuser() raises:
+    promote and rollback record the uid instead of failing."""
+    import getpass
+    import os
+
+    from pipelines.commands import models
+
+    def no_user():
+        raise KeyError(f"getpwuid(): uid not found: {os.getuid()}")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert models._current_user() == f"uid {os.getuid()}"
