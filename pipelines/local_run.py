@@ -15,6 +15,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -50,9 +51,25 @@ def ensure_demo_data(home: Path) -> str:
     from components.data.demo import write_demo_data
 
     root = home / "data"
-    if not any(root.glob("date=*/part-0.parquet")):
-        write_demo_data(root)
+    _write_whole(root, write_demo_data)
     return str(root.resolve())
+
+
+def _write_whole(root: Path, write) -> None:
+    """Unless ``root`` has demo partitions, ``write(folder)`` them into a folder of its own beside it and
+    move that into place: a run killed while writing, or a run started beside it, never leaves or sees
+    the first days only (the next run would have trained on them)."""
+    if any(root.glob("date=*/part-0.parquet")):
+        return
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{root.name}-") as tmp:
+        staged = Path(tmp) / root.name
+        write(str(staged))
+        try:
+            staged.rename(root)  # replaces an empty folder; fails when another run has put its own
+        except OSError:
+            if not any(root.glob("date=*/part-0.parquet")):
+                raise
 
 
 def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
@@ -66,8 +83,7 @@ def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
     if writer is None:
         return ensure_demo_data(home), [f"data.key={DEMO_KEY_COLUMN}"]
     root = home / f"data-{task.name}"
-    if not any(root.glob("date=*/part-0.parquet")):
-        writer(str(root))
+    _write_whole(root, writer)
     return str(root.resolve()), list(getattr(task, "demo_settings", ()))
 
 
