@@ -28,6 +28,7 @@ from components.errors import ConfigError
 from components.kfp_support import STATUS_DIR_ENV
 from components.tasks.run_config import load_run_config
 from components.warm_start import WarmServer, client_prefix, running_server
+from pipelines.kfp_local_patches import step_output_decoded_leniently
 from pipelines.run_summary import build_summary, read_step_records
 
 DEMO_KEY_COLUMN = "customer_id"
@@ -302,6 +303,7 @@ def _run_pipeline(
                 _sigterm_stops_the_steps(warm),
                 _Progress(status_dir, terminal, quiet),
                 _steps_start_warm(warm),
+                step_output_decoded_leniently(),
             ):
                 local.init(
                     local.SubprocessRunner(use_venv=False),
