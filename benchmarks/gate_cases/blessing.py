@@ -4,9 +4,9 @@ Each case builds the class probabilities of a candidate (and of a champion, unle
 on generated test rows and runs ``components.evaluation.judgement.judge_candidate`` with the default
 config (accuracy and log loss: beat the prior predictor with evidence, no evidence of a regression);
 ``blocked`` is "not blessed". Healthy: equal-quality, better and retrained candidates, informative first
-models, an equal candidate over slices. Broken: the three cases of issue 10 (1.1 points worse beyond
+models, an equal candidate over slices and one with ROC AUC undefined on a slice without positives. Broken: the three cases of issue 10 (1.1 points worse beyond
 noise, a constant prior predictor, an overconfident candidate), a clearly worse one, one that is worse
-on one slice only, a random-guess first model.
+on one slice only or on the slice without positives, a random-guess first model.
 
 An equal-quality candidate is, by design, blocked with probability of about 1-3% (two one-sided 2.5%
 tests; tests/components/evaluation/test_blessing.py measures it): another --seed may show one such false block.
@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from components.config import Config
+from components.config.gate_sections import Threshold
 from components.evaluation.judgement import judge_candidate
 
 
@@ -89,6 +90,17 @@ def cases(seed: int) -> list[dict]:
     out.append(_case("equal quality over 8 slices", False, ys, _model(rng, ys, 3, 0.8), _model(rng, ys, 3, 0.8),
                      sliced, _segments(2400, 8)))
 
+    # A slice without positives: ROC AUC is undefined there for both models, which is no regression.
+    auc = Config()
+    auc.evaluate.thresholds["roc_auc"] = Threshold(change_abs=0.0)
+    auc.evaluate.slices = ["segment"]
+    segment_ab = rng.choice(["a", "b"], 4000)
+    y_ab = np.where(segment_ab == "b", 0, (rng.random(4000) < 0.4).astype(int))
+    champion_ab = _scored_binary(rng, y_ab, 3.0)
+    retrained_ab = np.where(rng.random(4000)[:, None] < 0.05, _scored_binary(rng, y_ab, 3.0), champion_ab)
+    out.append(_case("equal quality, ROC AUC on a slice without positives", False, y_ab, retrained_ab, champion_ab,
+                     auc, pd.DataFrame({"segment": segment_ab})))
+
     # --- broken ---------------------------------------------------------------------------------
     n = 10_000
     y2 = _labels(rng, n, [0.7, 0.3])
@@ -119,4 +131,9 @@ def cases(seed: int) -> list[dict]:
     worse[gained] = _probs(ys[gained], champion_s[gained].max(1), 3)
     out.append(_case("worse on one slice only, equal overall", True, ys, worse, champion_s, sliced,
                      _segments(2400, 8)))
+    worse_ab = champion_ab.copy()
+    in_b = segment_ab == "b"
+    worse_ab[in_b] = worse_ab[in_b][:, ::-1]  # predicts the class the slice does not have
+    out.append(_case("worse on the slice without positives", True, y_ab, worse_ab, champion_ab, auc,
+                     pd.DataFrame({"segment": segment_ab})))
     return out

@@ -4,12 +4,14 @@
 reference has a 200-category Zipf-like column (most categories rare in a small window, where PSI over
 raw categories used to fire on sampling noise), a 4-category one and two numeric columns. Shifts: the
 numeric mean by half a standard deviation, the 200 categories' frequencies reversed, 10% of rows in
-categories the reference never saw, 90% nulls. Plus the demo generator: undrifted and drifted days
-against five reference days.
+categories the reference never saw, 90% nulls. A 0.5% flag turning 50% in a 200-row window (every
+category but one rare there) and a same-distribution window stored as float32. Plus the demo generator:
+undrifted and drifted days against five reference days.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from components.config import WatchConfig
@@ -49,6 +51,22 @@ def cases(seed: int) -> list[dict]:
         for rows in SHIFTED_SIZES:
             found.append(_case(f"shifted ({shift}), {rows} rows",
                                compute_drift(drift_window(rows, seed, shift), reference, watch), True))
+    # A flag that is 'yes' on 0.5% of the reference (every category but one rare in a small window) and a
+    # discrete rate column; the window's rate stored as float32 (0.1 reads as 0.10000000149) is the same data.
+    rng = np.random.default_rng([seed, 7])
+    small = Schema(label=None, key=None, numeric=["rate"], categorical=["flag"], classes=[])
+    levels = [0.1, 0.2, 0.3, 0.7]
+    flag_reference = compute_reference_stats(pd.DataFrame({
+        "flag": rng.choice(["no", "yes"], 20_000, p=[0.995, 0.005]), "rate": rng.choice(levels, 20_000)}), small)
+    for share, rows in ((0.005, 200), (0.5, 200)):
+        window = pd.DataFrame({"flag": rng.choice(["no", "yes"], rows, p=[1 - share, share]),
+                               "rate": rng.choice(levels, rows)})
+        found.append(_case(f"flag 'yes' on {share:.1%} of {rows} rows (reference 0.5%)",
+                           compute_drift(window, flag_reference, watch), share > 0.005))
+    float32 = pd.DataFrame({"flag": rng.choice(["no", "yes"], 1000, p=[0.995, 0.005]),
+                            "rate": rng.choice(levels, 1000).astype(np.float32)})
+    found.append(_case("same distribution, the rate column stored as float32",
+                       compute_drift(float32, flag_reference, watch), False))
     days = pd.concat([generate_day(d, 1000, seed, False, d * 1000) for d in range(5)], ignore_index=True)
     demo_reference = compute_reference_stats(
         days, infer_schema(days, label="label", key="customer_id", features=[], categorical=[]))

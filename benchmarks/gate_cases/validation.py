@@ -5,8 +5,10 @@ Cases marked "vs suite" are judged against a reviewed suite profiled from other 
 champion's stored suite would be), the others against a suite profiled from their own train split.
 Healthy: demo data, weak-signal and rare-positive data, drifted days (a reason to retrain: warnings),
 a new column that is a real feature (a warning anomaly). Broken: a dropped column, a changed type, the
-label leaked into a feature of every partition or of the newest one only, unseen categories and
-out-of-range values on more than 1% of rows, nulls in a required column, rows duplicated across splits.
+label leaked into a feature of every partition or of the newest one only (and of rare-positive data),
+a column dropped from or written as codes by the newest of 120 partitions (under 1% of the rows), unseen
+categories and out-of-range values on more than 1% of rows, nulls in a required column, rows duplicated
+across splits.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from components.validation.validate import validate_data
 
 KEY = "customer_id"
 CLASS_CODES = {"churn": 0, "downgrade": 1, "stay": 2, "upgrade": 3}
+CLASS_CODES_PLAN = {"free": 0, "basic": 1, "pro": 2, "enterprise": 3}
 Edit = Callable[[pd.DataFrame, np.random.Generator], pd.DataFrame]
 
 
@@ -100,6 +103,22 @@ def cases(seed: int) -> list[dict]:
             blocked, detail = _validate(data, root / f"{data.name}-out", None)
             found.append({"name": kind, "gate": "validation", "expected_block": False, "blocked": blocked,
                           "detail": detail})
+        data = root / "rare_positives_leaked"  # a copy of a 0.6%-positive label: the majority alone is 99.4%
+        write_partitions(data, rare_positive_day, days=7, rows_per_day=3000, seed=seed)
+        _edit(data, _with("chargeback", lambda f: (f["label"] == "yes").astype("int64")))
+        blocked, detail = _validate(data, root / f"{data.name}-out", None)
+        found.append({"name": "label leaked into a feature of rare-positive data", "gate": "validation",
+                      "expected_block": True, "blocked": blocked, "detail": detail})
+        for name, edit in (("a column dropped from the newest of 120 partitions",
+                            lambda f, _: f.drop(columns=["sessions_last_30d"])),
+                           ("plan exported as codes by the newest of 120 partitions",
+                            _with("plan", lambda f: f["plan"].map(CLASS_CODES_PLAN)))):
+            data = root / name.replace(" ", "_")
+            write_demo_data(data, days=120, rows_per_day=300, seed=seed)
+            _edit(data, edit, newest_only=True)
+            blocked, detail = _validate(data, root / f"{data.name}-out", suite)
+            found.append({"name": f"{name} (vs suite)", "gate": "validation", "expected_block": True,
+                          "blocked": blocked, "detail": detail})
         demo("drifted newest day", False, drift_from_day=2)
         demo("a new feature column in the newest partition", False,
              _with("referrals", lambda f: np.random.default_rng(3).poisson(1.0, len(f))), newest_only=True)

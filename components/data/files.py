@@ -67,7 +67,8 @@ def scan_data_files(data_uri: str) -> tuple[fsspec.AbstractFileSystem, list[List
     if not fs.exists(root):
         raise UserError(
             f"data root '{data_uri}' does not exist. Pass an existing directory (or fsspec URL) of Parquet or "
-            "CSV files to --data, or omit --data to generate the demo dataset."
+            "CSV files to --data ('ctpipe demo-data --out DIR' writes an example; 'ctpipe run' without --data "
+            "uses generated demo data)."
         )
     if fs.isfile(root):
         entries = {root: fs.info(root)}

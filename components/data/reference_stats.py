@@ -110,11 +110,12 @@ def reference_stats_of(stats: TableStats, histograms: dict[str, HistogramStats] 
     return document
 
 
-def table_stats(frame: pd.DataFrame, schema: Schema, *, seed: int = SAMPLE_SEED) -> TableStats:
-    """``TableStats`` of the schema's features over one frame (one batch of a stream)."""
+def table_stats(frame: pd.DataFrame, schema: Schema, *, seed: int = SAMPLE_SEED, first_row: int = 0) -> TableStats:
+    """``TableStats`` of the schema's features over one frame (one batch of a stream whose first row is row
+    ``first_row`` of the stream)."""
     columns = schema.numeric + schema.categorical
     return TableStats.for_columns(schema.numeric, schema.categorical).add(
-        frame, row_priority(frame[columns], seed=seed))
+        frame, row_priority(frame[columns], seed=seed, first_row=first_row))
 
 
 def compute_reference_stats(frame: pd.DataFrame, schema: Schema, *, seed: int = SAMPLE_SEED) -> dict[str, Any]:

@@ -55,6 +55,11 @@ class Scan:
     # Exact per column over every row (nulls, numeric min/max, text value counts): stream_stats.ColumnTotals.
     columns: dict[str, ColumnTotals] = field(default_factory=dict)
     train_columns: dict[str, ColumnTotals] = field(default_factory=dict)  # the same over the train rows
+    # Per sample row, the rows of its partition and label class it stands for (partitions get equal budgets and
+    # rare classes a floor, so the sample is not proportional): a share of all rows is estimated with them.
+    weights: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
+    # Non-null values per partition and column (a column a partition's files lack: absent, i.e. 0).
+    present: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -124,8 +129,10 @@ class _PartitionSample:
             self.keep[cls] = both.nsmallest(self.budget, ["_priority", "_position"])
 
     def rows(self) -> pd.DataFrame:
+        """The sample, with ``_weight``: the rows of its partition and class that each sampled row stands for."""
         take = _allocate(self.counts, self.budget)
-        parts = [self.keep[c].nsmallest(n, ["_priority", "_position"]) for c, n in take.items()]
+        parts = [self.keep[c].nsmallest(n, ["_priority", "_position"]).assign(_weight=self.counts[c] / n)
+                 for c, n in take.items() if n]
         return concat_partitions(parts).sort_values("_position") if parts else pd.DataFrame()
 
 
@@ -199,6 +206,9 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
         if part != current:
             current, sampler = part, _PartitionSample(budget)
         out.rows[part] = out.rows.get(part, 0) + len(batch)
+        counted = out.present.setdefault(part, {})
+        for col, n in batch.drop(columns=[PARTITION_COLUMN]).notna().sum().items():
+            counted[col] = counted.get(col, 0) + int(n)
         if label in batch.columns:
             out.label_nulls += int(batch[label].isna().sum())
         keys = split_keys(batch, schema, first_row=out.rows[part] - len(batch))  # errors name rows in the partition
@@ -218,7 +228,7 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
         labels = label_text(batch[label]) if label in batch.columns else pd.Series(None, index=batch.index)
         if key is not None and label is not None:
             key_labels.add(keys, labels, position, part, out.rows[part] - len(batch))
-        priority = row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed).copy()
+        priority = row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed, first_row=position).copy()
         priority[_stray_text(batch)] = 0  # rows the type checks must see are always in the sample
         sampler.add(batch, labels, priority, np.arange(position, position + len(batch)))
         position += len(batch)
@@ -229,7 +239,9 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
     for p in partitions:
         out.rows.setdefault(p, 0)
     sample = concat_partitions(samples) if samples else pd.DataFrame()
-    out.sample = sample.drop(columns=["_priority", "_position"], errors="ignore")
+    out.weights = (sample["_weight"].to_numpy(dtype=np.float64) if "_weight" in sample.columns
+                   else np.ones(len(sample)))
+    out.sample = sample.drop(columns=["_priority", "_position", "_weight"], errors="ignore")
     out.splits = np.concatenate(splits) if splits else out.splits
     out.content = np.concatenate(content) if content else out.content
     return out

@@ -236,6 +236,7 @@ class SnapshotWriter:
         self.root.mkdir(parents=True, exist_ok=True)
         self.writers = {s: SplitWriter(self.root / f"{s}.parquet", row_group_rows=row_group_rows) for s in SPLITS}
         self.stats = TableStats.for_columns(schema.numeric, schema.categorical)
+        self._train_rows = 0  # the train rows seen: the stream position of the next one (its sample priority)
         self._columns: pd.DataFrame | None = None
         # What the training window dropped (recorded in fingerprint.json and in the model's lineage).
         self.window: dict[str, Any] | None = None
@@ -251,7 +252,8 @@ class SnapshotWriter:
                 part = batch.loc[mask, keep].reset_index(drop=True)
                 writer.write(part)
                 if split == "train":
-                    self.stats = self.stats.merge(table_stats(part, self.schema))
+                    self.stats = self.stats.merge(table_stats(part, self.schema, first_row=self._train_rows))
+                    self._train_rows += len(part)
 
     def close(self, *, data_uri: str, files: list[DataFile], fingerprint: str) -> Snapshot:
         columns = self._columns if self._columns is not None else pd.DataFrame()

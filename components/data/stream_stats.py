@@ -11,9 +11,10 @@ What is exact and what is sketched:
   partial results agrees with one pass to float rounding), category frequencies (memory grows with the
   number of distinct categories, which the validation suite bounds for the columns it profiles);
 - ``BottomK`` (a sample): the ``k`` values whose rows have the smallest 64-bit hash priority. The
-  priority is a hash of the row's content (``row_priority``), so the sample does not depend on batch
-  boundaries or order, merging is exact (the bottom k of a union), the same data gives the same sample,
-  and a sample is a uniform draw without replacement. Below ``k`` values it holds all of them, so
+  priority is a hash of the row's content and its position in the stream (``row_priority``), so the
+  sample does not depend on batch boundaries, merging is exact (the bottom k of a union), the same data in
+  the same order gives the same sample, and a sample is a uniform draw without replacement, also where
+  rows repeat. Below ``k`` values it holds all of them, so
   quantiles are exact; above, a quantile's rank error has standard deviation at most ``0.5/sqrt(k)``
   (0.16% at the default ``k`` of 100,000);
 - ``DistinctCount`` (KMV, "k minimum values"): the ``k`` smallest 64-bit hashes of the distinct values;
@@ -36,10 +37,15 @@ DISTINCT_K = 10_000
 _U64 = float(2**64)
 
 
-def row_priority(frame: pd.DataFrame, *, seed: int = 0) -> np.ndarray:
-    """A 64-bit priority per row from its content (and ``seed``): the same row always gets the same one."""
+def row_priority(frame: pd.DataFrame, *, seed: int = 0, first_row: int = 0) -> np.ndarray:
+    """A 64-bit priority per row from its content, its position in the stream (``first_row`` + its index in
+    ``frame``) and ``seed``. The position makes copies of a row independent: with the content alone every
+    copy got the same priority, so data whose rows repeat (discrete features) had a "sample" made of all the
+    copies of the few rows with the lowest hashes."""
     key = f"ctpipe{seed:010d}"[-16:]
-    return pd.util.hash_pandas_object(frame, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+    content = pd.util.hash_pandas_object(frame, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+    position = pd.util.hash_array(np.arange(first_row, first_row + len(frame), dtype=np.int64))
+    return content ^ (position * np.uint64(0x9E3779B97F4A7C15))  # wraps mod 2**64
 
 
 _INTEGRAL_NUMBER_TEXT = re.compile(r"-?\d+\.0")
@@ -244,7 +250,8 @@ class ColumnTotals:
     """Over every row of a column: nulls, min/max of numeric values, counts of text values (while few).
 
     A column absent from a batch, or all null in it, counts as null there (and does not decide whether the
-    column is numeric). Text values are counted only while the column
+    column is numeric). The values of numeric batches are counted in ``numeric_values``, so that a text column
+    one partition writes as numbers (category codes) still counts them. Text values are counted only while the column
     has at most ``MAX_TEXT_VALUES`` distinct ones (``counts`` becomes None past it: too many to judge
     a value set exactly, and the suite profiles no set that large).
     """
@@ -255,6 +262,9 @@ class ColumnTotals:
     max: float = -np.inf
     counts: dict[str, int] | None = field(default_factory=dict)
     numeric: bool = True
+    numeric_values: int = 0  # non-null values of numeric batches (not in ``counts``)
+    finite_min: float = np.inf  # min/max of the finite values (``min``/``max`` include infinities)
+    finite_max: float = -np.inf
 
     def add(self, series: pd.Series | None, rows: int) -> ColumnTotals:
         self.rows += rows
@@ -266,10 +276,15 @@ class ColumnTotals:
         if nulls == len(series):  # no value (Arrow's null type reads as object): says nothing of the column's type
             return self
         if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+            self.numeric_values += len(series) - nulls
             values = series.to_numpy(dtype="float64", na_value=np.nan)
             if np.isfinite(values).any() or np.isinf(values).any():
                 self.min = min(self.min, float(np.nanmin(values)))
                 self.max = max(self.max, float(np.nanmax(values)))
+            finite = values[np.isfinite(values)]
+            if len(finite):
+                self.finite_min = min(self.finite_min, float(finite.min()))
+                self.finite_max = max(self.finite_max, float(finite.max()))
             return self
         self.numeric = False
         if self.counts is not None:
@@ -295,10 +310,12 @@ class TableStats:
     def for_columns(cls, numeric: list[str], categorical: list[str]) -> TableStats:
         return cls({c: NumericStats() for c in numeric}, {c: CategoricalStats() for c in categorical})
 
-    def add(self, batch: pd.DataFrame, priority: np.ndarray | None = None) -> TableStats:
-        """Fold one batch in; ``priority`` (``row_priority`` of the batch's rows) picks the quantile sample."""
+    def add(self, batch: pd.DataFrame, priority: np.ndarray | None = None, *, first_row: int | None = None) -> TableStats:
+        """Fold one batch in; ``priority`` (``row_priority`` of the batch's rows) picks the quantile sample. Without
+        it, the rows' stream positions start at ``first_row`` (default: the rows this accumulator has seen)."""
         if priority is None:
-            priority = row_priority(batch[list(self.numeric) + list(self.categorical)])
+            priority = row_priority(batch[list(self.numeric) + list(self.categorical)],
+                                    first_row=self.rows if first_row is None else first_row)
         self.rows += len(batch)
         for col, acc in self.numeric.items():
             acc.add(batch[col], priority)

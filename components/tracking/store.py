@@ -7,7 +7,7 @@ otherwise pick one relative to the current directory).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -160,6 +160,7 @@ class VersionFiles:
 
     version: str
     files: dict[str, Path | None]
+    tags: dict[str, str] = field(default_factory=dict)  # the version's tags (its lineage)
 
 
 def fetch_champion_files(
@@ -179,4 +180,4 @@ def fetch_champion_files(
                               f"download '{path}' of the {alias} (version {number})")
             for path in relative_paths
         }
-    return VersionFiles(number, files)
+    return VersionFiles(number, files, dict(version.tags or {}))

@@ -29,6 +29,7 @@ from components.data.snapshot import (
 from components.data.splits import SplitSettings
 from components.data.window import TrainWindow
 from components.errors import UserError
+from components.training.checkpoint_index import RESUME_TRAIN_KEYS
 from components.training.checkpointing import (
     identity_differences,
     latest_complete,
@@ -103,6 +104,7 @@ def _snapshot_for_resume(data_uri: str, config: Config, out: Path) -> Snapshot:
                 f"has {current[:12]}); resuming would mix datasets. Pass a new --out directory."
             )
         _refuse_other_split(out, latest_complete(ckpt_dir), config)
+        _refuse_other_training(out, latest_complete(ckpt_dir), config)
         return load_snapshot(snap_dir)
     return build_snapshot(data_uri, config, snap_dir)
 
@@ -118,6 +120,33 @@ def _refuse_other_split(out: Path, latest: Path, config: Config) -> None:
             f"'{out}' holds a snapshot and checkpoints split with other settings ({'; '.join(differences)}); "
             "resuming would train on the old split and ignore the new settings. Pass a new --out directory to "
             "split and train afresh, or restore those settings to resume."
+        )
+
+
+def _refuse_other_training(out: Path, latest: Path, config: Config) -> None:
+    """UserError when the checkpoints were trained with other task, model or training settings. Every rank
+    refuses them too (``refuse_another_training``), but here, before any rank starts, the command exits 2
+    with one message instead of each rank's traceback and a "training failed" exit 1, as for a crash.
+    The rest of the identity (data rows, precision, task code) is the ranks' to compare."""
+    from dataclasses import asdict
+
+    from components.tasks import task_record
+
+    saved = read_meta(latest).get("identity") or {}
+    current = json.loads(json.dumps({
+        "task": task_record(config.task),
+        "model": asdict(config.model),
+        "train": {k: v for k, v in asdict(config.train).items() if k in RESUME_TRAIN_KEYS},
+    }))
+    saved = {k: saved[k] for k in current if k in saved}
+    if isinstance(saved.get("train"), dict):  # the ranks' precision (dtype) is theirs to compare
+        saved["train"] = {k: v for k, v in saved["train"].items() if k in current["train"]}
+    differences = identity_differences(saved, current)
+    if differences:
+        raise UserError(
+            f"'{out}' holds checkpoints of another training ({'; '.join(differences)}); resuming would continue "
+            "that training's weights under these settings. Restore those settings to resume, or pass a new --out "
+            "directory to train afresh."
         )
 
 

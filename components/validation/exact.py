@@ -5,7 +5,9 @@ Some verdicts must not depend on a sample, and are recomputed from the exact fig
 table's row count, label nulls, cross-split duplicates, and the suite's column expectations that
 column totals decide (``stream_stats.ColumnTotals``): columns exist, null fractions, value sets of text
 columns, and numeric ranges when every value is inside (or, with ``mostly`` = 1, any is outside).
-Every other finding keeps its sample verdict and says so in its message.
+A range or value set with ``mostly`` < 1 that the totals cannot decide is judged on the sample with each row
+weighted by the rows it stands for (``Scan.weights``), since the sample is not proportional to partitions
+or classes. Every other finding keeps its sample verdict and says so in its message.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from components.validation.findings import ERROR, Finding
 
 ROW_COUNT = "expect_table_row_count_to_be_between"
 # Exact from the stream (or from the per-partition table, which is built from exact counts).
-EXACT_CHECKS = {ROW_COUNT, "label_not_null", "cross_split_duplicates", "empty_partitions", "train_window"}
+EXACT_CHECKS = {ROW_COUNT, "label_not_null", "cross_split_duplicates", "empty_partitions", "train_window",
+                "partition_nulls"}
 SAMPLED_NOTE = " [judged on the stratified sample]"
 
 
@@ -79,7 +82,9 @@ def _column_expectation(f: Finding, scan: Scan, kw: dict[str, Any] | None) -> Fi
         allowed = kw.get("value_set") or []
         if not all(isinstance(v, str) for v in allowed):
             return None
-        unexpected = sum(n for v, n in totals.counts.items() if v not in set(allowed))
+        # Numbers in a text column (a partition writing categories as codes) are in no set of texts, as GX judges
+        # them in memory.
+        unexpected = sum(n for v, n in totals.counts.items() if v not in set(allowed)) + totals.numeric_values
         return _unexpected(f, present == 0 or (present - unexpected) / present >= mostly, unexpected, present)
     if f.check == "expect_column_values_to_be_between" and totals.numeric and totals.min <= totals.max:
         low, high = kw.get("min_value"), kw.get("max_value")
@@ -90,7 +95,38 @@ def _column_expectation(f: Finding, scan: Scan, kw: dict[str, Any] | None) -> Fi
             return dataclasses.replace(f, passed=False, observed=(
                 f"values from {totals.min:.6g} to {totals.max:.6g} (exact over {present} rows); "
                 f"on the sample: {f.observed}"))
+    if mostly < 1.0 and f.check in ("expect_column_values_to_be_between", "expect_column_values_to_be_in_set"):
+        return _weighted_share(f, scan, kw, mostly)
     return None
+
+
+def _weighted_share(f: Finding, scan: Scan, kw: dict[str, Any], mostly: float) -> Finding | None:
+    """A ``mostly`` verdict from the sample with each row weighted by the rows it stands for (``Scan.weights``):
+    partitions get equal sample budgets and rare classes a floor, so the sample's own share of unexpected rows
+    is not the data's (a big partition's errors were diluted by the small ones)."""
+    import numpy as np
+    import pandas as pd
+
+    if f.column not in scan.sample.columns or len(scan.weights) != len(scan.sample):
+        return None
+    values, weights = scan.sample[f.column], scan.weights
+    present = values.notna().to_numpy()
+    if f.check == "expect_column_values_to_be_in_set":
+        inside = values.isin(kw.get("value_set") or []).to_numpy(dtype=bool)
+    else:
+        numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        low, high = kw.get("min_value"), kw.get("max_value")
+        inside = np.ones(len(numbers), dtype=bool)  # text in a numeric column (NaN here) is outside
+        if low is not None:
+            inside &= numbers >= low
+        if high is not None:
+            inside &= numbers <= high
+    unexpected = present & ~inside
+    total = float(weights[present].sum())
+    share = float(weights[unexpected].sum()) / total if total else 0.0
+    return dataclasses.replace(f, passed=1.0 - share >= mostly, message=f.message + SAMPLED_NOTE, observed=(
+        f"about {100 * share:.3g}% of rows unexpected (weighted estimate: {int(unexpected.sum())} of {int(present.sum())} "
+        "sample rows, each weighted by the rows of its partition and label class it stands for)"))
 
 
 def exact_profile(suite: dict[str, Any], scan: Scan, schema_label: str | None, *, range_margin: float,
@@ -108,10 +144,12 @@ def exact_profile(suite: dict[str, Any], scan: Scan, schema_label: str | None, *
         if totals is None or kw.get("column") == schema_label or totals.rows == 0:
             kept.append(exp)
             continue
-        if kind == "expect_column_values_to_be_between" and totals.numeric and totals.min <= totals.max:
+        if kind == "expect_column_values_to_be_between" and totals.numeric and totals.finite_min <= totals.finite_max:
             margin = range_margin if severity_of(exp) != ERROR else max(range_margin, ERROR_RANGE_MARGIN)
-            kw["min_value"], kw["max_value"] = _range_with_margin(pd.Series([totals.min, totals.max]), margin)
-        elif kind == "expect_column_values_to_be_in_set" and not totals.numeric \
+            # Finite values only, as profiling does: one inf would make the range endless.
+            kw["min_value"], kw["max_value"] = _range_with_margin(pd.Series([totals.finite_min, totals.finite_max]),
+                                                                  margin)
+        elif kind == "expect_column_values_to_be_in_set" and not totals.numeric and not totals.numeric_values \
                 and all(isinstance(v, str) for v in kw.get("value_set") or []):
             if totals.counts is None or len(totals.counts) > MAX_VALUE_SET:
                 continue  # as profiling does: a set this large is no expectation

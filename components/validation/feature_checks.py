@@ -16,6 +16,9 @@ LEAKAGE_SAMPLE = 200_000
 SKEW_PSI_WARNING = 0.25
 # A column is judged on the rows where it is present; fewer present rows than this are too few to judge.
 MIN_PRESENT_ROWS = 30
+# Where one class is almost every row, leakage is judged by the mean recall per class, on at least this many
+# held-out rows of each class (fewer could all be predicted right by chance).
+MIN_CLASS_ROWS = 10
 ID_LIKE_SHARE = 0.95
 ID_LIKE_MIN_ROWS = 50
 
@@ -48,9 +51,8 @@ def _majority_per_value(train: pd.Series, y_train: np.ndarray, other: pd.Series,
     return pd.Series(o_codes).map(best).fillna(fallback).astype("int64").to_numpy()
 
 
-def single_feature_accuracy(train: pd.Series, y_train: np.ndarray, other: pd.Series, y_other: np.ndarray,
-                            numeric: bool) -> float:
-    """Held-out accuracy of predicting the label codes from one feature alone.
+def single_feature_predictions(train: pd.Series, y_train: np.ndarray, other: pd.Series, numeric: bool) -> np.ndarray:
+    """The label codes of ``other`` predicted from one feature alone.
 
     Few distinct values (categories, small counts): the majority train label per value. Many distinct
     numbers: the label of the nearest train value (1-NN), which a leaked copy of the label makes exact
@@ -58,10 +60,19 @@ def single_feature_accuracy(train: pd.Series, y_train: np.ndarray, other: pd.Ser
     """
     fallback = int(np.bincount(y_train).argmax()) if len(y_train) else 0
     if numeric and train.nunique(dropna=True) > LEAKAGE_BINS:
-        predicted = _nearest_neighbour_predictions(train, y_train, other, fallback)
-    else:
-        predicted = _majority_per_value(train, y_train, other, fallback)
-    return float((predicted == y_other).mean())
+        return _nearest_neighbour_predictions(train, y_train, other, fallback)
+    return _majority_per_value(train, y_train, other, fallback)
+
+
+def single_feature_accuracy(train: pd.Series, y_train: np.ndarray, other: pd.Series, y_other: np.ndarray,
+                            numeric: bool) -> float:
+    """Held-out accuracy of predicting the label codes from one feature alone (``single_feature_predictions``)."""
+    return float((single_feature_predictions(train, y_train, other, numeric) == y_other).mean())
+
+
+def _balanced_accuracy(predicted: np.ndarray, truth: np.ndarray) -> float:
+    """The mean over the classes in ``truth`` of the share of their rows predicted right (mean recall)."""
+    return float(np.mean([(predicted[truth == c] == c).mean() for c in np.unique(truth)]))
 
 
 def check_label_leakage(data: pd.DataFrame, schema: Schema, threshold: float) -> list[Finding]:
@@ -78,9 +89,6 @@ def check_label_leakage(data: pd.DataFrame, schema: Schema, threshold: float) ->
         return []
     label_codes, _ = pd.factorize(pd.concat([train[schema.label], held[schema.label]], ignore_index=True).astype(str))
     y_train, y_held = label_codes[: len(train)], label_codes[len(train) :]
-    baseline = float((y_held == np.bincount(y_train).argmax()).mean())
-    if baseline >= threshold:
-        return []  # one class dominates: the label-distribution checks report it, leakage is meaningless
     findings = []
     for col in schema.features:
         # Judged where the column is present, so one that only some partitions have cannot hide behind nulls.
@@ -89,19 +97,37 @@ def check_label_leakage(data: pd.DataFrame, schema: Schema, threshold: float) ->
             continue
         yt, yh = y_train[in_train], y_held[in_held]
         majority = float((yh == np.bincount(yt).argmax()).mean())
+        predicted = single_feature_predictions(train[col][in_train], yt, held[col][in_held], col in schema.numeric)
+        acc = float((predicted == yh).mean())
+        measure, score = "accuracy", acc
         if majority >= threshold:
-            continue  # one class dominates where the column is present: accuracy says nothing there
-        acc = single_feature_accuracy(train[col][in_train], yt, held[col][in_held], yh, col in schema.numeric)
-        leaked = acc >= threshold
+            # One class is almost every row (fraud, rare churn): the majority label alone reaches the threshold,
+            # so the feature is judged by its mean recall per class, which a copy of the label makes 1.
+            classes = np.unique(yt)
+            if len(classes) < 2:
+                continue  # one class where the column is present: nothing to predict
+            rows_per_class = np.bincount(yh, minlength=int(max(classes.max(), yh.max())) + 1)[classes]
+            if rows_per_class.min() < MIN_CLASS_ROWS:
+                findings.append(Finding(
+                    check="label_leakage", passed=True, severity=ERROR, column=col, not_applicable=True,
+                    message=(f"label leakage of feature '{col}' not judged: one class is {majority:.1%} of the held-out "
+                             f"rows where it is present and another has {int(rows_per_class.min())} of them (at least "
+                             f"{MIN_CLASS_ROWS} a class are needed to tell a leak from chance)")))
+                continue
+            measure, score = "balanced accuracy", _balanced_accuracy(predicted, yh)
+        leaked = score >= threshold
         where = ("" if in_held.all() else
                  f" on the {int(in_held.sum())} held-out rows where it is present ({in_held.mean():.0%} of them)")
+        basis = (f"majority baseline {majority:.3f}" if measure == "accuracy" else
+                 f"the mean recall of the classes, since one class is {majority:.1%} of these rows and plain accuracy "
+                 f"is {acc:.3f}")
         findings.append(Finding(
             check="label_leakage", passed=not leaked, severity=ERROR, column=col,
-            message=(f"label leakage: feature '{col}' alone predicts '{schema.label}' with held-out accuracy {acc:.3f}"
-                     f"{where} (majority baseline {majority:.3f}). A feature this predictive is usually the label in "
+            message=(f"label leakage: feature '{col}' alone predicts '{schema.label}' with held-out {measure} {score:.3f}"
+                     f"{where} ({basis}). A feature this predictive is usually the label in "
                      "disguise (computed after the outcome); drop it from data.features" if leaked else
-                     f"feature '{col}' alone predicts the label with held-out accuracy {acc:.3f}{where}"),
-            observed=f"{acc:.4f}", expected=f"< {threshold}"))
+                     f"feature '{col}' alone predicts the label with held-out {measure} {score:.3f}{where}"),
+            observed=f"{score:.4f}", expected=f"< {threshold}"))
     return findings
 
 

@@ -106,6 +106,8 @@ def profile_suite(
     for col in schema.numeric:
         exps.append(_expectation("expect_column_values_to_be_in_type_list", ERROR, column=col, type_list=NUMERIC_TYPES))
         values = pd.to_numeric(train[col], errors="coerce").dropna()
+        # Finite values only: the model reads inf as missing (encoding.py), and one inf would make the range endless.
+        values = values[np.isfinite(values.to_numpy(dtype="float64"))]
         if len(values):
             # Warning: any value outside the observed range plus the margin. Error: more than 1% of
             # values outside a much wider range (sign errors, sentinels, unit changes), so that drift,
@@ -163,8 +165,11 @@ def load_suite_file(path: str | Path) -> dict[str, Any]:
     return suite
 
 
-def champion_suite(tracking_uri: str, config) -> tuple[dict[str, Any], dict[str, Any] | None, str] | None:
-    """The champion's stored suite and reference stats, and its version; None without a champion."""
+def champion_suite(
+    tracking_uri: str, config
+) -> tuple[dict[str, Any], dict[str, Any] | None, str, dict[str, Any] | None] | None:
+    """The champion's stored suite and reference stats, its version and the task that made it (its
+    ``ctpipe.task_code`` tag: name, entrypoint; None when not recorded); None without a champion."""
     from components.tracking import fetch_champion_files
 
     if not tracking_uri:
@@ -177,7 +182,11 @@ def champion_suite(tracking_uri: str, config) -> tuple[dict[str, Any], dict[str,
         suite = load_suite_file(found.files["reference/suite.json"])
         stats_file = found.files["reference/reference_stats.json"]
         stats = json.loads(Path(stats_file).read_text()) if stats_file else None
-    return suite, stats, found.version
+    try:
+        task = json.loads(found.tags.get("ctpipe.task_code") or "null")
+    except json.JSONDecodeError:
+        task = None
+    return suite, stats, found.version, task if isinstance(task, dict) else None
 
 
 @dataclass
@@ -187,6 +196,7 @@ class Reference:
     suite: dict[str, Any] | None
     stats: dict[str, Any] | None
     source: str
+    champion_task: dict[str, Any] | None = None  # the champion's task (name, entrypoint) when the suite is its
 
 
 def resolve_reference(config, tracking_uri: str) -> Reference:
@@ -196,8 +206,9 @@ def resolve_reference(config, tracking_uri: str) -> Reference:
     if config.validation.use_champion_suite and tracking_uri:
         found = champion_suite(tracking_uri, config)
         if found is not None:
-            suite, stats, version = found
-            return Reference(suite, stats, f"champion {config.registry.model_name} v{version} (reference/suite.json)")
+            suite, stats, version, task = found
+            return Reference(suite, stats, f"champion {config.registry.model_name} v{version} (reference/suite.json)",
+                             task)
     return Reference(None, None, "profiled from this data's train split")
 
 
@@ -313,8 +324,12 @@ def _finding(result: Any, frame: pd.DataFrame, *, partition_table: bool = False)
         examples = _rows_as_records(picked)
     elif not result.success and res.get("partial_unexpected_list"):
         examples = [{"value": v} for v in res["partial_unexpected_list"][:EXAMPLE_ROWS]]
+    if partition_table and "unexpected_count" in res:  # the table's rows are partitions: name them
+        named = ", ".join(f"{e.get('partition')}: {e.get('rows')} rows" for e in examples)
+        observed = (f"{res['unexpected_count']} of {res.get('element_count')} partitions unexpected"
+                    + (f" ({named})" if named else ""))
     label = "partition row count" if partition_table else kind.removeprefix("expect_").replace("_", " ")
-    where = " per partition" if partition_table else (f" on column '{column}'" if column else "")
+    where = "" if partition_table else (f" on column '{column}'" if column else "")
     return Finding(
         check=kind, passed=bool(result.success), severity=severity_of(exp), column=column,
         message=f"{label}{where}", observed=observed, expected=_describe_expected(kind, kw),

@@ -22,13 +22,14 @@ from components.data.snapshot import Schema, Snapshot
 from components.data.stream_stats import TableStats
 
 
-def task_table_stats(train: pd.DataFrame, schema: Schema, task: Any) -> TableStats:
-    """The statistics of ``train``'s columns and of the task's drift columns derived from its rows."""
+def task_table_stats(train: pd.DataFrame, schema: Schema, task: Any, *, first_row: int = 0) -> TableStats:
+    """The statistics of ``train``'s columns and of the task's drift columns derived from its rows (``first_row``:
+    the position of its first row in the train split, for the sample's priorities)."""
     derived = task.drift_columns(train, schema)
     if not len(derived.columns):
-        return table_stats(train, schema)
+        return table_stats(train, schema, first_row=first_row)
     extended = dataclasses.replace(schema, numeric=[*schema.numeric, *derived.columns])
-    return table_stats(pd.concat([train, derived], axis=1), extended)
+    return table_stats(pd.concat([train, derived], axis=1), extended, first_row=first_row)
 
 
 def task_reference_stats(train: pd.DataFrame, schema: Schema, task: Any) -> dict[str, Any]:
@@ -41,13 +42,14 @@ def task_reference_stats(train: pd.DataFrame, schema: Schema, task: Any) -> dict
 def add_task_drift_stats(snapshot: Snapshot, task: Any) -> None:
     """Rewrite the snapshot's reference_stats.json (the writer's, of its train rows) with the task's drift
     columns, computed over the train split a record batch at a time; nothing to do when it has none."""
-    stats, histograms = None, {}
+    stats, histograms, seen = None, {}, 0
     for frame in snapshot.batches("train"):
         first = frame.iloc[:1]
         if stats is None and not len(task.drift_columns(first, snapshot.schema).columns) and not (
                 task.drift_histograms(first, snapshot.schema)):
             return
-        part = task_table_stats(frame, snapshot.schema, task)
+        part = task_table_stats(frame, snapshot.schema, task, first_row=seen)
+        seen += len(frame)
         stats = part if stats is None else stats.merge(part)
         add_histograms(histograms, task.drift_histograms(frame, snapshot.schema))
     if stats is not None:

@@ -196,7 +196,7 @@ def _window_findings(config: Config, partitions: list[str]) -> list[Finding]:
 
 
 def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary, task: Any) -> _Outcome:
-    from components.tasks import label_column
+    from components.tasks import label_column, task_record
 
     timer = _Timer(summary.seconds)
     label = label_column(task, config.data)  # None: the task needs no label, its checks do not apply
@@ -218,6 +218,10 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     ref = resolve_reference(config, tracking_uri)
     summary.suite_source = ref.source
     timer.lap("reference_suite")  # with a tracking URI: importing MLflow and asking for the champion
+    summary.findings += checks.check_champion_task(ref.champion_task, ref.source.split(" (")[0],
+                                                   task_record(config.task))
+    if errors(summary.findings):
+        return _Outcome(None, None)
     reference_schema = suite_schema(ref.suite) if ref.suite else None
     partitions = sorted({_partition(f.path) for f in files})
     parts = partition_rows(data, partitions)
@@ -259,6 +263,11 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     if len(derived.columns):
         checked = pd.concat([checked, derived], axis=1)
     summary.findings += run_suite(task_suite, checked, parts)
+    if ref.suite is not None:  # a partition that lost a column the reference knew (a profiled suite has no prior)
+        present = (pd.DataFrame.from_dict(scanned.present, orient="index").fillna(0) if scanned is not None
+                   else data[schema.features].notna().groupby(data[PARTITION_COLUMN]).sum())
+        summary.findings += checks.check_partition_nulls(present, parts.set_index("partition")["rows"], suite,
+                                                         schema.features)
     timer.lap("great_expectations")
     v = config.validation
     if label is not None:
@@ -324,6 +333,9 @@ def _error_message(summary: ValidationSummary, report_path: str) -> str:
     listed = "; ".join(f"({i + 1}) {f.headline()}" for i, f in enumerate(errs[:MAX_LISTED_ERRORS]))
     more = f"; and {len(errs) - MAX_LISTED_ERRORS} more" if len(errs) > MAX_LISTED_ERRORS else ""
     where = f" Full report: {report_path}." if report_path else ""
+    if any(f.check == "champion_task" for f in errs):  # the config picked the wrong champion, not a data change
+        return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
+                f"Change the setting it names and run again.{where}")
     if summary.suite_source.startswith("champion"):
         review = (f"review the suite ({summary.suite_source}; 'ctpipe suite champion --out FILE' fetches it) and "
                   "pass the edited file as validation.suite_path, or set validation.use_champion_suite=false to "

@@ -82,6 +82,9 @@ class DigitsTask(TaskBase):
     name = "digits"
     metrics = (Metric("accuracy", True), Metric("macro_f1", True), Metric("log_loss", False))
     sanity = SanitySpec(example_dim=0, sequence_dim=None)
+    # Its own registered model: on a home that also holds the demo's 'ctpipe-classifier', the digits runs
+    # are compared with a digits champion, not the tabular one. --set registry.model_name wins.
+    config_defaults = ("registry.model_name=ctpipe-digits",)
 
     def __init__(self, width: int = 16, depth: int = 2, image_column: str = "image") -> None:
         if width < 1 or depth < 1:

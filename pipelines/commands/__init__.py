@@ -11,7 +11,7 @@ from components.errors import UserError
 def add_config_args(
     parser: argparse.ArgumentParser,
     *,
-    config_help: str = "YAML or JSON config file (sections as in components/config.py)",
+    config_help: str = "YAML or JSON config file (sections as in components/config/, e.g. {train: {max_steps: 200}})",
     example: str = "train.max_steps=200",
 ) -> None:
     """The ``--config FILE`` and repeatable ``--set KEY=VALUE`` options every config-reading command takes."""

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                 f"model '{config.registry.model_name}' has no '{config.registry.champion_alias}' version with a stored "
                 "suite (reference/suite.json). Run the pipeline until a model is blessed, or use 'ctpipe suite profile'."
             )
-        suite, _, version = found
+        suite, _, version, _ = found
         _write(args.out, suite)
         print(f"suite of {config.registry.model_name} v{version} ({len(suite['expectations'])} expectations)")
         print(args.out)

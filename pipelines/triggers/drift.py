@@ -33,6 +33,7 @@ import pandas as pd
 from scipy import stats
 
 from components.config import WatchConfig
+from components.data.concat import conform
 from components.data.stream_stats import category_counts, category_key
 from pipelines.triggers.column_drift import (
     MIN_EXPECTED_COUNT,
@@ -89,6 +90,10 @@ class DriftReport:
 
 
 def _numeric_values(series: pd.Series) -> tuple[np.ndarray, int]:
+    if pd.api.types.is_float_dtype(series) and series.dtype.itemsize < 8:
+        # A float32 export: 0.1 would read as 0.10000000149, above the reference's tied edges and sample values
+        # (a false shift of every such row); widened through its shortest text, as partitions are (concat.py).
+        series = conform(series, np.dtype("float64"))
     values = pd.to_numeric(series, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
     finite = values[np.isfinite(values)]
     return finite, len(values) - len(finite)
@@ -180,14 +185,27 @@ def categorical_drift(
     if m > 0:
         shares = {c: v / m for c, v in ref_counts.items()}
         buckets = merge_rare_categories(shares, max(n_seen, 1))
+        exact = len(buckets) == 1 and len(buckets[0]) >= 2
+        if exact:
+            # Every category but the commonest is expected < 5 times in the window, so the merge left one
+            # bucket and nothing to compare: the commonest against the rest, with Fisher's exact test (window
+            # vs reference counts) as the p-value, since the chi-square rule cannot be met.
+            top = max(buckets[0], key=lambda c: (shares[c], c))
+            buckets = [[top], [c for c in buckets[0] if c != top]]
         expected = np.array([sum(shares[c] for c in b) for b in buckets])
         observed = np.array([float(sum(current.get(c, 0) for c in b)) for b in buckets])
         if n_seen > 0 and len(buckets) >= 2:
             value = psi(expected, observed / n_seen)
-            tests["psi"] = {"value": value, "p_value": psi_p_value(value, n_seen, m, len(buckets))}
             chi2 = float(np.sum((observed - expected * n_seen) ** 2 / (expected * n_seen)))
-            p_value = float(stats.chi2.sf(chi2 * m / (n_seen + m), len(buckets) - 1))
-            tests["cramers_v"] = {"value": math.sqrt(chi2 / (n_seen * (len(buckets) - 1))), "p_value": p_value}
+            if exact:
+                rest = round(sum(ref_counts[c] for c in buckets[1]))
+                table = [[int(observed[1]), int(observed[0])], [rest, round(m - rest)]]
+                psi_p = chi2_p = float(stats.fisher_exact(table).pvalue)
+            else:
+                psi_p = psi_p_value(value, n_seen, m, len(buckets))
+                chi2_p = float(stats.chi2.sf(chi2 * m / (n_seen + m), len(buckets) - 1))
+            tests["psi"] = {"value": value, "p_value": psi_p}
+            tests["cramers_v"] = {"value": math.sqrt(chi2 / (n_seen * (len(buckets) - 1))), "p_value": chi2_p}
         if n > 0:
             # Under "same distribution", a new row's category is unseen with about the reference's share of
             # categories seen once (Good-Turing), at least one in m.

@@ -26,3 +26,16 @@ def test_each_command_module_registers_exactly_its_own_subcommand():
         module.register(sub)
         assert list(sub.choices) == [module.__name__.rsplit(".", 1)[1].replace("_", "-")], module.__name__
         assert sub.choices[list(sub.choices)[0]].get_default("func") is module.run, module.__name__
+
+
+def test_the_paths_the_help_texts_point_to_exist():
+    """`ctpipe run --help` said 'sections as in components/config.py', a module that had become the package
+    components/config/; a newcomer following the help found nothing there."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        for path in re.findall(r"\b((?:components|pipelines|examples|manifests)/[\w./-]*\w/?)", parser.format_help()):
+            assert (root / path).exists(), f"ctpipe {name} --help names '{path}', which does not exist"

@@ -61,3 +61,24 @@ def test_histogram_stats_of_batches_equal_those_of_the_whole_and_reject_other_bi
         assert "bins changed" in str(error)
     else:
         raise AssertionError("other bins were accepted")
+
+
+def test_the_sample_of_a_column_with_repeated_rows_has_the_columns_distribution():
+    # Discrete features repeat whole rows. The sample's priority was a hash of the row's content only, so every
+    # copy of a row had the same one: the bottom 5,000 of 20,000 rows were copies of the one row with the
+    # lowest hash (every sampled 'rate' was 0.2), and a same-distribution window drifted (PSI ~6).
+    from components.data.snapshot import Schema
+
+    rng = np.random.default_rng(0)
+    levels = np.array([0.1, 0.2, 0.3, 0.7])
+    frame = pd.DataFrame({"rate": rng.choice(levels, 20_000), "flag": rng.choice(["no", "yes"], 20_000)})
+    schema = Schema(label=None, key=None, numeric=["rate"], categorical=["flag"], classes=[])
+    sample = np.asarray(compute_reference_stats(frame, schema)["numeric"]["rate"]["sample"])
+    assert len(sample) == 5000
+    shares = np.array([(sample == v).mean() for v in levels])
+    population = np.array([(frame["rate"] == v).mean() for v in levels])
+    assert np.all(np.abs(shares - population) < 4 * np.sqrt(0.25 / 5000)), (shares, population)
+    # Past the quantile sample's 100,000 values, the quantiles too.
+    big = pd.DataFrame({"rate": rng.choice(levels, 300_000, p=[0.5, 0.3, 0.1, 0.1]), "flag": "no"})
+    quantiles = compute_reference_stats(big, schema)["numeric"]["rate"]["quantiles"]
+    assert quantiles[40] == 0.1 and quantiles[60] == 0.2 and quantiles[85] == 0.3 and quantiles[95] == 0.7

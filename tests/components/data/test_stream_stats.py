@@ -31,6 +31,7 @@ def stats_of(*batches: pd.DataFrame) -> TableStats:
 def test_streaming_statistics_equal_exact_pandas_results():
     data = frame(5000)
     acc = stats_of(*(data.iloc[i : i + 700] for i in range(0, len(data), 700)))
+    assert np.array_equal(acc.numeric["x"].sample.finish().values, stats_of(data).numeric["x"].sample.finish().values)
     for col in NUMERIC:
         values = data[col].replace([np.inf, -np.inf], np.nan).dropna()
         got = acc.numeric[col]
@@ -50,7 +51,8 @@ def test_streaming_statistics_equal_exact_pandas_results():
 def test_merge_of_two_accumulators_equals_one_pass_over_both():
     a, b = frame(3000, seed=1), frame(2000, seed=2)
     one = stats_of(pd.concat([a, b], ignore_index=True))
-    merged = stats_of(a).merge(stats_of(b))
+    # Each accumulator is given its rows' positions in the stream (a worker knows its rows' ids).
+    merged = stats_of(a).merge(TableStats.for_columns(NUMERIC, CATEGORICAL).add(b, first_row=len(a)))
     assert merged.rows == one.rows
     for col in NUMERIC:
         m, o = merged.numeric[col], one.numeric[col]
@@ -118,3 +120,15 @@ def test_column_totals_of_a_numeric_column_with_an_all_null_batch_equal_pandas_o
     assert totals.numeric  # before: the all-null batch made it a text column, so no exact range check was made
     assert (totals.min, totals.max, totals.nulls, totals.rows) == (every_row.min(), every_row.max(),
                                                                    int(every_row.isna().sum()), len(every_row))
+
+
+def test_column_totals_of_a_text_column_count_a_numeric_batch_as_values():
+    from components.data.stream_stats import ColumnTotals
+
+    # A category column that one partition writes as numeric codes: those values are present, and not text.
+    batches = [pd.Series(["free", "pro", None]), pd.Series([0, 2]), pd.Series(["basic"])]
+    totals = ColumnTotals()
+    for b in batches:
+        totals.add(b, len(b))
+    assert not totals.numeric and (totals.rows, totals.nulls) == (6, 1)
+    assert totals.counts == {"free": 1, "pro": 1, "basic": 1} and totals.numeric_values == 2

@@ -158,3 +158,13 @@ def test_the_watcher_judges_drift_of_the_images_through_the_tasks_statistics(dig
     assert not compute_drift(same, reference, config.watch).drifted
     drifted = compute_drift(inverted, reference, config.watch)
     assert "image__mean_intensity" in drifted.drifted_columns
+
+
+def test_the_example_registers_under_its_own_model_name(digits):
+    """Before: the README's digits command, run on the home of the README's first command, registered under
+    the demo's 'ctpipe-classifier' and so was validated against the tabular champion's suite (nine 'column
+    dropped' errors). The task brings its own registry.model_name, as causal_lm does; --set still wins."""
+    from components.tasks.run_config import load_run_config
+
+    assert load_run_config(None, TASK).registry.model_name == "ctpipe-digits"
+    assert load_run_config(None, [*TASK, "registry.model_name=mine"]).registry.model_name == "mine"

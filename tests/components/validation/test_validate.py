@@ -97,7 +97,7 @@ def test_without_a_key_the_content_hash_splits_stably(tmp_path):
     assert load_snapshot(tmp_path / "a" / "snapshot").schema.features == ["tenure_months", "monthly_spend", "region"]
 
 
-def _register_champion(tracking_uri: str, snapshot: Path, name: str) -> None:
+def _register_champion(tracking_uri: str, snapshot: Path, name: str, tags: dict | None = None) -> None:
     """A model version whose run holds reference/suite.json and reference_stats.json, aliased champion."""
     client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     experiment = ensure_experiment(tracking_uri, "ctpipe")
@@ -105,7 +105,7 @@ def _register_champion(tracking_uri: str, snapshot: Path, name: str) -> None:
     for file in ("suite.json", "reference_stats.json"):
         client.log_artifact(run_id, str(snapshot / file), artifact_path="reference")
     client.create_registered_model(name)
-    version = client.create_model_version(name, source=f"runs:/{run_id}/ctpipe", run_id=run_id)
+    version = client.create_model_version(name, source=f"runs:/{run_id}/ctpipe", run_id=run_id, tags=tags)
     client.set_registered_model_alias(name, "champion", version.version)
 
 
@@ -130,6 +130,30 @@ def test_champion_suite_is_the_reference_and_results_go_to_mlflow(tmp_path, clea
     assert logged.data.tags["ctpipe.validation"] == "failed"
     artifacts = {a.path for a in client.list_artifacts(run_id, "validation")}
     assert {"validation/docs.html", "validation/report.md", "validation/summary.json"} <= artifacts
+
+
+def test_a_champion_of_another_task_is_named_instead_of_its_columns(tmp_path, clean_run):
+    """A user's task run on a home whose champion (same registry.model_name) is another task's model. Before:
+    one 'column dropped' error per column of the other task's suite (9 for the demo), naming none of the
+    cause. Now one error: the champion's task, this run's, and the settings that fix it. A champion of the
+    same task passes as before."""
+    _, clean_out, _ = clean_run
+    uri = local_tracking_uri(tmp_path)
+    other = json.dumps({"name": "digits", "entrypoint": "digits_task:make_task"})
+    _register_champion(uri, clean_out / "snapshot", "ctpipe-classifier", tags={"ctpipe.task_code": other})
+    with pytest.raises(DataValidationError) as caught:
+        run(write_clean(tmp_path / "new", days=2, seed=3), tmp_path / "out", tracking_uri=uri)
+    message = str(caught.value)
+    assert "with 1 error(s)" in message and "column dropped" not in message
+    assert "champion ctpipe-classifier v1 is a model of task 'digits' (task.entrypoint digits_task:make_task)" in message
+    assert "this run's task is 'tabular_classification' (built-in)" in message
+    assert "--set registry.model_name=" in message and "validation.use_champion_suite=false" in message
+    assert "Fix the data" not in message  # nothing is wrong with the data
+
+    same = json.dumps({"name": "tabular_classification", "entrypoint": "components.tasks.tabular:make_task"})
+    _register_champion(uri := local_tracking_uri(tmp_path / "same"), clean_out / "snapshot", "ctpipe-classifier",
+                       tags={"ctpipe.task_code": same})
+    assert run(write_clean(tmp_path / "same-data", days=2, seed=3), tmp_path / "out2", tracking_uri=uri).rows
 
 
 def test_drifted_partition_is_reported_as_skew_warning(tmp_path):

@@ -53,6 +53,8 @@ def test_user_errors_are_one_paragraph_without_traceback(tmp_path, capsys):
     assert main(_args(tmp_path / "missing", tmp_path / "out")) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "Traceback" not in err
+    # `ctpipe train` needs --data: the message must not tell it to leave --data out (it said so before).
+    assert "omit --data" not in err and "ctpipe demo-data --out" in err
     write_demo_data(tmp_path / "data", days=1, rows_per_day=50, seed=3)
     assert main(_args(tmp_path / "data", tmp_path / "out", "train.strategy=zero")) == 2
     assert "train.strategy" in capsys.readouterr().err
@@ -93,3 +95,21 @@ def test_a_rerun_with_other_split_settings_is_refused_not_resumed_on_the_old_spl
     assert "data.split_salt: checkpoint ctpipe-v1, now another" in err and "data.val_fraction: checkpoint" in err
     assert "new --out" in err and "Traceback" not in err
     assert files() == before
+
+
+def test_a_rerun_with_other_training_settings_is_refused_before_any_rank_starts(tmp_path, capsys):
+    """Before: the ranks refused the changed settings, so `ctpipe train` printed each rank's traceback and
+    exited 1 ("training failed"), as for a crash. Now the command refuses it before launching: exit 2, one
+    message naming each setting and the fix, no traceback; the checkpoints are left as they were."""
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=150, seed=3)
+    out = tmp_path / "out"
+    assert main(_args(tmp_path / "data", out)) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in (out / "checkpoints").rglob("*") if p.is_file()}
+    assert main(_args(tmp_path / "data", out, "train.max_steps=12", "train.lr=0.01", "model.hidden=32")) == 2
+    captured = capsys.readouterr()
+    err = captured.err + captured.out
+    assert "train.max_steps: checkpoint 6, now 12" in err and "train.lr: checkpoint 0.003, now 0.01" in err
+    assert "model.hidden: checkpoint 16, now 32" in err and "new --out" in err
+    assert "Traceback" not in err and "[rank" not in err
+    assert {p: p.read_bytes() for p in (out / "checkpoints").rglob("*") if p.is_file()} == before

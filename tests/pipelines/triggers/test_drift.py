@@ -221,3 +221,36 @@ def test_an_integer_coded_category_is_not_drift_when_a_null_makes_the_window_flo
     # Real drift in such a column still fires.
     assert compute_drift(window.assign(store=np.where(rng.random(1000) < 0.7, 1.0, window["store"])), reference,
                          WatchConfig()).columns["store"].drifted
+
+
+@pytest.mark.parametrize("rows", [200, 500])
+def test_a_rare_category_turning_common_drifts_in_a_window_too_small_for_its_own_bucket(rows):
+    # A flag that is 'yes' on 0.5% of the reference expects < 5 'yes' rows in the window, so the rare merge
+    # put both categories into one bucket and no test compared them. Before: 50% 'yes' was no drift.
+    rng = np.random.default_rng(0)
+    schema = Schema(label=None, key=None, numeric=[], categorical=["flag"], classes=[])
+    reference = compute_reference_stats(pd.DataFrame({"flag": rng.choice(["no", "yes"], 20_000, p=[0.995, 0.005])}),
+                                        schema)
+    for share in (0.1, 0.5):
+        window = pd.DataFrame({"flag": rng.choice(["no", "yes"], rows, p=[1 - share, share])})
+        flag = compute_drift(window, reference, WatchConfig()).columns["flag"]
+        assert flag.drifted and flag.statistic in ("psi", "cramers_v"), (share, flag.tests)
+    # The same distribution never drifts (the test is exact where the chi-square rule cannot be met).
+    for seed in range(200):
+        window = pd.DataFrame({"flag": np.random.default_rng(seed).choice(["no", "yes"], rows, p=[0.995, 0.005])})
+        flag = compute_drift(window, reference, WatchConfig()).columns["flag"]
+        assert not flag.drifted, (seed, flag.tests)
+
+
+def test_a_window_stored_as_float32_is_not_drift_from_a_float64_reference():
+    # An export that now writes the column as float32: 0.1 reads back as 0.10000000149, just above the reference's
+    # tied decile edge and sample values. Before: PSI 2.1 and KS 0.26 on the same distribution (drift).
+    rng = np.random.default_rng(0)
+    schema = Schema(label=None, key=None, numeric=["rate"], categorical=[], classes=[])
+    levels = [0.1, 0.2, 0.3, 0.7]
+    reference = compute_reference_stats(pd.DataFrame({"rate": rng.choice(levels, 5000)}), schema)
+    window = pd.DataFrame({"rate": rng.choice(levels, 1000).astype(np.float32)})
+    rate = compute_drift(window, reference, WatchConfig()).columns["rate"]
+    assert not rate.drifted and rate.tests["ks"]["value"] < 0.05, rate.tests
+    shifted = pd.DataFrame({"rate": rng.choice(levels, 1000, p=[0.1, 0.1, 0.1, 0.7]).astype(np.float32)})
+    assert compute_drift(shifted, reference, WatchConfig()).columns["rate"].drifted

@@ -104,3 +104,14 @@ def test_demo_data_command_writes_the_text_corpus(tmp_path, capsys):
     assert len(parts) == 3 and set(pd.read_parquet(parts[0]).columns) == {KEY_COLUMN, TEXT_COLUMN}
     assert "causal_lm demo data" in capsys.readouterr().out
     assert main(["demo-data", "--task", "tabular_classification", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_a_drifted_demo_day_holds_no_more_documents_than_a_clean_day(tmp_path):
+    """The README's `ctpipe demo-data --task causal_lm --out text --days 4 --drift-from-day 3`: before, the one
+    drifted day held all 478 module docstrings against 268 help topics a clean day, more than twice the
+    demo champion's largest partition, so a run on it (the watcher's drift run) stopped on the suite's
+    partition row-count rule instead of showing drift. Drifted days now hold at most a clean day's count."""
+    frames = [pd.read_parquet(p) for p in write_text_demo_data(tmp_path, days=4, drift_from_day=3)]
+    clean, drifted = frames[:3], frames[3:]
+    assert drifted[0][KEY_COLUMN].str.startswith("module:").all()
+    assert 0 < len(drifted[0]) <= max(len(f) for f in clean)
