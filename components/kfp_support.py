@@ -76,8 +76,12 @@ def warm_started() -> bool:
 
 
 @contextmanager
-def step_status(name: str) -> Iterator[StepRecord]:
-    """Record the step as running, then passed (with its result) or failed (with the error)."""
+def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_run: bool = False) -> Iterator[StepRecord]:
+    """Record the step as running, then passed (with its result) or failed (with the error).
+
+    ``mlflow_run`` (tracking URI, run id): the pipeline run's MLflow run, which a failing step ends as FAILED
+    (KILLED when interrupted) and the last step (``ends_run``) ends as FINISHED when it passes.
+    """
     from components.errors import UserError
     from components.timing import import_clock, loaded_heavy_libraries, process_start_time, step_timing
 
@@ -106,6 +110,13 @@ def step_status(name: str) -> Iterator[StepRecord]:
             yield record
     except BaseException as err:
         user_error = isinstance(err, UserError)
+        if mlflow_run:
+            from components.tracking import RetryPolicy, end_pipeline_run
+
+            interrupted = isinstance(err, KeyboardInterrupt | SystemExit)
+            # One quick retry: a failing step must not wait long on an MLflow that may be the reason it failed.
+            end_pipeline_run(*mlflow_run, "KILLED" if interrupted else "FAILED",
+                             retry=RetryPolicy(retries=1, backoff_seconds=0.5, max_backoff_seconds=0.5))
         _write_status(
             name,
             {
@@ -122,6 +133,10 @@ def step_status(name: str) -> Iterator[StepRecord]:
             },
         )
         raise
+    if ends_run and mlflow_run:
+        from components.tracking import end_pipeline_run
+
+        end_pipeline_run(*mlflow_run, "FINISHED")
     _write_status(
         name,
         {

@@ -83,7 +83,8 @@ def build_pipeline(
             sanity_summary=sane.outputs["Output"],
         ).set_display_name("train (FSDP)")
         selected = select_checkpoint(
-            checkpoints=trained.outputs["checkpoints"], snapshot=validated.outputs["snapshot"], config_json=config
+            checkpoints=trained.outputs["checkpoints"], snapshot=validated.outputs["snapshot"], config_json=config,
+            mlflow_tracking_uri=mlflow_tracking_uri, mlflow_run_id=mlflow_run,
         ).set_display_name("select checkpoint")
         evaluated = evaluate(
             model=selected.outputs["model"],

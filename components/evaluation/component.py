@@ -27,7 +27,7 @@ def evaluate(
     from components.config import Config
     from components.kfp_support import step_status
 
-    with step_status("evaluate") as record:
+    with step_status("evaluate", mlflow_run=(mlflow_tracking_uri, mlflow_run_id)) as record:
         # Imported inside the step, so its record counts the import time (components/kfp_support.py).
         from components.evaluation.evaluate import evaluate_candidate
         result = evaluate_candidate(

@@ -29,7 +29,8 @@ def register(
     from components.config import Config
     from components.kfp_support import step_status
 
-    with step_status("register") as record:
+    # The last step: its success ends the pipeline run's MLflow run as FINISHED.
+    with step_status("register", mlflow_run=(mlflow_tracking_uri, mlflow_run_id), ends_run=True) as record:
         # Imported inside the step, so its record counts the import time (components/kfp_support.py).
         from components.registration.register import register_candidate
         result = register_candidate(

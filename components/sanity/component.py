@@ -26,7 +26,7 @@ def sanity_checks(
     from components.config import Config
     from components.kfp_support import step_status
 
-    with step_status("sanity_checks") as record:
+    with step_status("sanity_checks", mlflow_run=(mlflow_tracking_uri, mlflow_run_id)) as record:
         # Imported inside the step, so its record counts the import time (components/kfp_support.py).
         from components.sanity.gate import run_sanity_checks
         result = run_sanity_checks(

@@ -14,14 +14,18 @@ def select_checkpoint(
     snapshot: Input[Dataset],
     config_json: str,
     model: Output[Model],
+    mlflow_tracking_uri: str = "",
+    mlflow_run_id: str = "",
 ) -> NamedTuple("Selection", [("step", int), ("metric", float)]):
-    """Pick the best evaluated checkpoint by the validation metric and export it as one file."""
+    """Pick the best evaluated checkpoint by the validation metric and export it as one file.
+
+    ``mlflow_*``: the pipeline run's MLflow run, which this step only ends (FAILED) if selection fails."""
     from collections import namedtuple
 
     from components.config import Config
     from components.kfp_support import step_status
 
-    with step_status("select_checkpoint") as record:
+    with step_status("select_checkpoint", mlflow_run=(mlflow_tracking_uri, mlflow_run_id)) as record:
         # Imported inside the step, so its record counts the import time (components/kfp_support.py).
         from components.selection.select import select_and_export
         selected = select_and_export(checkpoints.path, snapshot.path, Config.from_json(config_json), model.path)

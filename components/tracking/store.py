@@ -146,6 +146,22 @@ def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED") -> None:
     mlflow.MlflowClient(tracking_uri=tracking_uri).set_terminated(run_id, status)
 
 
+def end_pipeline_run(tracking_uri: str, run_id: str, status: str, *, retry: RetryPolicy | None = None) -> bool:
+    """End the pipeline run's MLflow run (opened by the first step, logged to by every step) with ``status``:
+    FINISHED by the last step, FAILED or KILLED by a step that fails. Without it MLflow shows every pipeline
+    run as RUNNING forever, finished or dead alike. Best effort: False when there is no run or MLflow stays
+    unavailable (a failing step's own error is what matters then)."""
+    if not tracking_uri or not run_id:
+        return False
+    try:
+        with bounded_mlflow_http():
+            (retry or RetryPolicy()).call(lambda: end_run(tracking_uri, run_id, status),
+                                          f"mark MLflow run {run_id} {status}")
+    except Exception:  # noqa: BLE001 - never replaces the step's outcome
+        return False
+    return True
+
+
 def run_tags(tracking_uri: str, run_id: str) -> dict[str, str]:
     """The tags of run ``run_id``."""
     import mlflow

@@ -28,7 +28,7 @@ def train(
     from components.config import Config
     from components.kfp_support import step_status
 
-    with step_status("train") as record:
+    with step_status("train", mlflow_run=(mlflow_tracking_uri, mlflow_run_id)) as record:
         # Imported inside the step, so its record counts the import time (components/kfp_support.py).
         from components.training.launch import train_model
         result = train_model(

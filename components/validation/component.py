@@ -24,7 +24,7 @@ def validate_data(
     from components.config import Config
     from components.kfp_support import step_status
 
-    with step_status("validate_data") as record:
+    with step_status("validate_data", mlflow_run=(mlflow_tracking_uri, mlflow_run_id)) as record:
         # Imported inside the step, so its record counts the import time (components/kfp_support.py).
         from components.validation.validate import validate_data as validate
         result = validate(

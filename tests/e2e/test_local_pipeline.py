@@ -95,6 +95,8 @@ def test_first_run_succeeds_and_becomes_champion(first_run, home):
     assert champion.tags["ctpipe.data_fingerprint"] == summary["data_fingerprint"]
     assert champion.tags["ctpipe.trigger"] == "manual"
     assert champion.tags["ctpipe.blessed"] == "true"
+    # The pipeline run's MLflow run was ended by the last step (before: RUNNING forever, like a dead one).
+    assert client.get_run(summary["mlflow_run_id"]).info.status == "FINISHED"
 
 
 def test_first_run_records_each_steps_time_split_and_starts_them_warm(first_run):
@@ -161,6 +163,8 @@ def test_bad_data_fails_in_validation_and_leaves_the_champion(first_run, home, d
     assert "Traceback" not in result.stdout + result.stderr
     assert _versions(home, name) == before_versions
     assert registry(home).get_model_version_by_alias(name, "champion").version == before_champion
+    # The failing step ended the run's MLflow run as FAILED.
+    assert registry(home).get_run(summary["mlflow_run_id"]).info.status == "FAILED"
 
 
 @pytest.mark.parametrize(
