@@ -62,13 +62,34 @@ def _read_file(p: Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file '{p}' does not exist; pass an existing YAML or JSON file to --config")
     try:
-        loaded = yaml.safe_load(p.read_text()) or {}
+        loaded = yaml.load(p.read_text(), Loader=_UniqueKeyLoader) or {}
+    except _DuplicateKey as err:
+        raise ConfigError(f"config file '{p}': {err}; give each key once") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"config file '{p}' is not valid YAML/JSON: {err}") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
     _reject_unknown(loaded)
     return loaded
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool | None):
+                continue  # an unhashable key: SafeLoader reports it
+            if key in seen:
+                raise _DuplicateKey(f"key {key!r} is given more than once (again at line {key_node.start_mark.line + 1})")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_set_value(text: str) -> Any:
