@@ -46,16 +46,17 @@ def load_config(
 
 def apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any]:
     """``section.key=value`` settings over ``values``: a value merges into a mapping, except that
-    ``section.mapping=...`` (e.g. ``evaluate.thresholds={}``) names a whole mapping and replaces it."""
-    update: dict[str, Any] = {}
-    whole: dict[str, Any] = {}
+    ``section.mapping=...`` (e.g. ``evaluate.thresholds={}``) names a whole mapping and replaces it.
+    Settings apply in order, so ``evaluate.thresholds={}`` then ``evaluate.thresholds.auc.value=0.7`` keeps
+    the auc rule (the whole mapping first, then the key into it)."""
     for assignment in settings:
-        apply_override(update, assignment)
-        key = assignment.partition("=")[0].strip().split(".")
-        if len(key) == 2:
-            apply_override(whole, assignment)
-    _reject_unknown(update)
-    return _replace_whole_maps(merge_values(values, update), whole)
+        one: dict[str, Any] = {}
+        apply_override(one, assignment)
+        _reject_unknown(one)
+        values = merge_values(values, one)
+        if len(assignment.partition("=")[0].strip().split(".")) == 2:
+            values = _replace_whole_maps(values, one)
+    return values
 
 
 def _read_file(p: Path) -> dict[str, Any]:
