@@ -8,6 +8,7 @@ a value of the wrong kind raises ``ConfigError`` naming ``section.field`` and wh
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal
@@ -88,9 +89,12 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if isinstance(value, bool):
             raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number") from None
+        if math.isnan(number):  # NaN fails every comparison: a bound of NaN would pass or block anything
+            raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number (NaN); give a number")
+        return number
     if hint is str:
         if not isinstance(value, str | int | float):
             raise ConfigError(f"invalid config value for '{where}': expected text, got {value!r}")

@@ -26,3 +26,13 @@ def test_a_whole_mapping_then_one_of_its_keys_keeps_both_in_order():
     assert list(resolve_config("", "\n".join(settings)).evaluate.thresholds) == ["auc"]
     # The other order still means "no rules": the later whole mapping replaces the earlier rule.
     assert load_config(None, settings[::-1]).evaluate.thresholds == {}
+
+
+@pytest.mark.parametrize("setting", ["evaluate.thresholds.accuracy.change_abs=.nan",
+                                     "evaluate.thresholds.accuracy.change_rel=nan",
+                                     "evaluate.thresholds.accuracy.value=nan",
+                                     "evaluate.slice_thresholds.accuracy.change_abs=NaN"])
+def test_nan_in_a_blessing_rule_is_refused(setting):
+    # A NaN bound was accepted and then failed every candidate with "allowed change +nan": refuse it up front.
+    with pytest.raises(ConfigError, match=r"(?i)evaluate\.(slice_)?thresholds\..*nan"):
+        load_config(None, [setting])
