@@ -96,6 +96,9 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number (NaN); give a number")
         return number
     if hint is str:
+        if isinstance(value, bool):  # str(True) is "True", which matches no "true" (a node label, a column)
+            raise ConfigError(f"invalid config value for '{where}': expected text, got the boolean {value!r}; "
+                              f"quote it in YAML (e.g. '{str(value).lower()}')")
         if not isinstance(value, str | int | float):
             raise ConfigError(f"invalid config value for '{where}': expected text, got {value!r}")
         return str(value)

@@ -9,6 +9,7 @@ sections and keys are refused before anything is merged, so none is silently dro
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,7 +119,30 @@ def apply_override(values: dict[str, Any], assignment: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(f"invalid --set key '{key}': '{part}' is a value, not a section")
         node = child
-    node[parts[-1]] = parse_set_value(raw)
+    value = parse_set_value(raw)
+    # A text field keeps the text as typed: YAML would read a split salt "01" as 1, "no" as False and drop a
+    # "#..." as a comment. Quoted text and null keep their YAML meaning; a list or mapping is refused.
+    if isinstance(value, str | int | float) and _is_text(_hint_at(parts)) and not raw.strip().startswith(("'", '"')):
+        value = raw.strip()
+    node[parts[-1]] = value
+
+
+def _hint_at(parts: list[str]) -> Any:
+    """The type hint of the config field at ``parts`` (e.g. data.split_salt, kubernetes.node_selector.pool)."""
+    hint: Any = Config
+    for part in parts:
+        if dataclasses.is_dataclass(hint):
+            hint = typing.get_type_hints(hint).get(part)
+        elif typing.get_origin(hint) is dict:
+            hint = typing.get_args(hint)[1]
+        else:
+            return None
+    return hint
+
+
+def _is_text(hint: Any) -> bool:
+    return hint is str or (typing.get_origin(hint) in (typing.Union, types.UnionType)
+                           and set(typing.get_args(hint)) == {str, type(None)})
 
 
 def merge_values(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -36,3 +36,31 @@ def test_nan_in_a_blessing_rule_is_refused(setting):
     # A NaN bound was accepted and then failed every candidate with "allowed change +nan": refuse it up front.
     with pytest.raises(ConfigError, match=r"(?i)evaluate\.(slice_)?thresholds\..*nan"):
         load_config(None, [setting])
+
+
+@pytest.mark.parametrize("text", ["01", "1.10", "no", "on", "0x1F", "1_000", "salt #2"])
+def test_set_keeps_the_text_of_a_text_field_as_given(text):
+    # --set parsed every value as YAML and a text field took str() of the result: a split salt "01" became
+    # "1" and "no" became "False" (silently reshuffling every split), "salt #2" lost its "#2" as a comment.
+    config = load_config(None, [f"data.split_salt={text}", f"kubernetes.node_selector.pool={text}"])
+    assert config.data.split_salt == text
+    assert config.kubernetes.node_selector == {"pool": text}
+    assert resolve_config("", f"registry.model_name={text}").registry.model_name == text
+
+
+def test_set_text_field_quotes_and_null_keep_their_yaml_meaning():
+    assert load_config(None, ["data.split_salt='01'"]).data.split_salt == "01"
+    assert load_config(None, ['data.split_salt=" padded "']).data.split_salt == " padded "
+    assert load_config(None, ["data.key=null"]).data.key is None
+    assert load_config(None, ["data.key=~"]).data.key is None
+    assert load_config(None, ["data.key=id"]).data.key == "id"
+    with pytest.raises(ConfigError, match=r"data\.split_salt.*expected text"):
+        load_config(None, ["data.split_salt=[a, b]"])  # a list or mapping for a text field is still refused
+
+
+def test_a_boolean_for_a_text_field_in_a_file_is_refused(tmp_path):
+    # `node_selector: {gpu: true}` became the label value "True", which matches no node labelled "true".
+    path = tmp_path / "run.yaml"
+    path.write_text("kubernetes:\n  node_selector:\n    gpu: true\n")
+    with pytest.raises(ConfigError, match=r"kubernetes\.node_selector\.gpu.*True.*quote"):
+        load_config(path)
