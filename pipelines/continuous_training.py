@@ -48,7 +48,7 @@ def build_pipeline(
             data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
             trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model.
             config_json: The full ctpipe config as JSON; empty means the defaults of this pipeline version.
-            config_overrides: KEY=VALUE overrides applied as ctpipe run --set applies them, one per line or separated by ';', e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
+            config_overrides: KEY=VALUE overrides applied as ctpipe run --set applies them, one per line or separated by ';' (a ';' in a value, e.g. in a URI, stays when no SECTION.FIELD= follows it), e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
             mlflow_tracking_uri: MLflow tracking and registry URI; credentials come from Kubernetes secrets, never from here.
         """
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER

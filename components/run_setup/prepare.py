@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -9,6 +10,8 @@ from pathlib import Path
 
 from components.config import TRIGGERS, Config, apply_settings
 from components.errors import ConfigError
+
+_NEXT_SETTING = re.compile(r";(?=\s*[A-Za-z_]\w*\.[\w.]+\s*=)")
 
 
 @dataclass
@@ -21,7 +24,8 @@ class PreparedRun:
 
 
 def resolve_config(config_json: str, overrides: str, *, default_json: str = "") -> Config:
-    """The config from JSON with newline- or ';'-separated KEY=VALUE overrides applied; an empty JSON means
+    """The config from JSON with newline- or ';'-separated KEY=VALUE overrides applied (a ';' followed by
+    something other than ``section.field=`` is part of the value); an empty JSON means
     ``default_json`` (the config the pipeline was compiled with), and the defaults when that is empty too.
 
     The overrides apply exactly as ``ctpipe run --set`` applies them (``evaluate.thresholds={}`` replaces the
@@ -36,7 +40,8 @@ def resolve_config(config_json: str, overrides: str, *, default_json: str = "") 
     # Empty on a cluster pipeline: its compiled config (a PyTorchJob backend), never the laptop defaults.
     chosen = config_json if config_json.strip() else default_json
     base = Config.from_json(chosen).to_dict() if chosen.strip() else Config().to_dict()
-    settings = [s.strip() for s in overrides.replace(";", "\n").splitlines() if s.strip()]
+    # A ';' separates settings only where another SECTION.FIELD= follows, so a value keeps its own ';' (a URI).
+    settings = [s.strip() for line in overrides.splitlines() for s in _NEXT_SETTING.split(line) if s.strip()]
     values = apply_settings(base, settings)
     if values["task"] != base["task"]:
         from components.tasks.run_config import with_task_defaults_of

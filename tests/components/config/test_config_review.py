@@ -64,3 +64,12 @@ def test_a_boolean_for_a_text_field_in_a_file_is_refused(tmp_path):
     path.write_text("kubernetes:\n  node_selector:\n    gpu: true\n")
     with pytest.raises(ConfigError, match=r"kubernetes\.node_selector\.gpu.*True.*quote"):
         load_config(path)
+
+
+def test_config_overrides_split_on_a_semicolon_only_before_another_setting():
+    # A ';' inside a value (a URI's parameters, a salt) split it into a bogus "setting" and failed the run.
+    config = resolve_config("", "registry.tracking_uri=http://mlflow:5000/x?a=1;b=2; data.split_salt=s;1\n"
+                                "train.max_steps=50;train.warmup_steps=5")
+    assert config.registry.tracking_uri == "http://mlflow:5000/x?a=1;b=2"
+    assert config.data.split_salt == "s;1"
+    assert (config.train.max_steps, config.train.warmup_steps) == (50, 5)
