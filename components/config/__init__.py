@@ -22,6 +22,7 @@ from components.config.loading import (
     apply_override,
     apply_settings,
     load_config,
+    load_values,
     merge_values,
     parse_set_value,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "apply_override",
     "apply_settings",
     "load_config",
+    "load_values",
     "merge_values",
     "metric_direction",
     "parse_set_value",

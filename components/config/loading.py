@@ -32,6 +32,16 @@ def load_config(
     ``defaults``: one mapping, or several layers, each over the one before; a layer is a mapping (as a
     file holds) or ``section.key=value`` settings applied as ``--set`` applies them (a task's
     ``config_defaults``, the demo's settings)."""
+    return Config.from_dict(load_values(path, overrides, defaults=defaults))
+
+
+def load_values(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    *,
+    defaults: dict[str, Any] | Sequence[dict[str, Any] | Sequence[str]] | None = None,
+) -> dict[str, Any]:
+    """``load_config``'s merged plain values, keys checked but not yet validated as a whole ``Config``."""
     values = Config().to_dict()
     for layer in [defaults] if isinstance(defaults, dict) else list(defaults or []):
         if isinstance(layer, dict):
@@ -42,7 +52,7 @@ def load_config(
     if path is not None:
         loaded = _read_file(Path(path))
         values = _replace_whole_maps(merge_values(values, loaded), loaded)
-    return Config.from_dict(apply_settings(values, list(overrides or [])))
+    return apply_settings(values, list(overrides or []))
 
 
 def apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any]:

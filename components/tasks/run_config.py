@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from components.config import Config, apply_settings, load_config
+from components.config import Config, TaskConfig, apply_settings, load_config, load_values
+from components.config.coerce import build_dataclass
 from components.tasks.registry import TaskError, load_task, task_record
 
 
@@ -27,10 +28,12 @@ def load_run_config(
 ) -> Config:
     """``load_config`` with the run's task's ``config_defaults`` under ``defaults`` (one mapping or layers, as
     ``load_config`` takes them), the file and ``--set``."""
-    config = load_config(path, overrides, defaults=defaults)
-    task_settings = task_config_defaults(config)
+    # Only the task section is validated here: the rest may be valid only over the task's defaults
+    # (select.mode=min for causal_lm's val_loss), which are not known until the task is.
+    values = load_values(path, overrides, defaults=defaults)
+    task_settings = _task_defaults(build_dataclass(TaskConfig, values["task"], "task"))
     if not task_settings:
-        return config
+        return Config.from_dict(values)
     layers = [defaults] if isinstance(defaults, dict) else list(defaults or [])
     return load_config(path, overrides, defaults=[task_settings, *layers])
 
@@ -39,8 +42,12 @@ def task_config_defaults(config: Config) -> tuple[str, ...]:
     """The config's task's ``config_defaults`` (``section.key=value`` settings); none when the task cannot be
     loaded here (a user's package that is not installed where the pipeline is compiled: the steps load it and
     report it)."""
+    return _task_defaults(config.task)
+
+
+def _task_defaults(task_config: TaskConfig) -> tuple[str, ...]:
     try:
-        task = load_task(task_record(config.task))
+        task = load_task(task_record(task_config))
     except TaskError:
         return ()
     return tuple(task.config_defaults)

@@ -73,3 +73,15 @@ def test_config_overrides_split_on_a_semicolon_only_before_another_setting():
     assert config.registry.tracking_uri == "http://mlflow:5000/x?a=1;b=2"
     assert config.data.split_salt == "s;1"
     assert (config.train.max_steps, config.train.warmup_steps) == (50, 5)
+
+
+@pytest.mark.parametrize("setting", ["select.mode=min", "evaluate.thresholds.loss.direction=lower"])
+def test_a_setting_valid_only_with_the_tasks_defaults_is_accepted(setting):
+    # The task was found by validating the config WITHOUT its defaults first, so a tweak of the task's own
+    # settings (min for its val_loss, a direction for its loss rule) was refused as if applied to the tabular ones.
+    from components.tasks.run_config import load_run_config
+
+    config = load_run_config(None, ["task.name=causal_lm", setting])
+    assert config.select.metric == "val_loss" and config.select.direction == "min"
+    assert config.evaluate.thresholds["loss"].value == "baseline"
+    assert resolve_config("", f"task.name=causal_lm\n{setting}").select.metric == "val_loss"
