@@ -9,6 +9,7 @@ sections and keys are refused before anything is merged, so none is silently dro
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from collections.abc import Sequence
@@ -73,8 +74,16 @@ def apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any
 def _read_file(p: Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file '{p}' does not exist; pass an existing YAML or JSON file to --config")
+    text = p.read_text()
     try:
-        loaded = yaml.load(p.read_text(), Loader=_UniqueKeyLoader) or {}
+        # JSON first: YAML 1.1 reads JSON's 1e-05 as text and refuses tab indentation.
+        loaded = json.loads(text, object_pairs_hook=_unique_pairs)
+    except json.JSONDecodeError:
+        loaded = None
+    except _DuplicateKey as err:
+        raise ConfigError(f"config file '{p}': {err}; give each key once") from None
+    try:
+        loaded = loaded if loaded is not None else (yaml.load(text, Loader=_UniqueKeyLoader) or {})
     except _DuplicateKey as err:
         raise ConfigError(f"config file '{p}': {err}; give each key once") from None
     except yaml.YAMLError as err:
@@ -87,6 +96,15 @@ def _read_file(p: Path) -> dict[str, Any]:
 
 class _DuplicateKey(Exception):
     pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"key {key!r} is given more than once")
+        out[key] = value
+    return out
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -1,5 +1,7 @@
 """Config values that were accepted but silently changed or dropped (a skeptical review's cases)."""
 
+import json
+
 import pytest
 
 from components.config import load_config
@@ -85,3 +87,15 @@ def test_a_setting_valid_only_with_the_tasks_defaults_is_accepted(setting):
     assert config.select.metric == "val_loss" and config.select.direction == "min"
     assert config.evaluate.thresholds["loss"].value == "baseline"
     assert resolve_config("", f"task.name=causal_lm\n{setting}").select.metric == "val_loss"
+
+
+def test_a_json_config_file_is_read_as_json(tmp_path):
+    # Read by YAML 1.1, JSON's 1e-05 was the text "1e-05" (a task option got a string) and a tab-indented
+    # JSON file was "not valid YAML/JSON".
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"task": {"options": {"lr": 1e-05}}, "train": {"max_steps": 1e3}}, indent="\t"))
+    config = load_config(path)
+    assert config.task.options == {"lr": 1e-05} and config.train.max_steps == 1000
+    path.write_text('{"train": {"max_steps": 200, "max_steps": 300}}')
+    with pytest.raises(ConfigError, match=r"run\.json.*'max_steps'.*more than once"):
+        load_config(path)
