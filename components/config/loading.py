@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -122,10 +123,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 reads 1e-5 (no dot) as text; YAML 1.2 and JSON read it as a number, as a user means it.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def parse_set_value(text: str) -> Any:
     """Parse the value of ``--set key=value`` as YAML (numbers, booleans, lists, null), else keep text."""
     try:
-        return yaml.safe_load(text) if text != "" else ""
+        return yaml.load(text, Loader=_UniqueKeyLoader) if text != "" else ""
+    except _DuplicateKey as err:
+        raise ConfigError(f"invalid --set value {text!r}: {err}; give each key once") from None
     except yaml.YAMLError:
         return text
 

@@ -99,3 +99,17 @@ def test_a_json_config_file_is_read_as_json(tmp_path):
     path.write_text('{"train": {"max_steps": 200, "max_steps": 300}}')
     with pytest.raises(ConfigError, match=r"run\.json.*'max_steps'.*more than once"):
         load_config(path)
+
+
+def test_exponent_numbers_without_a_dot_are_numbers(tmp_path):
+    # YAML 1.1 needs a dot in 1.0e-5: 1e-5 was the text "1e-5", handed as such to a task's factory options.
+    config = load_config(None, ["task.options.lr=1e-5", "task.options.steps=1E3", "train.max_steps=1e3"])
+    assert config.task.options == {"lr": 1e-05, "steps": 1000.0} and config.train.max_steps == 1000
+    path = tmp_path / "run.yaml"
+    path.write_text("task:\n  options:\n    lr: 1e-5\n    tag: v1e5\n")
+    assert load_config(path).task.options == {"lr": 1e-05, "tag": "v1e5"}
+
+
+def test_a_key_given_twice_inside_one_set_value_is_refused():
+    with pytest.raises(ConfigError, match=r"'accuracy'.*more than once"):
+        load_config(None, ["evaluate.thresholds={accuracy: {value: 0.8}, accuracy: {value: 0.9}}"])
