@@ -178,8 +178,9 @@ def _hint_at(parts: list[str]) -> Any:
 
 
 def _is_text(hint: Any) -> bool:
-    return hint is str or (typing.get_origin(hint) in (typing.Union, types.UnionType)
-                           and set(typing.get_args(hint)) == {str, type(None)})
+    """A text field, or a list of texts (given as one comma-separated text on the command line)."""
+    return hint is str or hint == list[str] or (typing.get_origin(hint) in (typing.Union, types.UnionType)
+                                                and set(typing.get_args(hint)) == {str, type(None)})
 
 
 def merge_values(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

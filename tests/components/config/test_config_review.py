@@ -113,3 +113,10 @@ def test_exponent_numbers_without_a_dot_are_numbers(tmp_path):
 def test_a_key_given_twice_inside_one_set_value_is_refused():
     with pytest.raises(ConfigError, match=r"'accuracy'.*more than once"):
         load_config(None, ["evaluate.thresholds={accuracy: {value: 0.8}, accuracy: {value: 0.9}}"])
+
+
+@pytest.mark.parametrize(("text", "columns"), [("01", ["01"]), ("yes", ["yes"]), ("a #b", ["a #b"]), ("a,01", ["a", "01"])])
+def test_set_keeps_the_text_of_a_list_of_columns(text, columns):
+    # A one-column list given as text was read as YAML: "01" was refused as the number 1, "a #b" lost "#b".
+    assert load_config(None, [f"evaluate.slices={text}"]).evaluate.slices == columns
+    assert load_config(None, [f"data.features={text}"]).data.features == columns
