@@ -92,8 +92,10 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number") from None
-        if math.isnan(number):  # NaN fails every comparison: a bound of NaN would pass or block anything
-            raise ConfigError(f"invalid config value for '{where}': {value!r} is not a number (NaN); give a number")
+        # NaN fails every comparison (a bound of NaN blocks anything); an infinite timeout, TTL or decay breaks
+        # the run late (timedelta(minutes=inf) overflows in every rank), so only finite numbers are settings.
+        if not math.isfinite(number):
+            raise ConfigError(f"invalid config value for '{where}': {value!r} is not a finite number; give a finite number")
         return number
     if hint is str:
         if isinstance(value, bool):  # str(True) is "True", which matches no "true" (a node label, a column)

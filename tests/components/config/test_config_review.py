@@ -120,3 +120,12 @@ def test_set_keeps_the_text_of_a_list_of_columns(text, columns):
     # A one-column list given as text was read as YAML: "01" was refused as the number 1, "a #b" lost "#b".
     assert load_config(None, [f"evaluate.slices={text}"]).evaluate.slices == columns
     assert load_config(None, [f"data.features={text}"]).data.features == columns
+
+
+@pytest.mark.parametrize("setting", ["train.timeout_minutes=.inf", "registry.lock_ttl_seconds=inf",
+                                     "train.weight_decay=Infinity", "watch.interval_seconds=.inf"])
+def test_an_infinite_number_is_refused(setting):
+    # Accepted, then: timedelta(minutes=inf) crashed every rank after the sanity gate; an infinite lock TTL
+    # never lets a crashed holder's lock go; an infinite weight decay turns the weights into NaN.
+    with pytest.raises(ConfigError, match=setting.partition("=")[0].replace(".", r"\.") + ".*finite"):
+        load_config(None, [setting])
