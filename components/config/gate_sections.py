@@ -132,6 +132,7 @@ class EvaluationConfig:
                     "is not a metric name (letters, digits and _); name one of the task's metrics, e.g. accuracy",
                 )
         check(self.slice_min_rows >= 1, "evaluate.slice_min_rows", "must be >= 1")
+        check(0 <= self.seed < 2**63, "evaluate.seed", f"{self.seed} must be in [0, 2**63) (numpy takes no negative seed)")
         check(0.5 <= self.confidence < 1, "evaluate.confidence", "must be in [0.5, 1)")
         tail = self.bootstrap_samples * (1 - self.confidence) / 2
         check(

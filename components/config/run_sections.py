@@ -239,3 +239,4 @@ class TrainConfig:
         check(self.timeout_minutes > 0, "train.timeout_minutes", "must be > 0")
         check(self.threads_per_worker >= 1, "train.threads_per_worker", "must be >= 1")
         check(self.deadline_seconds >= 60, "train.deadline_seconds", "must be >= 60")
+        check(0 <= self.seed < 2**63, "train.seed", f"{self.seed} must be in [0, 2**63) (numpy and torch take no other)")

@@ -129,3 +129,11 @@ def test_an_infinite_number_is_refused(setting):
     # never lets a crashed holder's lock go; an infinite weight decay turns the weights into NaN.
     with pytest.raises(ConfigError, match=setting.partition("=")[0].replace(".", r"\.") + ".*finite"):
         load_config(None, [setting])
+
+
+@pytest.mark.parametrize("setting", ["train.seed=-1", "evaluate.seed=-5", "train.seed=18446744073709551616"])
+def test_a_seed_numpy_or_torch_cannot_take_is_refused(setting):
+    # Accepted, then np.random.default_rng(-1) failed the sanity gate (train.seed) or the evaluation after the
+    # whole training (evaluate.seed), and torch.manual_seed overflows past 2**64.
+    with pytest.raises(ConfigError, match=setting.partition("=")[0].replace(".", r"\.") + r".*\[0, 2\*\*63\)"):
+        load_config(None, [setting])
