@@ -166,5 +166,7 @@ class RegistryConfig:
         check(self.champion_alias != self.challenger_alias, "registry.challenger_alias", "must differ from champion_alias")
         check(self.retries >= 0, "registry.retries", "must be >= 0")
         check(self.retry_backoff_seconds >= 0, "registry.retry_backoff_seconds", "must be >= 0")
-        check(self.retry_max_backoff_seconds >= 0, "registry.retry_max_backoff_seconds", "must be >= 0")
+        check(self.retry_max_backoff_seconds >= self.retry_backoff_seconds, "registry.retry_max_backoff_seconds",
+              f"{self.retry_max_backoff_seconds} must be >= registry.retry_backoff_seconds ({self.retry_backoff_seconds}): "
+              "the cap would silently shorten every wait")
         check(self.lock_ttl_seconds > 0, "registry.lock_ttl_seconds", "must be > 0")

@@ -137,3 +137,11 @@ def test_a_seed_numpy_or_torch_cannot_take_is_refused(setting):
     # whole training (evaluate.seed), and torch.manual_seed overflows past 2**64.
     with pytest.raises(ConfigError, match=setting.partition("=")[0].replace(".", r"\.") + r".*\[0, 2\*\*63\)"):
         load_config(None, [setting])
+
+
+def test_a_registry_backoff_above_its_cap_is_refused():
+    # registry.retry_backoff_seconds=30 under the default cap of 15 silently waited 15 s (watch refuses this).
+    with pytest.raises(ConfigError, match=r"registry\.retry_max_backoff_seconds.*15.*>= registry\.retry_backoff_seconds"):
+        load_config(None, ["registry.retry_backoff_seconds=30"])
+    config = load_config(None, ["registry.retry_backoff_seconds=30", "registry.retry_max_backoff_seconds=120"])
+    assert config.registry.retry_backoff_seconds == 30
