@@ -91,7 +91,10 @@ def _read_file(p: Path) -> dict[str, Any]:
         raise ConfigError(f"config file '{p}' is not valid YAML/JSON: {err}") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
-    _reject_unknown(loaded)
+    try:
+        _reject_unknown(loaded)
+    except ConfigError as err:
+        raise ConfigError(f"config file '{p}': {err}") from None
     return loaded
 
 

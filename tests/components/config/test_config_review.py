@@ -145,3 +145,10 @@ def test_a_registry_backoff_above_its_cap_is_refused():
         load_config(None, ["registry.retry_backoff_seconds=30"])
     config = load_config(None, ["registry.retry_backoff_seconds=30", "registry.retry_max_backoff_seconds=120"])
     assert config.registry.retry_backoff_seconds == 30
+
+
+def test_an_unknown_key_in_a_config_file_names_the_file(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("train:\n  maxsteps: 5\n")
+    with pytest.raises(ConfigError, match=r"config file '.*run\.yaml': unknown config key 'train\.maxsteps'; allowed"):
+        load_config(path)
