@@ -127,6 +127,38 @@ def test_token_comes_from_a_file_or_the_environment_never_the_command_line(serve
     assert main(["deploy", "--host", server.url, "--package", package, "--version", "v1", "--token-file", str(token_file)]) == 0
 
 
+def test_a_token_file_is_read_again_for_every_call_so_a_rotated_projected_token_keeps_working(
+    server, package, tmp_path, monkeypatch
+):
+    from pipelines import kfp_runs
+
+    monkeypatch.delenv("KFP_TOKEN")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    client = kfp_client.connect(server.url, token_file=str(token_file))
+    deploy.deploy(client, package, version_name="v1")
+    # The kubelet rewrites a projected service-account token before it expires (the watcher's: 3600 s); a
+    # 'ctpipe watch --interval' or a 'ctpipe submit --wait' lives longer than one token.
+    token_file.write_text("rotated-token")
+    server.state.token = "rotated-token"
+    run = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="after-rotation")
+    assert server.state.runs[run.run_id]["display_name"] == "after-rotation"
+    assert server.state.auth_headers[-1] == "Bearer rotated-token"
+
+
+def test_the_kubeflow_token_path_is_the_last_fallback_for_credentials(server, package, tmp_path, monkeypatch):
+    # Kubeflow notebooks get KF_PIPELINES_SA_TOKEN_PATH from a PodDefault; kfp.Client ignores it once a host is given.
+    monkeypatch.delenv("KFP_TOKEN")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    deploy.deploy(kfp_client.connect(server.url), package, version_name="v1")
+    assert set(server.state.auth_headers) == {f"Bearer {TOKEN}"}
+    monkeypatch.setenv("KFP_TOKEN", "wrong")  # an explicit token comes first
+    with pytest.raises(UserError, match="refused the credentials"):
+        kfp_client.connect(server.url)
+
+
 def test_submit_starts_a_run_of_the_latest_version_with_parameters_and_trigger(server, package, capsys):
     client = deploy.connect(server.url)
     deploy.deploy(client, package, version_name="v1")
