@@ -49,6 +49,20 @@ def test_first_deploy_creates_the_pipeline_then_each_commit_adds_a_version(serve
     assert kfp_client.latest_version(client, first.pipeline_id).display_name == "bbbb222"
 
 
+def test_deploying_an_older_commit_again_makes_it_the_version_that_runs_next(server, package):
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="aaaa111")
+    deploy.deploy(client, package, version_name="bbbb222")
+    # A rollback: CI deploys commit aaaa111 again. Submitted runs, the watcher's runs and the schedule all take
+    # the latest version, so "already deployed, unchanged" would leave bbbb222 running.
+    rollback = deploy.deploy(client, package, version_name="aaaa111")
+    assert rollback.created_version and rollback.changed and rollback.version_name.startswith("aaaa111-redeploy-")
+    latest = kfp_client.latest_version(client, rollback.pipeline_id)
+    assert latest.pipeline_version_id == rollback.version_id
+    again = deploy.deploy(client, package, version_name="aaaa111")
+    assert not again.changed and again.version_id == rollback.version_id and again.version_name == rollback.version_name
+
+
 def test_schedule_is_created_then_left_alone_then_replaced_and_follows_the_latest_version(server, package):
     client = deploy.connect(server.url)
     created = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", service_account="ctpipe-sa")
