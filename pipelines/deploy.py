@@ -82,7 +82,8 @@ def deploy(
     pipeline_id, version, created_pipeline, created_version = upload(
         client, package_path, pipeline_name=pipeline_name, version_name=version_name, namespace=namespace
     )
-    experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
+    kfp_experiment = client.create_experiment(experiment, namespace=namespace)
+    experiment_id = kfp_experiment.experiment_id
     result = DeployResult(
         pipeline_id=pipeline_id,
         version_id=version.pipeline_version_id,
@@ -101,6 +102,7 @@ def deploy(
             cron=validate_cron(schedule),
             parameters={**(schedule_parameters or {}), "trigger": "schedule"},
             service_account=service_account,
+            namespace=kfp_experiment.namespace or namespace,
         )
     return result
 
@@ -147,15 +149,18 @@ def ensure_schedule(
     cron: str,
     parameters: dict[str, Any],
     service_account: str | None,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """One enabled recurring run ``name`` following the latest pipeline version; recreate it when it differs."""
     import kfp_server_api as api
 
-    existing = find_recurring_runs(client, experiment_id, name)
+    # Looked up in the whole namespace: one left in an experiment deployed to before would go on firing.
+    existing = find_recurring_runs(client, name, namespace)
     for run in existing:
         ref = run.pipeline_version_reference
         same = (
-            run.trigger is not None
+            run.experiment_id == experiment_id
+            and run.trigger is not None
             and run.trigger.cron_schedule is not None
             and run.trigger.cron_schedule.cron == cron
             and int(run.max_concurrency or 0) == 1

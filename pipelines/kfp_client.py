@@ -132,8 +132,9 @@ def latest_version(client, pipeline_id: str):
     return versions[0]
 
 
-def find_recurring_runs(client, experiment_id: str, name: str) -> list:
-    found = client.list_recurring_runs(experiment_id=experiment_id, page_size=100, filter=_equals("display_name", name))
+def find_recurring_runs(client, name: str, namespace: str | None = None) -> list:
+    """The recurring runs named ``name`` in ``namespace`` (all of them in single-user KFP), in any experiment."""
+    found = client.list_recurring_runs(namespace=namespace, page_size=100, filter=_equals("display_name", name))
     return [r for r in found.recurring_runs or [] if r.display_name == name]
 
 

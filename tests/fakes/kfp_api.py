@@ -238,7 +238,8 @@ def _pipelines(state, method, parts, query, headers, body):
 
 def _experiments(state, method, parts, query, data):
     if method == "POST" and not parts:
-        if any(e["display_name"] == data.get("display_name") for e in state.experiments.values()):
+        namespace = data.get("namespace") or ""
+        if any(e["display_name"] == data.get("display_name") and e["namespace"] == namespace for e in state.experiments.values()):
             raise ApiError(409, "experiment exists")
         experiment = {
             "experiment_id": str(uuid.uuid4()),
@@ -251,7 +252,9 @@ def _experiments(state, method, parts, query, data):
         state.experiments[experiment["experiment_id"]] = experiment
         return 200, experiment
     if method == "GET" and not parts:
-        items, token = _filter(list(state.experiments.values()), query)
+        # As in multi-user KFP: experiments are listed per namespace (none: the shared ones, namespace "").
+        scope = (query.get("namespace") or [""])[0]
+        items, token = _filter([e for e in state.experiments.values() if e["namespace"] == scope], query)
         return 200, {"experiments": items, "total_size": len(items), "next_page_token": token}
     if method == "GET" and len(parts) == 1 and parts[0] in state.experiments:
         return 200, state.experiments[parts[0]]
@@ -321,6 +324,8 @@ def _recurring(state, method, parts, query, data):
         _check_parameters(version, data.get("runtime_config"))
         recurring = {
             **data,
+            # As the real server: the recurring run lives in its experiment's namespace.
+            "namespace": state.experiments[data["experiment_id"]]["namespace"],
             "recurring_run_id": str(uuid.uuid4()),
             "created_at": state.now(),
             "status": "ENABLED" if data.get("mode") == "ENABLE" else "DISABLED",
@@ -331,6 +336,8 @@ def _recurring(state, method, parts, query, data):
         items = list(state.recurring_runs.values())
         if query.get("experiment_id"):
             items = [r for r in items if r.get("experiment_id") == query["experiment_id"][0]]
+        elif query.get("namespace"):  # multi-user KFP scopes by namespace (single-user ignores it; all are "")
+            items = [r for r in items if r.get("namespace") == query["namespace"][0]]
         items, token = _filter(items, query)
         return 200, {"recurringRuns": items, "total_size": len(items), "next_page_token": token}
     if not parts:

@@ -85,6 +85,21 @@ def test_schedule_is_created_then_left_alone_then_replaced_and_follows_the_lates
     assert ("POST", f"/apis/v2beta1/recurringruns/{created.schedule['id']}:disable") in server.state.requests
 
 
+def test_a_schedule_moved_to_another_experiment_replaces_the_old_one_instead_of_adding_a_second(server, package):
+    client = deploy.connect(server.url)
+    old = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", experiment="ctpipe")
+    moved = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", experiment="retraining")
+    # Two enabled schedules would train twice a night, each with its own max_concurrency=1.
+    (recurring,) = server.state.recurring_runs.values()
+    assert recurring["experiment_id"] == moved.experiment_id != old.experiment_id
+    assert moved.schedule["action"] == "updated"
+    # In multi-user KFP the schedule is looked up in the experiment's namespace.
+    team = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", namespace="team-a")
+    assert team.schedule["action"] == "created" and len(server.state.recurring_runs) == 2
+    again = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", namespace="team-a")
+    assert again.schedule["action"] == "unchanged" and len(server.state.recurring_runs) == 2
+
+
 @pytest.mark.parametrize(
     "cron",
     ["0 3 * * *", "0 0 25 * * *", "61 0 3 * * *", "0 0 3 * * MON-XYZ", "0 0 3 * * */0", "@daily"],
