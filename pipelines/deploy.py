@@ -127,9 +127,10 @@ def upload(client, package_path: str, *, pipeline_name: str, version_name: str, 
         # Runs and the schedule take the newest version: an older commit deployed again (a rollback) must be
         # uploaded again to become it; "already deployed" would leave the newer commit running.
         latest = latest_version(client, pipeline_id)
-        if latest.display_name == version_name or latest.display_name.startswith(f"{version_name}{REDEPLOY_MARK}"):
+        if latest.display_name.startswith(f"{version_name}{REDEPLOY_MARK}"):
             version = latest
-        else:
+        elif latest.pipeline_version_id != version.pipeline_version_id and not _same_second(version, latest):
+            # (KFP keeps created_at in whole seconds: a version uploaded in the newest one is one of the latest.)
             version = None
             upload_name = f"{version_name}{REDEPLOY_MARK}{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}"
     created_version = version is None
@@ -138,6 +139,10 @@ def upload(client, package_path: str, *, pipeline_name: str, version_name: str, 
             package_path, pipeline_version_name=upload_name, pipeline_id=pipeline_id, description=f"ctpipe {version_name}"
         )
     return pipeline_id, version, created_pipeline, created_version
+
+
+def _same_second(version, latest) -> bool:
+    return version.created_at is not None and latest.created_at is not None and version.created_at >= latest.created_at
 
 
 def ensure_schedule(

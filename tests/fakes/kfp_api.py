@@ -86,8 +86,11 @@ def _filter(items: list[dict[str, Any]], query: dict[str, list[str]]) -> list[di
             items = [i for i in items if str(i.get(key)) == str(value)]
     sort_by = (query.get("sort_by") or [""])[0]
     if sort_by:
+        # As the real server: ties are broken by the object's id, in the same order.
         key, _, order = sort_by.partition(" ")
-        items = sorted(items, key=lambda i: i.get(key) or "", reverse=order.strip() == "desc")
+        ids = ("pipeline_version_id", "run_id", "recurring_run_id", "pipeline_id", "experiment_id")
+        ident = next((k for k in ids if items and k in items[0]), None)
+        items = sorted(items, key=lambda i: (i.get(key) or "", i.get(ident) or ""), reverse=order.strip() == "desc")
     size = int((query.get("page_size") or ["10"])[0] or 10)
     start = int((query.get("page_token") or ["0"])[0] or 0)
     return items[start : start + size], (str(start + size) if start + size < len(items) else "")

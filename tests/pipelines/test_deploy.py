@@ -63,6 +63,20 @@ def test_deploying_an_older_commit_again_makes_it_the_version_that_runs_next(ser
     assert not again.changed and again.version_id == rollback.version_id and again.version_name == rollback.version_name
 
 
+def test_a_commit_uploaded_in_the_same_second_as_the_pipeline_is_not_uploaded_again(server, package):
+    client = deploy.connect(server.url)
+    first = deploy.deploy(client, package, version_name="aaaa111")
+    # KFP keeps created_at in whole seconds and breaks ties by id: the pipeline's own first version, uploaded
+    # in the same second as the commit's, may be the one listed as the latest.
+    own, commit = sorted(server.state.versions_of(first.pipeline_id), key=lambda v: v["created_at"])
+    server.state.versions.pop(own["pipeline_version_id"])
+    own.update(pipeline_version_id="ffffffff-0000-0000-0000-000000000000", created_at=commit["created_at"])
+    server.state.versions[own["pipeline_version_id"]] = own
+    assert kfp_client.latest_version(client, first.pipeline_id).display_name == PIPELINE_NAME
+    again = deploy.deploy(client, package, version_name="aaaa111")
+    assert not again.changed and again.version_id == first.version_id and uploads(server) == 2
+
+
 def test_schedule_is_created_then_left_alone_then_replaced_and_follows_the_latest_version(server, package):
     client = deploy.connect(server.url)
     created = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", service_account="ctpipe-sa")
