@@ -87,10 +87,27 @@ def wait_for_run(client, run_id: str, *, timeout: float, poll_seconds: float = 5
     import time
 
     deadline = time.monotonic() + timeout
+    state = "unknown"
     while True:
-        state = str(client.get_run(run_id).state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        try:
+            state = str(client.get_run(run_id).state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        except Exception as err:
+            # A wait of hours outlives API server restarts and gateway hiccups: those are asked again until the
+            # deadline; a refusal (401, 403, 404) ends it at once.
+            if not is_transient(err) or time.monotonic() > deadline:
+                raise
         if state in FINAL_RUN_STATES:
             return state
         if time.monotonic() > deadline:
             raise UserError(f"KFP run {run_id} is still {state} after {timeout:.0f} s; see it in the KFP UI.")
         time.sleep(poll_seconds)
+
+
+def is_transient(err: Exception) -> bool:
+    """Whether a KFP API error may pass by itself: a 5xx or 429 answer, or a dropped or refused connection."""
+    import urllib3
+    from kfp_server_api.exceptions import ApiException
+
+    if isinstance(err, ApiException):
+        return err.status is not None and (err.status >= 500 or err.status == 429)
+    return isinstance(err, urllib3.exceptions.HTTPError | ConnectionError)

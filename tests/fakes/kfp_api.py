@@ -45,6 +45,8 @@ class FakeKfpState:
         self.runs: dict[str, dict[str, Any]] = {}
         self.recurring_runs: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        # Injected failures, each answered once to the next request it matches: (method, path prefix, HTTP status).
+        self.failures: list[tuple[str, str, int]] = []
         self.auth_headers: list[str | None] = []
         self.cookies: list[str | None] = []
         self._clock = itertools.count()
@@ -144,6 +146,12 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(401, "missing or wrong bearer token")
             if not parsed.path.startswith(PREFIX):
                 raise ApiError(404, f"no route {parsed.path}")
+            with state.lock:
+                failure = next((f for f in state.failures if f[0] == method and parsed.path.startswith(f[1])), None)
+                if failure:
+                    state.failures.remove(failure)
+            if failure:
+                raise ApiError(failure[2], "injected failure (e.g. the API server restarting behind its gateway)")
             with state.lock:
                 code, payload = route(state, method, parsed.path[len(PREFIX) :], query, self.headers, body)
         except ApiError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import kfp_server_api
 import pytest
 
 from components.errors import UserError
@@ -221,6 +222,22 @@ def test_submit_starts_a_run_of_the_latest_version_with_parameters_and_trigger(s
     assert run["display_name"].startswith("ctpipe-ci-")
     assert run["service_account"] == "ctpipe-pipeline"  # kubernetes.service_account, as the manifests create
     assert server.state.experiments[run["experiment_id"]]["display_name"] == "ctpipe"
+
+
+def test_waiting_for_a_run_outlasts_a_restart_of_the_kfp_api(server, package, capsys):
+    from pipelines import kfp_runs
+
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="v1")
+    run = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="smoke")
+    # CI's smoke run waits up to an hour; the API server restarting meanwhile answers 503 for a while.
+    server.state.failures += [("GET", f"/apis/v2beta1/runs/{run.run_id}", 503)] * 2
+    server.state.set_run_state(run.run_id, "SUCCEEDED")
+    assert kfp_runs.wait_for_run(client, run.run_id, timeout=30, poll_seconds=0.01) == "SUCCEEDED"
+    # A refusal that a retry cannot mend still ends the wait at once.
+    server.state.failures.append(("GET", f"/apis/v2beta1/runs/{run.run_id}", 403))
+    with pytest.raises(kfp_server_api.ApiException):
+        kfp_runs.wait_for_run(client, run.run_id, timeout=30, poll_seconds=0.01)
 
 
 def test_submit_errors_are_one_paragraph_user_errors(server, package, capsys):
