@@ -60,19 +60,18 @@ class FakeKfpState:
         with self.lock:
             self.runs[run_id]["state"] = state
 
-    def fail_run(self, run_id: str, failed_tasks: dict[str, str]) -> None:
-        """End a run as FAILED with ``{task display name: error message}`` in its run details, as KFP reports it."""
+    def fail_run(self, run_id: str, *failed_tasks: str) -> None:
+        """End a run as FAILED with these tasks FAILED in its run details, as KFP 2.17 reports it: which tasks
+        failed, never why (``error`` of a run or a task is set only when the server cannot convert it)."""
         with self.lock:
             run = self.runs[run_id]
             run["state"] = "FAILED"
-            run["error"] = {"code": 9, "message": f"{len(failed_tasks)} task(s) failed"}
             run["run_details"] = {
                 "task_details": [
-                    {"run_id": run_id, "task_id": str(uuid.uuid4()), "display_name": name, "state": "FAILED",
-                     "error": {"code": 2, "message": message}}
-                    for name, message in failed_tasks.items()
+                    {"run_id": run_id, "task_id": str(uuid.uuid4()), "display_name": name, "state": "FAILED"}
+                    for name in failed_tasks
                 ]
-            }  # fmt: skip
+            }
 
     def versions_of(self, pipeline_id: str) -> list[dict[str, Any]]:
         return [v for v in self.versions.values() if v["pipeline_id"] == pipeline_id]
