@@ -76,6 +76,15 @@ def default_run_name(trigger: str) -> str:
     return f"ctpipe-{trigger}-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}"
 
 
+def run_state(run) -> str:
+    """A KFP run's state, with a run that an operator terminated as CANCELED: KFP 2.17 on Argo reports one as
+    CANCELING, then FAILED (Argo has no cancelled phase), so only its state history tells it apart."""
+    state = str(run.state or "RUNTIME_STATE_UNSPECIFIED").upper()
+    if state == "FAILED" and any(str(s.state or "").upper() == "CANCELING" for s in run.state_history or []):
+        return "CANCELED"
+    return state
+
+
 def run_is_active(client, run_id: str) -> bool:
     """Whether a KFP run is still pending or running."""
     state = client.get_run(run_id).state
@@ -90,7 +99,7 @@ def wait_for_run(client, run_id: str, *, timeout: float, poll_seconds: float = 5
     state = "unknown"
     while True:
         try:
-            state = str(client.get_run(run_id).state or "RUNTIME_STATE_UNSPECIFIED").upper()
+            state = run_state(client.get_run(run_id))
         except Exception as err:
             # A wait of hours outlives API server restarts and gateway hiccups: those are asked again until the
             # deadline; a refusal (401, 403, 404) ends it at once.

@@ -275,7 +275,7 @@ class KfpStarter:
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
         from kfp_server_api.exceptions import ApiException
 
-        from pipelines.kfp_runs import ACTIVE_RUN_STATES
+        from pipelines.kfp_runs import ACTIVE_RUN_STATES, run_state
 
         if record.get("status") not in ACTIVE:
             return {}
@@ -288,7 +288,7 @@ class KfpStarter:
             if err.status != 404:
                 raise  # the API is down or refuses: nothing can be concluded, the check fails and is repeated
             return {"status": "lost", "error": f"KFP run {run_id} no longer exists (deleted, or the KFP database was reset)"}
-        state = str(run.state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        state = run_state(run)
         if state in ACTIVE_RUN_STATES:
             return None
         fields: dict[str, Any] = {"state": state, "finished_at": time.time()}

@@ -57,8 +57,18 @@ class FakeKfpState:
         return base.isoformat().replace("+00:00", "Z")
 
     def set_run_state(self, run_id: str, state: str) -> None:
+        """A state reported by the persistence agent; a change is appended to ``state_history``, as KFP does."""
         with self.lock:
-            self.runs[run_id]["state"] = state
+            run = self.runs[run_id]
+            run["state"] = state
+            if run["state_history"][-1]["state"] != state:
+                run["state_history"].append({"update_time": self.now(), "state": state})
+
+    def terminate_run(self, run_id: str) -> None:
+        """An operator's Terminate, as KFP 2.17 on Argo reports it: CANCELING while the workflow stops, then
+        FAILED (Argo has no cancelled phase; KFP never sets CANCELED), with both in ``state_history``."""
+        self.set_run_state(run_id, "CANCELING")
+        self.set_run_state(run_id, "FAILED")
 
     def fail_run(self, run_id: str, *failed_tasks: str) -> None:
         """End a run as FAILED with these tasks FAILED in its run details, as KFP 2.17 reports it: which tasks
@@ -66,6 +76,7 @@ class FakeKfpState:
         with self.lock:
             run = self.runs[run_id]
             run["state"] = "FAILED"
+            run["state_history"].append({"update_time": self.now(), "state": "FAILED"})
             run["run_details"] = {
                 "task_details": [
                     {"run_id": run_id, "task_id": str(uuid.uuid4()), "display_name": name, "state": "FAILED"}
@@ -301,6 +312,7 @@ def _runs(state, method, parts, query, data):
             "run_id": str(uuid.uuid4()),
             "state": "PENDING",
             "created_at": state.now(),
+            "state_history": [{"update_time": state.now(), "state": "PENDING"}],
             "storage_state": "AVAILABLE",
             "pipeline_version_reference": {
                 "pipeline_id": version["pipeline_id"],
@@ -319,6 +331,7 @@ def _runs(state, method, parts, query, data):
         run = state.runs[parts[0]]
         if state.finish_runs_as and run["state"] == "PENDING":
             run["state"] = state.finish_runs_as
+            run["state_history"].append({"update_time": state.now(), "state": state.finish_runs_as})
         return 200, run
     raise ApiError(404, f"no route {method} runs/{'/'.join(parts)}")
 

@@ -240,6 +240,16 @@ def test_waiting_for_a_run_outlasts_a_restart_of_the_kfp_api(server, package, ca
         kfp_runs.wait_for_run(client, run.run_id, timeout=30, poll_seconds=0.01)
 
 
+def test_waiting_for_a_terminated_run_reports_it_cancelled(server, package):
+    from pipelines import kfp_runs
+
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="v1")
+    run = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="stopped")
+    server.state.terminate_run(run.run_id)  # KFP 2.17 reports CANCELING, then FAILED
+    assert kfp_runs.wait_for_run(client, run.run_id, timeout=30, poll_seconds=0.01) == "CANCELED"
+
+
 def test_submit_errors_are_one_paragraph_user_errors(server, package, capsys):
     assert main(["submit", "--host", server.url, "--trigger", "manual"]) == 2
     assert "not deployed" in capsys.readouterr().err

@@ -444,7 +444,8 @@ def test_a_lost_kfp_run_is_retried_and_a_cancelled_one_is_not(site, kfp):
     assert (second.action, second.attempt) == ("run", 2)
     record = Ledger(home).get(first.fingerprint)
     assert record["attempts"][0]["status"] == "lost" and "no longer exists" in record["attempts"][0]["error"]
-    server.state.set_run_state(record["run_id"], "CANCELED")
+    # An operator terminates it: KFP 2.17 on Argo reports CANCELING, then FAILED (never CANCELED).
+    server.state.terminate_run(record["run_id"])
     third = check(site, starter, "watch.retry_backoff_seconds=0")
     assert third.action == "none" and "cancelled" in third.reason and "not retried" in third.reason
     assert len(server.state.runs) == 1  # the deleted one is gone; the cancelled one is not started again
@@ -611,7 +612,7 @@ def test_deleting_the_record_of_a_cancelled_kfp_run_starts_it_again_as_the_decis
     server, client = kfp
     starter = KfpStarter(client, experiment="ctpipe")
     first = check(site, starter)
-    server.state.set_run_state(first.run["run_id"], "CANCELED")
+    server.state.terminate_run(first.run["run_id"])  # as KFP 2.17 reports a Terminate
     cancelled = check(site, starter)
     assert cancelled.action == "none" and "delete its ledger record" in cancelled.reason
     Ledger(home).path(first.fingerprint).unlink()
