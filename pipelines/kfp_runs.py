@@ -8,12 +8,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 from components.errors import UserError
 from pipelines.continuous_training import PIPELINE_NAME
 from pipelines.kfp_client import DEFAULT_EXPERIMENT, find_pipeline_id, find_runs, latest_version
 
+# Waits before asking again to create a run after a 5xx, 429 or dropped connection (then the error stands).
+CREATE_RETRY_SECONDS = (2.0, 10.0)
 ACTIVE_RUN_STATES = {"PENDING", "RUNNING", "PAUSED", "CANCELING", "RUNTIME_STATE_UNSPECIFIED"}
 # kfp.Client.wait_for_run_completion misses CANCELED (it would wait until its timeout): we poll ourselves.
 FINAL_RUN_STATES = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED"}
@@ -46,14 +49,26 @@ def submit_run(
             if state in runs:
                 return runs[state]
     version = latest_version(client, pipeline_id)
-    return client.run_pipeline(
-        experiment_id=experiment_id,
-        job_name=run_name,
-        params=parameters,
-        pipeline_id=pipeline_id,
-        version_id=version.pipeline_version_id,
-        service_account=service_account or None,
-    )
+    before = {r.run_id for r in find_runs(client, experiment_id, run_name)}
+    for wait in (*CREATE_RETRY_SECONDS, None):
+        try:
+            return client.run_pipeline(
+                experiment_id=experiment_id,
+                job_name=run_name,
+                params=parameters,
+                pipeline_id=pipeline_id,
+                version_id=version.pipeline_version_id,
+                service_account=service_account or None,
+            )
+        except Exception as err:
+            if wait is None or not is_transient(err):
+                raise
+            time.sleep(wait)
+            # A gateway may time out on a request the server carried out: a new run of that name is this one.
+            created = [r for r in find_runs(client, experiment_id, run_name) if r.run_id not in before]
+            if created:
+                return created[0]
+    raise AssertionError("unreachable")
 
 
 def run_parameters(
@@ -93,8 +108,6 @@ def run_is_active(client, run_id: str) -> bool:
 
 def wait_for_run(client, run_id: str, *, timeout: float, poll_seconds: float = 5.0) -> str:
     """Poll a KFP run until it ends; return its final state, or raise UserError after ``timeout`` seconds."""
-    import time
-
     deadline = time.monotonic() + timeout
     state = "unknown"
     while True:

@@ -45,8 +45,9 @@ class FakeKfpState:
         self.runs: dict[str, dict[str, Any]] = {}
         self.recurring_runs: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
-        # Injected failures, each answered once to the next request it matches: (method, path prefix, HTTP status).
-        self.failures: list[tuple[str, str, int]] = []
+        # Injected failures, each answered once to the next request it matches: (method, path prefix, HTTP status),
+        # and optionally True: answered after the request was carried out (a gateway timing out on a slow answer).
+        self.failures: list[tuple] = []
         self.auth_headers: list[str | None] = []
         self.cookies: list[str | None] = []
         self._clock = itertools.count()
@@ -160,10 +161,12 @@ class _Handler(BaseHTTPRequestHandler):
                 failure = next((f for f in state.failures if f[0] == method and parsed.path.startswith(f[1])), None)
                 if failure:
                     state.failures.remove(failure)
-            if failure:
+            if failure and not failure[3:]:
                 raise ApiError(failure[2], "injected failure (e.g. the API server restarting behind its gateway)")
             with state.lock:
                 code, payload = route(state, method, parsed.path[len(PREFIX) :], query, self.headers, body)
+            if failure:
+                raise ApiError(failure[2], "injected failure after the request was carried out (a gateway timeout)")
         except ApiError as err:
             code, payload = err.code, {"error": str(err), "code": err.code, "message": str(err)}
         self._send(code, payload)

@@ -240,6 +240,28 @@ def test_waiting_for_a_run_outlasts_a_restart_of_the_kfp_api(server, package, ca
         kfp_runs.wait_for_run(client, run.run_id, timeout=30, poll_seconds=0.01)
 
 
+def test_creating_a_run_through_a_flaky_gateway_starts_exactly_one_run(server, package, monkeypatch):
+    from pipelines import kfp_runs
+
+    monkeypatch.setattr(kfp_runs, "CREATE_RETRY_SECONDS", (0.0, 0.0), raising=False)
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="v1")
+    # Refused before reaching the server (503): asked again.
+    server.state.failures.append(("POST", "/apis/v2beta1/runs", 503))
+    first = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="ctpipe-ci-abc")
+    assert [r["display_name"] for r in server.state.runs.values()] == ["ctpipe-ci-abc"]
+    # The server created the run but the gateway timed out (504): the run is found, not created twice, even
+    # when a run of the same name exists from before.
+    server.state.failures.append(("POST", "/apis/v2beta1/runs", 504, True))
+    second = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="ctpipe-ci-abc")
+    assert len(server.state.runs) == 2 and second.run_id != first.run_id and second.run_id in server.state.runs
+    # A refusal is not asked again.
+    server.state.failures.append(("POST", "/apis/v2beta1/runs", 400))
+    with pytest.raises(kfp_server_api.ApiException):
+        kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="other")
+    assert len(server.state.runs) == 2
+
+
 def test_waiting_for_a_terminated_run_reports_it_cancelled(server, package):
     from pipelines import kfp_runs
 
