@@ -43,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"ctpipe {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM to `ctpipe run` (pipelines.local_run.Terminated)
         print("ctpipe: interrupted", file=sys.stderr)
-        return 130
+        return 128 + getattr(err, "signum", 2)
 
 
 def build_parser() -> argparse.ArgumentParser:

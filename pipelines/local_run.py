@@ -14,7 +14,9 @@ import datetime as dt
 import json
 import os
 import shlex
+import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ from components.errors import ConfigError
 from components.kfp_support import STATUS_DIR_ENV
 from components.tasks.run_config import load_run_config
 from components.warm_start import WarmServer, client_prefix, running_server
+from pipelines.kfp_local_patches import step_output_decoded_leniently
 from pipelines.run_summary import build_summary, read_step_records
 
 DEMO_KEY_COLUMN = "customer_id"
@@ -50,9 +53,25 @@ def ensure_demo_data(home: Path) -> str:
     from components.data.demo import write_demo_data
 
     root = home / "data"
-    if not any(root.glob("date=*/part-0.parquet")):
-        write_demo_data(root)
+    _write_whole(root, write_demo_data)
     return str(root.resolve())
+
+
+def _write_whole(root: Path, write) -> None:
+    """Unless ``root`` has demo partitions, ``write(folder)`` them into a folder of its own beside it and
+    move that into place: a run killed while writing, or a run started beside it, never leaves or sees
+    the first days only (the next run would have trained on them)."""
+    if any(root.glob("date=*/part-0.parquet")):
+        return
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{root.name}-") as tmp:
+        staged = Path(tmp) / root.name
+        write(str(staged))
+        try:
+            staged.rename(root)  # replaces an empty folder; fails when another run has put its own
+        except OSError:
+            if not any(root.glob("date=*/part-0.parquet")):
+                raise
 
 
 def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
@@ -66,8 +85,7 @@ def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
     if writer is None:
         return ensure_demo_data(home), [f"data.key={DEMO_KEY_COLUMN}"]
     root = home / f"data-{task.name}"
-    if not any(root.glob("date=*/part-0.parquet")):
-        writer(str(root))
+    _write_whole(root, writer)
     return str(root.resolve()), list(getattr(task, "demo_settings", ()))
 
 
@@ -281,7 +299,12 @@ def _run_pipeline(
         with _output_to(run_dir / "pipeline.log") as terminal:
             if not quiet:
                 terminal.write(f"ctpipe: running the pipeline locally; logs: {run_dir / 'pipeline.log'}\n")
-            with _Progress(status_dir, terminal, quiet), _steps_start_warm(warm):
+            with (
+                _sigterm_stops_the_steps(warm),
+                _Progress(status_dir, terminal, quiet),
+                _steps_start_warm(warm),
+                step_output_decoded_leniently(),
+            ):
                 local.init(
                     local.SubprocessRunner(use_venv=False),
                     pipeline_root=str((home / "pipeline_root").resolve()),
@@ -303,3 +326,77 @@ def _run_pipeline(
         else:
             os.environ[STATUS_DIR_ENV] = previous
     return error
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached ``ctpipe run``: the run ends as after Ctrl-C (no summary), with exit code 143."""
+
+    signum = signal.SIGTERM
+
+
+TERM_GRACE_SECONDS = 5.0
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_steps(warm: WarmServer | None) -> Iterator[None]:
+    """While the pipeline runs, SIGTERM to this process stops every process below it, then ends the run.
+
+    Ctrl-C reaches all of a run's processes from the terminal; ``kill PID`` (a supervisor, a CI timeout)
+    reaches this one only. Python's default, dying alone, left steps started cold and their training
+    ranks running. The warm-start server is left out: it stops its own children when its block ends,
+    each step as a SIGTERM would (ranks first, the step's record written).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signalled: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the clean-up short
+        signalled.extend(_descendants(os.getpid(), leave_out={warm.pid} if warm else set()))
+        for pid in signalled:
+            _kill(pid, signal.SIGTERM)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except Terminated:
+        deadline = time.monotonic() + TERM_GRACE_SECONDS
+        while any(_alive(pid) for pid in signalled) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in signalled:
+            _kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _descendants(root: int, leave_out: set[int]) -> list[int]:
+    """The processes below ``root`` (Linux /proc), without those in ``leave_out`` and below them."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid for pid in children.get(root, []) if pid not in leave_out]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += [child for child in children.get(pid, []) if child not in leave_out]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet waited for, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _kill(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)

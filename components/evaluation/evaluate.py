@@ -219,6 +219,12 @@ def load_champion(tracking_uri: str, config: Config) -> tuple[ChampionScore, Exp
             return ChampionScore(
                 found.version, error=f"champion version {found.version} cannot be loaded from its '{MODEL_ARTIFACT_PATH}': {err}"
             ), None
+        except Exception as err:  # noqa: BLE001 - an old export under today's task code can fail any way
+            # Never a crash: the step would fail again on every later run with this champion.
+            return ChampionScore(
+                found.version, error=(f"champion version {found.version} cannot be loaded from its "
+                                      f"'{MODEL_ARTIFACT_PATH}': {type(err).__name__}: {err}")
+            ), None
     return ChampionScore(found.version, metadata=dict(champion.metadata)), champion
 
 

@@ -64,6 +64,10 @@ def score_batches(
                 champ.append(score_export(champion, frame, reference, probe=first))
             except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:
                 champion_error = f"champion version {champion_version} cannot score the current test split: {err}"
+            except Exception as err:  # noqa: BLE001 - an old model under today's task code can fail any way
+                # Never a crash: the step would fail again on every later run with this champion.
+                champion_error = (f"champion version {champion_version} cannot score the current test split: "
+                                  f"{type(err).__name__}: {err}")
         if counter is not None:
             counter.add(frame)
         kept.append(frame[slices].reset_index(drop=True))

@@ -61,10 +61,11 @@ def enabled() -> bool:
 
 @dataclass
 class WarmServer:
-    """A running server: its socket, and its log (what it could not preload or serve)."""
+    """A running server: its socket, its log (what it could not preload or serve) and its process id."""
 
     socket_path: str
     log_path: Path
+    pid: int
 
     def log_text(self) -> str:
         try:
@@ -99,7 +100,7 @@ def running_server(preload: tuple[str, ...] = ()) -> Iterator[WarmServer | None]
         try:
             if _wait_for(socket_path, server):
                 os.environ[SOCKET_ENV] = socket_path
-                yield WarmServer(socket_path, log_path)
+                yield WarmServer(socket_path, log_path, server.pid)
             else:
                 yield None
         finally:

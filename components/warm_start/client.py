@@ -5,7 +5,7 @@
 Standard library only, run without ``site`` so that it starts in milliseconds. It sends the server its
 arguments, environment and working directory, and passes its stdin, stdout and stderr along (SCM_RIGHTS),
 so the child writes where this process would have. SIGTERM, SIGINT and SIGHUP sent here go on to the
-child; if this process is killed, the server sees the connection close and kills the child. With no server
+child (those this process started ignoring, the child ignores, as a cold python would); if this process is killed, the server sees the connection close and kills the child. With no server
 (none set, it has gone, the arguments are not ``-m module ...`` or ``script ...``), it becomes the cold
 process itself with ``exec``: warm start only ever saves time.
 """
@@ -53,7 +53,9 @@ def main(args: list[str]) -> None:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-        request = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+        # A cold python inherits these as ignored (`ctpipe run &` from a script ignores SIGINT): so must the child.
+        ignored = [int(sig) for sig in FORWARDED_SIGNALS if signal.getsignal(sig) == signal.SIG_IGN]
+        request = json.dumps({"argv": args, "env": dict(os.environ), "cwd": os.getcwd(), "ignored": ignored}).encode()
         socket.send_fds(conn, [struct.pack("!Q", len(request))], [0, 1, 2])
         conn.sendall(request)
     except OSError:
@@ -67,7 +69,8 @@ def main(args: list[str]) -> None:
             pass
 
     for sig in FORWARDED_SIGNALS:
-        signal.signal(sig, forward)
+        if sig not in ignored:
+            signal.signal(sig, forward)
     reply = b""
     while len(reply) < 5:
         try:

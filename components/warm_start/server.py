@@ -185,6 +185,10 @@ class Server:
                 os.close(child.pidfd)
                 child.conn.close()
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            for sig in request.get("ignored", ()):  # what the caller ignores, as a cold python inherits it
+                signal.signal(sig, signal.SIG_IGN)
             # A child forked while the server preloads: what was imported stays out of its collections.
             gc.freeze()
             gc.enable()

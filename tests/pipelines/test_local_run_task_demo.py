@@ -40,3 +40,26 @@ def test_a_key_the_user_sets_wins_over_the_tabular_demo_key(tmp_path):
     assert config.data.key == "other_id"
     _, default = demo_data_and_config(tmp_path, load_config(None, []), None, [])
     assert default.data.key == "customer_id"
+
+
+def test_demo_data_cut_short_is_written_again_whole(tmp_path, monkeypatch):
+    # Before: a first run killed (or a second run started beside it) while the demo data was being
+    # written left the first days only, and every later run on the home trained on them, silently.
+    import components.data.demo as demo
+
+    write_day = demo.write_day_partition
+
+    def killed_after_two_days(root, day, frame):
+        if day == 2:
+            raise KeyboardInterrupt
+        return write_day(root, day, frame)
+
+    monkeypatch.setattr(demo, "write_day_partition", killed_after_two_days)
+    try:
+        ensure_demo_data_for(tmp_path, load_config(None, []))
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.setattr(demo, "write_day_partition", write_day)
+    uri, _ = ensure_demo_data_for(tmp_path, load_config(None, []))
+    assert len(list((tmp_path / "data").glob("date=*/part-0.parquet"))) == 7
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "data"]  # nothing staged is left beside it

@@ -111,9 +111,16 @@ class LocalLauncher:
             "PYTHONUNBUFFERED": "1",
         }
         # Through the warm-start server of a local run when there is one: a rank then starts with torch
-        # already imported.
+        # already imported. Bytes that are not UTF-8 are replaced: the pump must never stop reading (the
+        # rank would block on its full pipe until the deadline).
         proc = subprocess.Popen(
-            warm_command(launch.command), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            warm_command(launch.command),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
         )
         return _Rank(rank, proc, error_file, self.echo)
 

@@ -325,3 +325,27 @@ def test_a_champion_without_a_split_record_is_not_compared(world, tmp_path):
     _register(world, tmp_path, legacy, config, run1, "p1")
     result = _evaluate(world, tmp_path, world["good"], config, make_run(uri, config, "p2"))
     assert not result.blessed and "records no training split" in result.reasons[0]
+
+
+def test_a_champion_that_fails_to_load_with_any_error_blocks_the_blessing_and_says_why(world, tmp_path, monkeypatch):
+    """Rebuilding an old champion with today's task code can fail in ways no list of exception types foresees
+    (an AttributeError in the model builder on an old state). Before, only DataValidationError/ValueError/
+    KeyError/TypeError/RuntimeError were reported; anything else crashed the evaluate step of every run with
+    that champion."""
+    import components.tracking as tracking
+    from components.evaluation import evaluate as evaluate_module
+    from components.tracking.store import VersionFiles
+
+    export = tmp_path / "champion-model.pt"
+    export.write_bytes(b"stand-in: load_model_export is replaced below")
+    monkeypatch.setattr(tracking, "fetch_champion_files",
+                        lambda uri, registry, paths, dst: VersionFiles("4", {p: str(export) for p in paths}))
+
+    def old_state_meets_new_code(path):
+        raise AttributeError("'dict' object has no attribute 'numeric'")
+
+    monkeypatch.setattr(evaluate_module, "load_model_export", old_state_meets_new_code)
+    score, model = evaluate_module.load_champion("sqlite:///unused.db", fast_config())
+    assert model is None and score.version == "4"
+    assert score.error == ("champion version 4 cannot be loaded from its 'ctpipe/model.pt': "
+                           "AttributeError: 'dict' object has no attribute 'numeric'")

@@ -86,3 +86,35 @@ def test_evaluation_never_reads_the_test_frame_and_judges_as_on_one_batch(world,
     assert [s["rows"] for s in a[3]] == [s["rows"] for s in b[3]]
     for x, y in zip(a[3], b[3], strict=True):
         assert x["candidate"] == pytest.approx(y["candidate"])
+
+
+@pytest.mark.parametrize("error", [IndexError("index 7 is out of bounds for axis 1 with size 4"),
+                                   AttributeError("'NoneType' object has no attribute 'numeric'")],
+                         ids=["IndexError", "AttributeError"])
+def test_a_champion_that_fails_to_score_with_any_error_is_reported_not_a_crash(world, error):
+    """Today's task code scoring an old champion can fail in ways no list of exception types foresees (a
+    changed encoder indexing past the champion's columns, a state key it no longer has). Before, anything but
+    DataValidationError/ValueError/KeyError/TypeError/RuntimeError crashed the evaluate step, and so every
+    later run with that champion; now the champion is reported as not scorable and nothing is blessed
+    against it, as for the other errors."""
+    from dataclasses import replace
+
+    snap = load_snapshot(world["snap"])
+    model, champion = load_model_export(world["model"]), load_model_export(world["champion"])
+
+    class FailingTask:
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def predict(self, *args, **kwargs):
+            raise error
+
+    broken = replace(champion, task=FailingTask(champion.task))
+    scored = score_batches(snap.batches("test"), candidate=model, reference=model.state, champion=broken,
+                           champion_version="3", slices=[], schema=snap.schema)
+    assert scored.champion is None
+    assert scored.champion_error.startswith("champion version 3 cannot score the current test split:")
+    assert type(error).__name__ in scored.champion_error and str(error) in scored.champion_error

@@ -21,7 +21,7 @@ from tests.fixtures.processes import gone_within
 
 PROBE = textwrap.dedent(
     """
-    import gc, json, os, sys
+    import gc, json, os, signal, sys
     import components.warm_start.server as server
     print(json.dumps({
         "argv": sys.argv[1:],
@@ -32,6 +32,7 @@ PROBE = textwrap.dedent(
         "pid": os.getpid(),
         "gc": gc.isenabled(),
         "threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None,
+        "ignored": [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if signal.getsignal(getattr(signal, n)) == signal.SIG_IGN],
     }), flush=True)
     print("to stderr", file=sys.stderr, flush=True)
     mode = os.environ.get("PROBE_MODE", "")
@@ -135,6 +136,31 @@ def test_sigterm_to_the_caller_reaches_the_child(server, workdir):
     out, _ = proc.communicate(timeout=30)
     assert "got SIGTERM" in out
     assert proc.returncode == 3
+
+
+def _ignoring(*signals: int):
+    def preexec() -> None:
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+
+    return preexec
+
+
+@pytest.mark.parametrize("ignored", [(signal.SIGINT,), (signal.SIGINT, signal.SIGTERM), ()])
+def test_signals_the_caller_ignores_are_ignored_by_the_child_as_by_a_cold_python(server, workdir, ignored):
+    # `ctpipe run &` from a script ignores SIGINT, and so does every cold step it starts; before, a forked
+    # step had Python's KeyboardInterrupt handler, so a Ctrl-C meant for the script stopped the run.
+    proc = subprocess.Popen(
+        warm_command([sys.executable, "-m", "probe_module"]),
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignoring(*ignored),
+    )
+    code, seen, err = _probe_output(proc)
+    assert code == 0 and seen["warm"] is True, err
+    assert seen["ignored"] == [sig.name for sig in ignored]
 
 
 def test_a_killed_caller_takes_its_child_with_it(server, workdir):
