@@ -3,7 +3,9 @@
     ctpipe deploy --host https://kfp.example.com --schedule "0 0 3 * * *"
 
 Deploying is idempotent: a pipeline version is named after the git commit (``<sha>-dirty-<spec hash>``
-for an uncommitted tree), so deploying the same commit twice uploads nothing. KFP's v2beta1 API has no
+for an uncommitted tree), so deploying the same commit twice uploads nothing. Runs and the schedule take the
+newest version, so a commit deployed again after a newer one (a rollback) is uploaded again as
+``<sha>-redeploy-<UTC time>``. KFP's v2beta1 API has no
 update for recurring runs, so "updating" the schedule means deleting it and creating it again with the
 same deterministic name; it is created with only the pipeline id (no version id), which KFP (>= 2.5,
 kubeflow/pipelines#11560) resolves to the latest pipeline version at every trigger, so new versions
@@ -12,6 +14,7 @@ need no schedule change. Starting runs is ``kfp_runs.py``; the connection is ``k
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -26,7 +29,11 @@ from pipelines.kfp_client import (
     find_pipeline_id,
     find_recurring_runs,
     find_version,
+    latest_version,
 )
+
+# The suffix of a commit's version uploaded again to become the latest (a rollback to an older commit).
+REDEPLOY_MARK = "-redeploy-"
 
 # ``deploy.connect`` stays importable for the commands that connect through this module.
 __all__ = ["DeployResult", "connect", "default_version_name", "deploy", "ensure_schedule", "upload", "validate_cron"]
@@ -75,11 +82,12 @@ def deploy(
     pipeline_id, version, created_pipeline, created_version = upload(
         client, package_path, pipeline_name=pipeline_name, version_name=version_name, namespace=namespace
     )
-    experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
+    kfp_experiment = client.create_experiment(experiment, namespace=namespace)
+    experiment_id = kfp_experiment.experiment_id
     result = DeployResult(
         pipeline_id=pipeline_id,
         version_id=version.pipeline_version_id,
-        version_name=version_name,
+        version_name=version.display_name,
         experiment_id=experiment_id,
         created_pipeline=created_pipeline,
         created_version=created_version,
@@ -94,6 +102,7 @@ def deploy(
             cron=validate_cron(schedule),
             parameters={**(schedule_parameters or {}), "trigger": "schedule"},
             service_account=service_account,
+            namespace=kfp_experiment.namespace or namespace,
         )
     return result
 
@@ -113,12 +122,27 @@ def upload(client, package_path: str, *, pipeline_name: str, version_name: str, 
         )
         pipeline_id = pipeline.pipeline_id
     version = find_version(client, pipeline_id, version_name)
+    upload_name = version_name
+    if version is not None and not created_pipeline:
+        # Runs and the schedule take the newest version: an older commit deployed again (a rollback) must be
+        # uploaded again to become it; "already deployed" would leave the newer commit running.
+        latest = latest_version(client, pipeline_id)
+        if latest.display_name.startswith(f"{version_name}{REDEPLOY_MARK}"):
+            version = latest
+        elif latest.pipeline_version_id != version.pipeline_version_id and not _same_second(version, latest):
+            # (KFP keeps created_at in whole seconds: a version uploaded in the newest one is one of the latest.)
+            version = None
+            upload_name = f"{version_name}{REDEPLOY_MARK}{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}"
     created_version = version is None
     if created_version:
         version = client.upload_pipeline_version(
-            package_path, pipeline_version_name=version_name, pipeline_id=pipeline_id, description=f"ctpipe {version_name}"
+            package_path, pipeline_version_name=upload_name, pipeline_id=pipeline_id, description=f"ctpipe {version_name}"
         )
     return pipeline_id, version, created_pipeline, created_version
+
+
+def _same_second(version, latest) -> bool:
+    return version.created_at is not None and latest.created_at is not None and version.created_at >= latest.created_at
 
 
 def ensure_schedule(
@@ -130,15 +154,18 @@ def ensure_schedule(
     cron: str,
     parameters: dict[str, Any],
     service_account: str | None,
+    namespace: str | None = None,
 ) -> dict[str, Any]:
     """One enabled recurring run ``name`` following the latest pipeline version; recreate it when it differs."""
     import kfp_server_api as api
 
-    existing = find_recurring_runs(client, experiment_id, name)
+    # Looked up in the whole namespace: one left in an experiment deployed to before would go on firing.
+    existing = find_recurring_runs(client, name, namespace)
     for run in existing:
         ref = run.pipeline_version_reference
         same = (
-            run.trigger is not None
+            run.experiment_id == experiment_id
+            and run.trigger is not None
             and run.trigger.cron_schedule is not None
             and run.trigger.cron_schedule.cron == cron
             and int(run.max_concurrency or 0) == 1

@@ -2,8 +2,8 @@
 
     client = connect("https://kfp.example.com", namespace="team")   # token from $KFP_TOKEN or --token-file
 
-Everything goes through the real ``kfp.Client`` (v2beta1 API). Credentials come from ``KFP_TOKEN`` /
-``--token-file`` / ``KFP_COOKIES``, never from the command line. Deploying (``deploy.py``) and starting
+Everything goes through the real ``kfp.Client`` (v2beta1 API). Credentials come from ``--token-file`` /
+``KFP_TOKEN`` / ``KF_PIPELINES_SA_TOKEN_PATH`` / ``KFP_COOKIES``, never from the command line. Deploying (``deploy.py``) and starting
 runs (``kfp_runs.py``) both connect here.
 """
 
@@ -29,6 +29,13 @@ def connect(host: str, *, namespace: str | None = None, token_file: str | None =
     import kfp
 
     kwargs: dict[str, Any] = {"host": host, "existing_token": token, "cookies": cookies}
+    path = token_path(token_file)
+    if path is not None and token:
+        # A file's token is read again before every request: the kubelet rotates a projected service-account
+        # token (ours expires after an hour), and a watcher loop or 'submit --wait' outlives one.
+        from kfp.client.set_volume_credentials import ServiceAccountTokenVolumeCredentials
+
+        kwargs.update(existing_token=None, credentials=ServiceAccountTokenVolumeCredentials(path=str(path)))
     if namespace:
         kwargs["namespace"] = namespace
     try:
@@ -38,13 +45,28 @@ def connect(host: str, *, namespace: str | None = None, token_file: str | None =
 
 
 def read_token(token_file: str | None = None) -> str | None:
-    """The KFP bearer token from ``--token-file`` or ``$KFP_TOKEN`` (never a command-line value)."""
+    """The KFP bearer token from ``--token-file``, ``$KFP_TOKEN`` or ``$KF_PIPELINES_SA_TOKEN_PATH`` (never a
+    command-line value)."""
     if token_file:
         path = Path(token_file)
         if not path.is_file():
             raise UserError(f"--token-file '{token_file}' does not exist; give a file holding the KFP bearer token.")
         return path.read_text().strip() or None
-    return os.environ.get("KFP_TOKEN") or None
+    if os.environ.get("KFP_TOKEN"):
+        return os.environ["KFP_TOKEN"]
+    path = token_path(None)
+    return (path.read_text().strip() or None) if path is not None else None
+
+
+def token_path(token_file: str | None) -> Path | None:
+    """The file the token comes from: ``--token-file``, else (no ``$KFP_TOKEN``) the projected token that a
+    Kubeflow PodDefault names in ``$KF_PIPELINES_SA_TOKEN_PATH``, when that file exists."""
+    if token_file:
+        return Path(token_file)
+    sa_path = os.environ.get("KF_PIPELINES_SA_TOKEN_PATH")
+    if os.environ.get("KFP_TOKEN") or not sa_path or not Path(sa_path).is_file():
+        return None
+    return Path(sa_path)
 
 
 def _preflight(host: str, token: str | None, cookies: str | None) -> None:
@@ -64,7 +86,8 @@ def _preflight(host: str, token: str | None, cookies: str | None) -> None:
         if err.code in (401, 403):
             raise UserError(
                 f"the KFP API at {host} refused the credentials (HTTP {err.code}). Put a valid bearer token in "
-                "$KFP_TOKEN or a file given to --token-file (or session cookies in $KFP_COOKIES)."
+                "$KFP_TOKEN or a file given to --token-file (or session cookies in $KFP_COOKIES); in a Kubeflow "
+                "notebook, $KF_PIPELINES_SA_TOKEN_PATH names the pod's token."
             ) from None
         # Other statuses (a proxy without healthz, say) are left to the client to judge.
     except (urllib.error.URLError, OSError) as err:
@@ -109,8 +132,9 @@ def latest_version(client, pipeline_id: str):
     return versions[0]
 
 
-def find_recurring_runs(client, experiment_id: str, name: str) -> list:
-    found = client.list_recurring_runs(experiment_id=experiment_id, page_size=100, filter=_equals("display_name", name))
+def find_recurring_runs(client, name: str, namespace: str | None = None) -> list:
+    """The recurring runs named ``name`` in ``namespace`` (all of them in single-user KFP), in any experiment."""
+    found = client.list_recurring_runs(namespace=namespace, page_size=100, filter=_equals("display_name", name))
     return [r for r in found.recurring_runs or [] if r.display_name == name]
 
 

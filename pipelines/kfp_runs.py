@@ -8,12 +8,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 from components.errors import UserError
 from pipelines.continuous_training import PIPELINE_NAME
 from pipelines.kfp_client import DEFAULT_EXPERIMENT, find_pipeline_id, find_runs, latest_version
 
+# Waits before asking again to create a run after a 5xx, 429 or dropped connection (then the error stands).
+CREATE_RETRY_SECONDS = (2.0, 10.0)
 ACTIVE_RUN_STATES = {"PENDING", "RUNNING", "PAUSED", "CANCELING", "RUNTIME_STATE_UNSPECIFIED"}
 # kfp.Client.wait_for_run_completion misses CANCELED (it would wait until its timeout): we poll ourselves.
 FINAL_RUN_STATES = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED"}
@@ -46,14 +49,26 @@ def submit_run(
             if state in runs:
                 return runs[state]
     version = latest_version(client, pipeline_id)
-    return client.run_pipeline(
-        experiment_id=experiment_id,
-        job_name=run_name,
-        params=parameters,
-        pipeline_id=pipeline_id,
-        version_id=version.pipeline_version_id,
-        service_account=service_account or None,
-    )
+    before = {r.run_id for r in find_runs(client, experiment_id, run_name)}
+    for wait in (*CREATE_RETRY_SECONDS, None):
+        try:
+            return client.run_pipeline(
+                experiment_id=experiment_id,
+                job_name=run_name,
+                params=parameters,
+                pipeline_id=pipeline_id,
+                version_id=version.pipeline_version_id,
+                service_account=service_account or None,
+            )
+        except Exception as err:
+            if wait is None or not is_transient(err):
+                raise
+            time.sleep(wait)
+            # A gateway may time out on a request the server carried out: a new run of that name is this one.
+            created = [r for r in find_runs(client, experiment_id, run_name) if r.run_id not in before]
+            if created:
+                return created[0]
+    raise AssertionError("unreachable")
 
 
 def run_parameters(
@@ -76,6 +91,15 @@ def default_run_name(trigger: str) -> str:
     return f"ctpipe-{trigger}-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}"
 
 
+def run_state(run) -> str:
+    """A KFP run's state, with a run that an operator terminated as CANCELED: KFP 2.17 on Argo reports one as
+    CANCELING, then FAILED (Argo has no cancelled phase), so only its state history tells it apart."""
+    state = str(run.state or "RUNTIME_STATE_UNSPECIFIED").upper()
+    if state == "FAILED" and any(str(s.state or "").upper() == "CANCELING" for s in run.state_history or []):
+        return "CANCELED"
+    return state
+
+
 def run_is_active(client, run_id: str) -> bool:
     """Whether a KFP run is still pending or running."""
     state = client.get_run(run_id).state
@@ -84,13 +108,28 @@ def run_is_active(client, run_id: str) -> bool:
 
 def wait_for_run(client, run_id: str, *, timeout: float, poll_seconds: float = 5.0) -> str:
     """Poll a KFP run until it ends; return its final state, or raise UserError after ``timeout`` seconds."""
-    import time
-
     deadline = time.monotonic() + timeout
+    state = "unknown"
     while True:
-        state = str(client.get_run(run_id).state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        try:
+            state = run_state(client.get_run(run_id))
+        except Exception as err:
+            # A wait of hours outlives API server restarts and gateway hiccups: those are asked again until the
+            # deadline; a refusal (401, 403, 404) ends it at once.
+            if not is_transient(err) or time.monotonic() > deadline:
+                raise
         if state in FINAL_RUN_STATES:
             return state
         if time.monotonic() > deadline:
             raise UserError(f"KFP run {run_id} is still {state} after {timeout:.0f} s; see it in the KFP UI.")
         time.sleep(poll_seconds)
+
+
+def is_transient(err: Exception) -> bool:
+    """Whether a KFP API error may pass by itself: a 5xx or 429 answer, or a dropped or refused connection."""
+    import urllib3
+    from kfp_server_api.exceptions import ApiException
+
+    if isinstance(err, ApiException):
+        return err.status is not None and (err.status >= 500 or err.status == 429)
+    return isinstance(err, urllib3.exceptions.HTTPError | ConnectionError)

@@ -88,6 +88,6 @@ def run(args: argparse.Namespace) -> int:
                 service_account=args.service_account or config.kubernetes.service_account,
             )
     what = "deployed" if result.created_version else "unchanged (this version is already deployed)"
-    print(f"pipeline version {version}: {what}; schedule: {result.schedule.get('action')}")
+    print(f"pipeline version {result.version_name}: {what}; schedule: {result.schedule.get('action')}")
     print(json.dumps(result.to_dict()))
     return 0

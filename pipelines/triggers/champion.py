@@ -47,10 +47,12 @@ def _store_key(tracking_uri: str) -> list[Any] | None:
 
 
 def ensure_local_store(tracking_uri: str, watch_dir: Path) -> None:
-    """Create a new SQLite tracking store once, under the home's lock, before any watcher reads it.
+    """Create a new SQLite tracking store once, before any watcher reads it.
 
-    Watchers racing on a fresh home would each run MLflow's schema migrations on the same new file, and
-    all but one fail ("duplicate column name"). A marker file makes the later checks skip this for free.
+    Watchers racing on a fresh home (and a `ctpipe run` beside them) would each run MLflow's schema
+    migrations on the same new file, and all but one fail ("duplicate column name"): the store is created
+    under the lock of its directory that every creator takes (``components.tracking.use_tracking``), and
+    under the ledger's lock for the marker. A marker file makes the later checks skip this for free.
     """
     if not tracking_uri.startswith("sqlite:///"):
         return
@@ -63,6 +65,11 @@ def ensure_local_store(tracking_uri: str, watch_dir: Path) -> None:
             return
         import mlflow
 
+        from components.tracking import use_tracking
+
+        # Created under the store directory's lock, the one `ctpipe run`'s first step takes too: a run started
+        # beside the first check on a fresh home must not run MLflow's migrations at the same time.
+        use_tracking(tracking_uri)
         mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).search_registered_models(max_results=1)
         marker.write_text(tracking_uri + "\n")
 

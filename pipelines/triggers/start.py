@@ -275,7 +275,7 @@ class KfpStarter:
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
         from kfp_server_api.exceptions import ApiException
 
-        from pipelines.kfp_runs import ACTIVE_RUN_STATES
+        from pipelines.kfp_runs import ACTIVE_RUN_STATES, run_state
 
         if record.get("status") not in ACTIVE:
             return {}
@@ -288,7 +288,7 @@ class KfpStarter:
             if err.status != 404:
                 raise  # the API is down or refuses: nothing can be concluded, the check fails and is repeated
             return {"status": "lost", "error": f"KFP run {run_id} no longer exists (deleted, or the KFP database was reset)"}
-        state = str(run.state or "RUNTIME_STATE_UNSPECIFIED").upper()
+        state = run_state(run)
         if state in ACTIVE_RUN_STATES:
             return None
         fields: dict[str, Any] = {"state": state, "finished_at": time.time()}
@@ -298,7 +298,8 @@ class KfpStarter:
             return {**fields, "status": "canceled", "error": f"KFP run {run_id} was cancelled"}
         failed = failed_tasks(run)
         gates = self._failed_gates(run_id)
-        where = "; ".join(f"task {t['task']}: {t['error']}" for t in failed) or (getattr(run.error, "message", None) or "no task error reported")
+        where = "; ".join(f"task {t['task']} failed" + (f": {t['error']}" if t.get("error") else "") for t in failed)
+        where = where or getattr(run.error, "message", None) or "no failed task reported"
         fields.update(status="failed", failed_tasks=failed, user_error=bool(gates))
         if gates:
             fields["error"] = f"KFP run {run_id} {state}: the {' and the '.join(gates)} gate failed ({where})"
@@ -338,13 +339,17 @@ def kfp_run_name(trigger: str, fingerprint: str, attempt: int) -> str:
 
 
 def failed_tasks(run) -> list[dict[str, str]]:
-    """The failed tasks of a KFP run with the error KFP recorded for each."""
+    """The failed tasks of a KFP run. KFP's API says which, not why (a pod's OOM kill or exit code is in the
+    UI and the logs); ``error`` is there only when the server set one."""
     details = getattr(getattr(run, "run_details", None), "task_details", None) or []
     out = []
     for task in details:
         if str(task.state or "").upper() == "FAILED":
+            entry = {"task": task.display_name or task.task_id or "?"}
             message = getattr(task.error, "message", None) if task.error is not None else None
-            out.append({"task": task.display_name or task.task_id or "?", "error": (message or "no error message")[:300]})
+            if message:
+                entry["error"] = message[:300]
+            out.append(entry)
     return out
 
 

@@ -45,6 +45,9 @@ class FakeKfpState:
         self.runs: dict[str, dict[str, Any]] = {}
         self.recurring_runs: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        # Injected failures, each answered once to the next request it matches: (method, path prefix, HTTP status),
+        # and optionally True: answered after the request was carried out (a gateway timing out on a slow answer).
+        self.failures: list[tuple] = []
         self.auth_headers: list[str | None] = []
         self.cookies: list[str | None] = []
         self._clock = itertools.count()
@@ -55,22 +58,32 @@ class FakeKfpState:
         return base.isoformat().replace("+00:00", "Z")
 
     def set_run_state(self, run_id: str, state: str) -> None:
+        """A state reported by the persistence agent; a change is appended to ``state_history``, as KFP does."""
         with self.lock:
-            self.runs[run_id]["state"] = state
+            run = self.runs[run_id]
+            run["state"] = state
+            if run["state_history"][-1]["state"] != state:
+                run["state_history"].append({"update_time": self.now(), "state": state})
 
-    def fail_run(self, run_id: str, failed_tasks: dict[str, str]) -> None:
-        """End a run as FAILED with ``{task display name: error message}`` in its run details, as KFP reports it."""
+    def terminate_run(self, run_id: str) -> None:
+        """An operator's Terminate, as KFP 2.17 on Argo reports it: CANCELING while the workflow stops, then
+        FAILED (Argo has no cancelled phase; KFP never sets CANCELED), with both in ``state_history``."""
+        self.set_run_state(run_id, "CANCELING")
+        self.set_run_state(run_id, "FAILED")
+
+    def fail_run(self, run_id: str, *failed_tasks: str) -> None:
+        """End a run as FAILED with these tasks FAILED in its run details, as KFP 2.17 reports it: which tasks
+        failed, never why (``error`` of a run or a task is set only when the server cannot convert it)."""
         with self.lock:
             run = self.runs[run_id]
             run["state"] = "FAILED"
-            run["error"] = {"code": 9, "message": f"{len(failed_tasks)} task(s) failed"}
+            run["state_history"].append({"update_time": self.now(), "state": "FAILED"})
             run["run_details"] = {
                 "task_details": [
-                    {"run_id": run_id, "task_id": str(uuid.uuid4()), "display_name": name, "state": "FAILED",
-                     "error": {"code": 2, "message": message}}
-                    for name, message in failed_tasks.items()
+                    {"run_id": run_id, "task_id": str(uuid.uuid4()), "display_name": name, "state": "FAILED"}
+                    for name in failed_tasks
                 ]
-            }  # fmt: skip
+            }
 
     def versions_of(self, pipeline_id: str) -> list[dict[str, Any]]:
         return [v for v in self.versions.values() if v["pipeline_id"] == pipeline_id]
@@ -86,8 +99,11 @@ def _filter(items: list[dict[str, Any]], query: dict[str, list[str]]) -> list[di
             items = [i for i in items if str(i.get(key)) == str(value)]
     sort_by = (query.get("sort_by") or [""])[0]
     if sort_by:
+        # As the real server: ties are broken by the object's id, in the same order.
         key, _, order = sort_by.partition(" ")
-        items = sorted(items, key=lambda i: i.get(key) or "", reverse=order.strip() == "desc")
+        ids = ("pipeline_version_id", "run_id", "recurring_run_id", "pipeline_id", "experiment_id")
+        ident = next((k for k in ids if items and k in items[0]), None)
+        items = sorted(items, key=lambda i: (i.get(key) or "", i.get(ident) or ""), reverse=order.strip() == "desc")
     size = int((query.get("page_size") or ["10"])[0] or 10)
     start = int((query.get("page_token") or ["0"])[0] or 0)
     return items[start : start + size], (str(start + size) if start + size < len(items) else "")
@@ -142,7 +158,15 @@ class _Handler(BaseHTTPRequestHandler):
             if not parsed.path.startswith(PREFIX):
                 raise ApiError(404, f"no route {parsed.path}")
             with state.lock:
+                failure = next((f for f in state.failures if f[0] == method and parsed.path.startswith(f[1])), None)
+                if failure:
+                    state.failures.remove(failure)
+            if failure and not failure[3:]:
+                raise ApiError(failure[2], "injected failure (e.g. the API server restarting behind its gateway)")
+            with state.lock:
                 code, payload = route(state, method, parsed.path[len(PREFIX) :], query, self.headers, body)
+            if failure:
+                raise ApiError(failure[2], "injected failure after the request was carried out (a gateway timeout)")
         except ApiError as err:
             code, payload = err.code, {"error": str(err), "code": err.code, "message": str(err)}
         self._send(code, payload)
@@ -238,7 +262,8 @@ def _pipelines(state, method, parts, query, headers, body):
 
 def _experiments(state, method, parts, query, data):
     if method == "POST" and not parts:
-        if any(e["display_name"] == data.get("display_name") for e in state.experiments.values()):
+        namespace = data.get("namespace") or ""
+        if any(e["display_name"] == data.get("display_name") and e["namespace"] == namespace for e in state.experiments.values()):
             raise ApiError(409, "experiment exists")
         experiment = {
             "experiment_id": str(uuid.uuid4()),
@@ -251,7 +276,9 @@ def _experiments(state, method, parts, query, data):
         state.experiments[experiment["experiment_id"]] = experiment
         return 200, experiment
     if method == "GET" and not parts:
-        items, token = _filter(list(state.experiments.values()), query)
+        # As in multi-user KFP: experiments are listed per namespace (none: the shared ones, namespace "").
+        scope = (query.get("namespace") or [""])[0]
+        items, token = _filter([e for e in state.experiments.values() if e["namespace"] == scope], query)
         return 200, {"experiments": items, "total_size": len(items), "next_page_token": token}
     if method == "GET" and len(parts) == 1 and parts[0] in state.experiments:
         return 200, state.experiments[parts[0]]
@@ -288,6 +315,7 @@ def _runs(state, method, parts, query, data):
             "run_id": str(uuid.uuid4()),
             "state": "PENDING",
             "created_at": state.now(),
+            "state_history": [{"update_time": state.now(), "state": "PENDING"}],
             "storage_state": "AVAILABLE",
             "pipeline_version_reference": {
                 "pipeline_id": version["pipeline_id"],
@@ -306,6 +334,7 @@ def _runs(state, method, parts, query, data):
         run = state.runs[parts[0]]
         if state.finish_runs_as and run["state"] == "PENDING":
             run["state"] = state.finish_runs_as
+            run["state_history"].append({"update_time": state.now(), "state": state.finish_runs_as})
         return 200, run
     raise ApiError(404, f"no route {method} runs/{'/'.join(parts)}")
 
@@ -321,6 +350,8 @@ def _recurring(state, method, parts, query, data):
         _check_parameters(version, data.get("runtime_config"))
         recurring = {
             **data,
+            # As the real server: the recurring run lives in its experiment's namespace.
+            "namespace": state.experiments[data["experiment_id"]]["namespace"],
             "recurring_run_id": str(uuid.uuid4()),
             "created_at": state.now(),
             "status": "ENABLED" if data.get("mode") == "ENABLE" else "DISABLED",
@@ -331,6 +362,8 @@ def _recurring(state, method, parts, query, data):
         items = list(state.recurring_runs.values())
         if query.get("experiment_id"):
             items = [r for r in items if r.get("experiment_id") == query["experiment_id"][0]]
+        elif query.get("namespace"):  # multi-user KFP scopes by namespace (single-user ignores it; all are "")
+            items = [r for r in items if r.get("namespace") == query["namespace"][0]]
         items, token = _filter(items, query)
         return 200, {"recurringRuns": items, "total_size": len(items), "next_page_token": token}
     if not parts:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import kfp_server_api
 import pytest
 
 from components.errors import UserError
@@ -49,6 +50,34 @@ def test_first_deploy_creates_the_pipeline_then_each_commit_adds_a_version(serve
     assert kfp_client.latest_version(client, first.pipeline_id).display_name == "bbbb222"
 
 
+def test_deploying_an_older_commit_again_makes_it_the_version_that_runs_next(server, package):
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="aaaa111")
+    deploy.deploy(client, package, version_name="bbbb222")
+    # A rollback: CI deploys commit aaaa111 again. Submitted runs, the watcher's runs and the schedule all take
+    # the latest version, so "already deployed, unchanged" would leave bbbb222 running.
+    rollback = deploy.deploy(client, package, version_name="aaaa111")
+    assert rollback.created_version and rollback.changed and rollback.version_name.startswith("aaaa111-redeploy-")
+    latest = kfp_client.latest_version(client, rollback.pipeline_id)
+    assert latest.pipeline_version_id == rollback.version_id
+    again = deploy.deploy(client, package, version_name="aaaa111")
+    assert not again.changed and again.version_id == rollback.version_id and again.version_name == rollback.version_name
+
+
+def test_a_commit_uploaded_in_the_same_second_as_the_pipeline_is_not_uploaded_again(server, package):
+    client = deploy.connect(server.url)
+    first = deploy.deploy(client, package, version_name="aaaa111")
+    # KFP keeps created_at in whole seconds and breaks ties by id: the pipeline's own first version, uploaded
+    # in the same second as the commit's, may be the one listed as the latest.
+    own, commit = sorted(server.state.versions_of(first.pipeline_id), key=lambda v: v["created_at"])
+    server.state.versions.pop(own["pipeline_version_id"])
+    own.update(pipeline_version_id="ffffffff-0000-0000-0000-000000000000", created_at=commit["created_at"])
+    server.state.versions[own["pipeline_version_id"]] = own
+    assert kfp_client.latest_version(client, first.pipeline_id).display_name == PIPELINE_NAME
+    again = deploy.deploy(client, package, version_name="aaaa111")
+    assert not again.changed and again.version_id == first.version_id and uploads(server) == 2
+
+
 def test_schedule_is_created_then_left_alone_then_replaced_and_follows_the_latest_version(server, package):
     client = deploy.connect(server.url)
     created = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", service_account="ctpipe-sa")
@@ -69,6 +98,21 @@ def test_schedule_is_created_then_left_alone_then_replaced_and_follows_the_lates
     (recurring,) = server.state.recurring_runs.values()
     assert recurring["trigger"]["cron_schedule"]["cron"] == "0 30 4 * * 1-5"
     assert ("POST", f"/apis/v2beta1/recurringruns/{created.schedule['id']}:disable") in server.state.requests
+
+
+def test_a_schedule_moved_to_another_experiment_replaces_the_old_one_instead_of_adding_a_second(server, package):
+    client = deploy.connect(server.url)
+    old = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", experiment="ctpipe")
+    moved = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", experiment="retraining")
+    # Two enabled schedules would train twice a night, each with its own max_concurrency=1.
+    (recurring,) = server.state.recurring_runs.values()
+    assert recurring["experiment_id"] == moved.experiment_id != old.experiment_id
+    assert moved.schedule["action"] == "updated"
+    # In multi-user KFP the schedule is looked up in the experiment's namespace.
+    team = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", namespace="team-a")
+    assert team.schedule["action"] == "created" and len(server.state.recurring_runs) == 2
+    again = deploy.deploy(client, package, version_name="v1", schedule="0 0 3 * * *", namespace="team-a")
+    assert again.schedule["action"] == "unchanged" and len(server.state.recurring_runs) == 2
 
 
 @pytest.mark.parametrize(
@@ -127,6 +171,38 @@ def test_token_comes_from_a_file_or_the_environment_never_the_command_line(serve
     assert main(["deploy", "--host", server.url, "--package", package, "--version", "v1", "--token-file", str(token_file)]) == 0
 
 
+def test_a_token_file_is_read_again_for_every_call_so_a_rotated_projected_token_keeps_working(
+    server, package, tmp_path, monkeypatch
+):
+    from pipelines import kfp_runs
+
+    monkeypatch.delenv("KFP_TOKEN")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    client = kfp_client.connect(server.url, token_file=str(token_file))
+    deploy.deploy(client, package, version_name="v1")
+    # The kubelet rewrites a projected service-account token before it expires (the watcher's: 3600 s); a
+    # 'ctpipe watch --interval' or a 'ctpipe submit --wait' lives longer than one token.
+    token_file.write_text("rotated-token")
+    server.state.token = "rotated-token"
+    run = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="after-rotation")
+    assert server.state.runs[run.run_id]["display_name"] == "after-rotation"
+    assert server.state.auth_headers[-1] == "Bearer rotated-token"
+
+
+def test_the_kubeflow_token_path_is_the_last_fallback_for_credentials(server, package, tmp_path, monkeypatch):
+    # Kubeflow notebooks get KF_PIPELINES_SA_TOKEN_PATH from a PodDefault; kfp.Client ignores it once a host is given.
+    monkeypatch.delenv("KFP_TOKEN")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    monkeypatch.setenv("KF_PIPELINES_SA_TOKEN_PATH", str(token_file))
+    deploy.deploy(kfp_client.connect(server.url), package, version_name="v1")
+    assert set(server.state.auth_headers) == {f"Bearer {TOKEN}"}
+    monkeypatch.setenv("KFP_TOKEN", "wrong")  # an explicit token comes first
+    with pytest.raises(UserError, match="refused the credentials"):
+        kfp_client.connect(server.url)
+
+
 def test_submit_starts_a_run_of_the_latest_version_with_parameters_and_trigger(server, package, capsys):
     client = deploy.connect(server.url)
     deploy.deploy(client, package, version_name="v1")
@@ -146,6 +222,54 @@ def test_submit_starts_a_run_of_the_latest_version_with_parameters_and_trigger(s
     assert run["display_name"].startswith("ctpipe-ci-")
     assert run["service_account"] == "ctpipe-pipeline"  # kubernetes.service_account, as the manifests create
     assert server.state.experiments[run["experiment_id"]]["display_name"] == "ctpipe"
+
+
+def test_waiting_for_a_run_outlasts_a_restart_of_the_kfp_api(server, package, capsys):
+    from pipelines import kfp_runs
+
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="v1")
+    run = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="smoke")
+    # CI's smoke run waits up to an hour; the API server restarting meanwhile answers 503 for a while.
+    server.state.failures += [("GET", f"/apis/v2beta1/runs/{run.run_id}", 503)] * 2
+    server.state.set_run_state(run.run_id, "SUCCEEDED")
+    assert kfp_runs.wait_for_run(client, run.run_id, timeout=30, poll_seconds=0.01) == "SUCCEEDED"
+    # A refusal that a retry cannot mend still ends the wait at once.
+    server.state.failures.append(("GET", f"/apis/v2beta1/runs/{run.run_id}", 403))
+    with pytest.raises(kfp_server_api.ApiException):
+        kfp_runs.wait_for_run(client, run.run_id, timeout=30, poll_seconds=0.01)
+
+
+def test_creating_a_run_through_a_flaky_gateway_starts_exactly_one_run(server, package, monkeypatch):
+    from pipelines import kfp_runs
+
+    monkeypatch.setattr(kfp_runs, "CREATE_RETRY_SECONDS", (0.0, 0.0), raising=False)
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="v1")
+    # Refused before reaching the server (503): asked again.
+    server.state.failures.append(("POST", "/apis/v2beta1/runs", 503))
+    first = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="ctpipe-ci-abc")
+    assert [r["display_name"] for r in server.state.runs.values()] == ["ctpipe-ci-abc"]
+    # The server created the run but the gateway timed out (504): the run is found, not created twice, even
+    # when a run of the same name exists from before.
+    server.state.failures.append(("POST", "/apis/v2beta1/runs", 504, True))
+    second = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="ctpipe-ci-abc")
+    assert len(server.state.runs) == 2 and second.run_id != first.run_id and second.run_id in server.state.runs
+    # A refusal is not asked again.
+    server.state.failures.append(("POST", "/apis/v2beta1/runs", 400))
+    with pytest.raises(kfp_server_api.ApiException):
+        kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="other")
+    assert len(server.state.runs) == 2
+
+
+def test_waiting_for_a_terminated_run_reports_it_cancelled(server, package):
+    from pipelines import kfp_runs
+
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="v1")
+    run = kfp_runs.submit_run(client, parameters={"trigger": "ci"}, run_name="stopped")
+    server.state.terminate_run(run.run_id)  # KFP 2.17 reports CANCELING, then FAILED
+    assert kfp_runs.wait_for_run(client, run.run_id, timeout=30, poll_seconds=0.01) == "CANCELED"
 
 
 def test_submit_errors_are_one_paragraph_user_errors(server, package, capsys):
