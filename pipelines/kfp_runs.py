@@ -11,6 +11,7 @@ import datetime as dt
 import time
 from typing import Any
 
+from components.config.rules import host_of_uri_with_credentials
 from components.errors import UserError
 from pipelines.continuous_training import PIPELINE_NAME
 from pipelines.kfp_client import DEFAULT_EXPERIMENT, find_pipeline_id, find_runs, latest_version
@@ -83,6 +84,15 @@ def run_parameters(
         params["config_overrides"] = "\n".join(overrides)
     if config_json:
         params["config_json"] = config_json
+    # KFP stores a run's parameters in its records and shows them to everyone who can list runs.
+    for name, value in params.items():
+        host = host_of_uri_with_credentials(value) if isinstance(value, str) and "://" in value else None
+        if host is not None:
+            raise UserError(
+                f"run parameter '{name}' holds credentials (user:password@{host}); KFP keeps a run's parameters "
+                "in its records, visible to everyone who can list runs. Give the URI without them: the steps get "
+                "MLflow's and storage credentials from the Kubernetes secrets in kubernetes.env_from_secrets."
+            )
     return params
 
 

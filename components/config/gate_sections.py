@@ -10,9 +10,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit
 
-from components.config.rules import check
+from components.config.rules import check, host_of_uri_with_credentials
 
 # Which way a metric improves, read from the words of its name: losses and errors are lower-is-better,
 # scores higher-is-better. A name with neither needs an explicit select.mode.
@@ -173,9 +172,9 @@ class RegistryConfig:
         check(self.lock_ttl_seconds > 0, "registry.lock_ttl_seconds", "must be > 0")
         # The config is copied into MLflow tags (ctpipe.config), model exports, run summaries and argv:
         # a password in the URI would land in all of them. The message names the host, never the secret.
-        netloc = urlsplit(self.tracking_uri or "").netloc
-        check("@" not in netloc, "registry.tracking_uri",
-              f"the URI holds credentials (user:password@{netloc.rpartition('@')[2]}); the config is recorded "
+        host = host_of_uri_with_credentials(self.tracking_uri)
+        check(host is None, "registry.tracking_uri",
+              f"the URI holds credentials (user:password@{host}); the config is recorded "
               "in MLflow tags, model exports and run summaries, so it must not carry secrets. Give the URI "
               "without them and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
               "MLFLOW_TRACKING_TOKEN; PGPASSWORD for a postgresql:// store) in the environment")

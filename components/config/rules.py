@@ -6,6 +6,8 @@ A message says what is wrong with the value and what is allowed, e.g.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from components.errors import ConfigError
 
 
@@ -19,3 +21,11 @@ def check_fraction(value: float, name: str, *, open_low: bool = False) -> None:
     """Require ``value`` in [0, 1] (or (0, 1] with ``open_low``)."""
     ok = (0.0 < value <= 1.0) if open_low else (0.0 <= value <= 1.0)
     check(ok, name, f"{value!r} must be a fraction in {'(0, 1]' if open_low else '[0, 1]'}")
+
+
+def host_of_uri_with_credentials(uri: str | None) -> str | None:
+    """The host of ``uri`` when it carries credentials (``scheme://user:password@host``), else None.
+
+    Callers name the host in their error, never the URI: the message must not repeat the secret."""
+    netloc = urlsplit(uri or "").netloc
+    return netloc.rpartition("@")[2] if "@" in netloc else None

@@ -318,3 +318,15 @@ def test_a_namespaced_deploy_is_found_in_its_namespace(server, package, capsys):
     assert main(["deploy", "--host", server.url, "--package", package, "--version", "v2", "--namespace", "team-a"]) == 0
     assert len(server.state.pipelines) == 1
     assert main(["submit", "--host", server.url]) == 2  # not among the shared pipelines
+
+
+@pytest.mark.parametrize("flag", [["--param", "mlflow_tracking_uri=http://admin:hunter2@mlflow:5000"],
+                                  ["--data", "sftp://etl:hunter2@files/data"]])
+def test_submit_refuses_credentials_in_a_run_parameter_before_contacting_kfp(server, package, capsys, flag):
+    # KFP keeps a run's parameters in its records and shows them to everyone who can list runs.
+    client = deploy.connect(server.url)
+    deploy.deploy(client, package, version_name="v1")
+    assert main(["submit", "--host", server.url, "--data", "s3://bucket/data", *flag]) == 2
+    err = capsys.readouterr().err
+    assert "holds credentials" in err and "hunter2" not in err
+    assert server.state.runs == {}
