@@ -79,8 +79,15 @@ def _preflight(host: str, token: str | None, cookies: str | None) -> None:
         request.add_header("Authorization", f"Bearer {token}")
     if cookies:
         request.add_header("Cookie", cookies)
+    # urllib would follow a redirect to any host with the Authorization and Cookie headers (an auth proxy
+    # sending us to an external login page would get the token): a redirect is left to kfp.Client, whose
+    # urllib3 drops those headers on a redirect to another host.
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
     try:
-        with urllib.request.urlopen(request, timeout=15):
+        with urllib.request.build_opener(_NoRedirect).open(request, timeout=15):
             return
     except urllib.error.HTTPError as err:
         if err.code in (401, 403):
