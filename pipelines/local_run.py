@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from components.config import TRIGGERS, Config
-from components.errors import ConfigError
+from components.config.rules import host_of_uri_with_credentials
+from components.errors import ConfigError, UserError
 from components.kfp_support import STATUS_DIR_ENV
 from components.tasks.run_config import load_run_config
 from components.warm_start import WarmServer, client_prefix, running_server
@@ -201,6 +202,9 @@ def run_local(
     called = time.time()
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
+    if (host := host_of_uri_with_credentials(data_uri)) is not None:  # it is recorded in summary.json and tags
+        raise UserError(f"--data holds credentials (user:password@{host}); the data URI is recorded in the run's "
+                        "summary and MLflow tags. Give it without them and the credentials in the environment.")
     home_dir = Path(home) if home else default_home()
     overrides = list(overrides or [])
     # The warm-start server imports the steps' libraries while this process goes on (the config, which

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.config import TRIGGERS, Config, apply_settings
-from components.errors import ConfigError
+from components.config.rules import host_of_uri_with_credentials
+from components.errors import ConfigError, UserError
 
 _NEXT_SETTING = re.compile(r";(?=\s*[A-Za-z_]\w*\.[\w.]+\s*=)")
 
@@ -99,6 +100,15 @@ def prepare_run(
     """Validate everything a run is configured with, then get-or-create its MLflow run (idempotent on retry)."""
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
+    # Both are recorded (MLflow tags, step records, KFP's run): a password in either would be kept there.
+    for name, uri in (("data_uri", data_uri), ("tracking_uri", tracking_uri)):
+        host = host_of_uri_with_credentials(uri)
+        if host is not None:
+            raise UserError(
+                f"{name} holds credentials (user:password@{host}); it is recorded in MLflow tags and step records. "
+                "Give the URI without them and the credentials in the environment (MLFLOW_TRACKING_USERNAME/"
+                "PASSWORD, the storage's own variables; on a cluster from kubernetes.env_from_secrets)."
+            )
     config = resolve_config(config_json, overrides, default_json=default_config_json)
     from components.tasks import check_evaluation_metrics, load_task
 
