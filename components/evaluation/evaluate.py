@@ -213,6 +213,13 @@ def load_champion(tracking_uri: str, config: Config) -> tuple[ChampionScore, Exp
             return ChampionScore(
                 found.version, error=f"champion version {found.version} has no '{MODEL_ARTIFACT_PATH}' on its run"
             ), None
+        # The artifact store is not the registry: a file there that is not the one registered is never read.
+        registered, found_sha = found.tags.get("ctpipe.model_sha256"), sha256_local(path)
+        if registered and found_sha != registered:
+            return ChampionScore(found.version, error=(
+                f"champion version {found.version}'s '{MODEL_ARTIFACT_PATH}' does not match its ctpipe.model_sha256 "
+                f"tag (file {found_sha[:12]}, registered {registered[:12]}): replaced or corrupted in the artifact "
+                "store after registration, so it is not loaded")), None
         try:
             champion = load_model_export(path)
         except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:

@@ -129,6 +129,7 @@ def test_champion_moves_only_if_it_is_still_the_one_compared_against(models, tmp
     _, _, register_b = _cycle(models, tmp_path, "b", "p2", config)
     _, blessing_c, register_c = _cycle(models, tmp_path, "c", "p3", config)
     assert json.loads(blessing_c.read_text())["champion_version"] == "1"
+    assert json.loads(blessing_c.read_text())["champion_error"] is None  # its export matches ctpipe.model_sha256
     assert register_b().promoted
     late = register_c()
     assert not late.promoted and late.aliases == ["challenger"]
