@@ -215,13 +215,14 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
 
     from components.models.export import load_model_export
     from components.registration import pyfunc_entry
-    from components.tasks.outputs import check_served_rows
+    from components.tasks.outputs import check_served_order, check_served_rows
 
     example = _first_rows(snapshot, EXAMPLE_ROWS)[snapshot.schema.all_features]
     exported = load_model_export(model_file)
     output = exported.serve(example)
     # The pyfunc's callers pair its output rows with their input rows: refused before any version exists.
     check_served_rows(exported.task, output, len(example))
+    check_served_order(exported.task, output, exported.serve(example.iloc[::-1]))
     target = out_dir / PYFUNC_ARTIFACT_PATH
     mlflow.pyfunc.save_model(
         path=str(target),

@@ -16,6 +16,7 @@ from components.tasks.outputs import (
     PROBE_ROWS,
     TaskOutputError,
     check_class_predictions,
+    check_served_order,
     check_served_rows,
     checked_predict,
     checked_targets,
@@ -42,7 +43,9 @@ def check_task_outputs(task: Any, model: Any, raw: Any, state: dict[str, Any], f
             part = "compute_metrics"
             metrics = dict(task.compute_metrics(targets, predictions))
             part = "serve"
-            check_served_rows(task, task.serve(model, rows[features], state), len(rows))
+            served = task.serve(model, rows[features], state)
+            check_served_rows(task, served, len(rows))
+            check_served_order(task, served, task.serve(model, rows[features].iloc[::-1], state))
     except TaskOutputError as err:
         return CheckResult("task_outputs", False, None, RULE, f"on {len(rows)} first-batch rows: {err}")
     except Exception as err:  # the user's code: any error is theirs to see, with the part that raised it
@@ -51,4 +54,4 @@ def check_task_outputs(task: Any, model: Any, raw: Any, state: dict[str, Any], f
                            f"{type(err).__name__}: {err}")
     return CheckResult("task_outputs", True, None, RULE,
                        f"on {len(rows)} first-batch rows: {len(predictions)} row-aligned predictions (also in reverse "
-                       f"order), metrics {', '.join(sorted(metrics))}, {len(rows)} served rows")
+                       f"order), metrics {', '.join(sorted(metrics))}, {len(rows)} served rows (also in reverse order)")

@@ -88,6 +88,23 @@ def check_served_rows(task: Any, served: Any, rows: int) -> None:
     check_rows(task, "serve", served, rows)
 
 
+def check_served_order(task: Any, served: pd.DataFrame, served_reversed: pd.DataFrame) -> None:
+    """TaskOutputError unless ``served_reversed`` (``task.serve`` of the same rows in reverse order) is ``served``
+    reversed: the pyfunc labels output row i with input row i's index, so a serve that sorts or groups would
+    otherwise hand each caller's row another row's output."""
+    ordered, again = pd.DataFrame(served).iloc[::-1], pd.DataFrame(served_reversed)
+    same = list(ordered.columns) == list(again.columns) and all(
+        _same(np.asarray(ordered[c]), np.asarray(again[c])) if pd.api.types.is_numeric_dtype(ordered[c])
+        else ordered[c].reset_index(drop=True).equals(again[c].reset_index(drop=True))
+        for c in ordered.columns
+    )
+    if not same:
+        raise TaskOutputError(
+            f"task '{task.name}': serve is not row-aligned: rows served in reverse order do not get the outputs "
+            f"they got in order. serve must return {ROW_RULE}, and be deterministic (the model in eval mode)"
+        )
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     if a.shape != b.shape:
         return False

@@ -57,3 +57,38 @@ def test_the_registered_pyfunc_answers_on_the_callers_index(snapshot_and_model, 
     served = pyfunc.predict(some)
     assert list(served.index) == list(some.index)
     pd.testing.assert_frame_equal(served, whole.loc[some.index], check_exact=False, rtol=1e-5)
+
+
+def _with_recorded_task_code(path, **changes):
+    import torch
+
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    payload["task_code"] = {**payload["task_code"], **changes}
+    torch.save(payload, path)
+    return path
+
+
+def test_the_pyfunc_warns_at_load_when_it_is_served_with_other_task_code(snapshot_and_model, tmp_path, caplog):
+    # Before: a model trained with one version of its task's code and served with another (the serving image's
+    # ctpipe) loaded silently, though its preprocessing and outputs may no longer be what its blessing measured.
+    import mlflow.pyfunc
+
+    snapshot, model = snapshot_and_model
+    _with_recorded_task_code(model, source_sha256="0" * 64)
+    target = build_pyfunc_model(model, snapshot, tmp_path / "pyfunc")
+    with caplog.at_level("WARNING", logger="components.registration.pyfunc_model"):
+        mlflow.pyfunc.load_model(str(target))
+    warned = [r.getMessage() for r in caplog.records if r.name == "components.registration.pyfunc_model"]
+    assert len(warned) == 1, warned
+    assert "trained with task code" in warned[0] and "sha256 000000000000" in warned[0]
+    assert "served here with" in warned[0]
+
+
+def test_the_pyfunc_loads_quietly_with_the_task_code_it_was_trained_with(snapshot_and_model, tmp_path, caplog):
+    import mlflow.pyfunc
+
+    snapshot, model = snapshot_and_model
+    target = build_pyfunc_model(model, snapshot, tmp_path / "pyfunc")
+    with caplog.at_level("WARNING", logger="components.registration.pyfunc_model"):
+        mlflow.pyfunc.load_model(str(target))
+    assert [r for r in caplog.records if r.name == "components.registration.pyfunc_model"] == []

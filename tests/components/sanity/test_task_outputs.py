@@ -27,6 +27,12 @@ class ServesOneRowLess(DigitsTask):
         return super().serve(model, frame, state).iloc[:-1]
 
 
+class ServesSorted(DigitsTask):  # as many rows as it got, but sorted by the first class's probability
+    def serve(self, model, frame, state):
+        served = super().serve(model, frame, state)
+        return served.sort_values(served.columns[0]).reset_index(drop=True)
+
+
 class MetricsOnLabels(DigitsTask):
     def compute_metrics(self, targets, predictions):  # written for predicted labels, given probabilities
         return {"accuracy": float((predictions == targets).mean())}
@@ -53,6 +59,10 @@ def serves_one_row_less(**options):
     return ServesOneRowLess(**options)
 
 
+def serves_sorted(**options):
+    return ServesSorted(**options)
+
+
 def metrics_on_labels(**options):
     return MetricsOnLabels(**options)
 
@@ -77,6 +87,8 @@ def buggy(digits, tmp_path, monkeypatch):  # noqa: F811
 @pytest.mark.parametrize("factory, expected", [
     ("sorts_rows", "predict is not row-aligned"),
     ("serves_one_row_less", "serve returned 15 row(s) for a frame of 16 row(s)"),
+    # Before: only the served rows' count was checked; the pyfunc then paired each caller's row with another's output.
+    ("serves_sorted", "serve is not row-aligned"),
     ("metrics_on_labels", "compute_metrics raised ValueError"),
     ("predict_raises", "predict raised KeyError: 'clases'"),
     # Before: evaluation failed after training, 'operands could not be broadcast together with shapes (196,) (196,10)'.
