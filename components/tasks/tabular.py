@@ -94,6 +94,13 @@ class TabularClassification(TaskBase):
         if hasattr(model, "head"):
             prior = torch.bincount(train_targets, minlength=len(state["classes"])).double() / len(train_targets)
             init_output_bias(model, prior.float())
+        # Slot 0 of each category embedding is "unknown" (missing, or unseen in serving). Without missing
+        # values in training it never gets a gradient, so its random initial vector would decide what an
+        # unseen category does to a prediction: it starts at zero, no information (trained where there are
+        # missing values). Zeroing draws no random numbers, so every other weight is as before.
+        with torch.no_grad():
+            for embedding in getattr(model, "embeddings", ()):
+                embedding.weight[0].zero_()
 
     def shard_units(self, model: nn.Module) -> list[nn.Module]:
         return list(model.blocks)
