@@ -14,18 +14,13 @@ from pipelines.cli import main
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory):
-    """Version 1 champion (blessed), version 2 challenger (not blessed: floor out of reach).
-
-    Shared by the module: the promote/rollback test ends in this same state.
-    """
-    root = tmp_path_factory.mktemp("models-cli")
+def _home_with_two_versions(root, **config_kwargs):
+    """Version 1 blessed (the champion alias), version 2 registered but not blessed (floor out of reach)."""
     snap = make_snapshot(root)
     home = root / "home"
     uri = local_tracking_uri(home)
     for i, floor in ((1, 0.5), (2, 0.999)):
-        config = fast_config()
+        config = fast_config(**config_kwargs)
         config.evaluate.thresholds["accuracy"].value = floor
         model = make_model(snap, root / f"m{i}.pt", steps=60, seed=i)
         run_id = make_run(uri, config, f"p{i}")
@@ -35,6 +30,15 @@ def home(tmp_path_factory):
         register_candidate(str(model), str(snap), str(blessing), config, tracking_uri=uri, mlflow_run_id=run_id,
                            pipeline_run_id=f"p{i}", trigger="schedule", reports={})  # fmt: skip
     return home
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """Version 1 champion (blessed), version 2 challenger (not blessed: floor out of reach).
+
+    Shared by the module: the promote/rollback test ends in this same state.
+    """
+    return _home_with_two_versions(tmp_path_factory.mktemp("models-cli"))
 
 
 def _run(capsys, *argv):
@@ -119,21 +123,7 @@ def test_a_home_without_a_registry_fails_clearly(tmp_path, capsys):
 def production_home(tmp_path_factory):
     """A registry whose pipeline names its champion alias 'production' (registry.champion_alias):
     version 1 is the production model, version 2 is not blessed."""
-    root = tmp_path_factory.mktemp("models-alias")
-    snap = make_snapshot(root)
-    home = root / "home"
-    uri = local_tracking_uri(home)
-    for i, floor in ((1, 0.5), (2, 0.999)):
-        config = fast_config(champion_alias="production")
-        config.evaluate.thresholds["accuracy"].value = floor
-        model = make_model(snap, root / f"m{i}.pt", steps=60, seed=i)
-        run_id = make_run(uri, config, f"p{i}")
-        blessing, card = root / f"b{i}.json", root / f"c{i}.md"
-        evaluate_candidate(str(model), str(snap), config, tracking_uri=uri, mlflow_run_id=run_id,
-                           blessing_path=str(blessing), card_path=str(card))  # fmt: skip
-        register_candidate(str(model), str(snap), str(blessing), config, tracking_uri=uri, mlflow_run_id=run_id,
-                           pipeline_run_id=f"p{i}", trigger="schedule", reports={})  # fmt: skip
-    return home
+    return _home_with_two_versions(tmp_path_factory.mktemp("models-alias"), champion_alias="production")
 
 
 def test_promote_moves_the_configured_champion_alias_and_refuses_another(production_home, capsys, tmp_path):
