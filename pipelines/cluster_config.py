@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
-from components.errors import ConfigError, UserError
+from components.errors import ConfigError
 from components.tasks.run_config import load_run_config
 
 CLUSTER_BACKENDS = ("pytorchjob", "trainjob")
@@ -54,11 +54,4 @@ def check_cluster_config(config: Config) -> None:
             f"{MLFLOW_TOKEN}), so the MLflow server of manifests/ would answer 401. Use the secret "
             f"manifests/secrets creates: {{{MLFLOW_CLIENT_SECRET}: [{', '.join(MLFLOW_BASIC_AUTH)}]}} (the default "
             "when unset), or name your own secret with those keys."
-        )
-    uri = config.registry.tracking_uri or ""
-    if "@" in uri.split("://", 1)[-1].split("/", 1)[0]:
-        raise UserError(
-            "registry.tracking_uri holds credentials (user:password@host); a compiled pipeline must not carry "
-            "secrets. Give the plain URI and put MLFLOW_TRACKING_USERNAME/PASSWORD in a Kubernetes secret "
-            "listed in kubernetes.env_from_secrets."
         )
