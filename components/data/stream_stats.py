@@ -43,7 +43,12 @@ def row_priority(frame: pd.DataFrame, *, seed: int = 0, first_row: int = 0) -> n
     copy got the same priority, so data whose rows repeat (discrete features) had a "sample" made of all the
     copies of the few rows with the lowest hashes."""
     key = f"ctpipe{seed:010d}"[-16:]
-    content = pd.util.hash_pandas_object(frame, index=False, hash_key=key).to_numpy(dtype=np.uint64)
+    if frame.shape[1] == 0:
+        # No feature columns (a text task's schema): the position alone. pandas 2.x raises on hashing a
+        # frame without columns; pandas 3 gives every row one constant, which is what this gives too.
+        content = np.zeros(len(frame), dtype=np.uint64)
+    else:
+        content = pd.util.hash_pandas_object(frame, index=False, hash_key=key).to_numpy(dtype=np.uint64)
     position = pd.util.hash_array(np.arange(first_row, first_row + len(frame), dtype=np.int64))
     return content ^ (position * np.uint64(0x9E3779B97F4A7C15))  # wraps mod 2**64
 

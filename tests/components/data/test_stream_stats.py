@@ -132,3 +132,13 @@ def test_column_totals_of_a_text_column_count_a_numeric_batch_as_values():
         totals.add(b, len(b))
     assert not totals.numeric and (totals.rows, totals.nulls) == (6, 1)
     assert totals.counts == {"free": 1, "pro": 1, "basic": 1} and totals.numeric_values == 2
+
+
+def test_rows_without_feature_columns_get_priorities_from_their_position_alone():
+    # A text task's schema has no numeric or categorical feature: the snapshot's statistics hash a frame
+    # without columns. pandas 2.x raised there (seen on a GPU machine's pandas), pandas 3 gave a constant.
+    frame = pd.DataFrame({"text": ["a", "b", "c", "d"]})[[]]
+    priority = row_priority(frame, seed=3, first_row=10)
+    position = pd.util.hash_array(np.arange(10, 14, dtype=np.int64))
+    assert priority.dtype == np.uint64 and len(set(priority.tolist())) == 4
+    assert priority.tolist() == (position * np.uint64(0x9E3779B97F4A7C15)).tolist()
