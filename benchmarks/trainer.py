@@ -136,16 +136,18 @@ def run_bare(snapshot_dir: str, config, work: Path, tag: str, clip: bool = False
     return json.loads(out.read_text())
 
 
-def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: str) -> dict:
-    import mlflow
-
-    from components.tracking import ensure_experiment
+def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: str | None) -> dict:
+    """One run of the ctpipe worker; ``tracking_uri`` None: no MLflow (rank 0 gets the NullTracker)."""
     from components.training.launch import train_model
     from components.training.launchers.local import LocalLauncher
 
-    run_id = (
-        mlflow.MlflowClient(tracking_uri).create_run(ensure_experiment(tracking_uri, "bench")).info.run_id
-    )
+    run_id = None
+    if tracking_uri:
+        import mlflow
+
+        from components.tracking import ensure_experiment
+
+        run_id = mlflow.MlflowClient(tracking_uri).create_run(ensure_experiment(tracking_uri, "bench")).info.run_id
     result = train_model(
         snapshot_dir,
         str(work / f"ckpt-{tag}"),
@@ -185,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--rows-per-day", type=int, default=1000)
     parser.add_argument("--task", default=None, metavar="NAME", help="a built-in task with its own demo data")
+    parser.add_argument(
+        "--no-mlflow",
+        action="store_true",
+        help="the worker logs to no tracking server (for a GPU machine that has torch but not MLflow installed)",
+    )
     parser.add_argument("--example", choices=["digits"], default=None,
                         help="benchmark the user task of examples/<name> on its own data")
     args = parser.parse_args(argv)
@@ -221,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
         snapshot_dir = str(build_snapshot(str(work / "data"), config, work / "snapshot").root)
-        tracking_uri = f"sqlite:///{work / 'mlflow.db'}"
+        tracking_uri = None if args.no_mlflow else f"sqlite:///{work / 'mlflow.db'}"
         variants = ["bare", "bareclip", "ctpipe"] + ([] if args.no_ddp else ["ddp"]) + (["perblock"] if args.per_block else [])
         for rep in range(args.repeats):
             order = variants if rep % 2 == 0 else variants[::-1]
@@ -272,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         "mixed_precision": config.train.mixed_precision,
         "repeats": args.repeats,
         "task": config.task.entrypoint or config.task.name,
+        "mlflow": not args.no_mlflow,
+        "device": _device_name(),
     }
     if rows["ddp"]:
         summary["ddp_samples_per_second"] = statistics.median(d["samples_per_second"] for d in rows["ddp"])
@@ -303,6 +312,13 @@ def _pair_ratios(rows: list[dict], baseline: list[dict], key: str = "samples_per
 def _median_or_none(values) -> float | None:
     found = [v for v in values if v is not None]
     return statistics.median(found) if found else None
+
+
+def _device_name() -> str:
+    """The GPU's name, or 'cpu': which machine a figure comes from."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
 def _tokens_per_example(task, config) -> int:
