@@ -44,8 +44,8 @@ def row_priority(frame: pd.DataFrame, *, seed: int = 0, first_row: int = 0) -> n
     copies of the few rows with the lowest hashes."""
     key = f"ctpipe{seed:010d}"[-16:]
     if frame.shape[1] == 0:
-        # No feature columns (a text task's schema): the position alone. pandas 2.x raises on hashing a
-        # frame without columns; pandas 3 gives every row one constant, which is what this gives too.
+        # No feature columns (a text task's schema): the position alone. pandas before 3.1 raises on hashing a
+        # frame without columns; pandas 3.1 gives every row one constant.
         content = np.zeros(len(frame), dtype=np.uint64)
     else:
         content = pd.util.hash_pandas_object(frame, index=False, hash_key=key).to_numpy(dtype=np.uint64)

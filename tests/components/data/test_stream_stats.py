@@ -136,7 +136,7 @@ def test_column_totals_of_a_text_column_count_a_numeric_batch_as_values():
 
 def test_rows_without_feature_columns_get_priorities_from_their_position_alone():
     # A text task's schema has no numeric or categorical feature: the snapshot's statistics hash a frame
-    # without columns. pandas 2.x raised there (seen on a GPU machine's pandas), pandas 3 gave a constant.
+    # without columns. pandas 2.3 and 3.0 raised there (3.0.6 on a GPU machine), pandas 3.1 gave a constant.
     frame = pd.DataFrame({"text": ["a", "b", "c", "d"]})[[]]
     priority = row_priority(frame, seed=3, first_row=10)
     position = pd.util.hash_array(np.arange(10, 14, dtype=np.int64))
