@@ -111,7 +111,7 @@ class SanityConfig:
     confidence: float = 0.99
     # The lower bound of the train-sample loss drop, relative to the loss at init, must exceed this.
     loss_decrease_min: float = 0.0
-    # The lower bound of the held-out loss gain over each baseline (zeroed inputs, shuffled labels),
+    # The lower bound of the held-out loss gain over the baseline (the same model fed zeroed inputs),
     # relative to the baseline's loss, must exceed this; 0 asks for a gain beyond noise, however small.
     baseline_min_improvement: float = 0.0
 
