@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
         base = ["data.key=id", "task.entrypoint=digits_task:make_task"]
     elif args.task:
-        base = [f"task.name={args.task}", *getattr(load_task({"name": args.task}), "demo_settings", [])]
+        base = [f"task.name={args.task}", *load_task({"name": args.task}).demo_settings]
     config = load_run_config(None, base + args.overrides)
     ddp_config = load_run_config(None, base + args.overrides + ["train.strategy=ddp"])
     task = load_task(config.task)
@@ -224,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
 
             write_partitions(work / "data", days=args.days)
         elif args.task:
+            if task.write_demo_data is None:
+                raise SystemExit(f"task {args.task!r} has no demo data of its own (write_demo_data): leave out --task")
             task.write_demo_data(str(work / "data"), days=args.days)
         else:
             write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
@@ -322,10 +324,11 @@ def _device_name() -> str:
 
 
 def _tokens_per_example(task, config) -> int:
-    """Positions per example of a sequence task that states its FLOPs per token (0 otherwise)."""
-    if task.sanity.sequence_dim is None or not hasattr(task, "flops_per_token"):
+    """Positions per example (its ``model_config.seq_len``) of a sequence task that states its FLOPs per token
+    (0 otherwise: ``flops_per_token`` None, unknown)."""
+    if task.sanity.sequence_dim is None or task.flops_per_token() is None:
         return 0
-    return int(task.model_config.seq_len)
+    return int(getattr(task.model_config, "seq_len", 0) or 0)
 
 
 def _sequence_figures(task, config, summary: dict, rows: dict, tokens: int) -> dict:

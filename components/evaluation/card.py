@@ -113,6 +113,15 @@ def _task_code_lines(blessing: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _model(blessing: dict[str, Any], config: Config, snapshot: Snapshot) -> dict[str, Any]:
+    """The candidate's model as its task describes it: the blessing's record, else the configured task's view."""
+    if blessing.get("model_config"):
+        return blessing["model_config"]
+    from components.tasks import load_task
+
+    return load_task(config.task).describe_model(config, snapshot.state)
+
+
 def _confusion(blessing: dict[str, Any]) -> list[str]:
     names = blessing["class_names"]
     lines = ["| true \\ predicted | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -166,7 +175,7 @@ def write_model_card(
         "",
         "## Training and selection",
         f"- task: `{json.dumps(blessing.get('task') or {'name': config.task.name, 'entrypoint': config.task.entrypoint})}`",
-        f"- model: `{json.dumps(blessing.get('model_config') or vars(config.model))}`",
+        f"- model: `{json.dumps(_model(blessing, config, snapshot))}`",
         *_task_code_lines(blessing),
         f"- selected checkpoint: {json.dumps(meta, default=str)}",
         "",

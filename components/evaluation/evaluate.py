@@ -182,7 +182,8 @@ def evaluate_candidate(
         "model_sha256": sha256_local(model_path),
         "data_fingerprint": snapshot.fingerprint,
         "model_metadata": candidate.metadata,
-        "model_config": vars(candidate.model_config),
+        # What the task built (for the tabular task: the config's model section), as the model card shows it.
+        "model_config": candidate.describe_model(),
         "task": candidate.task_record,
         "task_code": candidate.task_code,
         "champion_task_code": champion.task_code,

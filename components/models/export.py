@@ -44,6 +44,12 @@ class ExportedModel:
     metadata: dict[str, Any]
     task_record: dict[str, Any]
     task_code: dict[str, Any] | None = None  # None: exported before the task code was recorded
+    # The config the network was built from (``model`` alone for an export written before it was recorded).
+    build_config: Config | None = None
+
+    def describe_model(self) -> dict[str, Any]:
+        """The model as its task describes it (``Task.describe_model``, plain JSON): the model card's model."""
+        return self.task.describe_model(self.build_config or Config(model=self.model_config), self.state)
 
     @property
     def classes(self) -> list[str]:
@@ -132,4 +138,4 @@ def load_model_export(path: str | Path) -> ExportedModel:
     model = build_exported_network(task, build_config, state)
     model.load_state_dict(payload["state_dict"])
     model.float().eval()
-    return ExportedModel(model, cfg, task, state, payload["metadata"], record, payload.get("task_code"))
+    return ExportedModel(model, cfg, task, state, payload["metadata"], record, payload.get("task_code"), build_config)

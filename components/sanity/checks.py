@@ -33,7 +33,7 @@ from typing import Any
 from components.config import Config
 from components.sanity.independence import check_batch_independence
 from components.sanity.paired_gain import PairedGain, paired_gain
-from components.sanity.report import CheckResult, SanityResult
+from components.sanity.report import SanityResult
 from components.sanity.sample import SanityData
 from components.sanity.short_training import (
     LossFn,
@@ -44,6 +44,7 @@ from components.sanity.short_training import (
     run_steps,
     trainer_init,
 )
+from components.tasks.protocol import CheckResult
 
 __all__ = ["CheckResult", "SanityResult", "check_model"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.sanity.report import CheckResult
+from components.tasks.protocol import CheckResult
 
 
 def check_first_batch_roundtrip(dump: dict[str, Any], mismatches: list[str]) -> CheckResult:

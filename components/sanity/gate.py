@@ -36,7 +36,7 @@ def run_sanity_checks(
     started = time.perf_counter()
     if not config.sanity.enabled:
         result = SanityResult(skipped=True)
-        write_text(report_path, render_report(result, config, None))
+        write_text(report_path, render_report(result, None))
         write_text(first_batch_path, json.dumps({"skipped": True}))
         write_text(summary_path, json.dumps(result.summary(), indent=1))
         log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path], config)
@@ -73,7 +73,8 @@ def run_sanity_checks(
     finally:
         torch.set_num_threads(threads)
     result = SanityResult(checks=checks, seconds=time.perf_counter() - started, sample=data.drawn)
-    write_text(report_path, render_report(result, config, dump))
+    model = task.describe_model(config, snapshot.state)
+    write_text(report_path, render_report(result, dump, model, task.name))
     write_text(summary_path, json.dumps(result.summary(), indent=1))
     log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path, first_batch_path], config)
     if not result.passed:

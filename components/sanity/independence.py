@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.sanity.report import CheckResult
+from components.tasks.protocol import CheckResult
 
 INDEPENDENCE_ROWS = 8
 INDEPENDENCE_TOL = 1e-6

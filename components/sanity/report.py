@@ -9,20 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from components.config import Config
-
-
-@dataclass
-class CheckResult:
-    """One check's verdict with the figure it measured and the threshold it was held to."""
-
-    name: str
-    passed: bool
-    value: float | None
-    threshold: str
-    message: str
-    # error: fails the run; warning: reported only.
-    severity: str = "error"
-    seconds: float = 0.0
+from components.tasks.protocol import CheckResult
 
 
 @dataclass
@@ -64,13 +51,14 @@ def _json_number(value: float | None) -> float | None:
 
 
 
-def render_report(result: SanityResult, cfg: Config, first_batch: dict[str, Any] | None) -> str:
+def render_report(result: SanityResult, first_batch: dict[str, Any] | None, model: dict[str, Any] | None = None,
+                  task_name: str = "") -> str:
+    """The Markdown report; ``model`` is the task's ``describe_model`` (the model the checks ran on)."""
     verdict = "SKIPPED" if result.skipped else ("PASSED" if result.passed else "FAILED")
     lines = [f"# Sanity checks: {verdict}", ""]
     if result.skipped:
         return "\n".join(lines + ["sanity.enabled is false: no check ran."]) + "\n"
-    lines += [f"Model `{cfg.model.kind}` (hidden {cfg.model.hidden}, depth {cfg.model.depth}); {result.sample}; "
-              f"{result.seconds:.2f} s in all.", "",
+    lines += [f"{model_line(model or {}, task_name)}; {result.sample}; {result.seconds:.2f} s in all.", "",
               "| check | result | value | threshold | seconds | detail |", "|---|---|---|---|---|---|"]
     for c in result.checks:
         status = "pass" if c.passed else ("**FAIL**" if c.severity == "error" else "warn")
@@ -83,6 +71,13 @@ def render_report(result: SanityResult, cfg: Config, first_batch: dict[str, Any]
         lines += [json.dumps(r) for r in first_batch["rows"][:3]]
         lines += ["```"]
     return "\n".join(lines) + "\n"
+
+
+def model_line(model: dict[str, Any], task_name: str) -> str:
+    """``Model `mlp` (hidden 128, depth 3, ...)``: named by its ``kind`` (else the task), then its settings."""
+    name = model.get("kind") or task_name or "model"
+    settings = ", ".join(f"{key} {value}" for key, value in model.items() if key != "kind")
+    return f"Model `{name}`" + (f" ({settings})" if settings else "")
 
 
 def log_to_mlflow(tracking_uri: str, run_id: str, result: SanityResult, paths: list[str], config: Config) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.sanity.report import CheckResult
 from components.tasks.outputs import (
     PROBE_ROWS,
     TaskOutputError,
@@ -21,6 +20,7 @@ from components.tasks.outputs import (
     checked_predict,
     checked_targets,
 )
+from components.tasks.protocol import CheckResult
 
 RULE = ("targets, predict and serve: one row per row, in order; predict: [rows, classes] with class_names; "
         "compute_metrics takes them")

@@ -4,12 +4,13 @@
     task = load_task(config.task)   # tabular_classification by default, or task.entrypoint's factory
 
 ``protocol.py`` is the interface (``Task``, ``Batch``, ``Metric``, ``SanitySpec``, ``InitLoss``,
-``TaskBase``); ``registry.py`` registers the built-ins and loads the configured task; ``tabular.py`` is
+``CheckResult``, ``TaskBase``); ``registry.py`` registers the built-ins and loads the configured task; ``tabular.py`` is
 the built-in tabular classification task.
 """
 
 from components.tasks.protocol import (
     Batch,
+    CheckResult,
     InitLoss,
     Metric,
     SanitySpec,
@@ -31,6 +32,7 @@ from components.tasks.registry import (
 __all__ = [
     "BUILTIN_TASKS",
     "Batch",
+    "CheckResult",
     "InitLoss",
     "Metric",
     "SanitySpec",

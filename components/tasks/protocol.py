@@ -94,6 +94,21 @@ class InitLoss:
     applies: Callable[[Any], bool] = field(default=lambda model: True)
 
 
+@dataclass
+class CheckResult:
+    """One sanity check's verdict with the figure it measured and the threshold it was held to (what the gate's
+    own checks and a task's ``extra_checks`` return)."""
+
+    name: str
+    passed: bool
+    value: float | None
+    threshold: str
+    message: str
+    # error: fails the run; warning: reported only.
+    severity: str = "error"
+    seconds: float = 0.0
+
+
 @runtime_checkable
 class Task(Protocol):
     """The required parts of a task. See ``TaskBase`` for the optional ones and their defaults."""
@@ -170,7 +185,11 @@ class TaskBase:
     ``extra_checks`` (the task's own sanity checks, e.g. causality for a sequence model),
     ``rowwise_encoding`` / ``fit_streamed`` (streamed snapshot and loading without whole-split frames),
     ``needs_label`` (False: the data has no label column, e.g. a language model's texts),
-    ``config_defaults`` (settings the task brings, e.g. the metric that selects checkpoints).
+    ``config_defaults`` (settings the task brings, e.g. the metric that selects checkpoints),
+    ``describe_model`` (what model the task builds, as plain JSON: the sanity report, the run's params, the
+    model card), ``write_demo_data`` / ``demo_settings`` (the task's own demo data and the settings that go
+    with it; None: the tabular demo), ``model_config`` / ``flops_per_token`` / ``parameter_count`` (the
+    model's settings object and its analytic size, for ``benchmarks/trainer.py``'s MFU; None: unknown).
     """
 
     sanity: SanitySpec = SanitySpec()
@@ -185,6 +204,32 @@ class TaskBase:
     # under the user's config file and --set; e.g. the metric that selects checkpoints and the blessing
     # rules on the task's own metrics, so `task.name=...` alone gives a run that can pass.
     config_defaults: tuple[str, ...] = ()
+    # The task's own demo data: ``write_demo_data(out, *, days=..., drift_from_day=None) -> list`` of the written
+    # partitions (``ctpipe demo-data --task``, the local run's demo). None: the task has none of its own and the
+    # tabular demo is used.
+    write_demo_data: Callable[..., list[Any]] | None = None
+    # Settings ("section.key=value") that go with the task's demo data (e.g. its key and text columns), under
+    # the user's config file and --set.
+    demo_settings: tuple[str, ...] = ()
+    # The task's own model settings object (e.g. the language model's ``LMConfig``; a sequence task gives it a
+    # ``seq_len``, the positions per example), or None when the model is described by ``config.model`` alone.
+    model_config: Any = None
+
+    def describe_model(self, config: Config, state: TaskState) -> dict[str, Any]:
+        """What model this task builds for ``config`` and ``state``, as plain JSON values (the sanity report's
+        model line, the run's ``system.model.*`` params, the model card). A ``kind`` key, when given, names it.
+        The default: the ``config.model`` section, which the tabular models are built from."""
+        from dataclasses import asdict
+
+        return asdict(config.model)
+
+    def flops_per_token(self) -> float | None:
+        """Training FLOPs per token of the configured model (a sequence task's MFU), or None: unknown."""
+        return None
+
+    def parameter_count(self) -> int | None:
+        """Parameters of the configured model without building it, or None: unknown."""
+        return None
 
     def fit_streamed(self, stats: Any, schema: Schema) -> TaskState | None:
         """``fit``'s result from the train split's streamed statistics (``components.data.stream_stats.TableStats``
@@ -272,15 +317,15 @@ class TaskBase:
         """Where the dumped tensors do not decode back to the raw rows (empty: they round-trip)."""
         return []
 
-
-    def extra_checks(self, factory: Callable[[], Any], batch: Batch, state: TaskState) -> list[Any]:
-        """The task's own sanity checks (``components.sanity.report.CheckResult`` each) on the encoded train
-        sample ``batch`` with fresh seeded models from ``factory``; an error-severity failure stops the run."""
+    def extra_checks(self, factory: Callable[[], Any], batch: Batch, state: TaskState) -> list[CheckResult]:
+        """The task's own sanity checks (``CheckResult`` each) on the encoded train sample ``batch`` with fresh
+        seeded models from ``factory``; an error-severity failure stops the run."""
         return []
 
 
 OPTIONAL_PARTS: tuple[str, ...] = (
     "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "drift_histograms",
     "target_columns", "strata", "baseline", "paired_bootstrap", "class_names", "describe_batch",
-    "batch_mismatches", "extra_checks", "fit_streamed",
+    "batch_mismatches", "extra_checks", "fit_streamed", "describe_model", "write_demo_data", "demo_settings",
+    "model_config", "flops_per_token", "parameter_count",
 )

@@ -132,7 +132,8 @@ def complete_task(task: Any, where: str = "the task") -> Task:
         )
     for part in OPTIONAL_PARTS:
         if not hasattr(task, part):
-            setattr(task, part, types.MethodType(getattr(TaskBase, part), task))
+            default = getattr(TaskBase, part)  # a method, bound to the task; or a value (None, a tuple)
+            setattr(task, part, types.MethodType(default, task) if callable(default) else default)
     return task
 
 

@@ -29,7 +29,7 @@ from components.training.parallelize import parallelize, resolve_precision, sync
 from components.training.progress import Progress, Window
 from components.training.step import build_optimizer, optimizer_step
 from components.training.throughput import flops_per_sample_or_zero
-from components.training.tracker import NullTracker
+from components.training.tracker import NullTracker, flatten
 
 LOG_EVERY = 10  # steps per all-reduced train-loss window
 CLIP_WARNING_RATE = 0.5
@@ -343,9 +343,12 @@ class Trainer:
     # -- the end ----------------------------------------------------------------------------------
 
     def system_facts(self) -> dict[str, Any]:
-        """Facts about this run's hardware and model, logged as ``system.*`` params beside the config."""
+        """Facts about this run's hardware and model, logged as ``system.*`` params beside the config; the model
+        as its task describes it (``system.model.*``: the config's ``model`` section describes the tabular models
+        only)."""
         d = self.d
         return {
+            **flatten(self.task.describe_model(self.cfg, self.state), "system.model."),
             "system.torch_version": torch.__version__,
             "system.world_size": d.world_size,
             "system.device": str(d.device) if d.device.type == "cpu" else torch.cuda.get_device_name(d.device),

@@ -45,7 +45,7 @@ def _run_task_demo(args: argparse.Namespace) -> int:
     from components.tasks import load_task
 
     task = load_task({"name": args.task, "entrypoint": None, "options": {}})
-    writer = getattr(task, "write_demo_data", None)
+    writer = task.write_demo_data
     if writer is None:
         raise UserError(f"task {args.task!r} has no demo data of its own; leave out --task for the tabular demo")
     paths = writer(args.out, days=args.days, drift_from_day=args.drift_from_day)

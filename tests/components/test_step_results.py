@@ -12,8 +12,9 @@ from components.config import Config
 from components.evaluation.evaluate import evaluate_candidate
 from components.registration.register import register_candidate
 from components.sanity.gate import run_sanity_checks
-from components.sanity.report import CheckResult, SanityResult
+from components.sanity.report import SanityResult
 from components.step_results import read_sanity, read_validation
+from components.tasks.protocol import CheckResult
 from components.tracking import local_tracking_uri
 from components.validation.findings import WARNING, Finding
 from components.validation.report import ValidationSummary

@@ -104,6 +104,10 @@ class CausalLM(TaskBase):
     def shard_units(self, model: nn.Module) -> list[nn.Module]:
         return list(model.blocks)
 
+    def describe_model(self, config: Any, state: TaskState) -> dict[str, Any]:
+        """The decoder's shape: the one fitted into ``state`` (what ``build_model`` builds), else the configured."""
+        return dict(state.get("model") or self.model_config.to_dict())
+
     def flops_per_token(self) -> float:
         """Training FLOPs per token of the configured model (for MFU in ``benchmarks/trainer.py``)."""
         from components.tasks.causal_lm.model import flops_per_token

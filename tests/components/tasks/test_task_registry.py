@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from dataclasses import asdict
 
 import pytest
 
@@ -109,6 +110,37 @@ def test_options_reach_the_factory_and_optional_parts_get_defaults(user_module):
     assert task.expectations(None) == [] and task.class_names({}) is None
     # The streaming parts get their defaults too: the steps read them as plain attributes.
     assert task.rowwise_encoding is False and task.fit_streamed(None, None) is None
+
+
+def test_a_task_without_the_demo_size_and_description_parts_gets_their_defaults(user_module):
+    """The parts other steps read (demo data, the benchmark's FLOPs, the described model) default to "none of
+    its own" / "unknown" / the config's model section for a task that is not a TaskBase subclass."""
+    user_module("user_task_bare", """
+        from components.tasks import Metric, SanitySpec
+        class Bare:
+            name = "bare"
+            metrics = (Metric("accuracy", True),)
+            sanity = SanitySpec()
+        for part in ("fit", "encode", "build_model", "shard_units", "loss", "row_losses", "row_metrics",
+                     "init_losses", "targets", "predict", "compute_metrics", "serve"):
+            setattr(Bare, part, lambda self, *a, **k: None)
+        def make_task():
+            return Bare()
+    """)
+    config = load_config(None, ["task.entrypoint=user_task_bare:make_task", "model.hidden=32"])
+    task = load_task(config.task)
+    assert task.write_demo_data is None and task.demo_settings == () and task.model_config is None
+    assert task.flops_per_token() is None and task.parameter_count() is None
+    assert task.describe_model(config, {}) == asdict(config.model) and task.describe_model(config, {})["hidden"] == 32
+
+
+def test_the_language_model_describes_its_decoder_not_the_tabular_model_section():
+    config = load_config(None, ["task.name=causal_lm", "task.options.size=small"])
+    task = load_task(config.task)
+    described = task.describe_model(config, {})
+    assert described["d_model"] == 256 and described["seq_len"] == 128 and "hidden" not in described
+    # The fitted state's shape wins: it is what build_model builds.
+    assert task.describe_model(config, {"model": {**described, "n_layers": 7}})["n_layers"] == 7
 
 
 def test_a_rowwise_encoding_that_is_not_a_switch_is_named(user_module):

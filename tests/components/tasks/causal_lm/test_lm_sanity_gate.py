@@ -90,6 +90,10 @@ def test_the_real_model_passes_the_sequence_checks(snapshot_dir, tmp_path):
     for name in ("next_token_targets", "causal_gradient", "future_tokens", "sequence_independence",
                  "first_batch_roundtrip"):
         assert checks[name]["passed"], checks[name]["message"]
+    # The report names the decoder the checks ran on, not the tabular model section (`mlp`, hidden, depth).
+    report = (tmp_path / "r.md").read_text()
+    assert "Model `causal_lm` (vocab_size 259, seq_len 64, d_model 64, n_layers 2, n_heads 4" in report
+    assert "Model `mlp`" not in report and "hidden" not in report
 
 
 def test_a_model_without_a_causal_mask_is_stopped(snapshot_dir, tmp_path):
