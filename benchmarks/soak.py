@@ -46,10 +46,11 @@ from typing import Any
 from soak_audit import audit_checkpoints, audit_registry, audit_runs
 
 from components.data.demo import START_DATE, generate_day
+from components.processes import pid_alive
 from components.tracking.server import LocalMlflowServer
 from pipelines.triggers.ledger import ACTIVE, Ledger
 from pipelines.triggers.new_data import data_state
-from pipelines.triggers.start import pid_alive, stop_leftovers
+from pipelines.triggers.start import stop_leftovers
 
 ROWS_PER_DAY = 300
 FIRST_DAYS = 2

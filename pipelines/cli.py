@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"ctpipe {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM to `ctpipe run` (pipelines.local_run.Terminated)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM to `ctpipe run` (pipelines.sigterm.Terminated)
         print("ctpipe: interrupted", file=sys.stderr)
         return 128 + getattr(err, "signum", 2)
 

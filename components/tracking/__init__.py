@@ -28,6 +28,7 @@ from components.tracking.retry import (  # noqa: E402
 from components.tracking.store import (  # noqa: E402
     VersionFiles,
     artifact_location,
+    create_run,
     download_version_file,
     end_pipeline_run,
     end_run,
@@ -37,6 +38,7 @@ from components.tracking.store import (  # noqa: E402
     get_alias_version,
     local_tracking_uri,
     run_tags,
+    tags_of_runs_tagged,
     use_tracking,
 )
 
@@ -46,6 +48,7 @@ __all__ = [
     "artifact_location",
     "bounded_mlflow_http",
     "call_with_retries",
+    "create_run",
     "download_version_file",
     "end_pipeline_run",
     "end_run",
@@ -59,5 +62,6 @@ __all__ = [
     "local_tracking_uri",
     "log_step",
     "run_tags",
+    "tags_of_runs_tagged",
     "use_tracking",
 ]

@@ -139,6 +139,32 @@ def find_or_create_run(
     return run.info.run_id, True
 
 
+def create_run(tracking_uri: str, experiment_id: str, *, run_name: str, tags: dict[str, str]) -> str:
+    """A new run of ``experiment_id`` named ``run_name`` with ``tags``; its id (not retried: a create whose
+    response was lost may have succeeded, see ``find_or_create_run``)."""
+    import mlflow
+
+    return mlflow.MlflowClient(tracking_uri).create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+
+
+def tags_of_runs_tagged(
+    tracking_uri: str, experiment: str, tag: str, value: str, *, max_results: int = 10, retry: RetryPolicy | None = None
+) -> list[dict[str, str]]:
+    """The tags of each run of experiment ``experiment`` tagged ``tag=value`` (none without the experiment), retried."""
+    import mlflow
+
+    def search() -> list[dict[str, str]]:
+        client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            return []
+        runs = client.search_runs([found.experiment_id], filter_string=f"tags.`{tag}` = '{value}'", max_results=max_results)
+        return [dict(run.data.tags) for run in runs]
+
+    with bounded_mlflow_http():
+        return (retry or RetryPolicy()).call(search, f"find the runs of experiment '{experiment}' tagged {tag}={value}")
+
+
 def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED") -> None:
     """Mark run ``run_id`` as ended with ``status`` (a run logged to by hand, not by ``mlflow.start_run``)."""
     import mlflow

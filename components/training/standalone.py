@@ -152,9 +152,7 @@ def _refuse_other_training(out: Path, latest: Path, config: Config) -> None:
 
 def mlflow_run_for_output(tracking_uri: str, config: Config, out: Path, data_uri: str) -> str:
     """The MLflow run of this output directory: created once, reused when training resumes."""
-    import mlflow
-
-    from components.tracking import ensure_experiment
+    from components.tracking import create_run, ensure_experiment
 
     marker = out / "mlflow_run.json"
     if marker.is_file():
@@ -162,13 +160,14 @@ def mlflow_run_for_output(tracking_uri: str, config: Config, out: Path, data_uri
         if saved.get("tracking_uri") == tracking_uri:
             return saved["run_id"]
     experiment = ensure_experiment(tracking_uri, config.registry.experiment)
-    run = mlflow.MlflowClient(tracking_uri).create_run(
+    run_id = create_run(
+        tracking_uri,
         experiment,
         run_name=f"ctpipe-train-{out.name}",
         tags={"ctpipe.trigger": "train-cli", "ctpipe.data_uri": data_uri},
     )
-    write_json_atomic(marker, {"tracking_uri": tracking_uri, "run_id": run.info.run_id})
-    return run.info.run_id
+    write_json_atomic(marker, {"tracking_uri": tracking_uri, "run_id": run_id})
+    return run_id
 
 
 def train_standalone(

@@ -35,6 +35,8 @@ import threading
 import time
 import traceback
 
+from components.processes import signal_quietly
+
 # In the order the steps need them; a module that fails to import is skipped (the step then imports it
 # itself and reports the error where it belongs).
 PRELOAD = (
@@ -109,7 +111,7 @@ class Server:
         """Stop the children still running: SIGTERM, then SIGKILL after a grace period."""
         children = list(self.by_pidfd.values())
         for child in children:
-            _signal(child.pid, signal.SIGTERM)
+            signal_quietly(child.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         for child in children:
             while time.monotonic() < deadline:
@@ -119,7 +121,7 @@ class Server:
                     break
                 time.sleep(0.02)
             else:
-                _signal(child.pid, signal.SIGKILL)
+                signal_quietly(child.pid, signal.SIGKILL)
                 self._reap(child)
 
     def _accept(self) -> None:
@@ -154,9 +156,9 @@ class Server:
             message = b""
         if not message:  # the client is gone (killed): so is its process
             del self.by_conn[child.conn.fileno()]
-            _signal(child.pid, signal.SIGKILL)
+            signal_quietly(child.pid, signal.SIGKILL)
         elif message[:1] == b"S" and len(message) == 5:
-            _signal(child.pid, struct.unpack("!i", message[1:])[0])
+            signal_quietly(child.pid, struct.unpack("!i", message[1:])[0])
 
     def _reap(self, child: _Child) -> None:
         """Wait for the child (its pidfd said it ended, or it was killed) and report its status."""
@@ -283,13 +285,6 @@ def _send(conn: socket.socket, kind: bytes, value: int) -> None:
     try:
         conn.sendall(kind + struct.pack("!i", value))
     except OSError:
-        pass
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
         pass
 
 

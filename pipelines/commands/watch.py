@@ -81,6 +81,7 @@ def _status(home: Path, as_json: bool) -> int:
 
 def _starter(args: argparse.Namespace, config, home: Path):
     if args.host:
+        from components.tracking import RetryPolicy
         from pipelines import deploy
         from pipelines.triggers.start import KfpStarter
 
@@ -94,6 +95,7 @@ def _starter(args: argparse.Namespace, config, home: Path):
             config_json=config.to_json() if args.config else None,
             tracking_uri=args.tracking_uri or config.registry.tracking_uri,
             mlflow_experiment=config.registry.experiment,
+            retry=RetryPolicy.of(config.registry),
         )
     from pipelines.triggers.start import LocalStarter
 

@@ -17,10 +17,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from components.processes import pid_alive, signal_quietly, wait_gone
 from pipelines.triggers.ledger import ACTIVE, read_record, update_attempt
 from pipelines.triggers.retry import STARTING_GRACE_SECONDS, claim_in_flight, stale_claim  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:
+    from components.tracking import RetryPolicy
 
 # Every process of a local attempt carries this in its environment (children inherit it), so the
 # leftovers of an attempt whose own process was killed can be found and stopped, and nothing else.
@@ -49,21 +53,6 @@ class RunStarter(Protocol):
 def on_another_host(record: dict[str, Any]) -> bool:
     """Whether a local attempt runs on another machine sharing the home, whose processes cannot be seen here."""
     return bool(record.get("host")) and record["host"] != socket.gethostname()
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc here: the signal check is all we have
-    return state != "Z"
 
 
 class LocalStarter:
@@ -173,13 +162,8 @@ def stop_leftovers(marker: str, wait_seconds: float = LEFTOVER_WAIT_SECONDS) -> 
     """SIGKILL every process of an attempt whose own process is gone; return their pids once they are gone."""
     stopped = marked_processes(marker)
     for pid in stopped:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + wait_seconds
-    while any(pid_alive(pid) for pid in stopped) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        signal_quietly(pid, signal.SIGKILL)
+    wait_gone(stopped, wait_seconds)
     return stopped
 
 
@@ -214,8 +198,11 @@ class KfpStarter:
         config_json: str | None = None,
         tracking_uri: str | None = None,
         mlflow_experiment: str = "ctpipe",
+        retry: RetryPolicy | None = None,
     ):
         self.client = client
+        # How the MLflow lookups of ``ended`` are retried (``registry.retries``; the defaults without it).
+        self.retry = retry
         # Where the drift report that starts a drift run is recorded (MLflow), when given.
         self.tracking_uri = tracking_uri
         self.mlflow_experiment = mlflow_experiment
@@ -316,16 +303,11 @@ class KfpStarter:
         """The gates that judged this run's data or model bad (recorded on its MLflow run); None: unknown."""
         if not self.tracking_uri:
             return None
-        import mlflow
+        from components.tracking import tags_of_runs_tagged
 
-        client = mlflow.MlflowClient(tracking_uri=self.tracking_uri)
-        experiment = client.get_experiment_by_name(self.mlflow_experiment)
-        if experiment is None:
-            return []
-        runs = client.search_runs(
-            [experiment.experiment_id], filter_string=f"tags.`ctpipe.pipeline_run_id` = '{pipeline_run_id}'", max_results=10
-        )
-        return sorted({gate for r in runs for tag, gate in GATE_TAGS.items() if r.data.tags.get(tag) == "failed"})
+        runs = tags_of_runs_tagged(self.tracking_uri, self.mlflow_experiment, "ctpipe.pipeline_run_id", pipeline_run_id,
+                                   retry=self.retry)
+        return sorted({gate for tags in runs for tag, gate in GATE_TAGS.items() if tags.get(tag) == "failed"})
 
 
 # The gates that record their verdict as a tag on the run's MLflow run: "failed" there is the user's error.

@@ -371,7 +371,8 @@ def _ended(starter, record: dict[str, Any], *, read_only: bool) -> dict[str, Any
         return starter.ended(record, read_only=read_only)
     if starter is not None:  # a starter that only says whether a run is active: gone means lost
         return None if starter.is_active(record) else {"status": "lost", "error": "the run is no longer active"}
-    from pipelines.triggers.start import on_another_host, pid_alive
+    from components.processes import pid_alive
+    from pipelines.triggers.start import on_another_host
 
     if record.get("backend") == "local" and record.get("pid") is not None and not on_another_host(record) \
             and not pid_alive(int(record["pid"])):

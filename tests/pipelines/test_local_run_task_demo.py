@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from components.config import load_config
-from pipelines.local_run import ensure_demo_data_for
+from pipelines.demo_setup import ensure_demo_data_for
 
 
 def test_a_task_with_demo_data_gets_its_own_partitions_and_settings(tmp_path):
@@ -20,7 +20,7 @@ def test_the_default_task_keeps_the_tabular_demo_and_its_key(tmp_path):
 
 def test_the_config_file_and_set_win_over_the_demo_settings(tmp_path):
     # Before: the demo settings were applied as --set overrides, over the user's config file.
-    from pipelines.local_run import demo_data_and_config
+    from pipelines.demo_setup import demo_data_and_config
 
     path = tmp_path / "c.yaml"
     path.write_text("task: {name: causal_lm}\ntrain: {max_steps: 40}\n")
@@ -33,7 +33,7 @@ def test_the_config_file_and_set_win_over_the_demo_settings(tmp_path):
 
 
 def test_a_key_the_user_sets_wins_over_the_tabular_demo_key(tmp_path):
-    from pipelines.local_run import demo_data_and_config
+    from pipelines.demo_setup import demo_data_and_config
 
     overrides = ["data.key=other_id"]
     _, config = demo_data_and_config(tmp_path, load_config(None, overrides), None, overrides)

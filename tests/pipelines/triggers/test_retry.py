@@ -20,10 +20,11 @@ import pytest
 
 from components.config import load_config
 from components.data.demo import write_demo_data
+from components.processes import pid_alive
 from components.tracking import local_tracking_uri
 from pipelines.cli import main
 from pipelines.triggers.ledger import Ledger
-from pipelines.triggers.start import LocalStarter, pid_alive
+from pipelines.triggers.start import LocalStarter
 from pipelines.triggers.watch import check_once
 
 # What `ctpipe submit --record` does at its start, then a run that never ends by itself; it also starts a

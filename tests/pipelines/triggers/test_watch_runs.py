@@ -13,9 +13,10 @@ import pytest
 
 import pipelines.local_run
 import pipelines.run_summary
+from components.processes import pid_alive
 from pipelines.cli import main
 from pipelines.triggers.ledger import Ledger
-from pipelines.triggers.start import LocalStarter, pid_alive
+from pipelines.triggers.start import LocalStarter
 from pipelines.triggers.watch import watch_loop
 
 
