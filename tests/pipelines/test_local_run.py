@@ -1,5 +1,7 @@
 """The local run's summary is derived from the steps' own status records."""
 
+import pytest
+
 from components.errors import DataValidationError
 from components.kfp_support import STATUS_DIR_ENV, step_status
 from pipelines.run_summary import format_summary
@@ -45,3 +47,19 @@ def test_no_status_dir_means_no_records(tmp_path, monkeypatch):
     with step_status("train"):
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "named"),
+    [("no_such_user_module:make_task", "no_such_user_module"), ("json:no_such_factory", "no_such_factory")],
+)
+def test_a_task_entrypoint_that_does_not_resolve_stops_the_run_before_any_step(tmp_path, monkeypatch, entrypoint, named):
+    # The user's task is resolved before the demo data, the run folder or any step process exists.
+    from components.errors import UserError
+    from pipelines.local_run import run_local
+
+    monkeypatch.setenv("CTPIPE_WARM_START", "0")
+    home = tmp_path / "home"
+    with pytest.raises(UserError, match=named):
+        run_local(home=home, overrides=[f"task.entrypoint={entrypoint}"], quiet=True)
+    assert not (home / "runs").exists() and not (home / "data").exists() and not (home / "mlflow.db").exists()
