@@ -100,6 +100,68 @@ class KubeflowJobLauncher:
         self.backoff_seconds = backoff_seconds
         self.log_tail_lines = log_tail_lines
 
+    # --- the entry point: run ------------------------------------------------------------------
+
+    def run(self, launch: WorkerLaunch) -> None:
+        """Create (or re-attach to) the job and follow it; when a rank fails, restart the whole job (every rank
+        together, resuming from the latest checkpoint) up to ``kubernetes.backoff_limit`` times; succeed on
+        Succeeded, raise TrainingError otherwise."""
+        job, staging = self.plan(launch)
+        name = job["metadata"]["name"]
+        first_created: float | None = None  # one deadline for the step, across restarts
+        restarts = 0
+        with sigterm_raises(lambda _signum: _Cancelled(), once=True):
+            while True:
+                follower: LogFollower | None = None
+                drain_seconds = 10.0  # how long the log stream may finish after the job ended
+                try:
+                    created = self._submit_or_attach(job, staging)
+                    first_created = first_created or created
+                    deadline_at = (
+                        time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - first_created)
+                    )
+                    follower = LogFollower(
+                        client.CoreV1Api(self.api_client),
+                        self.namespace,
+                        name,
+                        emit=self.emit,
+                        container=self.api.container,
+                        selector=self.api.rank0_selector(name),
+                        poll_seconds=min(self.poll_seconds, 2.0),
+                    )
+                    follower.start()
+                    final = self._follow(name, deadline_at)
+                    if job_phase(final) == "Failed":
+                        follower.finish(timeout=drain_seconds)
+                        follower = None
+                        self._restart_or_raise(name, final, launch, restarts)
+                        restarts += 1
+                        continue
+                except _Cancelled:
+                    drain_seconds = 1.0  # KFP's grace period is short: delete first, skip the rest of the log
+                    self.emit(f"step cancelled (SIGTERM): deleting {self.api.kind} {self.namespace}/{name}")
+                    self._delete(name)
+                    raise TrainingError(
+                        f"{self.api.kind} {self.namespace}/{name} was cancelled and deleted"
+                    ) from None
+                except _DeadlineExceeded:
+                    drain_seconds = 1.0
+                    self._delete(name)
+                    raise TrainingError(
+                        f"{self.api.kind} {self.namespace}/{name} did not finish within its deadline of "
+                        f"{launch.deadline_seconds}s (+{self.grace_seconds:.0f}s grace); the job was deleted. "
+                        "Raise train.deadline_seconds or lower train.max_steps."
+                    ) from None
+                finally:
+                    if follower is not None:
+                        follower.finish(timeout=drain_seconds)
+                break
+        copied = stage_out(staging)
+        self.emit(
+            f"{self.api.kind} {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
+        )
+        self._clean_up_after(name)
+
     # --- building ------------------------------------------------------------------------------
 
     @property
@@ -200,66 +262,6 @@ class KubeflowJobLauncher:
             time.sleep(min(self.poll_seconds, 2.0))
 
     # --- running -------------------------------------------------------------------------------
-
-    def run(self, launch: WorkerLaunch) -> None:
-        """Create (or re-attach to) the job and follow it; when a rank fails, restart the whole job (every rank
-        together, resuming from the latest checkpoint) up to ``kubernetes.backoff_limit`` times; succeed on
-        Succeeded, raise TrainingError otherwise."""
-        job, staging = self.plan(launch)
-        name = job["metadata"]["name"]
-        first_created: float | None = None  # one deadline for the step, across restarts
-        restarts = 0
-        with sigterm_raises(lambda _signum: _Cancelled(), once=True):
-            while True:
-                follower: LogFollower | None = None
-                drain_seconds = 10.0  # how long the log stream may finish after the job ended
-                try:
-                    created = self._submit_or_attach(job, staging)
-                    first_created = first_created or created
-                    deadline_at = (
-                        time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - first_created)
-                    )
-                    follower = LogFollower(
-                        client.CoreV1Api(self.api_client),
-                        self.namespace,
-                        name,
-                        emit=self.emit,
-                        container=self.api.container,
-                        selector=self.api.rank0_selector(name),
-                        poll_seconds=min(self.poll_seconds, 2.0),
-                    )
-                    follower.start()
-                    final = self._follow(name, deadline_at)
-                    if job_phase(final) == "Failed":
-                        follower.finish(timeout=drain_seconds)
-                        follower = None
-                        self._restart_or_raise(name, final, launch, restarts)
-                        restarts += 1
-                        continue
-                except _Cancelled:
-                    drain_seconds = 1.0  # KFP's grace period is short: delete first, skip the rest of the log
-                    self.emit(f"step cancelled (SIGTERM): deleting {self.api.kind} {self.namespace}/{name}")
-                    self._delete(name)
-                    raise TrainingError(
-                        f"{self.api.kind} {self.namespace}/{name} was cancelled and deleted"
-                    ) from None
-                except _DeadlineExceeded:
-                    drain_seconds = 1.0
-                    self._delete(name)
-                    raise TrainingError(
-                        f"{self.api.kind} {self.namespace}/{name} did not finish within its deadline of "
-                        f"{launch.deadline_seconds}s (+{self.grace_seconds:.0f}s grace); the job was deleted. "
-                        "Raise train.deadline_seconds or lower train.max_steps."
-                    ) from None
-                finally:
-                    if follower is not None:
-                        follower.finish(timeout=drain_seconds)
-                break
-        copied = stage_out(staging)
-        self.emit(
-            f"{self.api.kind} {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
-        )
-        self._clean_up_after(name)
 
     def _clean_up_after(self, name: str) -> None:
         """kubernetes.clean_pod_policy All: the job was submitted keeping its finished pods (so their exit codes
