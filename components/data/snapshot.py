@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from components.data.batches import read_csv
 from components.data.concat import concat_partitions
 from components.data.encoding import (
     label_text,
@@ -60,7 +61,7 @@ def read_data(data_uri: str, files: list[DataFile], fmt: str = "auto") -> pd.Dat
         full = f"{base}/{f.path}" if base else f.path
         try:
             with fs.open(full, "rb") as handle:
-                frame = pd.read_parquet(handle) if kind == "parquet" else pd.read_csv(handle)
+                frame = pd.read_parquet(handle) if kind == "parquet" else read_csv(handle)
         except Exception as err:  # pyarrow/pandas raise many types for a damaged file
             raise DataValidationError(
                 f"data file '{f.path}' under '{data_uri}' cannot be read as {kind}: {type(err).__name__}: "
