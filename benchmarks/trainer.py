@@ -143,11 +143,9 @@ def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: st
 
     run_id = None
     if tracking_uri:
-        import mlflow
+        from components.tracking import create_run, ensure_experiment
 
-        from components.tracking import ensure_experiment
-
-        run_id = mlflow.MlflowClient(tracking_uri).create_run(ensure_experiment(tracking_uri, "bench")).info.run_id
+        run_id = create_run(tracking_uri, ensure_experiment(tracking_uri, "bench"), run_name=f"bench-{tag}", tags={})
     result = train_model(
         snapshot_dir,
         str(work / f"ckpt-{tag}"),
