@@ -25,17 +25,23 @@ class Progress:
 
 @dataclass
 class Window:
-    """Per-step values summed over the current logging window."""
+    """Per-step values summed over the current logging window (the grad norm is global: the same on every rank)."""
 
     loss: float = 0.0
     steps: int = 0
     clipped: int = 0
     seconds: float = 0.0
+    grad_norm: float = 0.0
+    grad_norm_max: float = 0.0
+    lr: float = 0.0
 
-    def add(self, loss: float, clipped: bool, seconds: float) -> None:
+    def add(self, loss: float, clipped: bool, seconds: float, *, grad_norm: float = 0.0, lr: float = 0.0) -> None:
         self.loss, self.steps, self.clipped, self.seconds = (
             self.loss + loss,
             self.steps + 1,
             self.clipped + int(clipped),
             self.seconds + seconds,
         )
+        self.grad_norm += grad_norm
+        self.grad_norm_max = max(self.grad_norm_max, grad_norm)
+        self.lr = lr  # the last step's

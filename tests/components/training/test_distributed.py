@@ -98,6 +98,21 @@ def test_uninterrupted_run_keeps_best_plus_latest_and_logs_to_mlflow(reference):
     assert any(a.path == "training" for a in mlflow.MlflowClient(uri).list_artifacts(run_id))
 
 
+def test_step_metrics_go_to_mlflow_once_per_logging_window_not_once_per_step(reference):
+    """Per-step points sent mid-loop slowed every step (benchmarks/trainer.py): the gradient norm (mean and max)
+    and the learning rate are logged with the window's train loss; an 8-step run is one window."""
+    from components.training.trainer import LOG_EVERY
+
+    _, _, uri, run_id = reference
+    client = mlflow.MlflowClient(uri)
+    assert LOG_EVERY > 8
+    histories = {k: client.get_metric_history(run_id, k) for k in ("grad_norm", "grad_norm_max", "lr", "train_loss")}
+    assert {k: [m.step for m in h] for k, h in histories.items()} == {k: [8] for k in histories}
+    mean, peak = histories["grad_norm"][0].value, histories["grad_norm_max"][0].value
+    assert 0 < mean <= peak
+    assert 0 < histories["lr"][0].value <= float(client.get_run(run_id).data.params["train.lr"])
+
+
 def test_retention_and_the_best_step_follow_a_loss_metric(snapshot_dir, tmp_path):
     """select.metric=val_loss alone: the trainer keeps and indexes the LOWEST loss, not the highest."""
     result = _train(snapshot_dir, tmp_path, "select.metric=val_loss")
