@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import logging
 import os
 import sys
 import time
@@ -64,10 +63,9 @@ def _exit_without_teardown(passed: list[bool]) -> None:
     """
     if not passed or getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None:
         return
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    from components.processes import exit_without_teardown
+
+    exit_without_teardown(0)
 
 
 def warm_started() -> bool:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import logging
 import os
 import sys
 import time
@@ -32,6 +31,7 @@ import torch.distributed as dist
 
 from components.config import Config
 from components.errors import TrainingError, UserError
+from components.processes import exit_without_teardown
 from components.timing import process_start_time
 from components.tracking.retry import RetryPolicy
 from components.training import checkpointing as ckpt
@@ -176,14 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def exit_without_teardown(code: int) -> None:
-    """Exit with ``code`` now: the rank has cleaned up (tracker closed, group destroyed, files written),
-    and tearing down an interpreter holding torch and MLflow costs seconds that every step waits for."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
+    # The rank has cleaned up (tracker closed, group destroyed, files written) when main returns.
     exit_without_teardown(main())

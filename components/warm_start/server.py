@@ -4,11 +4,16 @@
 
 It listens first, then imports ``PRELOAD`` one module at a time in the order the pipeline needs them
 (KFP's executor, pandas and MLflow for the first step, Great Expectations, then torch), serving requests
-between two imports, so that a step never waits for a library it does not use. A request (from
+between two imports, so that a step never waits for a library it does not use. A request for a step
+(or module) whose own module is still to be preloaded (``needed_module``) waits for it instead: forked
+earlier, the child would import the same libraries a second time, beside the server, on cores that the
+first steps already keep busy. A request (from
 ``client.py``) brings ``python``'s arguments, an environment, a working directory and three file
 descriptors; the child takes them over and runs the arguments as ``python`` would (``-m module`` or a
-script), then exits with their code. The server sends the child's wait status back, forwards the signals
-the client receives, and kills the child if the client goes away. Nothing of the preloaded libraries is
+script), then exits with their code. The child tells the client its exit code itself as it exits (the server
+may be inside an import then, for a second or more); the server sends the wait status of a child that
+died of a signal, forwards the signals the client receives, and kills the child if the client goes
+away. Nothing of the preloaded libraries is
 used here before a fork (no threads, no OpenMP pool, no database connection), which is what makes forking
 them safe.
 
@@ -58,15 +63,29 @@ PRELOAD = (
     "components.training.launch",
     "components.training.trainer",
     "components.training.tracker",
+    "components.training.worker",  # what a training rank runs (-m): the ranks start while sanity runs
     "components.selection.select",
     "components.models.export",
     "components.evaluation.evaluate",
     "mlflow.pyfunc",
     "components.registration.register",
 )
+# The module a pipeline step (the KFP executor's ``--function_to_execute``) needs before it is worth
+# forking; a process run as ``-m MODULE`` needs MODULE itself when it is in the preload list.
+STEP_MODULES = {
+    "prepare_run": "components.run_setup.prepare",
+    "validate_data": "components.validation.validate",
+    "sanity_checks": "components.sanity.gate",
+    "train": "components.training.launch",
+    "select_checkpoint": "components.selection.select",
+    "evaluate": "components.evaluation.evaluate",
+    "register": "components.registration.register",
+}
 STOP_GRACE_SECONDS = 3.0
 # True in a child: the process was forked from the server (its libraries were loaded before it began).
 IN_CHILD = False
+# In a child: the connection its client waits on for the exit code (report_exit).
+_CALLER: socket.socket | None = None
 PR_SET_PDEATHSIG = 1
 
 
@@ -77,14 +96,33 @@ class _Child:
         self.conn = conn
 
 
+def needed_module(argv: list[str]) -> str | None:
+    """The module a request's process needs preloaded: its step's (``--function_to_execute NAME``) or, for
+    ``-m MODULE``, MODULE itself; None when nothing is known."""
+    if "--function_to_execute" in argv[:-1]:
+        return STEP_MODULES.get(argv[argv.index("--function_to_execute") + 1])
+    if len(argv) > 1 and argv[0] == "-m":
+        return argv[1]
+    return None
+
+
+class _Request:
+    """An accepted request not forked yet: it waits for its module (``needed_module``) to be preloaded."""
+
+    def __init__(self, conn: socket.socket, fds: list[int], request: dict, needs: str | None) -> None:
+        self.conn, self.fds, self.request, self.needs = conn, fds, request, needs
+
+
 class Server:
     def __init__(self, listener: socket.socket) -> None:
         self.listener = listener
         self.by_pidfd: dict[int, _Child] = {}
         self.by_conn: dict[int, _Child] = {}
+        self.waiting: list[_Request] = []
+        self.pending: list[str] = []
 
     def serve(self, preload: tuple[str, ...] = PRELOAD) -> None:
-        pending = list(preload)
+        self.pending = pending = list(preload)
         # The collector's passes over the objects that imports create are a third of the import time
         # (5.6 s -> 3.8 s for these libraries); what they would free is a few import-time cycles.
         gc.disable()
@@ -106,9 +144,14 @@ class Server:
                 if not pending:
                     gc.freeze()  # the children share these objects' pages instead of copying them
                     gc.enable()
+                self._start_ready()
 
     def stop_children(self) -> None:
-        """Stop the children still running: SIGTERM, then SIGKILL after a grace period."""
+        """Stop the children still running: SIGTERM, then SIGKILL after a grace period. A request still
+        waiting for its module is dropped (its client then reports that the server went away)."""
+        for waiting in self.waiting:
+            _close_request(waiting)
+        self.waiting = []
         children = list(self.by_pidfd.values())
         for child in children:
             signal_quietly(child.pid, signal.SIGTERM)
@@ -134,20 +177,32 @@ class Server:
                 raise ValueError("a request starts with its length and three file descriptors")
             request = json.loads(_recv_exactly(conn, struct.unpack("!Q", header)[0]))
             conn.settimeout(None)
+        except Exception as err:  # a bad request: the client then runs its process cold
+            _refuse(_Request(conn, fds, {}, None), err)
+            return
+        self.waiting.append(_Request(conn, fds, request, needed_module(list(request["argv"]))))
+        self._start_ready()
+
+    def _start_ready(self) -> None:
+        """Fork, in arrival order, the waiting requests whose module is no longer to be preloaded."""
+        # One at a time, each leaving ``waiting`` before its fork: a child closes the requests still there.
+        while ready := next((w for w in self.waiting if w.needs not in self.pending), None):
+            self.waiting.remove(ready)
+            self._fork(ready)
+
+    def _fork(self, waiting: _Request) -> None:
+        try:
             pid = os.fork()
             if pid == 0:
-                self._become(request, fds, conn)
-            child = _Child(pid, os.pidfd_open(pid), conn)
-        except Exception as err:  # a bad request or no fork: the client then runs its process cold
-            print(f"ctpipe warm start: cannot serve a request: {err}", file=sys.stderr, flush=True)
-            _send(conn, b"C", 0)
-            conn.close()
+                self._become(waiting.request, waiting.fds, waiting.conn)
+            child = _Child(pid, os.pidfd_open(pid), waiting.conn)
+        except Exception as err:  # no fork: the client then runs its process cold
+            _refuse(waiting, err)
             return
-        finally:
-            for fd in fds:
-                os.close(fd)
+        for fd in waiting.fds:
+            os.close(fd)
         self.by_pidfd[child.pidfd] = child
-        self.by_conn[conn.fileno()] = child
+        self.by_conn[waiting.conn.fileno()] = child
 
     def _from_client(self, child: _Child) -> None:
         try:
@@ -175,17 +230,18 @@ class Server:
 
     def _become(self, request: dict, fds: list[int], conn: socket.socket) -> None:
         """In the child: take over the client's streams, environment and arguments; run; exit."""
-        global IN_CHILD
-        IN_CHILD = True
+        global IN_CHILD, _CALLER
+        IN_CHILD, _CALLER = True, conn
         code = 1
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server gone (killed): so is the child
             self.listener.close()
-            conn.close()
             for child in self.by_pidfd.values():
                 os.close(child.pidfd)
                 child.conn.close()
+            for waiting in self.waiting:
+                _close_request(waiting)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_DFL)
@@ -206,7 +262,16 @@ class Server:
         except BaseException:  # noqa: BLE001 - the child must end here, never return into the server
             traceback.print_exc()
         finally:
+            report_exit(code)
             os._exit(code)
+
+
+def report_exit(code: int) -> None:
+    """In a child: tell its client the exit code now, as the process ends (``processes.exit_without_teardown``
+    calls this before ``os._exit``); the server answers only between two imports, a second or more later while
+    it preloads. A child killed by a signal is the server's to report. Elsewhere: nothing."""
+    if _CALLER is not None:
+        _send(_CALLER, b"X", (code & 0xFF) << 8)
 
 
 def run_python(argv: list[str], cwd: str) -> int:
@@ -279,6 +344,19 @@ def _recv_exactly(conn: socket.socket, size: int) -> bytes:
             raise ConnectionError("the client closed the connection mid-request")
         data += chunk
     return bytes(data)
+
+
+def _refuse(waiting: _Request, err: Exception) -> None:
+    """Tell the client to run its process cold (a bad request, or no fork) and forget the request."""
+    print(f"ctpipe warm start: cannot serve a request: {err}", file=sys.stderr, flush=True)
+    _send(waiting.conn, b"C", 0)
+    _close_request(waiting)
+
+
+def _close_request(waiting: _Request) -> None:
+    for fd in waiting.fds:
+        os.close(fd)
+    waiting.conn.close()
 
 
 def _send(conn: socket.socket, kind: bytes, value: int) -> None:

@@ -233,3 +233,86 @@ def test_a_warm_start_setting_that_is_not_a_switch_is_a_clear_error(monkeypatch)
     with pytest.raises(ConfigError, match=r"CTPIPE_WARM_START='fasle' is not a switch; allowed: 1/true/yes/on"):
         with running_server():
             pass
+
+
+GATED_MODULE = """
+import os, time
+while not os.path.exists({release!r}):
+    time.sleep(0.02)
+"""
+
+
+def _gated(workdir: Path, name: str) -> Path:
+    """A module whose import blocks until the returned path exists (a long import the test controls)."""
+    release = workdir / f"release-{name}"
+    (workdir / f"{name}.py").write_text(GATED_MODULE.format(release=str(release)))
+    return release
+
+
+def _wait_until_connected(proc: subprocess.Popen, seconds: float = 20) -> None:
+    """Until the client holds a socket (it connects right after creating it; the server's backlog takes it)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for fd in Path(f"/proc/{proc.pid}/fd").iterdir():
+            try:
+                if os.readlink(fd).startswith("socket:"):
+                    time.sleep(0.2)
+                    return
+            except OSError:
+                continue
+        time.sleep(0.02)
+    raise AssertionError("the client never connected")
+
+
+NEEDS_PROBE = """
+import json, os
+import needed_lib
+
+if __name__ == "__main__":
+    print(json.dumps({"imported_by_the_server": needed_lib.IMPORTED_IN != os.getpid()}), flush=True)
+"""
+
+
+def test_a_process_whose_module_is_still_to_be_preloaded_waits_for_it_instead_of_importing_it_again(workdir, monkeypatch):
+    # `-m needs_probe` with needs_probe in the preload list: forked before the server has it, the child would
+    # import it (and needed_lib) itself, beside the server importing the same: the same seconds twice.
+    (workdir / "needed_lib.py").write_text("import os\nIMPORTED_IN = os.getpid()\n")
+    (workdir / "needs_probe.py").write_text(NEEDS_PROBE)
+    gate = _gated(workdir, "gate_lib")
+    monkeypatch.setenv("PYTHONPATH", str(workdir))
+    with running_server(preload=("gate_lib", "needs_probe", "components.warm_start.server")):
+        proc = subprocess.Popen(warm_command([sys.executable, "-m", "needs_probe"]), cwd=workdir,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_until_connected(proc)
+        gate.touch()  # the server takes the request after this import, before needs_probe's
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert '"imported_by_the_server": true' in out, out + err
+
+
+def test_the_caller_gets_the_exit_code_while_the_server_is_inside_a_long_import(workdir, monkeypatch):
+    gate, blocker = _gated(workdir, "gate_lib"), _gated(workdir, "blocking_lib")
+    monkeypatch.setenv("PYTHONPATH", str(workdir))
+    with running_server(preload=("gate_lib", "blocking_lib", "components.warm_start.server")):
+        try:
+            proc = _start(workdir, PROBE_EXIT="7")
+            _wait_until_connected(proc)
+            gate.touch()  # the server forks the probe, then blocks in blocking_lib until released
+            code, seen, err = _probe_output(proc, timeout=30)
+            assert code == 7 and seen["warm"] is True, err
+            assert not blocker.exists()
+        finally:
+            blocker.touch()
+
+
+def test_every_pipeline_step_waits_for_a_module_the_server_preloads():
+    from components.warm_start.server import PRELOAD, needed_module
+    from pipelines.continuous_training import build_pipeline
+
+    executors = build_pipeline(None).pipeline_spec.deployment_spec["executors"]
+    steps = {}
+    for executor in executors.values():
+        args = list(executor["container"]["args"])
+        steps[args[args.index("--function_to_execute") + 1]] = needed_module(["-m", "kfp.dsl.executor_main", *args])
+    assert len(steps) == 7 and all(module in PRELOAD for module in steps.values()), steps
+    assert needed_module(["-m", "components.training.worker", "--snapshot", "s"]) in PRELOAD  # the ranks
