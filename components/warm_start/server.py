@@ -4,18 +4,18 @@
 
 It listens first, then imports ``PRELOAD`` one module at a time in the order the pipeline needs them
 (KFP's executor, pandas and MLflow for the first step, Great Expectations, then torch), serving requests
-between two imports, so that a step never waits for a library it does not use. A request for a step
-(or module) whose own module is still to be preloaded (``needed_module``) waits for it instead: forked
-earlier, the child would import the same libraries a second time, beside the server, on cores that the
-first steps already keep busy. A request (from
+between two imports, so that a step never waits for a library it does not use. A request (from
 ``client.py``) brings ``python``'s arguments, an environment, a working directory and three file
 descriptors; the child takes them over and runs the arguments as ``python`` would (``-m module`` or a
-script), then exits with their code. The child tells the client its exit code itself as it exits (the server
-may be inside an import then, for a second or more); the server sends the wait status of a child that
-died of a signal, forwards the signals the client receives, and kills the child if the client goes
-away. Nothing of the preloaded libraries is
-used here before a fork (no threads, no OpenMP pool, no database connection), which is what makes forking
-them safe.
+script), then exits with their code.
+
+A request whose own module (``needed_module``: its step's, or the ``-m`` module) is still in the preload
+list waits for it: forked earlier, the child would import the same libraries a second time, beside the
+server, on cores that the first steps already keep busy. The child tells its client its exit code itself
+as it exits, since the server may be inside an import then, for a second or more; the server sends the
+wait status of a child that died of a signal, forwards the signals the client receives, and kills the
+child if the client goes away. Nothing of the preloaded libraries is used here before a fork (no threads,
+no OpenMP pool, no database connection), which is what makes forking them safe.
 
 Single-threaded on purpose: a fork while another thread imports would leave the child with a held
 import lock. The server stops when its stdin (a pipe from ``ctpipe run``) closes, stopping any child
@@ -177,10 +177,11 @@ class Server:
                 raise ValueError("a request starts with its length and three file descriptors")
             request = json.loads(_recv_exactly(conn, struct.unpack("!Q", header)[0]))
             conn.settimeout(None)
+            needs = needed_module(list(request["argv"]))
         except Exception as err:  # a bad request: the client then runs its process cold
             _refuse(_Request(conn, fds, {}, None), err)
             return
-        self.waiting.append(_Request(conn, fds, request, needed_module(list(request["argv"]))))
+        self.waiting.append(_Request(conn, fds, request, needs))
         self._start_ready()
 
     def _start_ready(self) -> None:
