@@ -9,10 +9,12 @@ own end without the interpreter's teardown (``exit_without_teardown``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -67,6 +69,16 @@ def wait_gone(pids: Iterable[int], seconds: float) -> bool:
             return False
         time.sleep(POLL_SECONDS)
     return True
+
+
+def run_exit_handlers() -> None:
+    """What the interpreter's exit does before it tears the modules down: wait for the threads that are not
+    daemons, run the ``atexit`` handlers, flush standard output and error."""
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
 
 
 def exit_without_teardown(code: int) -> None:

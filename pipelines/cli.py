@@ -12,10 +12,8 @@ command is a new module and a line in ``COMMANDS``.
 from __future__ import annotations
 
 import argparse
-import atexit
 import os
 import sys
-import threading
 
 from components.errors import UserError
 from pipelines.commands import compile as compile_command
@@ -54,11 +52,10 @@ def entry() -> None:
     """The ``ctpipe`` console script: ``main``, then what the interpreter's exit does first (join the
     threads that are not daemons, run the exit handlers), then exit without tearing down the modules
     (KFP, protobuf, pandas: ~0.2 s at the end of ``ctpipe run``, measured with ``benchmarks/pipeline.py``)."""
-    from components.processes import exit_without_teardown
+    from components.processes import exit_without_teardown, run_exit_handlers
 
     code = main()
-    threading._shutdown()  # type: ignore[attr-defined]
-    atexit._run_exitfuncs()
+    run_exit_handlers()
     exit_without_teardown(code)
 
 

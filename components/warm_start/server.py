@@ -24,7 +24,6 @@ left.
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import gc
 import importlib
@@ -36,11 +35,10 @@ import signal
 import socket
 import struct
 import sys
-import threading
 import time
 import traceback
 
-from components.processes import signal_quietly
+from components.processes import run_exit_handlers, signal_quietly
 
 # In the order the steps need them; a module that fails to import is skipped (the step then imports it
 # itself and reports the error where it belongs).
@@ -299,13 +297,7 @@ def run_python(argv: list[str], cwd: str) -> int:
     except BaseException:  # noqa: BLE001 - what the interpreter does with an uncaught exception
         traceback.print_exc()
         code = 1
-    threading._shutdown()  # type: ignore[attr-defined] - what the interpreter's exit does first
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    run_exit_handlers()
     return code
 
 
