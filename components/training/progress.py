@@ -35,7 +35,7 @@ class Window:
     grad_norm_max: float = 0.0
     lr: float = 0.0
 
-    def add(self, loss: float, clipped: bool, seconds: float, *, grad_norm: float = 0.0, lr: float = 0.0) -> None:
+    def add(self, loss: float, clipped: bool, seconds: float, *, grad_norm: float, lr: float) -> None:
         self.loss, self.steps, self.clipped, self.seconds = (
             self.loss + loss,
             self.steps + 1,
