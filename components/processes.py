@@ -76,9 +76,7 @@ def run_exit_handlers() -> None:
     daemons, run the ``atexit`` handlers, flush standard output and error."""
     threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
+    _flush_standard_streams()
 
 
 def exit_without_teardown(code: int) -> None:
@@ -86,10 +84,14 @@ def exit_without_teardown(code: int) -> None:
     files written, its exit handlers run), where tearing down the modules of torch, MLflow, GX or KFP costs
     0.2-3 s that a caller waits for. A process forked by the warm-start server tells its client first."""
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
+    _flush_standard_streams()
     server = sys.modules.get("components.warm_start.server")
     if server is not None:
         server.report_exit(code)
     os._exit(code)
+
+
+def _flush_standard_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or its reader gone
+            stream.flush()
