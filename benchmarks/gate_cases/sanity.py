@@ -3,11 +3,13 @@
 Each case builds a snapshot with the pipeline's own ``validate_data`` and runs ``run_sanity_checks`` with the
 default config (the configured MLP unless a case brings its own model); ``blocked`` is "SanityCheckError".
 Healthy: the demo data (MLP and transformer), a weak signal (best possible gain ~1%), rare positives (0.6%),
-each of the last two with two data seeds, a BatchNorm model and a zero-initialised adapter and head.
+each of the last two with two data seeds, a BatchNorm model and a zero-initialised adapter and head, and
+the MLP trained in bf16 (as the trainer computes on a GPU).
 Broken: a row leaking into the others (x + x[:1]; x + roll(x, 8), which only a
 batch of more than 8 rows shows; x[:1] in train mode beside a BatchNorm), inputs scaled by the batch size,
 rows mixing only in train mode, a detached body, a model whose only trainable parameter is the head bias on
-rare-positive data (memorises a one-class batch), the trainer's schedule stuck at learning rate 0 and
+rare-positive data (memorises a one-class batch), a first layer that loses its inputs in bf16
+when the trainer computes in bf16, the trainer's schedule stuck at learning rate 0 and
 its clipping zeroing every gradient (bugs in the step that sanity now shares), plus the older corpus
 (batch mean, softmax twice, NaN loss, clamped loss, input ignored).
 """
@@ -36,6 +38,7 @@ from components.sanity.bugs import (
     DetachedBody,
     IgnoresInput,
     LeaksBeyondEightRows,
+    LosesInputsInBf16,
     MixesRowsInTrainMode,
     ReturnsProbabilities,
     ScaledByBatchSize,
@@ -152,6 +155,8 @@ def cases(seed: int) -> list[dict]:
             _case(root, "demo data, zero-initialised adapter and head", "demo", seed, broken=False,
                   model=lambda spec, cfg: ZeroInitialisedAdapter(build_model(cfg.model, spec), spec.n_numeric)),
         ]
+        bf16 = {"train": {"seed": 1000 + seed, "mixed_precision": "bf16"}}
+        found.append(_case(root, "demo data, MLP, trained in bf16", "demo", seed, broken=False, overrides=bf16))
         for s in (seed, seed + 1):
             found.append(_case(root, f"weak signal (best gain ~1%), data seed {s}", "weak_signal", s, broken=False))
             found.append(_case(root, f"rare positives (0.6%), data seed {s}", "rare_positive", s, broken=False))
@@ -172,6 +177,8 @@ def cases(seed: int) -> list[dict]:
                   model=lambda spec, cfg: DetachedBody(build_model(cfg.model, spec))),
             _case(root, "only the head bias trains, rare positives", "rare_positive", seed, broken=True,
                   model=lambda spec, cfg: only_the_bias_trains(build_model(cfg.model, spec))),
+            _case(root, "inputs rounded away in bf16 (a large offset before the first matmul), trainer in bf16", "demo",
+                  seed, broken=True, overrides=bf16, model=lambda spec, cfg: LosesInputsInBf16(build_model(cfg.model, spec))),
             _case(root, "trainer schedule stuck at learning rate 0", "demo", seed, broken=True,
                   bug=lambda: patched(schedule, "lr_multiplier", lambda step, **_: 0.0)),
             _case(root, "trainer clipping zeroes the gradients", "demo", seed, broken=True,

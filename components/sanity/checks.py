@@ -18,8 +18,9 @@ They follow the seed guides' "trustworthy skeleton" advice and fail the run on a
   decode back to the raw values (and are saved as an artifact).
 
 Every training here is the trainer's own optimizer step (``short_training.run_steps``: AdamW, the
-warmup + cosine schedule, clipping, accumulation) on one process, so a bug there is gated too.
-``check_model`` runs them all; ``gate.run_sanity_checks`` is the step around it (sample, dump, report).
+warmup + cosine schedule, clipping, accumulation) on one process, so a bug there is gated too. The
+training checks (overfit, short training, finite) train and score in the precision the trainer will
+compute in (``short_training.trainer_precision``); the structural ones stay exact in fp32. ``check_model`` runs them all; ``gate.run_sanity_checks`` is the step around it (sample, dump, report).
 Models are called ``model(*inputs)`` on the task's examples; examples are indexed along dimension 0.
 """
 
@@ -38,11 +39,13 @@ from components.sanity.sample import SanityData
 from components.sanity.short_training import (
     LossFn,
     StepTracker,
+    TrainerPrecision,
     eval_logits,
     eval_loss,
     row_losses,
     run_steps,
     trainer_init,
+    trainer_precision,
 )
 from components.tasks.protocol import CheckResult
 
@@ -60,7 +63,7 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     (None: the task's own loss)."""
     tracker = StepTracker()
     timed: list[CheckResult] = []
-    ctx = CheckContext(factory, data, task, loss_fn or task.loss, loss_fn)
+    ctx = CheckContext(factory, data, task, loss_fn or task.loss, loss_fn, trainer_precision(cfg))
 
     def timed_run(fn, *args):
         start = time.perf_counter()
@@ -77,7 +80,7 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     timed_run(task_checks, ctx)
     timed_run(check_overfit_one_batch, ctx, cfg, tracker)
     timed_run(check_short_training, ctx, cfg, tracker)
-    timed.append(check_finite(tracker))
+    timed.append(check_finite(tracker, ctx.precision))
     return timed
 
 
@@ -89,8 +92,9 @@ def task_checks(ctx: CheckContext) -> list[CheckResult]:
 class CheckContext:
     """What every check needs: fresh models, the sample, the task, the training loss and the per-row loss."""
 
-    def __init__(self, factory, data: SanityData, task, loss_fn, custom_loss) -> None:
+    def __init__(self, factory, data: SanityData, task, loss_fn, custom_loss, precision: TrainerPrecision) -> None:
         self.factory, self.data, self.task, self.loss_fn, self.custom_loss = factory, data, task, loss_fn, custom_loss
+        self.precision = precision  # what the training checks train and score in: the trainer's
         # Set when a parameter gets no gradient, or the output does not vary, at init (zero-initialised layers):
         # the independence checks then look at the model after that many steps, when every layer shows.
         self.warm_up_steps = 0
@@ -100,7 +104,7 @@ class CheckContext:
         return trainer_init(self.factory(), self.task, self.data.state, self.data.train.targets)
 
     def row_losses(self, model, batch):
-        return row_losses(model, self.task, batch, self.custom_loss)
+        return row_losses(model, self.task, batch, self.custom_loss, self.precision.autocast)
 
 
 # --- the checks, in the order check_model runs them ------------------------------------------------
@@ -251,7 +255,7 @@ def check_overfit_one_batch(ctx: CheckContext, cfg: Config, tracker: StepTracker
     classes = int(len(set(yb.tolist()))) if class_targets else 0
 
     def scores() -> tuple[float, float | None]:
-        logits = eval_logits(model, batch.inputs)
+        logits = eval_logits(model, batch.inputs, ctx.precision.autocast)
         metrics = ctx.task.row_metrics(logits, yb)
         accuracy = float(metrics["accuracy"].double().mean()) if "accuracy" in metrics else None
         return float(ctx.loss_fn(logits, yb)), accuracy
@@ -261,18 +265,20 @@ def check_overfit_one_batch(ctx: CheckContext, cfg: Config, tracker: StepTracker
         return (accuracy is None or accuracy == 1.0) and loss < s.overfit_max_loss
 
     steps = run_steps(model, ctx.loss_fn, batch, cfg, steps=s.overfit_steps, batch_size=len(batch), seed=1,
-                       tracker=tracker, where="overfit", stop=memorised)
+                       tracker=tracker, where=f"overfit{ctx.precision.words}", stop=memorised, autocast=ctx.precision.autocast)
     final, accuracy = scores()
     ok = (math.isfinite(final) and final < s.overfit_max_loss and accuracy in (None, 1.0)
           and (classes >= 2 or not class_targets))
     what = f"of {classes} classes " if class_targets else ""
-    text = (f"a batch of {len(batch)} rows {what}after {steps} steps of the trainer's optimizer step: "
+    text = (f"a batch of {len(batch)} rows {what}after {steps} steps of the trainer's optimizer step"
+            f"{ctx.precision.words}: "
             f"loss {final:.4g}" + (f", accuracy {accuracy:.0%}" if accuracy is not None else ""))
     if class_targets and classes < 2:
         text += "; the sample holds a single class, so memorising it proves nothing: check the label column"
     elif not ok:
         text += ("; the model cannot memorise a handful of examples: check the loss, the learning rate, that "
-                 "gradients reach the parameters (and that they are trainable) and that inputs and labels are aligned")
+                 "gradients reach the parameters (and that they are trainable) and that inputs and labels are aligned"
+                 + _precision_hint(ctx.precision))
     return CheckResult("overfit_one_batch", ok, final,
                        f"< {s.overfit_max_loss} and 100% accuracy within {s.overfit_steps} steps", text)
 
@@ -306,7 +312,7 @@ def check_short_training(ctx: CheckContext, cfg: Config, tracker: StepTracker) -
         if name == "real":
             before = ctx.row_losses(model, batch)
         run_steps(model, ctx.loss_fn, batch, cfg, steps=s.short_train_steps, batch_size=t.batch_size, seed=2,
-                   tracker=tracker, where=f"short training ({name})")
+                   tracker=tracker, where=f"short training ({name}){ctx.precision.words}", autocast=ctx.precision.autocast)
         if name == "real":
             rows["train_after"] = ctx.row_losses(model, batch)
         rows[name] = ctx.row_losses(model, zeroed(val) if name == "zeroed" else val)
@@ -315,10 +321,12 @@ def check_short_training(ctx: CheckContext, cfg: Config, tracker: StepTracker) -
     out = [_judged(
         "loss_decreases", drop, s.loss_decrease_min, "relative drop",
         f"per-row loss of the {drop.rows}-row train sample {drop.reference_loss:.4f} -> "
-        f"{drop.reference_loss - drop.mean:.4f} after {s.short_train_steps} steps of the trainer's optimizer step: "
+        f"{drop.reference_loss - drop.mean:.4f} after {s.short_train_steps} steps of the trainer's optimizer step"
+        f"{ctx.precision.words}: "
         f"drop {drop.relative:.2%}, {level} bounds [{drop.lower:.2%}, {drop.upper:.2%}]",
         "training does not reduce the loss: check the learning rate and its schedule, the loss and the optimiser "
-        "wiring, or, if one batch can be overfit, whether the labels depend on the features")]
+        "wiring, or, if one batch can be overfit, whether the labels depend on the features"
+        + _precision_hint(ctx.precision))]
     where = "held-out" if held_out else "train-sample (no held-out rows)"
     gain = paired_gain(rows["zeroed"], rows["real"], s.confidence)
     out.append(_judged(
@@ -327,8 +335,16 @@ def check_short_training(ctx: CheckContext, cfg: Config, tracker: StepTracker) -
         f"zeroed inputs, same {s.short_train_steps} steps, over {gain.rows} rows: gain {gain.relative:.2%}, {level} "
         f"bounds [{gain.lower:.2%}, {gain.upper:.2%}]",
         "the model does no better than one that never sees the input: the features may not be related to the "
-        "labels (shuffled or misaligned labels?) or the model ignores them"))
+        "labels (shuffled or misaligned labels?) or the model ignores them" + _precision_hint(ctx.precision)))
     return out
+
+
+def _precision_hint(precision: TrainerPrecision) -> str:
+    if precision.name != "bf16":
+        return ""
+    return ("; it trained in bf16, as the trainer will (train.mixed_precision): if it passes with "
+            "train.mixed_precision=fp32, the model loses precision in bf16 (inputs with a large offset, like a raw "
+            "year or timestamp, or a variance taken as E[x^2] - E[x]^2)")
 
 
 def _judged(name: str, gain: PairedGain, margin: float, what: str, figures: str, hint: str) -> CheckResult:
@@ -344,9 +360,10 @@ def _judged(name: str, gain: PairedGain, margin: float, what: str, figures: str,
                        severity="warning")
 
 
-def check_finite(tracker: StepTracker) -> CheckResult:
+def check_finite(tracker: StepTracker, precision: TrainerPrecision) -> CheckResult:
     ok = tracker.non_finite == 0
     return CheckResult(
         "finite", ok, float(tracker.non_finite), "0 non-finite steps",
         f"{tracker.non_finite} of {tracker.steps} training steps had a NaN/Inf loss or gradient"
-        + ("" if ok else f"; first at {tracker.first_bad}: check for log(0), division by zero or a too-high learning rate"))
+        + ("" if ok else f"; first at {tracker.first_bad}: check for log(0), division by zero or a too-high learning rate"
+           + _precision_hint(precision)))

@@ -5,28 +5,61 @@ Samples are ``tasks.Batch`` values (``model(*inputs)``, targets) made by the run
 Every training in the checks goes through ``run_steps`` (``components.training.step``: AdamW, the
 warmup + cosine schedule, clipping, accumulation) on one process, so a bug in the step is gated too;
 ``StepTracker`` counts the steps whose loss or gradient was NaN/Inf for the ``finite`` check.
+
+The trainings, and the scoring of what they trained, compute in the precision the trainer will use
+(``trainer_precision``: bf16 under CPU autocast when the ranks will compute in bf16), so a model that
+only trains in fp32 fails here rather than silently in the run; the structural checks stay exact in fp32.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from components.config import Config
 
 LossFn = Callable[[Any, Any], Any]
+Autocast = Callable[[], AbstractContextManager[Any]]
 # How often (in steps) the overfit check asks whether the batch is memorised yet.
 OVERFIT_CHECK_EVERY = 10
 
 
-def eval_logits(model, inputs: tuple):
+@dataclass(frozen=True)
+class TrainerPrecision:
+    """The dtype the trainer's ranks will compute in, and a context computing in it on this CPU process."""
+
+    name: str  # "bf16" or "fp32"
+    autocast: Autocast
+
+    @property
+    def words(self) -> str:
+        """How a check's text says it, empty for fp32 (nothing to point out)."""
+        return " in bf16" if self.name == "bf16" else ""
+
+
+def trainer_precision(cfg: Config) -> TrainerPrecision:
+    """bf16 under CPU autocast (matmuls in bf16, as the ranks' FSDP2 mixed precision or autocast computes
+    them) when the trainer will compute in bf16 (``train.mixed_precision``, ``auto`` resolved for the ranks'
+    device), else fp32."""
+    import torch
+
+    from components.training.parallelize import planned_precision
+
+    if planned_precision(cfg) != torch.bfloat16:
+        return TrainerPrecision("fp32", nullcontext)
+    return TrainerPrecision("bf16", lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+
+
+def eval_logits(model, inputs: tuple, autocast: Autocast = nullcontext):
     """The model's output in eval mode, without gradients (the model's mode is restored)."""
     import torch
 
     was_training = model.training
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         logits = model(*inputs).float()
     model.train(was_training)
     return logits
@@ -37,11 +70,11 @@ def eval_loss(model, loss_fn: LossFn, batch) -> float:
     return float(loss_fn(eval_logits(model, batch.inputs), batch.targets))
 
 
-def row_losses(model, task, batch, loss_fn: LossFn | None = None):
+def row_losses(model, task, batch, loss_fn: LossFn | None = None, autocast: Autocast = nullcontext):
     """Each example's loss in eval mode: the task's ``row_losses``, or any other loss example by example."""
     import torch
 
-    logits = eval_logits(model, batch.inputs)
+    logits = eval_logits(model, batch.inputs, autocast)
     y = batch.targets
     if loss_fn is None:
         return task.row_losses(logits, y).double()
@@ -93,9 +126,10 @@ class BatchOrder:
 
 
 def run_steps(model, loss_fn: LossFn, batch, cfg: Config, *, steps: int, batch_size: int, seed: int,
-               tracker: StepTracker, where: str, stop: Callable[[], bool] | None = None) -> int:
+               tracker: StepTracker, where: str, stop: Callable[[], bool] | None = None,
+               autocast: Autocast = nullcontext) -> int:
     """``steps`` optimizer steps of the trainer's own step function (AdamW, schedule, clipping, accumulation)
-    on the examples of ``batch`` (a ``tasks.Batch``).
+    on the examples of ``batch`` (a ``tasks.Batch``), forward under ``autocast``.
 
     The schedule is the trainer's, with its warmup capped at half of ``steps`` so that a long warmup does
     not leave the short run at a tiny learning rate. Returns the steps taken.
@@ -115,7 +149,7 @@ def run_steps(model, loss_fn: LossFn, batch, cfg: Config, *, steps: int, batch_s
             part = batch.select(order.next())
             micro.append((part.inputs, part.targets))
         result = optimizer_step(model, micro, optimizer, scheduler, accum=t.grad_accum_steps,
-                                grad_clip=t.grad_clip, loss_fn=loss_fn)
+                                grad_clip=t.grad_clip, loss_fn=loss_fn, autocast=autocast)
         if not tracker.record(result.loss, result.grad_norm, where):
             return step + 1
         if stop is not None and (step + 1) % OVERFIT_CHECK_EVERY == 0 and stop():

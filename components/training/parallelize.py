@@ -40,6 +40,24 @@ def resolve_precision(setting: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" and has_bf16(device) else torch.float32
 
 
+def planned_precision(config) -> torch.dtype:
+    """The dtype the training ranks will compute in, known before they start (for the sanity gate, which
+    runs in a CPU step before them): ``train.mixed_precision``, with ``auto`` resolved for the ranks'
+    device as ``components.training.device`` will choose it. Local ranks: this machine's GPU when it has
+    one. Cluster ranks given GPUs: bf16 (the GPU is not visible from here; a GPU without bf16 makes the
+    trainer fall back to fp32, so the gate then checks the stricter precision); given none: fp32."""
+    from components.training.device import gpus_per_rank
+
+    setting = config.train.mixed_precision
+    if setting != "auto":
+        return resolve_precision(setting, torch.device("cpu"))
+    gpus = gpus_per_rank(config)
+    if gpus is None:
+        local = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        return resolve_precision(setting, local)
+    return torch.bfloat16 if gpus > 0 else torch.float32
+
+
 def _checkpointed_forward(forward, *args, **kwargs):
     # Recompute the block in backward instead of keeping its activations (non-reentrant: works with FSDP2).
     return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)

@@ -21,6 +21,7 @@ from components.sanity.bugs import (
     DetachedBody,
     ForcedTrainBatchNorm,
     IgnoresInput,
+    LosesInputsInBf16,
     MixesRowsInTrainMode,
     ReturnsProbabilities,
     clipped_loss,
@@ -364,6 +365,57 @@ def test_sanity_trains_with_the_trainers_step(snapshot, tmp_path, monkeypatch):
     message = str(caught.value)
     assert message.startswith("sanity check 'overfit_one_batch' failed") and "trainer's optimizer step" in message
     assert "loss_decreases" in message
+
+
+def with_precision(cfg: Config, precision: str) -> Config:
+    return Config.from_dict({**cfg.to_dict(), "train": {**cfg.to_dict()["train"], "mixed_precision": precision}})
+
+
+@pytest.mark.parametrize(("precision", "expected"), [("bf16", torch.bfloat16), ("fp32", None), ("auto", None)])
+def test_the_training_checks_train_in_the_precision_the_trainer_will_use(precision, expected, snapshot, tmp_path,
+                                                                         monkeypatch):
+    """bf16 under autocast for the checks' optimizer steps and their scoring when the trainer will compute in
+    bf16 (auto: fp32 on this CPU-only machine); the structural checks stay exact in fp32 either way."""
+    from components.training import step as training_step
+
+    seen: dict[str, set] = {"step": set(), "other": set()}
+    in_step = []
+    model = build_model(fast_config().model, spec_of(snapshot))
+    forward, real_step = type(model).forward, training_step.optimizer_step
+
+    def recording(self, *inputs):
+        where = "step" if in_step else "other"
+        seen[where].add(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return forward(self, *inputs)
+
+    def step(*args, **kwargs):
+        in_step.append(True)
+        try:
+            return real_step(*args, **kwargs)
+        finally:
+            in_step.pop()
+
+    monkeypatch.setattr(type(model), "forward", recording)
+    monkeypatch.setattr(training_step, "optimizer_step", step)
+    result = run(snapshot, tmp_path, with_precision(fast_config(), precision))
+    assert result.passed, result.summary()
+    assert seen["step"] == {expected}
+    assert seen["other"] == ({None} if expected is None else {None, expected})  # the scoring of a trained model
+    overfit = result.summary()["checks"]["overfit_one_batch"]["message"]
+    assert ("in bf16" in overfit) == (expected is not None), overfit
+
+
+def test_a_model_that_loses_its_inputs_in_bf16_passes_in_fp32_and_is_stopped_when_the_trainer_uses_bf16(
+        snapshot, tmp_path):
+    spec = spec_of(snapshot)
+    cfg = fast_config()
+    factory = lambda: LosesInputsInBf16(build_model(cfg.model, spec))  # noqa: E731
+    assert run(snapshot, tmp_path, with_precision(cfg, "fp32"), model_factory=factory).passed
+    with pytest.raises(SanityCheckError) as caught:
+        run(snapshot, tmp_path, with_precision(cfg, "bf16"), model_factory=factory)
+    message = str(caught.value)
+    assert "overfit_one_batch:" in message and "in bf16" in message, message
+    assert "train.mixed_precision=fp32" in message, message
 
 
 def test_gradient_accumulation_and_clipping_come_from_the_train_config(snapshot, tmp_path, monkeypatch):

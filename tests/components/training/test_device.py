@@ -59,3 +59,18 @@ def test_a_worker_asked_for_a_gpu_exits_before_joining_the_group(tmp_path):
     assert done.returncode != 0
     assert "kubernetes.worker_gpus" in done.stderr
     assert json.loads(error_file.read_text())["type"] == "ConfigError"
+
+
+@pytest.mark.parametrize(("settings", "expected"), [
+    (["train.mixed_precision=bf16"], torch.bfloat16),
+    (["train.mixed_precision=fp32", "train.backend=pytorchjob", "kubernetes.worker_gpus=1"], torch.float32),
+    (["train.backend=pytorchjob", "kubernetes.worker_gpus=1"], torch.bfloat16),
+    (["train.backend=trainjob", "kubernetes.worker_gpus=0"], torch.float32),
+    ([], torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else torch.float32),
+], ids=["bf16 asked", "fp32 asked", "auto on cluster GPUs", "auto on cluster CPUs", "auto on local ranks"])
+def test_the_precision_the_ranks_will_compute_in_is_known_before_they_start(settings, expected):
+    """What the sanity gate trains in, from a CPU step: the ranks' precision, decided by the config as their device is."""
+    from components.tasks.run_config import load_run_config
+    from components.training.parallelize import planned_precision
+
+    assert planned_precision(load_run_config(None, settings)) == expected
