@@ -20,7 +20,8 @@ They follow the seed guides' "trustworthy skeleton" advice and fail the run on a
 Every training here is the trainer's own optimizer step (``short_training.run_steps``: AdamW, the
 warmup + cosine schedule, clipping, accumulation) on one process, so a bug there is gated too. The
 training checks (overfit, short training, finite) train and score in the precision the trainer will
-compute in (``short_training.trainer_precision``); the structural ones stay exact in fp32. ``check_model`` runs them all; ``gate.run_sanity_checks`` is the step around it (sample, dump, report).
+compute in (``short_training.trainer_precision``); the structural ones stay exact in fp32.
+``check_model`` runs them all; ``gate.run_sanity_checks`` is the step around it (sample, dump, report).
 Models are called ``model(*inputs)`` on the task's examples; examples are indexed along dimension 0.
 """
 
@@ -265,7 +266,8 @@ def check_overfit_one_batch(ctx: CheckContext, cfg: Config, tracker: StepTracker
         return (accuracy is None or accuracy == 1.0) and loss < s.overfit_max_loss
 
     steps = run_steps(model, ctx.loss_fn, batch, cfg, steps=s.overfit_steps, batch_size=len(batch), seed=1,
-                       tracker=tracker, where=f"overfit{ctx.precision.words}", stop=memorised, autocast=ctx.precision.autocast)
+                       tracker=tracker, where=f"overfit{ctx.precision.words}", stop=memorised,
+                       autocast=ctx.precision.autocast)
     final, accuracy = scores()
     ok = (math.isfinite(final) and final < s.overfit_max_loss and accuracy in (None, 1.0)
           and (classes >= 2 or not class_targets))
@@ -312,7 +314,8 @@ def check_short_training(ctx: CheckContext, cfg: Config, tracker: StepTracker) -
         if name == "real":
             before = ctx.row_losses(model, batch)
         run_steps(model, ctx.loss_fn, batch, cfg, steps=s.short_train_steps, batch_size=t.batch_size, seed=2,
-                   tracker=tracker, where=f"short training ({name}){ctx.precision.words}", autocast=ctx.precision.autocast)
+                   tracker=tracker, where=f"short training ({name}){ctx.precision.words}",
+                   autocast=ctx.precision.autocast)
         if name == "real":
             rows["train_after"] = ctx.row_losses(model, batch)
         rows[name] = ctx.row_losses(model, zeroed(val) if name == "zeroed" else val)
