@@ -21,6 +21,13 @@ process starts. Steps and training ranks start warm (forked from the run's warm-
 starts each in a fresh interpreter, as each step's pod does on a cluster; ``warm_start`` in the result
 says which it was. The figures depend on the machine and its load (``load_average`` is reported, before
 and after): compare runs on the same machine. The last line printed is one JSON object.
+
+**The floor this machine allows** (Linux: the machine's busy cores, sampled from ``/proc/stat`` every
+30 ms while the run goes): ``core_seconds_before_train`` is the CPU used from the launch to the train
+step's process start (imports, the CLI, prepare, validate, sanity), ``idle_core_seconds_before_train``
+what the cores left unused then, and ``orchestration_share_floor`` the share the run would have if that
+CPU work had been spread over every core with nothing idle (``orchestration_floor``). Other processes'
+CPU counts too: read the floor on a quiet machine.
 """
 
 from __future__ import annotations
@@ -32,8 +39,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+# Steps that run before training; their compute overlaps the imports and the CLI on the other cores.
+BEFORE_TRAIN = ("prepare_run", "validate_data", "sanity_checks")
 
 
 def ctpipe_command() -> list[str]:
@@ -58,6 +69,66 @@ def step_split(summary: dict) -> dict[str, dict]:
             "slowest_imports": split.get("slowest_imports", {}),
         }
     return steps
+
+
+class CpuSampler:
+    """The machine's busy cores (``/proc/stat``: all processes), sampled every ``interval`` seconds in a
+    thread: ``samples`` holds (Unix time, busy cores over the interval before it)."""
+
+    def __init__(self, interval: float = 0.03) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, float]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _jiffies() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            values = [int(v) for v in stat.readline().split()[1:]]
+        return sum(values) - values[3] - values[4], sum(values)  # busy (not idle, not iowait), all
+
+    def __enter__(self) -> CpuSampler:
+        if Path("/proc/stat").is_file():
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        cores = os.cpu_count() or 1
+        busy, total = self._jiffies()
+        while not self._done.wait(self.interval):
+            now_busy, now_total = self._jiffies()
+            if now_total > total:
+                self.samples.append((time.time(), cores * (now_busy - busy) / (now_total - total)))
+            busy, total = now_busy, now_total
+
+    def core_seconds(self, start: float, end: float) -> float:
+        """CPU seconds used (all cores) between two Unix times."""
+        used, previous = 0.0, start
+        for at, cores in self.samples:
+            if at <= start:
+                continue
+            used += cores * (min(at, end) - previous)
+            previous = min(at, end)
+            if at >= end:
+                break
+        return used
+
+
+def orchestration_floor(*, seconds: float, before_train_seconds: float, core_seconds_before_train: float,
+                        cores: int, compute_before_train: float, compute_from_train: float) -> float:
+    """The least ``orchestration_share`` the run's own CPU work allows on ``cores`` cores: the work before
+    training spread over every core with no core idle (it cannot take less wall time than that, nor less
+    than its own steps' compute), the rest of the run as it was measured."""
+    before_floor = max(core_seconds_before_train / cores, compute_before_train)
+    orchestration_after = (seconds - before_train_seconds) - compute_from_train
+    orchestration = before_floor - compute_before_train + max(orchestration_after, 0.0)
+    compute = compute_before_train + compute_from_train
+    return orchestration / (orchestration + compute)
 
 
 def test_metrics(home: Path) -> dict:
@@ -92,10 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         env["CTPIPE_WARM_START"] = "0"
     load_before = os.getloadavg()
     try:
-        launched = time.time()
-        started = time.perf_counter()
-        proc = subprocess.run(command, env=env, capture_output=True, text=True)
-        seconds = time.perf_counter() - started
+        with CpuSampler() as cpu:
+            launched = time.time()
+            started = time.perf_counter()
+            proc = subprocess.run(command, env=env, capture_output=True, text=True)
+            seconds = time.perf_counter() - started
         load_after = os.getloadavg()
         sys.stdout.write(proc.stdout)
         sys.stderr.write(proc.stderr)
@@ -119,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             "orchestration_seconds": round(seconds - compute, 2),
             "before_first_step_seconds": None if first is None else round(first - launched, 2),
             "warm_start": bool(steps) and all(s["warm_start"] for s in steps.values()),
+            **cpu_floor(cpu, summary, steps, launched, seconds),
             "steps": steps,
             "test": test_metrics(home),
             "training_samples_per_second": round(summary["training"].get("samples_per_second", 0.0), 1),
@@ -131,6 +204,29 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result))
     return 0
+
+
+def cpu_floor(cpu: CpuSampler, summary: dict, steps: dict[str, dict], launched: float, seconds: float) -> dict:
+    """``core_seconds_before_train``, ``idle_core_seconds_before_train`` and ``orchestration_share_floor``
+    (empty without CPU samples or a train step)."""
+    train_started = summary_started(summary, "train") if "train" in steps else None
+    if not cpu.samples or train_started is None:
+        return {}
+    cores = os.cpu_count() or 1
+    before = train_started - launched
+    used = cpu.core_seconds(launched, train_started)
+    compute_before = sum(steps[name]["compute_seconds"] for name in BEFORE_TRAIN if name in steps)
+    floor = orchestration_floor(
+        seconds=seconds, before_train_seconds=before, core_seconds_before_train=used, cores=cores,
+        compute_before_train=compute_before,
+        compute_from_train=sum(s["compute_seconds"] for name, s in steps.items() if name not in BEFORE_TRAIN),
+    )
+    return {
+        "before_train_seconds": round(before, 2),
+        "core_seconds_before_train": round(used, 2),
+        "idle_core_seconds_before_train": round(max(cores * before - used, 0.0), 2),
+        "orchestration_share_floor": round(floor, 3),
+    }
 
 
 def summary_started(summary: dict, step: str) -> float | None:
