@@ -83,8 +83,8 @@ class CpuSampler:
 
     @staticmethod
     def _jiffies() -> tuple[int, int]:
-        with open("/proc/stat") as stat:
-            values = [int(v) for v in stat.readline().split()[1:]]
+        with open("/proc/stat") as stat:  # user nice system idle iowait irq softirq steal (guest: inside user)
+            values = [int(v) for v in stat.readline().split()[1:9]]
         return sum(values) - values[3] - values[4], sum(values)  # busy (not idle, not iowait), all
 
     def __enter__(self) -> CpuSampler:
