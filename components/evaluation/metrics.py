@@ -110,8 +110,10 @@ class Interval:
 # --- the paired bootstrap ---------------------------------------------------------------------------
 
 
-def _resample_weights(n: int, samples: int, seed: int, max_cells: int = 4_000_000):
-    """How often each row is drawn in each resample, in chunks of resamples (memory stays bounded)."""
+def resample_weights(n: int, samples: int, seed: int, max_cells: int = 4_000_000):
+    """How often each row is drawn in each resample, in chunks of resamples (memory stays bounded). Public:
+    a task's own paired bootstrap (``Task.paired_bootstrap``, e.g. ``causal_lm``'s over documents) draws the
+    same weights as the evaluation's for the same seed."""
     rng = np.random.default_rng(seed)
     per_chunk = max(1, max_cells // max(n, 1))
     for start in range(0, samples, per_chunk):
@@ -185,7 +187,7 @@ def paired_bootstrap(
     width = stats[0].shape[1]
     stacked = np.hstack(stats)  # every model's row statistics: one matrix product per chunk
     draws: dict[str, dict[str, list[np.ndarray]]] = {name: {} for name in names}
-    for w in _resample_weights(len(y), samples, seed):
+    for w in resample_weights(len(y), samples, seed):
         sums, total = w @ stacked, w.sum(axis=1)
         for i, name in enumerate(names):
             found = _metrics_from_sums(sums[:, i * width : (i + 1) * width], total, n_classes)

@@ -192,13 +192,13 @@ class CausalLM(TaskBase):
                          seed: int) -> dict[str, dict[str, np.ndarray]]:
         """The evaluation's paired bootstrap over DOCUMENTS: the same resample weights for every model
         (``components/evaluation/metrics.py``), each resample's metrics as ratios of re-weighted sums."""
-        from components.evaluation.metrics import _resample_weights
+        from components.evaluation.metrics import resample_weights
         from components.tasks.causal_lm.metrics import weighted_metrics
 
         if len(targets) == 0 or samples <= 0:
             return {name: {} for name in models}
         draws: dict[str, dict[str, list[np.ndarray]]] = {name: {} for name in models}
-        for w in _resample_weights(len(targets), samples, seed):
+        for w in resample_weights(len(targets), samples, seed):
             for name, rows in models.items():
                 for metric, values in weighted_metrics(w, rows).items():
                     draws[name].setdefault(metric, []).append(values)

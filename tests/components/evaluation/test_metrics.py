@@ -94,7 +94,7 @@ def test_bootstrap_is_deterministic_per_seed_and_chunked_consistently():
 
 
 def test_each_weighted_resample_scores_as_its_rows_resampled_by_hand():
-    from components.evaluation.metrics import _resample_weights, _weighted_metrics
+    from components.evaluation.metrics import _weighted_metrics, resample_weights
 
     rng = np.random.default_rng(5)
     for n_classes in (2, 3, 5):
@@ -102,7 +102,7 @@ def test_each_weighted_resample_scores_as_its_rows_resampled_by_hand():
         y = rng.integers(0, n_classes, n)
         p = rng.dirichlet(np.ones(n_classes), n).round(1) + 1e-9  # rounded: many tied scores for the AUC
         p /= p.sum(axis=1, keepdims=True)
-        weights = next(_resample_weights(n, 20, seed=1))
+        weights = next(resample_weights(n, 20, seed=1))
         vectorised = _weighted_metrics(weights, y, p)
         for b in range(20):
             rows = np.repeat(np.arange(n), weights[b].astype(int))
