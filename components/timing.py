@@ -37,12 +37,16 @@ def step_timing(
     in_step = max(ended - started, 0.0)
     setup = min(max(setup_seconds, 0.0), in_step)
     imports = min(import_seconds, in_step - setup)
+    # Rounded to the millisecond part by part, and the overhead summed from the rounded parts, so that the
+    # recorded figures add up (a rounded sum can differ from the sum of the rounded parts by 1.5 ms).
+    process_ms = None if process_seconds is None else round(process_seconds, 3)
+    imports_ms, setup_ms = round(imports, 3), round(setup, 3)
     return {
-        "process_seconds": None if process_seconds is None else round(process_seconds, 3),
-        "import_seconds": round(imports, 3),
-        "setup_seconds": round(setup, 3),
-        "compute_seconds": round(in_step - imports - setup, 3),
-        "overhead_seconds": round((process_seconds or 0.0) + imports + setup, 3),
+        "process_seconds": process_ms,
+        "import_seconds": imports_ms,
+        "setup_seconds": setup_ms,
+        "compute_seconds": round(max(in_step - imports_ms - setup_ms, 0.0), 3),
+        "overhead_seconds": round((process_ms or 0.0) + imports_ms + setup_ms, 3),
     }
 
 

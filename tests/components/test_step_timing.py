@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -52,6 +53,24 @@ def test_split_adds_up_and_counts_start_up_as_overhead():
         "compute_seconds": 5.5,
         "overhead_seconds": 6.5,
     }
+
+
+def test_the_recorded_parts_add_up_to_the_recorded_overhead_to_the_millisecond():
+    # Each part is rounded to the millisecond; the overhead must be the sum of the rounded parts, not the
+    # rounded sum (which differs by up to 1.5 ms, and made CI's check ``overhead >= imports + setup`` fail).
+    rng = random.Random(7)
+    for _ in range(2_000):
+        started = rng.uniform(0.0, 3.0)
+        split = step_timing(
+            process_start=rng.choice([None, 0.0]),
+            started=started,
+            ended=started + rng.uniform(0.0, 5.0),
+            import_seconds=rng.uniform(0.0, 2.0),
+            setup_seconds=rng.uniform(0.0, 2.0),
+        )
+        parts = (split["process_seconds"] or 0.0) + split["import_seconds"] + split["setup_seconds"]
+        assert round(parts, 3) == split["overhead_seconds"], split
+        assert split["overhead_seconds"] >= split["import_seconds"] + split["setup_seconds"] - 1e-9, split
 
 
 def test_split_without_a_known_process_start():

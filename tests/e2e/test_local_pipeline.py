@@ -105,7 +105,8 @@ def test_first_run_records_each_steps_time_split_and_starts_them_warm(first_run)
     assert set(summary["step_timing"]) == set(summary["steps"])
     for step, split in summary["step_timing"].items():
         assert split["compute_seconds"] >= 0 and split["import_seconds"] >= 0, step
-        assert split["overhead_seconds"] >= split["import_seconds"] + split["setup_seconds"], step
+        # Millisecond figures: their float sum may carry 1e-16 more than the recorded overhead.
+        assert split["overhead_seconds"] >= split["import_seconds"] + split["setup_seconds"] - 1e-9, step
         # Forked from the warm-start server: what the process had loaded says nothing about the step.
         assert split["warm_start"] is True and split["libraries"] is None, step
     # The train step only launches the ranks: their start-up is overhead.
