@@ -113,10 +113,12 @@ def run_timing(records: dict[str, dict[str, Any]], total_seconds: float) -> dict
     """
     compute = sum((r.get("timing") or {}).get("compute_seconds") or 0.0 for r in records.values())
     orchestration = max(total_seconds - compute, 0.0)
+    # From the rounded figures, so that the printed total, compute and orchestration add up.
+    total_cs, compute_cs = round(total_seconds, 2), round(compute, 2)
     return {
-        "total_seconds": round(total_seconds, 2),
-        "compute_seconds": round(compute, 2),
-        "orchestration_seconds": round(orchestration, 2),
+        "total_seconds": total_cs,
+        "compute_seconds": compute_cs,
+        "orchestration_seconds": round(max(total_cs - compute_cs, 0.0), 2),
         "orchestration_share": round(orchestration / total_seconds, 3) if total_seconds > 0 else 0.0,
     }
 

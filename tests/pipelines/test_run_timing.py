@@ -35,3 +35,17 @@ def test_the_cli_leaves_mlflow_to_the_steps():
     code = "import sys, pipelines.cli, pipelines.local_run, pipelines.commands.run; print('mlflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_summary_figures_add_up_to_the_hundredth():
+    # The twin of the steps' millisecond split: orchestration is the rounded total less the rounded compute,
+    # so the three figures the summary prints add up (a difference rounded on its own can be 0.01 off).
+    import random
+
+    from pipelines.run_summary import run_timing
+
+    rng = random.Random(11)
+    for _ in range(2_000):
+        records = {f"step{i}": {"timing": {"compute_seconds": round(rng.uniform(0, 3), 3)}} for i in range(7)}
+        timing = run_timing(records, total_seconds=rng.uniform(21.0, 40.0))
+        assert round(timing["total_seconds"] - timing["compute_seconds"], 2) == timing["orchestration_seconds"]
