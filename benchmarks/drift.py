@@ -19,10 +19,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from components.config import WatchConfig
-from components.data.reference_stats import compute_reference_stats
-from components.data.snapshot import Schema
-from pipelines.triggers.drift import compute_drift
+from ctpipe.components.lib.config import WatchConfig
+from ctpipe.components.lib.data.reference_stats import compute_reference_stats
+from ctpipe.components.lib.data.snapshot import Schema
+from ctpipe.pipelines.triggers.drift import compute_drift
 
 N_NUMERIC, N_CATEGORICAL = 14, 6
 

@@ -19,10 +19,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from components.config import Config
-from components.data.demo import generate_day
-from components.data.snapshot import Schema, split_keys
-from components.evaluation.judgement import judge_candidate
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.data.demo import generate_day
+from ctpipe.components.lib.data.snapshot import Schema, split_keys
+from ctpipe.components.steps.evaluate.judgement import judge_candidate
 
 
 def _median_seconds(fn, repeats: int) -> float:

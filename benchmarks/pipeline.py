@@ -4,7 +4,7 @@
 
 It runs ``ctpipe run`` as a new process on a fresh temporary home (so the demo data and the MLflow
 database are created, as on a first run), times it from outside, and reads the step records of the
-run (``runs/<id>/summary.json``, ``step_timing``). Each step's split (components/kfp_support.py):
+run (``runs/<id>/summary.json``, ``step_timing``). Each step's split (components/lib/kfp_support.py):
 
 - ``import_seconds``: imports during the step;
 - ``compute_seconds``: the step's own work (for training: the ranks' work after they joined the group);
@@ -17,7 +17,7 @@ runner between steps, the CLI's own start, the demo data and the MLflow set-up. 
 = (``seconds`` − Σ ``compute_seconds``) / ``seconds``, with ``seconds`` the wall time of the whole
 ``ctpipe run`` process. ``before_first_step_seconds`` is the CLI's own part before the first step's
 process starts. Steps and training ranks start warm (forked from the run's warm-start server,
-``components/warm_start``), as ``ctpipe run`` does by default; ``--cold`` (``CTPIPE_WARM_START=0``)
+``components/lib/warm_start``), as ``ctpipe run`` does by default; ``--cold`` (``CTPIPE_WARM_START=0``)
 starts each in a fresh interpreter, as each step's pod does on a cluster; ``warm_start`` in the result
 says which it was. The figures depend on the machine and its load (``load_average`` is reported, before
 and after): compare runs on the same machine. The last line printed is one JSON object.
@@ -50,7 +50,7 @@ BEFORE_TRAIN = ("prepare_run", "validate_data", "sanity_checks")
 def ctpipe_command() -> list[str]:
     """The installed ``ctpipe`` script beside this interpreter, else the CLI module."""
     script = Path(sys.executable).with_name("ctpipe")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "pipelines.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "ctpipe.pipelines.cli.main"]
 
 
 def step_split(summary: dict) -> dict[str, dict]:

@@ -4,7 +4,7 @@
                                [--batch-size 2048] [--max-steps N] [--train-in-memory-rows N]
                                [--steps validation,snapshot,train_epoch] [--out DIR] [--keep]
 
-For each row count it writes demo-schema partitions (``components/data/demo.py``'s generator, one
+For each row count it writes demo-schema partitions (``components/lib/data/demo.py``'s generator, one
 partition of ``--rows-per-partition`` rows at a time, so generating is itself bounded), then runs each
 step in a fresh interpreter, as a KFP step runs in its own pod:
 
@@ -41,22 +41,22 @@ STEP = r"""
 import json, sys, time
 from pathlib import Path
 step, data, out, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-from components.config import Config
+from ctpipe.components.lib.config import Config
 cfg = Config.from_dict(overrides)
 t = time.perf_counter()
 if step == "validation":
-    from components.validation.validate import validate_data
+    from ctpipe.components.steps.validate_data.validate import validate_data
     r = validate_data(data, cfg, snapshot_dir=out + "/snapshot", data_docs_path=out + "/docs.html",
                       report_path=out + "/report.md", tracking_uri="", mlflow_run_id="")
     summary = json.loads((Path(out) / "snapshot" / "validation.json").read_text())
     extra = {"rows": r.rows, "warnings": [w[:160] for w in r.warnings], "phases_s": {k: round(v, 2) for k, v in summary["seconds"].items()}}
 elif step == "snapshot":
-    from components.training.standalone import build_snapshot
+    from ctpipe.components.steps.train.standalone import build_snapshot
     build_snapshot(data, cfg, out + "/snapshot-only")
     extra = {}
 else:
-    from components.training.launch import train_model
-    from components.training.launchers.local import LocalLauncher
+    from ctpipe.components.steps.train.launch import train_model
+    from ctpipe.components.steps.train.launchers.local import LocalLauncher
     r = train_model(out + "/snapshot", out + "/checkpoints", cfg, tracking_uri=None, mlflow_run_id=None,
                     job_name="scale", launcher=LocalLauncher(echo=False))
     run = r.raw.get("this_run", {})
@@ -68,7 +68,7 @@ print(json.dumps({"inner_s": time.perf_counter() - t, **extra}))
 
 def write_rows(out: Path, rows: int, rows_per_partition: int, seed: int = 0) -> int:
     """Demo-schema partitions holding ``rows`` rows in all, one bounded partition at a time; returns their count."""
-    from components.data.demo import START_DATE, generate_day
+    from ctpipe.components.lib.data.demo import START_DATE, generate_day
 
     written, day = 0, 0
     while written < rows:

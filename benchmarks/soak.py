@@ -45,12 +45,12 @@ from typing import Any
 
 from soak_audit import audit_checkpoints, audit_registry, audit_runs
 
-from components.data.demo import START_DATE, generate_day
-from components.processes import pid_alive
-from components.tracking.server import LocalMlflowServer
-from pipelines.triggers.ledger import ACTIVE, Ledger
-from pipelines.triggers.new_data import data_state
-from pipelines.triggers.start import stop_leftovers
+from ctpipe.components.lib.data.demo import START_DATE, generate_day
+from ctpipe.components.lib.processes import pid_alive
+from ctpipe.components.lib.tracking.server import LocalMlflowServer
+from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
+from ctpipe.pipelines.triggers.new_data import data_state
+from ctpipe.pipelines.triggers.start import stop_leftovers
 
 ROWS_PER_DAY = 300
 FIRST_DAYS = 2
@@ -104,7 +104,7 @@ def fault_env(kind: str, rng: random.Random) -> tuple[dict[str, str], str]:
 
 def check_settings(settings: list[str]) -> None:
     """Load the run settings as the watchers will: a bad one is a ConfigError now, not 20 stuck rounds."""
-    from components.config import load_config
+    from ctpipe.components.lib.config import load_config
 
     load_config(None, settings)
 
@@ -124,7 +124,7 @@ class Watchers:
         self.checks = self.errors = 0
 
     def race(self, extra_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        cmd = [sys.executable, "-m", "pipelines.cli", "watch", "--data", str(self.data), "--home", str(self.home),
+        cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(self.data), "--home", str(self.home),
                "--once", "--local"]  # fmt: skip
         for item in self.settings:
             cmd += ["--set", item]

@@ -68,7 +68,7 @@ def audit_registry(uri: str) -> dict[str, Any]:
     """Every model version complete (lineage tags, artifacts, model hash); the champion history consistent."""
     import mlflow
 
-    from components.registration.register import LINEAGE_TAGS  # the one list registration guarantees
+    from ctpipe.components.steps.register.register import LINEAGE_TAGS  # the one list registration guarantees
 
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     versions = sorted(client.search_model_versions(f"name = '{MODEL}'", max_results=10000), key=lambda v: int(v.version))
@@ -131,7 +131,7 @@ def audit_checkpoints(home: Path) -> dict[str, Any]:
     """Every complete checkpoint loads (its model part through the allowlisting reader, finite tensors)."""
     import torch
 
-    from components.training import checkpointing as ckpt
+    from ctpipe.components.engine import checkpointing as ckpt
 
     complete = partial = 0
     unreadable = []

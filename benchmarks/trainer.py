@@ -51,10 +51,10 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str, clip: str = "") -
     import torch
     import torch.distributed as dist
 
-    from components.config import Config
-    from components.data.snapshot import load_snapshot
-    from components.tasks import load_task
-    from components.training.parallelize import apply_fsdp, clip_grad_norm_, resolve_precision
+    from ctpipe.components.engine.parallelize import apply_fsdp, clip_grad_norm_, resolve_precision
+    from ctpipe.components.lib.config import Config
+    from ctpipe.components.lib.data.snapshot import load_snapshot
+    from ctpipe.components.tasks import load_task
 
     cfg = Config.from_json(config_json)
     torch.set_num_threads(cfg.train.threads_per_worker)
@@ -111,8 +111,8 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str, clip: str = "") -
 
 
 def run_bare(snapshot_dir: str, config, work: Path, tag: str, clip: bool = False) -> dict:
-    from components.training.launchers.base import WorkerLaunch
-    from components.training.launchers.local import LocalLauncher
+    from ctpipe.components.steps.train.launchers.base import WorkerLaunch
+    from ctpipe.components.steps.train.launchers.local import LocalLauncher
 
     out = work / f"bare-{tag}.json"
     threads = str(config.train.threads_per_worker)
@@ -138,12 +138,12 @@ def run_bare(snapshot_dir: str, config, work: Path, tag: str, clip: bool = False
 
 def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: str | None) -> dict:
     """One run of the ctpipe worker; ``tracking_uri`` None: no MLflow (rank 0 gets the NullTracker)."""
-    from components.training.launch import train_model
-    from components.training.launchers.local import LocalLauncher
+    from ctpipe.components.steps.train.launch import train_model
+    from ctpipe.components.steps.train.launchers.local import LocalLauncher
 
     run_id = None
     if tracking_uri:
-        from components.tracking import create_run, ensure_experiment
+        from ctpipe.components.lib.tracking import create_run, ensure_experiment
 
         run_id = create_run(tracking_uri, ensure_experiment(tracking_uri, "bench"), run_name=f"bench-{tag}", tags={})
     result = train_model(
@@ -195,10 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    from components.data.demo import write_demo_data
-    from components.tasks import load_task
-    from components.tasks.run_config import load_run_config
-    from components.training.standalone import build_snapshot
+    from ctpipe.components.lib.data.demo import write_demo_data
+    from ctpipe.components.steps.train.standalone import build_snapshot
+    from ctpipe.components.tasks import load_task
+    from ctpipe.components.tasks.run_config import load_run_config
 
     base: list[str] = []
     if args.example:

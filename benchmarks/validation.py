@@ -22,11 +22,11 @@ from pathlib import Path
 STEP = r"""
 import json, sys, time
 start = time.perf_counter()
-from components.config import Config
+from ctpipe.components.lib.config import Config
 cfg = Config.from_dict({"data": {"key": "customer_id"}})
 step, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
 if step == "validate":
-    from components.validation.validate import validate_data
+    from ctpipe.components.steps.validate_data.validate import validate_data
     t = time.perf_counter()
     import great_expectations  # noqa: F401  (timed apart: the step pays it once)
     gx_import = time.perf_counter() - t
@@ -36,7 +36,7 @@ if step == "validate":
     inner = time.perf_counter() - t
     extra = {"rows": r.rows, "warnings": len(r.warnings), "gx_import_s": gx_import}
 else:
-    from components.sanity.gate import run_sanity_checks
+    from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
     t = time.perf_counter()
     r = run_sanity_checks(out + "/snapshot", cfg, report_path=out + "/sanity.md",
                           first_batch_path=out + "/first_batch.json", tracking_uri="", mlflow_run_id="")
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default=None, help="work directory (default: a temp dir)")
     args = parser.parse_args()
-    from components.data.demo import write_demo_data
+    from ctpipe.components.lib.data.demo import write_demo_data
 
     work = Path(args.out or tempfile.mkdtemp(prefix="ctpipe-bench-validation-"))
     demo, big = work / "demo", work / "big"

@@ -31,12 +31,12 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-from components.config import load_config
-from components.data.demo import generate_day, write_demo_data
-from components.data.reference_stats import compute_reference_stats
-from components.data.snapshot import fingerprint_files, infer_schema, list_data_files
-from components.tracking import ensure_experiment, local_tracking_uri
-from pipelines.triggers.watch import check_once
+from ctpipe.components.lib.config import load_config
+from ctpipe.components.lib.data.demo import generate_day, write_demo_data
+from ctpipe.components.lib.data.reference_stats import compute_reference_stats
+from ctpipe.components.lib.data.snapshot import fingerprint_files, infer_schema, list_data_files
+from ctpipe.components.lib.tracking import ensure_experiment, local_tracking_uri
+from ctpipe.pipelines.triggers.watch import check_once
 
 
 def register_champion(home: Path, data: Path, reference_frame: pd.DataFrame) -> None:
@@ -60,7 +60,7 @@ def register_champion(home: Path, data: Path, reference_frame: pd.DataFrame) -> 
 
 def timed_cli(data: Path, home: Path) -> tuple[float, float, dict]:
     """Wall time and CPU time (user + system, less sensitive to a busy machine) of one watcher process."""
-    cmd = [sys.executable, "-m", "pipelines.cli", "watch", "--data", str(data), "--home", str(home), "--once", "--dry-run"]
+    cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(data), "--home", str(home), "--once", "--dry-run"]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()

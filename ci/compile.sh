@@ -19,7 +19,7 @@ if [ -n "${IMAGE_TAG:-}" ]; then
     variant="$("$PYTHON" - "$CTPIPE_CONFIG" <<'PY'
 import sys
 
-from components.config import load_config
+from ctpipe.components.lib.config import load_config
 
 print("cuda" if load_config(sys.argv[1]).kubernetes.worker_gpus > 0 else "cpu")
 PY
@@ -28,7 +28,7 @@ PY
                   --set "kubernetes.trainer_image=$(image_ref ctpipe-trainer "$IMAGE_TAG" "$variant")")
 fi
 log "compile continuous_training -> $out/continuous_training.yaml"
-"$PYTHON" -m pipelines.cli compile --out "$out/continuous_training.yaml" "${config_args[@]}"
+"$PYTHON" -m ctpipe.pipelines.cli.main compile --out "$out/continuous_training.yaml" "${config_args[@]}"
 log "load back and scan for secrets"
 "$PYTHON" - "$out"/*.yaml <<'PY'
 import re

@@ -19,4 +19,4 @@ args=(deploy --host "$KFP_HOST" --package "$package")
 [ -n "${KFP_TOKEN_FILE:-}" ] && args+=(--token-file "$KFP_TOKEN_FILE")
 [ -n "${PIPELINE_VERSION:-}" ] && args+=(--version "$PIPELINE_VERSION")
 log "ctpipe deploy to $KFP_HOST"
-"$PYTHON" -m pipelines.cli "${args[@]}"
+"$PYTHON" -m ctpipe.pipelines.cli.main "${args[@]}"

@@ -11,9 +11,9 @@ if [ -n "${KFP_HOST:-}" ]; then
     [ -n "${KFP_TOKEN_FILE:-}" ] && args+=(--token-file "$KFP_TOKEN_FILE")
     [ -n "${SMOKE_DATA_URI:-}" ] && args+=(--data "$SMOKE_DATA_URI")
     log "smoke run on $KFP_HOST"
-    "$PYTHON" -m pipelines.cli "${args[@]}" "${settings[@]}"
+    "$PYTHON" -m ctpipe.pipelines.cli.main "${args[@]}" "${settings[@]}"
 else
     home="${CTPIPE_HOME:-$BUILD_DIR/smoke-home}"
     log "local smoke run in $home"
-    "$PYTHON" -m pipelines.cli submit --trigger ci --home "$home" ${SMOKE_DATA_URI:+--data "$SMOKE_DATA_URI"} "${settings[@]}"
+    "$PYTHON" -m ctpipe.pipelines.cli.main submit --trigger ci --home "$home" ${SMOKE_DATA_URI:+--data "$SMOKE_DATA_URI"} "${settings[@]}"
 fi

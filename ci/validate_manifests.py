@@ -1,6 +1,6 @@
 """Validate Kubernetes manifests offline: required fields, unique names, custom resources against CRDs.
 
-    python ci/validate_manifests.py --crds components/kube/crd_schemas --scan manifests build/manifests/*.yaml
+    python ci/validate_manifests.py --crds components/lib/kube/crd_schemas --scan manifests build/manifests/*.yaml
 
 The positional files are rendered kustomize output; ``--scan`` folders are searched for plain manifests
 (YAML files that are not kustomization files, patches or config inputs of a kustomization).
@@ -99,8 +99,8 @@ def is_ctpipe_config(doc: dict) -> bool:
 def check_ctpipe_config(path: Path) -> list[str]:
     """Load a ctpipe config with the project's own validation (skipped when the project is not installed)."""
     try:
-        from components.config import load_config
-        from components.errors import ConfigError
+        from ctpipe.components.lib.config import load_config
+        from ctpipe.components.lib.errors import ConfigError
     except ImportError:
         print(f"note: {path} is a ctpipe config; install the project to validate it", file=sys.stderr)
         return []
@@ -113,7 +113,7 @@ def check_ctpipe_config(path: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--crds", type=Path, default=Path("components/kube/crd_schemas"))
+    parser.add_argument("--crds", type=Path, default=Path("components/lib/kube/crd_schemas"))
     parser.add_argument("--scan", type=Path, action="append", default=[], help="folder of plain manifests")
     parser.add_argument("rendered", nargs="*", type=Path, help="rendered kustomize output")
     args = parser.parse_args(argv)

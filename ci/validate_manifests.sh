@@ -37,6 +37,6 @@ while IFS= read -r kfile; do
     rendered+=("$out/$name.yaml")
 done < <(find manifests -name kustomization.yaml -o -name kustomization.yml | sort)
 log "validate ${#rendered[@]} rendered kustomization(s) and the plain manifests"
-# The CustomResourceDefinitions the package vendors (components/kube/crd_schemas), unless CRDS_DIR names others.
-crds="${CRDS_DIR:-$ROOT/components/kube/crd_schemas}"
+# The CustomResourceDefinitions the package vendors (components/lib/kube/crd_schemas), unless CRDS_DIR names others.
+crds="${CRDS_DIR:-$ROOT/components/lib/kube/crd_schemas}"
 "$PYTHON" "$ROOT/ci/validate_manifests.py" --crds "$crds" --scan manifests "${rendered[@]}"

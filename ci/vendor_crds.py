@@ -5,7 +5,7 @@
 Not run by CI. Reads the upstream CustomResourceDefinition files named in ``UPSTREAM`` from the given
 folder, checks their sha256 against the pinned one, drops the ``description`` texts (about 60 % of the
 bytes; validation never reads them), records where each came from in the CRD's own annotations, and
-writes it as JSON under ``components/kube/crd_schemas/`` with a ``PROVENANCE.md`` beside. Update the
+writes it as JSON under ``components/lib/kube/crd_schemas/`` with a ``PROVENANCE.md`` beside. Update the
 pins below first when upgrading.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-TARGET = Path(__file__).resolve().parents[1] / "components" / "kube" / "crd_schemas"
+TARGET = Path(__file__).resolve().parents[1] / "components" / "lib" / "kube" / "crd_schemas"
 REPOSITORY = "kubeflow/trainer"
 # upstream file -> (upstream path, tag, commit, sha256 of the upstream file)
 UPSTREAM = {
@@ -81,7 +81,7 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str]]) -> None:
         "Upstream Kubernetes CustomResourceDefinitions of Kubeflow's training jobs, trimmed and kept in the",
         "package so that every install (wheel, images, a fork's CI) validates generated jobs strictly against",
         "them. Written by `python ci/vendor_crds.py UPSTREAM_DIR`; do not edit by hand",
-        "(`tests/components/kube/test_crds_vendored.py` checks the hashes below).",
+        "(`tests/components/lib/kube/test_crds_vendored.py` checks the hashes below).",
         "",
         "Trimming: every `description` text is removed and the CRD is stored as JSON with sorted keys; nothing",
         "that validation reads (types, properties, required, enums, patterns, formats, ranges, list types,",
@@ -98,7 +98,7 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str]]) -> None:
         "PyTorchJob (`kubeflow.org/v1`) is the Training Operator v1 API, kept upstream on the release-1.9 branch;",
         "TrainJob (`trainer.kubeflow.org/v1alpha1`) is Kubeflow Trainer v2's successor.",
         "",
-        "What the schemas do not say (and `components/kube/` checks itself):",
+        "What the schemas do not say (and `components/lib/kube/` checks itself):",
         "- They do not forbid unknown fields: a field at the wrong level (`spec.ttlSecondsAfterFinished` instead of",
         "  `spec.runPolicy.ttlSecondsAfterFinished`) passes plain schema validation, while an API server with strict",
         "  field validation rejects it. ctpipe treats every object that lists `properties` as closed unless it says",

@@ -17,11 +17,13 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY components ./components
 COPY pipelines ./pipelines
+COPY ctpipe ./ctpipe
+COPY setup.py ./
 # Extra fsspec backends for a data root in an object store, e.g. --build-arg EXTRA_PACKAGES="s3fs==2025.9.0".
 ARG EXTRA_PACKAGES=""
 # A regular (non-editable) install: the package lands in site-packages, nothing is put on sys.path by hand.
 RUN pip install --no-cache-dir . ${EXTRA_PACKAGES} \
-    && python -c "import components, pipelines, kfp, mlflow, torch"
+    && python -c "import ctpipe.components, ctpipe.pipelines, kfp, mlflow, torch"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # Lineage recorded on every registered model (ctpipe.git_commit, ctpipe.image), e.g.

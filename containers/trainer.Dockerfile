@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The trainer image: the PyTorchJob pods run `python -m components.training.worker` in it.
+# The trainer image: the PyTorchJob pods run `python -m ctpipe.components.steps.train.worker` in it.
 # Two variants from one file, chosen by the torch wheel index:
 #   CUDA (default; PyPI's Linux torch wheels bundle the CUDA runtime and NCCL, the node supplies the driver):
 #     docker build -f containers/trainer.Dockerfile -t ghcr.io/ctpipe/ctpipe-trainer:0.1.0-cuda .
@@ -21,8 +21,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY components ./components
 COPY pipelines ./pipelines
+COPY ctpipe ./ctpipe
+COPY setup.py ./
 RUN pip install --no-cache-dir . \
-    && python -c "import components.training.worker, torch.distributed"
+    && python -c "import ctpipe.components.steps.train.worker, torch.distributed"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # Lineage recorded on every registered model (ctpipe.git_commit, ctpipe.image), e.g.
@@ -45,4 +47,4 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /tmp
 USER 10001:10001
 # The PyTorchJob sets the full command; this default shows the worker's usage.
-CMD ["python", "-m", "components.training.worker", "--help"]
+CMD ["python", "-m", "ctpipe.components.steps.train.worker", "--help"]

@@ -14,9 +14,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from components.config import Config
-from components.errors import ConfigError
-from components.tasks.run_config import load_run_config
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.tasks.run_config import load_run_config
 
 CLUSTER_BACKENDS = ("pytorchjob", "trainjob")
 MLFLOW_CLIENT_SECRET = "ctpipe-mlflow-client"

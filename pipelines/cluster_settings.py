@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from kfp import kubernetes
 
-from components.config import KubernetesConfig
-from components.kube.images import pull_policy
+from ctpipe.components.lib.config import KubernetesConfig
+from ctpipe.components.lib.kube.images import pull_policy
 
 # Steps that read or write the shared volume: the data root lives there by default
 # (/mnt/ctpipe/data), and the train step stages snapshots and checkpoints there for the worker pods.

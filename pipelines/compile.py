@@ -15,9 +15,9 @@ def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[s
     import yaml
     from kfp import compiler
 
-    from components.kfp_support import COMPONENT_IMAGE
-    from pipelines.cluster_config import load_cluster_config
-    from pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI, build_pipeline
+    from ctpipe.components.lib.kfp_support import COMPONENT_IMAGE
+    from ctpipe.pipelines.cluster_config import load_cluster_config
+    from ctpipe.pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI, build_pipeline
 
     config = load_cluster_config(config_path, overrides)
     if image:  # --image: the steps' image, also recorded in the compiled config

@@ -10,14 +10,14 @@ which also avoids the local runner's silent skip of a lone ``dsl.If`` on a Named
 
 from kfp import dsl
 
-from components.config import Config, KubernetesConfig
-from components.evaluation.component import evaluate
-from components.registration.component import register
-from components.run_setup.component import prepare_run
-from components.sanity.component import sanity_checks
-from components.selection.component import select_checkpoint
-from components.training.component import train
-from components.validation.component import validate_data
+from ctpipe.components.lib.config import Config, KubernetesConfig
+from ctpipe.components.steps.evaluate.component import evaluate
+from ctpipe.components.steps.prepare_run.component import prepare_run
+from ctpipe.components.steps.register.component import register
+from ctpipe.components.steps.sanity_checks.component import sanity_checks
+from ctpipe.components.steps.select_checkpoint.component import select_checkpoint
+from ctpipe.components.steps.train.component import train
+from ctpipe.components.steps.validate_data.component import validate_data
 
 PIPELINE_NAME = "ctpipe-continuous-training"
 DEFAULT_CLUSTER_DATA_URI = "/mnt/ctpipe/data"
@@ -123,7 +123,7 @@ def build_pipeline(
             # would hand a retrain the old snapshot. No retries: a step that failed on bad input fails again.
             task.set_caching_options(False)
             if cluster is not None:
-                from pipelines.cluster_settings import apply_cluster_settings
+                from ctpipe.pipelines.cluster_settings import apply_cluster_settings
 
                 apply_cluster_settings(task, step, cluster)
 

@@ -1,4 +1,5 @@
-"""The import graph of ``components/`` and ``pipelines/`` has no circle, and ``components`` never imports ``pipelines``.
+"""The import graph of ``ctpipe`` (``ctpipe/``, ``components/``, ``pipelines/``): no circle between modules or
+packages, and every import goes down the layers (libraries -> tasks -> engine -> steps -> pipeline -> commands).
 
 Every ``import`` statement counts, also one inside a function (a deferred import still ties the two
 modules together: it only moves the circle from import time to call time). Importing ``a.b.c`` also
@@ -10,17 +11,20 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.paths import REPO_ROOT as ROOT
 
-PACKAGES = ("components", "pipelines")
+# folder -> the package it installs as (setup.py)
+FOLDERS = {"ctpipe": "ctpipe", "components": "ctpipe.components", "pipelines": "ctpipe.pipelines"}
 
 
 def module_files() -> dict[str, Path]:
-    """Dotted module name -> file, for every module of the project's packages."""
+    """Dotted module name -> file, for every module of the installed package."""
     modules = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = [package, *path.relative_to(ROOT / folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts.pop()
             modules[".".join(parts)] = path
@@ -83,15 +87,16 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read_from_the_source():
     """The scan sees real imports (so the checks below cannot pass on an empty graph)."""
     graph = import_graph()
-    assert "components.training.worker" in graph and "pipelines.cli" in graph
-    assert "components.config" in graph["components.training.worker"]
+    assert "ctpipe.components.steps.train.worker" in graph and "ctpipe.pipelines.cli.main" in graph
+    assert "ctpipe.components.lib.config" in graph["ctpipe.components.steps.train.worker"]
+    assert "ctpipe.components.engine.trainer" in graph["ctpipe.components.steps.train.worker"]
 
 
 def test_deferred_and_relative_imports_count(tmp_path):
     source = tmp_path / "mod.py"
-    source.write_text("def f():\n    from components.kube import names\n\nfrom . import sibling\nimport json\n")
-    names = imported_names(source, "components.training.mod", is_package=False)
-    assert {"components.kube", "components.kube.names", "components.training.sibling", "json"} <= names
+    source.write_text("def f():\n    from ctpipe.components.lib.kube import names\n\nfrom . import sibling\nimport json\n")
+    names = imported_names(source, "ctpipe.components.steps.train.mod", is_package=False)
+    assert {"ctpipe.components.lib.kube", "ctpipe.components.lib.kube.names", "ctpipe.components.steps.train.sibling", "json"} <= names
 
 
 def test_find_cycle_reports_a_circle():
@@ -104,24 +109,96 @@ def test_no_import_circle():
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
-def test_components_never_import_pipelines():
+# The layers, lowest first: a module may import its own layer and those below it, never one above.
+# Each step is a layer of its own beside the others: no step imports another step.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("libraries", ("ctpipe.components.lib",)),
+    ("tasks", ("ctpipe.components.tasks", "ctpipe.task")),
+    ("engine", ("ctpipe.components.engine",)),
+    ("steps", ("ctpipe.components.steps",)),
+    ("pipeline", ("ctpipe.pipelines.continuous_training", "ctpipe.pipelines.compile",
+                  "ctpipe.pipelines.cluster_config", "ctpipe.pipelines.cluster_settings")),
+    ("runners", ("ctpipe.pipelines.local", "ctpipe.pipelines.deploy")),
+    ("triggers", ("ctpipe.pipelines.triggers",)),
+    ("commands", ("ctpipe.pipelines.cli",)),
+]
+# package roots: the ctpipe, ctpipe.components and ctpipe.pipelines __init__ modules, imported by everything
+ROOTS = {"ctpipe", "ctpipe.components", "ctpipe.pipelines"}
+
+
+def layer_of(module: str) -> int:
+    for index, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS")
+
+
+def package_of(module: str) -> str:
+    """The unit the package graph is drawn between: a step, a library, a pipelines subpackage."""
+    parts = module.split(".")
+    if parts[:3] in (["ctpipe", "components", "lib"], ["ctpipe", "components", "steps"]):
+        return ".".join(parts[:4])
+    return ".".join(parts[:3])
+
+
+def test_every_module_is_in_a_layer():
+    for module in import_graph():
+        if module not in ROOTS:
+            layer_of(module)
+
+
+def test_imports_only_go_down_the_layers():
     upward = sorted(
-        f"{module} imports {target}"
-        for module, targets in import_graph().items()
-        if module.startswith("components")
-        for target in targets
-        if target.split(".")[0] == "pipelines"
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for module, targets in import_graph().items() if module not in ROOTS
+        for target in targets if target not in ROOTS and layer_of(target) > layer_of(module)
     )
-    assert not upward, "components/ must not import pipelines/: " + "; ".join(upward)
+    assert not upward, "imports that go up a layer: " + "; ".join(upward)
+
+
+def test_no_step_imports_another_step():
+    across = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items() if module.startswith("ctpipe.components.steps.")
+        for target in targets
+        if target.startswith("ctpipe.components.steps.") and package_of(target) != package_of(module)
+    )
+    assert not across, "steps share code through a library, not through each other: " + "; ".join(across)
+
+
+def test_no_circle_between_packages():
+    packages: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        if module in ROOTS:
+            continue
+        own = package_of(module)
+        packages.setdefault(own, set()).update(package_of(t) for t in targets if t not in ROOTS and package_of(t) != own)
+    cycle = find_cycle(packages)
+    assert cycle is None, "package circle (imports inside functions count): " + " -> ".join(cycle or [])
+
+
+def test_layer_checks_see_a_violation(monkeypatch):
+    """The checks above fail on a graph that breaks them (so they cannot pass vacuously)."""
+    graph = {"ctpipe.components.lib.data.x": {"ctpipe.components.tasks.y"},
+             "ctpipe.components.tasks.y": {"ctpipe.components.lib.data.x"},
+             "ctpipe.components.steps.train.a": {"ctpipe.components.steps.evaluate.b"},
+             "ctpipe.components.steps.evaluate.b": set()}
+    monkeypatch.setattr(__import__(__name__, fromlist=["import_graph"]), "import_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="imports that go up a layer"):
+        test_imports_only_go_down_the_layers()
+    with pytest.raises(AssertionError, match="steps share code"):
+        test_no_step_imports_another_step()
+    with pytest.raises(AssertionError, match="package circle"):
+        test_no_circle_between_packages()
 
 
 def test_kube_knows_nothing_of_training():
-    """components/kube is Kubernetes objects and API access; training and its launchers use it, never the reverse."""
+    """components/lib/kube is Kubernetes objects and API access; training and its launchers use it, never the reverse."""
     upward = sorted(
         f"{module} imports {target}"
         for module, targets in import_graph().items()
-        if module.startswith("components.kube")
+        if module.startswith("ctpipe.components.lib.kube")
         for target in targets
-        if target == "components.training" or target.startswith("components.training.")
+        if target == "ctpipe.components.steps.train" or target.startswith("ctpipe.components.steps.train.")
     )
     assert not upward, "; ".join(upward)

@@ -1,7 +1,7 @@
 """Blessing gate cases: simulated candidates and champions on one test split, judged by the real rules.
 
 Each case builds the class probabilities of a candidate (and of a champion, unless it is a first model)
-on generated test rows and runs ``components.evaluation.judgement.judge_candidate`` with the default
+on generated test rows and runs ``ctpipe.components.steps.evaluate.judgement.judge_candidate`` with the default
 config (accuracy and log loss: beat the prior predictor with evidence, no evidence of a regression);
 ``blocked`` is "not blessed". Healthy: equal-quality, better and retrained candidates, informative first
 models, an equal candidate over slices and one with ROC AUC undefined on a slice without positives. Broken: the three cases of issue 10 (1.1 points worse beyond
@@ -9,7 +9,7 @@ noise, a constant prior predictor, an overconfident candidate), a clearly worse 
 on one slice only or on the slice without positives, a random-guess first model.
 
 An equal-quality candidate is, by design, blocked with probability of about 1-3% (two one-sided 2.5%
-tests; tests/components/evaluation/test_blessing.py measures it): another --seed may show one such false block.
+tests; tests/components/steps/evaluate/test_blessing.py measures it): another --seed may show one such false block.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from components.config import Config
-from components.config.gate_sections import Threshold
-from components.evaluation.judgement import judge_candidate
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.config.gate_sections import Threshold
+from ctpipe.components.steps.evaluate.judgement import judge_candidate
 
 
 def _probs(pred: np.ndarray, confidence, n_classes: int) -> np.ndarray:

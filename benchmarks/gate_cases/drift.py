@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from components.config import WatchConfig
-from components.data.demo import generate_day
-from components.data.reference_stats import compute_reference_stats
-from components.data.simulate import drift_window
-from components.data.snapshot import Schema, infer_schema
-from pipelines.triggers.drift import DriftReport, compute_drift
+from ctpipe.components.lib.config import WatchConfig
+from ctpipe.components.lib.data.demo import generate_day
+from ctpipe.components.lib.data.reference_stats import compute_reference_stats
+from ctpipe.components.lib.data.simulate import drift_window
+from ctpipe.components.lib.data.snapshot import Schema, infer_schema
+from ctpipe.pipelines.triggers.drift import DriftReport, compute_drift
 
 HEALTHY_SIZES = (200, 1000, 5000, 20_000)
 SHIFTED_SIZES = (200, 1000, 20_000)

@@ -24,14 +24,14 @@ from typing import Any
 
 from torch import nn
 
-from components.config import Config
-from components.data.demo import write_demo_data
-from components.data.encoding import Preprocessing
-from components.data.simulate import rare_positive_day, weak_signal_day, write_partitions
-from components.data.snapshot import load_snapshot
-from components.errors import SanityCheckError
-from components.models.tabular import InputSpec, build_model
-from components.sanity.bugs import (
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.data.demo import write_demo_data
+from ctpipe.components.lib.data.encoding import Preprocessing
+from ctpipe.components.lib.data.simulate import rare_positive_day, weak_signal_day, write_partitions
+from ctpipe.components.lib.data.snapshot import load_snapshot
+from ctpipe.components.lib.errors import SanityCheckError
+from ctpipe.components.lib.models.tabular import InputSpec, build_model
+from ctpipe.components.steps.sanity_checks.bugs import (
     AddsFirstRow,
     BatchMean,
     BatchNormAndFirstRowInTrainMode,
@@ -47,8 +47,8 @@ from components.sanity.bugs import (
     only_the_bias_trains,
     zeroing_clip,
 )
-from components.sanity.gate import run_sanity_checks
-from components.validation.validate import validate_data
+from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
+from ctpipe.components.steps.validate_data.validate import validate_data
 
 KEY = "customer_id"
 
@@ -142,7 +142,7 @@ def cases(seed: int) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="ctpipe-gates-sanity-") as tmp:
         root = Path(tmp)
         mlp = {"model": {"kind": "mlp"}}
-        from components.training import schedule, step
+        from ctpipe.components.engine import schedule, step
 
         found = [
             _case(root, "demo data, MLP", "demo", seed, broken=False),

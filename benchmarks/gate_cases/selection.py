@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from components.config import load_config
-from components.errors import ConfigError
-from components.selection.select import select_best_checkpoint
-from components.training import checkpointing as ckpt
+from ctpipe.components.engine import checkpointing as ckpt
+from ctpipe.components.lib.config import load_config
+from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.steps.select_checkpoint.select import select_best_checkpoint
 
 
 def _history(rng: np.random.Generator, steps: int = 12) -> list[ckpt.IndexEntry]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from components.data.simulate import mixed_type_rows, write_partition
-from components.data.snapshot import (
+from ctpipe.components.lib.data.simulate import mixed_type_rows, write_partition
+from ctpipe.components.lib.data.snapshot import (
     PARTITION_COLUMN,
     assign_splits,
     infer_schema,
@@ -26,9 +26,9 @@ from components.data.snapshot import (
     read_data,
     split_keys,
 )
-from components.data.splits import SplitSettings
-from components.errors import DataValidationError
-from components.evaluation.leakage import champion_training_overlap
+from ctpipe.components.lib.data.splits import SplitSettings
+from ctpipe.components.lib.errors import DataValidationError
+from ctpipe.components.steps.evaluate.leakage import champion_training_overlap
 
 SALT, VAL, TEST = "gates", 0.1, 0.2
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from components.config import Config
-from components.data.demo import write_demo_data
-from components.data.simulate import rare_positive_day, weak_signal_day, write_partitions
-from components.errors import DataValidationError
-from components.validation.validate import validate_data
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.data.demo import write_demo_data
+from ctpipe.components.lib.data.simulate import rare_positive_day, weak_signal_day, write_partitions
+from ctpipe.components.lib.errors import DataValidationError
+from ctpipe.components.steps.validate_data.validate import validate_data
 
 KEY = "customer_id"
 CLASS_CODES = {"churn": 0, "downgrade": 1, "stay": 2, "upgrade": 3}

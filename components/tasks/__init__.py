@@ -1,6 +1,6 @@
 """Tasks: the protocol a model and its data reading follow, the built-ins, and resolving one from config.
 
-    from components.tasks import load_task
+    from ctpipe.components.tasks import load_task
     task = load_task(config.task)   # tabular_classification by default, or task.entrypoint's factory
 
 ``protocol.py`` is the interface (``Task``, ``Batch``, ``Metric``, ``SanitySpec``, ``InitLoss``,
@@ -8,7 +8,7 @@
 the built-in tabular classification task.
 """
 
-from components.tasks.protocol import (
+from ctpipe.components.tasks.protocol import (
     Batch,
     CheckResult,
     InitLoss,
@@ -18,7 +18,7 @@ from components.tasks.protocol import (
     TaskBase,
     TaskState,
 )
-from components.tasks.registry import (
+from ctpipe.components.tasks.registry import (
     BUILTIN_TASKS,
     TaskError,
     check_evaluation_metrics,

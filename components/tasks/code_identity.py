@@ -18,7 +18,7 @@ import importlib.metadata
 from pathlib import Path
 from typing import Any
 
-from components.tasks.registry import BUILTIN_TASKS, DEFAULT_TASK, load_task
+from ctpipe.components.tasks.registry import BUILTIN_TASKS, DEFAULT_TASK, load_task
 
 CTPIPE_DISTRIBUTION = "ctpipe"
 # The fields two identities are compared on (``describe`` prints them).

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from components.errors import UserError
+from ctpipe.components.lib.errors import UserError
 
 # Rows re-predicted on their own, in reverse order, to check that ``predict`` is row-aligned.
 PROBE_ROWS = 16

@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # heavy imports stay out of the module's import time (the CLI
     import torch
     from torch import nn
 
-    from components.config import Config
-    from components.data.snapshot import Schema
+    from ctpipe.components.lib.config import Config
+    from ctpipe.components.lib.data.snapshot import Schema
 
 # Statistics a task fits on the train split only (vocabularies, normalisation, classes): plain JSON
 # values, stored in the snapshot (``preprocessing.json``) and in every model export.
@@ -232,7 +232,7 @@ class TaskBase:
         return None
 
     def fit_streamed(self, stats: Any, schema: Schema) -> TaskState | None:
-        """``fit``'s result from the train split's streamed statistics (``components.data.stream_stats.TableStats``
+        """``fit``'s result from the train split's streamed statistics (``ctpipe.components.lib.data.stream_stats.TableStats``
         of the tabular columns), or None when the task needs the rows themselves (then ``fit`` gets them)."""
         return None
 

@@ -16,13 +16,20 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
-from components.errors import ConfigError
-from components.tasks.protocol import OPTIONAL_PARTS, REQUIRED_PARTS, Metric, SanitySpec, Task, TaskBase
+from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.tasks.protocol import (
+    OPTIONAL_PARTS,
+    REQUIRED_PARTS,
+    Metric,
+    SanitySpec,
+    Task,
+    TaskBase,
+)
 
 # name -> "module:factory" of the task; the factory takes the config's task.options as keyword arguments.
 BUILTIN_TASKS: dict[str, str] = {
-    "tabular_classification": "components.tasks.tabular:make_task",
-    "causal_lm": "components.tasks.causal_lm:make_task",
+    "tabular_classification": "ctpipe.components.tasks.tabular:make_task",
+    "causal_lm": "ctpipe.components.tasks.causal_lm:make_task",
 }
 DEFAULT_TASK = "tabular_classification"
 
@@ -140,7 +147,7 @@ def complete_task(task: Any, where: str = "the task") -> Task:
 def _check_direction(metric: Metric, where: str) -> None:
     """TaskError when a metric's declared direction contradicts its name (the rule ``select.mode=auto`` reads:
     loss/error lower, accuracy/F1/AUC higher); a ``neg_`` name (sklearn's negated losses) says nothing."""
-    from components.config.gate_sections import metric_direction
+    from ctpipe.components.lib.config.gate_sections import metric_direction
 
     named = None if {"neg", "negative"} & set(metric.name.lower().split("_")) else metric_direction(metric.name)
     if named is not None and named != metric.direction:

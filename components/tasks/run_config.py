@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from components.config import Config, TaskConfig, apply_settings, load_config, load_values
-from components.config.coerce import build_dataclass
-from components.tasks.registry import TaskError, load_task, task_record
+from ctpipe.components.lib.config import Config, TaskConfig, apply_settings, load_config, load_values
+from ctpipe.components.lib.config.coerce import build_dataclass
+from ctpipe.components.tasks.registry import TaskError, load_task, task_record
 
 
 def load_run_config(

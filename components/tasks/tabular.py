@@ -1,7 +1,7 @@
 """The built-in ``tabular_classification`` task: numeric and categorical columns in, class probabilities out.
 
-Rows become ``(x_num, x_cat)`` (standardised numerics, vocabulary indices; ``components/data/snapshot.py``)
-and class-index targets; the models are ``components/models/tabular.py`` (MLP or FT-Transformer); the
+Rows become ``(x_num, x_cat)`` (standardised numerics, vocabulary indices; ``components/lib/data/snapshot.py``)
+and class-index targets; the models are ``components/lib/models/tabular.py`` (MLP or FT-Transformer); the
 loss is cross-entropy with the head's bias at the log class prior; metrics are accuracy, macro F1 and
 log loss (ROC AUC with two classes).
 """
@@ -14,10 +14,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from components.data.encoding import Preprocessing, encode_features, encode_labels, preprocessing_of
-from components.data.reference_stats import table_stats
-from components.data.snapshot import Schema
-from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
+from ctpipe.components.lib.data.encoding import (
+    Preprocessing,
+    encode_features,
+    encode_labels,
+    preprocessing_of,
+)
+from ctpipe.components.lib.data.reference_stats import table_stats
+from ctpipe.components.lib.data.snapshot import Schema
+from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
     import torch
@@ -75,13 +80,13 @@ class TabularClassification(TaskBase):
 
     # -- model ------------------------------------------------------------------------------------
     def build_model(self, config: Any, state: TaskState) -> nn.Module:
-        from components.models.tabular import build_model
+        from ctpipe.components.lib.models.tabular import build_model
 
         return build_model(config.model, self.input_spec(state))
 
     @staticmethod
     def input_spec(state: TaskState):
-        from components.models.tabular import InputSpec
+        from ctpipe.components.lib.models.tabular import InputSpec
 
         prep = Preprocessing.from_dict(state)
         return InputSpec(len(prep.numeric), prep.cardinalities, len(prep.classes))
@@ -89,7 +94,7 @@ class TabularClassification(TaskBase):
     def init_model(self, model: nn.Module, state: TaskState, train_targets: torch.Tensor) -> None:
         import torch
 
-        from components.models.tabular import init_output_bias
+        from ctpipe.components.lib.models.tabular import init_output_bias
 
         if hasattr(model, "head"):
             prior = torch.bincount(train_targets, minlength=len(state["classes"])).double() / len(train_targets)
@@ -123,7 +128,7 @@ class TabularClassification(TaskBase):
     def init_losses(self, targets: torch.Tensor, state: TaskState, tolerance: float) -> list[InitLoss]:
         import torch
 
-        from components.models.tabular import init_output_bias
+        from ctpipe.components.lib.models.tabular import init_output_bias
 
         c = len(state["classes"])
         ln_c = math.log(c)
@@ -161,7 +166,7 @@ class TabularClassification(TaskBase):
         """Class probabilities for every row, preprocessed with this model's own statistics."""
         import torch
 
-        from components.errors import DataValidationError
+        from ctpipe.components.lib.errors import DataValidationError
 
         prep = Preprocessing.from_dict(state)
         missing = [c for c in [*prep.numeric, *prep.categorical] if c not in frame.columns]
@@ -182,7 +187,7 @@ class TabularClassification(TaskBase):
         return align_probabilities(probs, list(state["classes"]), list(reference["classes"]))
 
     def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
-        from components.evaluation.metrics import compute_metrics
+        from ctpipe.components.lib.metrics import compute_metrics
 
         return compute_metrics(targets, predictions)
 
@@ -190,13 +195,13 @@ class TabularClassification(TaskBase):
         return pd.DataFrame(self.probabilities(model, frame, state), columns=list(state["classes"]))
 
     def baseline(self, targets: np.ndarray, state: TaskState) -> np.ndarray | None:
-        from components.evaluation.metrics import prior_probabilities
+        from ctpipe.components.lib.metrics import prior_probabilities
 
         return prior_probabilities(targets, len(state["classes"]))
 
     def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
                          seed: int) -> dict[str, dict[str, np.ndarray]]:
-        from components.evaluation.metrics import paired_bootstrap
+        from ctpipe.components.lib.metrics import paired_bootstrap
 
         return paired_bootstrap(targets, models, samples=samples, seed=seed)
 
@@ -204,14 +209,14 @@ class TabularClassification(TaskBase):
         return list(state["classes"])
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Schema) -> dict[str, Any]:
-        from components.tasks.tabular_first_batch import TabularFirstBatch, decode_first_batch
+        from ctpipe.components.tasks.tabular_first_batch import TabularFirstBatch, decode_first_batch
 
         x_num, x_cat = batch.inputs
         return decode_first_batch(TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), Preprocessing.from_dict(state),
                                   schema.label)
 
     def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:
-        from components.tasks.tabular_first_batch import first_batch_mismatches
+        from ctpipe.components.tasks.tabular_first_batch import first_batch_mismatches
 
         return first_batch_mismatches(dump, raw, schema.label)
 

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from components.data.encoding import Preprocessing
-from components.data.stream_stats import category_key
+from ctpipe.components.lib.data.encoding import Preprocessing
+from ctpipe.components.lib.data.stream_stats import category_key
 
 
 @dataclass

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from components.evaluation.metrics import compute_metrics, paired_bootstrap, prior_probabilities
-from components.tasks import Batch, InitLoss, Metric, SanitySpec, TaskBase
+from ctpipe.components.lib.metrics import compute_metrics, paired_bootstrap, prior_probabilities
+from ctpipe.components.tasks import Batch, InitLoss, Metric, SanitySpec, TaskBase
 
 SIDE = 8
 PIXELS = SIDE * SIDE

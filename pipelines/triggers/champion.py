@@ -14,8 +14,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from components.atomic_files import atomic_write_text, private_name
-from pipelines.triggers.ledger import Ledger
+from ctpipe.components.lib.atomic_files import atomic_write_text, private_name
+from ctpipe.pipelines.triggers.ledger import Ledger
 
 REFERENCE_FILE = "reference/reference_stats.json"
 
@@ -51,7 +51,7 @@ def ensure_local_store(tracking_uri: str, watch_dir: Path) -> None:
 
     Watchers racing on a fresh home (and a `ctpipe run` beside them) would each run MLflow's schema
     migrations on the same new file, and all but one fail ("duplicate column name"): the store is created
-    under the lock of its directory that every creator takes (``components.tracking.use_tracking``), and
+    under the lock of its directory that every creator takes (``ctpipe.components.lib.tracking.use_tracking``), and
     under the ledger's lock for the marker. A marker file makes the later checks skip this for free.
     """
     if not tracking_uri.startswith("sqlite:///"):
@@ -65,7 +65,7 @@ def ensure_local_store(tracking_uri: str, watch_dir: Path) -> None:
             return
         import mlflow
 
-        from components.tracking import use_tracking
+        from ctpipe.components.lib.tracking import use_tracking
 
         # Created under the store directory's lock, the one `ctpipe run`'s first step takes too: a run started
         # beside the first check on a fresh home must not run MLflow's migrations at the same time.
@@ -85,7 +85,7 @@ def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Pa
                 return Champion(**cached["champion"]) if cached["champion"] else None
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    from components.tracking import get_alias_version
+    from ctpipe.components.lib.tracking import get_alias_version
 
     version = get_alias_version(tracking_uri, model_name, alias)
     champion = (
@@ -104,7 +104,7 @@ def load_reference(tracking_uri: str, model_name: str, champion: Champion, cache
     """The champion's reference statistics (downloaded once per version), or None when it has none."""
     local = cache_dir / model_name / champion.version / "reference_stats.json"
     if not local.exists():
-        from components.tracking import download_version_file
+        from ctpipe.components.lib.tracking import download_version_file
 
         if champion.run_id is None:
             return None

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from components.config import WatchConfig
+from ctpipe.components.lib.config import WatchConfig
 
 # Bins with no rows would make PSI infinite; a small floor keeps it finite and comparable.
 PSI_FLOOR = 1e-4

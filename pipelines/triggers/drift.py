@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from components.config import WatchConfig
-from components.data.concat import conform
-from components.data.stream_stats import category_counts, category_key
-from pipelines.triggers.column_drift import (
+from ctpipe.components.lib.config import WatchConfig
+from ctpipe.components.lib.data.concat import conform
+from ctpipe.components.lib.data.stream_stats import category_counts, category_key
+from ctpipe.pipelines.triggers.column_drift import (
     MIN_EXPECTED_COUNT,
     RARE_CATEGORY,
     ColumnDrift,
@@ -45,7 +45,7 @@ from pipelines.triggers.column_drift import (
     psi,
     psi_p_value,
 )
-from pipelines.triggers.histogram_drift import histogram_drift
+from ctpipe.pipelines.triggers.histogram_drift import histogram_drift
 
 NUMERIC_TESTS = ("psi", "ks", "null_fraction")
 CATEGORICAL_TESTS = ("psi", "cramers_v", "unseen_share", "null_fraction")

@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from components.config import WatchConfig
-from pipelines.triggers.column_drift import (
+from ctpipe.components.lib.config import WatchConfig
+from ctpipe.pipelines.triggers.column_drift import (
     PSI_FLOOR,
     RARE_CATEGORY,
     ColumnDrift,

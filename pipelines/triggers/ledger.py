@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from components.atomic_files import atomic_write_text, create_exclusive_text
-from components.errors import UserError
+from ctpipe.components.lib.atomic_files import atomic_write_text, create_exclusive_text
+from ctpipe.components.lib.errors import UserError
 
 ACTIVE = ("starting", "running")
 # What belongs to one attempt (top level mirrors the current attempt's values).

@@ -14,8 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.atomic_files import atomic_write_text
-from components.data.files import DataFile, fingerprint_files, partition_of, scan_data_files, sha256_file
+from ctpipe.components.lib.atomic_files import atomic_write_text
+from ctpipe.components.lib.data.files import (
+    DataFile,
+    fingerprint_files,
+    partition_of,
+    scan_data_files,
+    sha256_file,
+)
 
 
 @dataclass(frozen=True)

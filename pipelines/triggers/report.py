@@ -7,9 +7,9 @@ import html
 import json
 from pathlib import Path
 
-from components.atomic_files import atomic_write_text
-from components.tracking import end_run, ensure_experiment, find_or_create_run, log_step
-from pipelines.triggers.drift import ColumnDrift, DriftReport
+from ctpipe.components.lib.atomic_files import atomic_write_text
+from ctpipe.components.lib.tracking import end_run, ensure_experiment, find_or_create_run, log_step
+from ctpipe.pipelines.triggers.drift import ColumnDrift, DriftReport
 
 _BAR_W, _GAP, _H = 18, 10, 140
 _REF_COLOR, _CUR_COLOR = "#4c78a8", "#f58518"

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from components.config import WatchConfig
-from pipelines.triggers.ledger import ACTIVE
+from ctpipe.components.lib.config import WatchConfig
+from ctpipe.pipelines.triggers.ledger import ACTIVE
 
 # A claim whose run was never recorded as started (the watcher died in between) stops counting as a
 # run in flight after this long; the attempt is then started again by a later check.

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from components.processes import pid_alive, signal_quietly, wait_gone
-from pipelines.triggers.ledger import ACTIVE, read_record, update_attempt
-from pipelines.triggers.retry import STARTING_GRACE_SECONDS, claim_in_flight, stale_claim  # noqa: F401 - re-exported
+from ctpipe.components.lib.processes import pid_alive, signal_quietly, wait_gone
+from ctpipe.pipelines.triggers.ledger import ACTIVE, read_record, update_attempt
+from ctpipe.pipelines.triggers.retry import STARTING_GRACE_SECONDS, claim_in_flight, stale_claim  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
-    from components.tracking import RetryPolicy
+    from ctpipe.components.lib.tracking import RetryPolicy
 
 # Every process of a local attempt carries this in its environment (children inherit it), so the
 # leftovers of an attempt whose own process was killed can be found and stopped, and nothing else.
@@ -66,7 +66,7 @@ class LocalStarter:
         self._children: dict[int, subprocess.Popen] = {}
 
     def command(self, *, trigger: str, data_uri: str, record_path: Path) -> list[str]:
-        cmd = [sys.executable, "-m", "pipelines.cli", "submit", "--trigger", trigger, "--data", data_uri]
+        cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "submit", "--trigger", trigger, "--data", data_uri]
         cmd += ["--home", str(self.home), "--record", str(record_path), "--attempt", str(attempt_of(record_path))]
         if self.config_path:
             cmd += ["--config", self.config_path]
@@ -213,7 +213,7 @@ class KfpStarter:
         self.config_json = config_json
 
     def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
-        from pipelines.kfp_runs import run_parameters, submit_run
+        from ctpipe.pipelines.deploy.kfp_runs import run_parameters, submit_run
 
         run_name = kfp_run_name(trigger, fingerprint, attempt_of(record_path))
         params = run_parameters(
@@ -231,7 +231,7 @@ class KfpStarter:
         info = {"backend": "kfp", "run_id": run.run_id, "run_name": run_name, "status": "running"}
         report = (read_record(record_path) or {}).get("drift_report")
         if trigger == "drift" and report and self.tracking_uri:
-            from pipelines.triggers.report import log_drift_report_for_pipeline_run
+            from ctpipe.pipelines.triggers.report import log_drift_report_for_pipeline_run
 
             try:
                 info["drift_report_mlflow_run"] = log_drift_report_for_pipeline_run(
@@ -244,7 +244,7 @@ class KfpStarter:
     def is_active(self, record: dict[str, Any]) -> bool:
         from kfp_server_api.exceptions import ApiException
 
-        from pipelines.kfp_runs import run_is_active
+        from ctpipe.pipelines.deploy.kfp_runs import run_is_active
 
         if record.get("status") not in ACTIVE:
             return False
@@ -262,7 +262,7 @@ class KfpStarter:
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
         from kfp_server_api.exceptions import ApiException
 
-        from pipelines.kfp_runs import ACTIVE_RUN_STATES, run_state
+        from ctpipe.pipelines.deploy.kfp_runs import ACTIVE_RUN_STATES, run_state
 
         if record.get("status") not in ACTIVE:
             return {}
@@ -303,7 +303,7 @@ class KfpStarter:
         """The gates that judged this run's data or model bad (recorded on its MLflow run); None: unknown."""
         if not self.tracking_uri:
             return None
-        from components.tracking import tags_of_runs_tagged
+        from ctpipe.components.lib.tracking import tags_of_runs_tagged
 
         runs = tags_of_runs_tagged(self.tracking_uri, self.mlflow_experiment, "ctpipe.pipeline_run_id", pipeline_run_id,
                                    retry=self.retry)

@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from components.processes import pid_alive
-from pipelines.triggers.ledger import ACTIVE, Ledger
-from pipelines.triggers.retry import version_state
-from pipelines.triggers.start import on_another_host
+from ctpipe.components.lib.processes import pid_alive
+from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
+from ctpipe.pipelines.triggers.retry import version_state
+from ctpipe.pipelines.triggers.start import on_another_host
 
 # What each attempt shows of its record.
 ATTEMPT_KEYS = (

@@ -21,17 +21,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.config import Config
-from pipelines.triggers.champion import (
+from ctpipe.components.lib.config import Config
+from ctpipe.pipelines.triggers.champion import (
     REFERENCE_FILE,
     Champion,
     ensure_local_store,
     find_champion,
     load_reference,
 )
-from pipelines.triggers.ledger import ACTIVE, Ledger
-from pipelines.triggers.new_data import DataState, cache_path_for, data_state
-from pipelines.triggers.retry import already_started, next_step, settle, stale_claim
+from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
+from ctpipe.pipelines.triggers.new_data import DataState, cache_path_for, data_state
+from ctpipe.pipelines.triggers.retry import already_started, next_step, settle, stale_claim
 
 
 @dataclass
@@ -65,7 +65,7 @@ def window_drift(
     state: DataState, reference: dict[str, Any], config: Config, champion: Champion, reports_dir: Path
 ) -> tuple[dict[str, Any] | None, str]:
     """The drift report of the newest window as a dict (from cache when unchanged), and a note."""
-    from components.data.files import fingerprint_files
+    from ctpipe.components.lib.data.files import fingerprint_files
 
     window = state.window(config.watch.window_partitions, config.watch.window_days)
     thresholds = json.dumps(asdict(config.watch), sort_keys=True)
@@ -73,9 +73,9 @@ def window_drift(
     json_path, html_path = reports_dir / f"drift-{key}.json", reports_dir / f"drift-{key}.html"
     if json_path.exists() and html_path.exists():
         return json.loads(json_path.read_text()) | {"json_path": str(json_path), "html_path": str(html_path)}, "cached"
-    from components.data.snapshot import read_data
-    from pipelines.triggers.drift import compute_drift
-    from pipelines.triggers.report import write_drift_report
+    from ctpipe.components.lib.data.snapshot import read_data
+    from ctpipe.pipelines.triggers.drift import compute_drift
+    from ctpipe.pipelines.triggers.report import write_drift_report
 
     frame = read_data(state.data_uri, window)
     if len(frame) < config.watch.min_rows:
@@ -90,8 +90,8 @@ def window_drift(
 
 
 def _task_and_schema(reference: dict[str, Any], config: Config):
-    from components.data.snapshot import Schema
-    from components.tasks import label_column, load_task
+    from ctpipe.components.lib.data.snapshot import Schema
+    from ctpipe.components.tasks import label_column, load_task
 
     task = load_task(config.task)
     schema = Schema(label=label_column(task, config.data), key=config.data.key,
@@ -310,7 +310,7 @@ def _too_busy(ledger: Ledger, starter, config: Config, fingerprint: str, wanted:
     active = [r for r in ledger.records() if r.get("fingerprint") != fingerprint and starter.is_active(r)]
     if len(active) < config.watch.max_running:
         return None
-    from pipelines.triggers.start import on_another_host
+    from ctpipe.pipelines.triggers.start import on_another_host
 
     names = ", ".join(r["fingerprint"][:12] + (f" on {r['host']}" if on_another_host(r) else "") for r in active)
     return (
@@ -330,7 +330,7 @@ def _launch(ledger: Ledger, starter, state: DataState, trigger: str, attempt: in
             trigger=trigger, data_uri=state.data_uri, fingerprint=fingerprint, record_path=ledger.path(fingerprint)
         )
     except Exception as err:
-        from components.errors import UserError
+        from ctpipe.components.lib.errors import UserError
 
         message = f"the run could not be started: {type(err).__name__}: {err}"[:500]
         if attempt == 1:
@@ -371,8 +371,8 @@ def _ended(starter, record: dict[str, Any], *, read_only: bool) -> dict[str, Any
         return starter.ended(record, read_only=read_only)
     if starter is not None:  # a starter that only says whether a run is active: gone means lost
         return None if starter.is_active(record) else {"status": "lost", "error": "the run is no longer active"}
-    from components.processes import pid_alive
-    from pipelines.triggers.start import on_another_host
+    from ctpipe.components.lib.processes import pid_alive
+    from ctpipe.pipelines.triggers.start import on_another_host
 
     if record.get("backend") == "local" and record.get("pid") is not None and not on_another_host(record) \
             and not pid_alive(int(record["pid"])):

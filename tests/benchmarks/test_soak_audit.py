@@ -10,9 +10,9 @@ import sys
 import mlflow
 import pytest
 
-from components.evaluation.evaluate import evaluate_candidate
-from components.registration.register import register_candidate
-from components.tracking import local_tracking_uri
+from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
+from ctpipe.components.steps.register.register import register_candidate
 from tests.fixtures.paths import REPO_ROOT
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
@@ -113,7 +113,7 @@ def test_the_checkpoint_audit_reads_metadata_through_the_safe_reader_and_never_r
     import torch
     from torch import nn
 
-    from components.training import checkpointing as ckpt
+    from ctpipe.components.engine import checkpointing as ckpt
 
     root = tmp_path / "home" / "pipeline_root" / "run1" / "train" / "checkpoints"
     model = nn.Linear(2, 2)

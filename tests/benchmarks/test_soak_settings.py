@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from components.config import load_config
-from components.errors import ConfigError
+from ctpipe.components.lib.config import load_config
+from ctpipe.components.lib.errors import ConfigError
 from tests.fixtures.paths import REPO_ROOT
 
 

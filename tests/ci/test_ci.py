@@ -193,7 +193,7 @@ SCHEME = {f"{REGISTRY}/ctpipe:{TAG}", f"{REGISTRY}/ctpipe-trainer:{TAG}-cuda", f
 def test_ci_compiles_for_exactly_the_images_it_builds(tmp_path):
     """One naming scheme: <registry>/ctpipe[-trainer|-mlflow]:<tag>[-cuda|-cpu]; the compiled pipeline uses the
     images the build job pushes, the trainer variant following the config (CPU config -> -cpu image)."""
-    from components.config import Config
+    from ctpipe.components.lib.config import Config
 
     env = {"IMAGE_REGISTRY": REGISTRY, "IMAGE_TAG": TAG, "BUILD_DIR": str(tmp_path)}
     built = run_script("build_images.sh", {**env, "DRY_RUN": "1"})

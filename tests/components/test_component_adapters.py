@@ -15,16 +15,16 @@ import mlflow
 import pytest
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
 
-from components.config import load_config
-from components.evaluation.component import evaluate
-from components.kfp_support import STATUS_DIR_ENV
-from components.registration.component import register
-from components.run_setup.component import prepare_run
-from components.sanity.component import sanity_checks
-from components.selection.component import select_checkpoint
-from components.tracking import local_tracking_uri
-from components.training.component import train
-from components.validation.component import validate_data
+from ctpipe.components.lib.config import load_config
+from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
+from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.components.steps.evaluate.component import evaluate
+from ctpipe.components.steps.prepare_run.component import prepare_run
+from ctpipe.components.steps.register.component import register
+from ctpipe.components.steps.sanity_checks.component import sanity_checks
+from ctpipe.components.steps.select_checkpoint.component import select_checkpoint
+from ctpipe.components.steps.train.component import train
+from ctpipe.components.steps.validate_data.component import validate_data
 from tests.fixtures.corpus import write_clean
 
 OVERRIDES = [

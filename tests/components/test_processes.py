@@ -1,4 +1,4 @@
-"""``components.processes`` on real child processes: liveness (a zombie is gone), the tree below a pid, waiting."""
+"""``ctpipe.components.lib.processes`` on real child processes: liveness (a zombie is gone), the tree below a pid, waiting."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 
-from components.processes import descendants, pid_alive, signal_quietly, wait_gone
+from ctpipe.components.lib.processes import descendants, pid_alive, signal_quietly, wait_gone
 
 
 def test_a_child_is_alive_then_gone_once_killed_even_before_it_is_waited_for():

@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from components.data.demo import write_demo_data
+from ctpipe.components.lib.data.demo import write_demo_data
 
 
 def _loaded_after(code: str, tmp_path: Path) -> list[str]:
@@ -21,7 +21,7 @@ def _loaded_after(code: str, tmp_path: Path) -> list[str]:
     script = textwrap.dedent(code) + textwrap.dedent(
         """
         import json, sys
-        from components.timing import HEAVY_LIBRARIES
+        from ctpipe.components.lib.timing import HEAVY_LIBRARIES
         print(json.dumps([n for n in HEAVY_LIBRARIES if n in sys.modules]))
         """
     )
@@ -33,7 +33,7 @@ def _loaded_after(code: str, tmp_path: Path) -> list[str]:
 def test_prepare_run_opens_the_mlflow_run_without_torch_or_great_expectations(tmp_path):
     loaded = _loaded_after(
         f"""
-        from components.run_setup.prepare import prepare_run
+        from ctpipe.components.steps.prepare_run.prepare import prepare_run
         prepared = prepare_run("", "train.max_steps=100", tracking_uri="sqlite:///{tmp_path}/mlflow.db",
                                pipeline_run_id="p1", trigger="manual", data_uri="{tmp_path}/data")
         assert prepared.mlflow_run_id
@@ -48,8 +48,8 @@ def test_validation_of_a_tabular_task_does_not_import_torch(tmp_path):
     write_demo_data(tmp_path / "data", days=2, rows_per_day=300)
     loaded = _loaded_after(
         f"""
-        from components.config import Config
-        from components.validation.validate import validate_data
+        from ctpipe.components.lib.config import Config
+        from ctpipe.components.steps.validate_data.validate import validate_data
         result = validate_data("{tmp_path}/data", Config(), snapshot_dir="{tmp_path}/snapshot",
                                data_docs_path="{tmp_path}/docs.html", report_path="{tmp_path}/report.md",
                                tracking_uri="", mlflow_run_id="")
@@ -63,13 +63,13 @@ def test_validation_of_a_tabular_task_does_not_import_torch(tmp_path):
 
 
 def test_validation_of_the_causal_lm_task_does_not_import_torch(tmp_path):
-    from components.tasks.causal_lm.corpus import write_text_demo_data
+    from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
 
     write_text_demo_data(str(tmp_path / "data"), days=2)
     loaded = _loaded_after(
         f"""
-        from components.config import load_config
-        from components.validation.validate import validate_data
+        from ctpipe.components.lib.config import load_config
+        from ctpipe.components.steps.validate_data.validate import validate_data
         config = load_config(None, ["task.name=causal_lm", "data.key=doc_id", "data.text_column=text"])
         result = validate_data("{tmp_path}/data", config, snapshot_dir="{tmp_path}/snapshot",
                                data_docs_path="{tmp_path}/docs.html", report_path="{tmp_path}/report.md",
@@ -92,7 +92,7 @@ def test_checkpoint_selection_reads_the_index_without_torch(tmp_path):
     ]}))
     loaded = _loaded_after(
         f"""
-        from components.selection.select import select_best_checkpoint
+        from ctpipe.components.steps.select_checkpoint.select import select_best_checkpoint
         assert select_best_checkpoint("{root}", "val_accuracy", "max").step == 50
         """,
         tmp_path,
@@ -103,10 +103,10 @@ def test_checkpoint_selection_reads_the_index_without_torch(tmp_path):
 def test_the_model_steps_import_no_great_expectations_and_no_kubernetes(tmp_path):
     loaded = _loaded_after(
         """
-        import components.sanity.gate, components.selection.select, components.evaluation.evaluate
-        import components.registration.register
-        from components.config import Config
-        from components.tasks import load_task
+        import ctpipe.components.steps.sanity_checks.gate, ctpipe.components.steps.select_checkpoint.select, ctpipe.components.steps.evaluate.evaluate
+        import ctpipe.components.steps.register.register
+        from ctpipe.components.lib.config import Config
+        from ctpipe.components.tasks import load_task
         load_task(Config().task)
         """,
         tmp_path,
@@ -117,8 +117,8 @@ def test_the_model_steps_import_no_great_expectations_and_no_kubernetes(tmp_path
 def test_the_train_step_launches_ranks_without_torch_or_mlflow(tmp_path):
     loaded = _loaded_after(
         """
-        import components.training.launch, components.training.launchers.factory
-        import components.training.launchers.local
+        import ctpipe.components.steps.train.launch, ctpipe.components.steps.train.launchers.factory
+        import ctpipe.components.steps.train.launchers.local
         """,
         tmp_path,
     )

@@ -8,17 +8,17 @@ import mlflow
 import pytest
 import yaml
 
-from components.config import Config
-from components.evaluation.evaluate import evaluate_candidate
-from components.registration.register import register_candidate
-from components.sanity.gate import run_sanity_checks
-from components.sanity.report import SanityResult
-from components.step_results import read_sanity, read_validation
-from components.tasks.protocol import CheckResult
-from components.tracking import local_tracking_uri
-from components.validation.findings import WARNING, Finding
-from components.validation.report import ValidationSummary
-from components.validation.validate import summary_json, validate_data
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.handoffs import read_sanity, read_validation
+from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
+from ctpipe.components.steps.register.register import register_candidate
+from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
+from ctpipe.components.steps.sanity_checks.report import SanityResult
+from ctpipe.components.steps.validate_data.findings import WARNING, Finding
+from ctpipe.components.steps.validate_data.report import ValidationSummary
+from ctpipe.components.steps.validate_data.validate import summary_json, validate_data
+from ctpipe.components.tasks.protocol import CheckResult
 from tests.fixtures.corpus import KEY, write_clean
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
@@ -98,7 +98,7 @@ def test_validation_and_sanity_write_the_files_the_later_steps_read(tmp_path):
 
 
 def test_the_pipeline_hands_the_sanity_summary_file_to_evaluation_and_registration(tmp_path):
-    from pipelines.compile import compile_pipeline
+    from ctpipe.pipelines.compile import compile_pipeline
 
     spec = next(yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, [], image=None).read_text()))
     tasks = spec["root"]["dag"]["tasks"]

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from components.kfp_support import STATUS_DIR_ENV, step_status
-from components.timing import import_clock, process_start_time, step_timing
+from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV, step_status
+from ctpipe.components.lib.timing import import_clock, process_start_time, step_timing
 from tests.fixtures.step_records import failed_step_record
 
 
@@ -118,7 +118,7 @@ def test_import_clock_names_the_slowest_imports(tmp_path, monkeypatch):
 
 EXECUTOR_STAND_IN = """
 import atexit, sys
-from components.kfp_support import step_status
+from ctpipe.components.lib.kfp_support import step_status
 
 def report():
     print("library exit handler ran", flush=True)
@@ -167,9 +167,9 @@ def test_cli_start_excludes_what_a_shell_ran_before_it_exec_d_ctpipe(tmp_path):
     # `bash -c "sleep 2; python ..."` execs python as its last command: the PROCESS started before the
     # sleep, the interpreter after it. The CLI's start-up must not count the shell's earlier commands.
     script = (
-        "import time, pipelines\n"
-        "from components.timing import interpreter_start_time, process_start_time\n"
-        "print(time.time() - process_start_time(), time.time() - interpreter_start_time(pipelines.LOADED_AT))\n"
+        "import time, ctpipe\n"
+        "from ctpipe.components.lib.timing import interpreter_start_time, process_start_time\n"
+        "print(time.time() - process_start_time(), time.time() - interpreter_start_time(ctpipe.LOADED_AT))\n"
     )
     out = subprocess.run(["bash", "-c", f"sleep 2; exec {sys.executable} -c '{script}'"],
                          capture_output=True, text=True, check=True, cwd=str(tmp_path.parent)).stdout.split()
@@ -179,7 +179,7 @@ def test_cli_start_excludes_what_a_shell_ran_before_it_exec_d_ctpipe(tmp_path):
 
 
 def test_interpreter_start_is_the_process_start_for_a_plain_process():
-    import pipelines
-    from components.timing import interpreter_start_time
+    import ctpipe
+    from ctpipe.components.lib.timing import interpreter_start_time
 
-    assert interpreter_start_time(pipelines.LOADED_AT, exec_slack=1e9) == pytest.approx(process_start_time(), abs=0.05)
+    assert interpreter_start_time(ctpipe.LOADED_AT, exec_slack=1e9) == pytest.approx(process_start_time(), abs=0.05)

@@ -204,8 +204,8 @@ def test_entrypoints_exist(dockerfile):
 
 
 def test_the_worker_module_the_pytorchjob_runs_is_in_the_package():
-    from components.config import Config
-    from components.training.launchers.render import render_pytorchjob
+    from ctpipe.components.lib.config import Config
+    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
 
     job = render_pytorchjob(Config())
     argv = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]

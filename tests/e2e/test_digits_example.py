@@ -30,7 +30,7 @@ SETS = [
 def ctpipe(*args: str, home: Path) -> subprocess.CompletedProcess:
     path = os.pathsep.join(p for p in (str(EXAMPLE), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONPATH": path}
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "ctpipe.pipelines.cli.main", *args], capture_output=True, text=True, env=env,
                           timeout=900)
 
 

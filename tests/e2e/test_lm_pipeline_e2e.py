@@ -27,7 +27,7 @@ FAST = [
 def ctpipe(*args: str, home: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true"}
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True, env=env, timeout=1200
+        [sys.executable, "-m", "ctpipe.pipelines.cli.main", *args], capture_output=True, text=True, env=env, timeout=1200
     )
 
 
@@ -68,7 +68,7 @@ def test_the_registered_lm_scores_documents_and_continues_them(first, home):
     import mlflow
     import pandas as pd
 
-    from components.tracking import local_tracking_uri
+    from ctpipe.components.lib.tracking import local_tracking_uri
 
     assert first[0].returncode == 0
     mlflow.set_tracking_uri(local_tracking_uri(home))

@@ -14,8 +14,8 @@ import mlflow
 import pandas as pd
 import pytest
 
-from components.data.demo import write_demo_data
-from components.tracking import local_tracking_uri
+from ctpipe.components.lib.data.demo import write_demo_data
+from ctpipe.components.lib.tracking import local_tracking_uri
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,7 +33,7 @@ FAST = [
 def ctpipe(*args: str, home: Path, **env_vars: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true", **env_vars}
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args], capture_output=True, text=True, env=env, timeout=900
+        [sys.executable, "-m", "ctpipe.pipelines.cli.main", *args], capture_output=True, text=True, env=env, timeout=900
     )
 
 

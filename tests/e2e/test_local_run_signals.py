@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from components.data.demo import write_demo_data
+from ctpipe.components.lib.data.demo import write_demo_data
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 MARKER_ENV = "CTPIPE_TEST_RUN_MARKER"
@@ -52,7 +52,7 @@ def test_sigterm_to_ctpipe_run_mid_training_stops_every_step_and_rank(tmp_path, 
     write_demo_data(data, days=2, rows_per_day=300, seed=1)
     home, marker = tmp_path / "home", uuid.uuid4().hex
     run = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.cli", "run", "--data", str(data), "--home", str(home),
+        [sys.executable, "-m", "ctpipe.pipelines.cli.main", "run", "--data", str(data), "--home", str(home),
          "--set", "data.key=customer_id", "--set", "train.max_steps=100000", "--set", "train.deadline_seconds=600"],
         env={**os.environ, MARKER_ENV: marker, "CTPIPE_WARM_START": warm, "MLFLOW_DISABLE_TELEMETRY": "true"},
         stdout=subprocess.PIPE,

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from components.data.demo import write_demo_data
+from ctpipe.components.lib.data.demo import write_demo_data
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TASK = '''
 import sys
-from components.tasks.tabular import make_task
+from ctpipe.components.tasks.tabular import make_task
 
 
 def factory(**options):
@@ -36,7 +36,7 @@ def test_a_step_printing_bytes_that_are_not_utf8_runs_to_the_end(tmp_path: Path)
     write_demo_data(data, days=2, rows_per_day=300, seed=1)
     (tmp_path / "noisy_task.py").write_text(TASK)
     result = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "run", "--data", str(data), "--home", str(tmp_path / "home"),
+        [sys.executable, "-m", "ctpipe.pipelines.cli.main", "run", "--data", str(data), "--home", str(tmp_path / "home"),
          "--set", "task.entrypoint=noisy_task:factory", "--set", "data.key=customer_id",
          "--set", "train.max_steps=20", "--set", "train.warmup_steps=5",
          "--set", "evaluate.thresholds.accuracy.value=0.3"],

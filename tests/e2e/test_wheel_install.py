@@ -84,21 +84,32 @@ def _run(installed, *args: str) -> subprocess.CompletedProcess:
 
 def test_the_fresh_environment_imports_ctpipe_only_from_the_wheel(installed):
     _, python, work, fresh_site = installed
-    code = ("import components, pipelines, components.kube.crds as c; "
-            "print(components.__file__); print(pipelines.__file__); print(c.crd_file(c.PYTORCHJOB_CRD))")
+    code = ("import ctpipe, ctpipe.components, ctpipe.pipelines, ctpipe.task, ctpipe.components.lib.kube.crds as c; "
+            "print(ctpipe.__file__); print(ctpipe.components.__file__); print(ctpipe.pipelines.__file__); "
+            "print(c.crd_file(c.PYTORCHJOB_CRD))")
     out = subprocess.run([str(python), "-c", code], cwd=work, env=_clean_env(), capture_output=True, text=True,
                          check=True).stdout.split()
-    assert len(out) == 3
+    assert len(out) == 4
     for path in out:
         assert Path(path).is_relative_to(fresh_site), path
         assert not Path(path).is_relative_to(ROOT), path
 
 
+def test_the_wheel_puts_only_ctpipe_at_the_top_of_site_packages(installed):
+    _, python, work, fresh_site = installed
+    tops = {p.name for p in fresh_site.iterdir() if p.is_dir() and not p.name.endswith((".dist-info", "__pycache__"))}
+    assert tops == {"ctpipe"}, tops
+    for generic in ("components", "pipelines"):
+        done = subprocess.run([str(python), "-c", f"import {generic}"], cwd=work, env=_clean_env(),
+                              capture_output=True, text=True)
+        assert done.returncode != 0 and "No module named" in done.stderr, (generic, done.stderr)
+
+
 def test_render_job_from_the_wheel_validates_strictly(installed):
     import kubernetes_validate
 
-    from components.kube.pytorchjob import validate_pytorchjob
-    from components.kube.trainjob import validate_trainjob
+    from ctpipe.components.lib.kube.pytorchjob import validate_pytorchjob
+    from ctpipe.components.lib.kube.trainjob import validate_trainjob
 
     job = yaml.safe_load(_run(installed, "render-job", "--config", "prod.yaml").stdout)
     assert job["kind"] == "PyTorchJob"
@@ -118,7 +129,7 @@ def test_render_job_from_the_wheel_validates_strictly(installed):
 def test_compile_from_the_wheel_gives_a_cluster_pipeline(installed):
     from kfp import components as kfp_components
 
-    from components.config import Config
+    from ctpipe.components.lib.config import Config
 
     _, _, work, _ = installed
     _run(installed, "compile", "--config", "prod.yaml", "--out", "pipeline.yaml")
@@ -138,11 +149,11 @@ def test_a_local_run_starts_its_steps_warm_from_the_wheel(installed):
     """The warm-start client and server are files of the wheel, and a process goes through them there."""
     _, python, work, fresh_site = installed
     (work / "probe_warm.py").write_text(
-        "import components.warm_start.server as s; print('warm' if s.IN_CHILD else 'cold', s.__file__)\n"
+        "import ctpipe.components.lib.warm_start.server as s; print('warm' if s.IN_CHILD else 'cold', s.__file__)\n"
     )
     code = (
         "import subprocess, sys\n"
-        "from components.warm_start import CLIENT, running_server, warm_command\n"
+        "from ctpipe.components.lib.warm_start import CLIENT, running_server, warm_command\n"
         "print(CLIENT)\n"
         "with running_server(preload=('json',)) as warm:\n"
         "    assert warm is not None\n"

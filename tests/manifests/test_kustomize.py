@@ -159,8 +159,8 @@ def test_mlflow_server_uses_postgres_object_store_and_auth(overlay):
 
 
 def test_watcher_cronjob_runs_a_real_ctpipe_watch_command_in_the_component_image(overlay):
-    from components.config import Config
-    from pipelines.cli import build_parser
+    from ctpipe.components.lib.config import Config
+    from ctpipe.pipelines.cli.main import build_parser
 
     _, objects = overlay
     cron = next(o for o in objects if o["kind"] == "CronJob" and o["metadata"]["name"] == "ctpipe-watcher")
@@ -174,8 +174,8 @@ def test_watcher_cronjob_runs_a_real_ctpipe_watch_command_in_the_component_image
 
 
 def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overlay):
-    from components.config import load_config
-    from components.training.launchers.render import render_pytorchjob
+    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
 
     name, objects = overlay
     config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml")
@@ -202,7 +202,7 @@ def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overla
 
 
 def test_the_pipelines_default_tracking_uri_is_the_mlflow_of_the_runs_own_namespace():
-    from pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI
+    from ctpipe.pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI
 
     for name in OVERLAYS:
         config = yaml.safe_load((MANIFESTS / "overlays" / name / "ctpipe.yaml").read_text())
@@ -288,8 +288,8 @@ def test_every_pod_is_reachable_without_a_sidecar_under_istio(overlay):
     profile's `ns-owner-access-istio` policy, which admits only mTLS peers of the namespace: plain requests from
     sidecar-less clients get 403. So every pod either opts out of the sidecar or an AuthorizationPolicy admits
     any source on its ports."""
-    from components.config import load_config
-    from components.training.launchers.render import render_pytorchjob
+    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
 
     name, objects = overlay
     policies = [o for o in objects if o["kind"] == "AuthorizationPolicy"]
@@ -320,8 +320,8 @@ def _mounts_shared_volume(pod: dict) -> bool:
 def test_every_pod_on_the_shared_volume_skips_the_recursive_chown(overlay):
     """With fsGroup the kubelet chowns the whole volume at every mount unless fsGroupChangePolicy is
     OnRootMismatch: on a shared volume full of snapshots and checkpoints that delays every pod start."""
-    from components.config import load_config
-    from components.training.launchers.render import render_pytorchjob
+    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
 
     name, objects = overlay
     pods = [(workload, pod) for workload, pod in _pod_specs(objects) if _mounts_shared_volume(pod)]
@@ -386,7 +386,7 @@ def test_overlays_and_their_configs_use_one_image_scheme_and_tag(overlay):
     builds. The trainer variant follows the config (GPU workers -> -cuda)."""
     import re
 
-    from components.config import load_config
+    from ctpipe.components.lib.config import load_config
 
     name, objects = overlay
     refs = {c["image"] for _, c in _ctpipe_images(objects)}
@@ -404,7 +404,7 @@ def test_overlays_and_their_configs_use_one_image_scheme_and_tag(overlay):
 def test_the_config_defaults_follow_the_scheme_at_the_package_version():
     import tomllib
 
-    from components.config import Config
+    from ctpipe.components.lib.config import Config
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     kube = Config().kubernetes
@@ -415,9 +415,9 @@ def test_the_config_defaults_follow_the_scheme_at_the_package_version():
 def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):
     """A tag can be pushed again: IfNotPresent would keep running a node's stale copy. Pods pull ctpipe images
     (Always) unless they are pinned by digest, in the manifests, the training jobs and the pipeline's steps."""
-    from components.config import load_config
-    from components.training.launchers.render import render_pytorchjob
-    from pipelines.compile import compile_pipeline
+    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
+    from ctpipe.pipelines.compile import compile_pipeline
 
     name, objects = overlay
     for workload, container in _ctpipe_images(objects):

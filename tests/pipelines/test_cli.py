@@ -1,4 +1,4 @@
-"""The CLI's subcommands: each is a module of pipelines/commands/, registered explicitly in pipelines.cli.COMMANDS."""
+"""The CLI's subcommands: each is a module of pipelines/cli/commands/, registered explicitly in ctpipe.pipelines.cli.main.COMMANDS."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-import pipelines.commands as commands
-from pipelines.cli import COMMANDS, build_parser
+import ctpipe.pipelines.cli.commands as commands
+from ctpipe.pipelines.cli.main import COMMANDS, build_parser
 
 
 def test_every_command_module_is_listed_once_and_nothing_else_registers_a_subcommand():
@@ -33,8 +33,8 @@ def test_each_command_module_registers_exactly_its_own_subcommand():
 
 
 def test_the_paths_the_help_texts_point_to_exist():
-    """`ctpipe run --help` said 'sections as in components/config.py', a module that had become the package
-    components/config/; a newcomer following the help found nothing there."""
+    """`ctpipe run --help` said 'sections as in components/lib/config.py', a module that had become the package
+    components/lib/config/; a newcomer following the help found nothing there."""
     import re
     from pathlib import Path
 
@@ -55,7 +55,7 @@ class TornDown:
 keep = TornDown()
 atexit.register(lambda: print("exit handlers ran", flush=True))
 sys.argv = ["ctpipe", "demo-data", "--out", sys.argv[1], "--days", sys.argv[2]]
-from pipelines.cli import entry
+from ctpipe.pipelines.cli.main import entry
 entry()
 """
 

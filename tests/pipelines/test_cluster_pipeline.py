@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from pipelines.compile import compile_pipeline
+from ctpipe.pipelines.compile import compile_pipeline
 
 SECRET_VALUE = "hunter2-do-not-leak-7f3a9"
 OVERRIDES = [

@@ -6,9 +6,9 @@ import pytest
 import yaml
 from kfp import components as kfp_components
 
-from components.errors import UserError
-from pipelines.compile import compile_pipeline
-from pipelines.continuous_training import STEP_NAMES
+from ctpipe.components.lib.errors import UserError
+from ctpipe.pipelines.compile import compile_pipeline
+from ctpipe.pipelines.continuous_training import STEP_NAMES
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,8 @@ def test_an_empty_config_json_runs_the_compiled_config_not_the_laptop_defaults(c
     # Before: config_json="" (its description: "empty means the defaults of this pipeline version") fell back
     # to Config(), the laptop defaults: train.backend=local, so a cluster run trained in the train step's own
     # 1-CPU pod, and an override back to the local backend was not refused either.
-    from components.errors import ConfigError
-    from components.run_setup.prepare import resolve_config
+    from ctpipe.components.lib.errors import ConfigError
+    from ctpipe.components.steps.prepare_run.prepare import resolve_config
 
     spec = next(yaml.safe_load_all(compiled.read_text()))
     compiled_default = spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from components.config import Config
-from components.errors import ConfigError, UserError
-from pipelines.cli import main
-from pipelines.compile import compile_pipeline
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.errors import ConfigError, UserError
+from ctpipe.pipelines.cli.main import main
+from ctpipe.pipelines.compile import compile_pipeline
 
 CREDENTIALS = {"ctpipe-mlflow-client": ["MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"]}
 
@@ -64,7 +64,7 @@ def test_the_cli_exits_2_with_the_reason(tmp_path, capsys):
 
 def test_submit_to_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
     """`ctpipe submit --host --config FILE` sends the file as config_json: it must not bring back `local`."""
-    from pipelines import deploy
+    from ctpipe.pipelines.deploy import upload as deploy
     from tests.fakes.kfp_api import FakeKfpServer
 
     monkeypatch.setenv("KFP_TOKEN", "t")
@@ -93,8 +93,8 @@ def test_watch_on_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
     """`ctpipe watch --host --config FILE` starts runs with the file as config_json: cluster defaults, not `local`."""
     import json
 
-    from components.data.demo import write_demo_data
-    from pipelines import deploy
+    from ctpipe.components.lib.data.demo import write_demo_data
+    from ctpipe.pipelines.deploy import upload as deploy
     from tests.fakes.kfp_api import FakeKfpServer
 
     monkeypatch.setenv("KFP_TOKEN", "t")

@@ -8,12 +8,13 @@ import subprocess
 import kfp_server_api
 import pytest
 
-from components.errors import UserError
-from pipelines import deploy, kfp_client
-from pipelines.cli import main
-from pipelines.compile import compile_pipeline
-from pipelines.continuous_training import PIPELINE_NAME
-from pipelines.triggers.start import KfpStarter
+from ctpipe.components.lib.errors import UserError
+from ctpipe.pipelines.cli.main import main
+from ctpipe.pipelines.compile import compile_pipeline
+from ctpipe.pipelines.continuous_training import PIPELINE_NAME
+from ctpipe.pipelines.deploy import kfp_client
+from ctpipe.pipelines.deploy import upload as deploy
+from ctpipe.pipelines.triggers.start import KfpStarter
 from tests.fakes.kfp_api import FakeKfpServer
 
 TOKEN = "test-token-123"
@@ -174,7 +175,7 @@ def test_token_comes_from_a_file_or_the_environment_never_the_command_line(serve
 def test_a_token_file_is_read_again_for_every_call_so_a_rotated_projected_token_keeps_working(
     server, package, tmp_path, monkeypatch
 ):
-    from pipelines import kfp_runs
+    from ctpipe.pipelines.deploy import kfp_runs
 
     monkeypatch.delenv("KFP_TOKEN")
     token_file = tmp_path / "token"
@@ -225,7 +226,7 @@ def test_submit_starts_a_run_of_the_latest_version_with_parameters_and_trigger(s
 
 
 def test_waiting_for_a_run_outlasts_a_restart_of_the_kfp_api(server, package, capsys):
-    from pipelines import kfp_runs
+    from ctpipe.pipelines.deploy import kfp_runs
 
     client = deploy.connect(server.url)
     deploy.deploy(client, package, version_name="v1")
@@ -241,7 +242,7 @@ def test_waiting_for_a_run_outlasts_a_restart_of_the_kfp_api(server, package, ca
 
 
 def test_creating_a_run_through_a_flaky_gateway_starts_exactly_one_run(server, package, monkeypatch):
-    from pipelines import kfp_runs
+    from ctpipe.pipelines.deploy import kfp_runs
 
     monkeypatch.setattr(kfp_runs, "CREATE_RETRY_SECONDS", (0.0, 0.0), raising=False)
     client = deploy.connect(server.url)
@@ -263,7 +264,7 @@ def test_creating_a_run_through_a_flaky_gateway_starts_exactly_one_run(server, p
 
 
 def test_waiting_for_a_terminated_run_reports_it_cancelled(server, package):
-    from pipelines import kfp_runs
+    from ctpipe.pipelines.deploy import kfp_runs
 
     client = deploy.connect(server.url)
     deploy.deploy(client, package, version_name="v1")

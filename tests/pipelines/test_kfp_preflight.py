@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pipelines import kfp_client
+from ctpipe.pipelines.deploy import kfp_client
 
 
 @contextmanager

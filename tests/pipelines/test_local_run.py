@@ -2,9 +2,9 @@
 
 import pytest
 
-from components.errors import DataValidationError
-from components.kfp_support import STATUS_DIR_ENV, step_status
-from pipelines.run_summary import format_summary
+from ctpipe.components.lib.errors import DataValidationError
+from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV, step_status
+from ctpipe.pipelines.local.run_summary import format_summary
 from tests.fixtures.step_records import failed_step_record, summary_of
 
 
@@ -55,8 +55,8 @@ def test_no_status_dir_means_no_records(tmp_path, monkeypatch):
 )
 def test_a_task_entrypoint_that_does_not_resolve_stops_the_run_before_any_step(tmp_path, monkeypatch, entrypoint, named):
     # The user's task is resolved before the demo data, the run folder or any step process exists.
-    from components.errors import UserError
-    from pipelines.local_run import run_local
+    from ctpipe.components.lib.errors import UserError
+    from ctpipe.pipelines.local.local_run import run_local
 
     monkeypatch.setenv("CTPIPE_WARM_START", "0")
     home = tmp_path / "home"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from components.config import load_config
-from pipelines.demo_setup import ensure_demo_data_for
+from ctpipe.components.lib.config import load_config
+from ctpipe.pipelines.local.demo_setup import ensure_demo_data_for
 
 
 def test_a_task_with_demo_data_gets_its_own_partitions_and_settings(tmp_path):
@@ -20,7 +20,7 @@ def test_the_default_task_keeps_the_tabular_demo_and_its_key(tmp_path):
 
 def test_the_config_file_and_set_win_over_the_demo_settings(tmp_path):
     # Before: the demo settings were applied as --set overrides, over the user's config file.
-    from pipelines.demo_setup import demo_data_and_config
+    from ctpipe.pipelines.local.demo_setup import demo_data_and_config
 
     path = tmp_path / "c.yaml"
     path.write_text("task: {name: causal_lm}\ntrain: {max_steps: 40}\n")
@@ -33,7 +33,7 @@ def test_the_config_file_and_set_win_over_the_demo_settings(tmp_path):
 
 
 def test_a_key_the_user_sets_wins_over_the_tabular_demo_key(tmp_path):
-    from pipelines.demo_setup import demo_data_and_config
+    from ctpipe.pipelines.local.demo_setup import demo_data_and_config
 
     overrides = ["data.key=other_id"]
     _, config = demo_data_and_config(tmp_path, load_config(None, overrides), None, overrides)
@@ -45,7 +45,7 @@ def test_a_key_the_user_sets_wins_over_the_tabular_demo_key(tmp_path):
 def test_demo_data_cut_short_is_written_again_whole(tmp_path, monkeypatch):
     # Before: a first run killed (or a second run started beside it) while the demo data was being
     # written left the first days only, and every later run on the home trained on them, silently.
-    import components.data.demo as demo
+    import ctpipe.components.lib.data.demo as demo
 
     write_day = demo.write_day_partition
 

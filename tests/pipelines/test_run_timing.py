@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from components.kfp_support import STATUS_DIR_ENV, step_status
-from pipelines.run_summary import format_summary
+from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV, step_status
+from ctpipe.pipelines.local.run_summary import format_summary
 from tests.fixtures.step_records import summary_of
 
 
@@ -32,7 +32,7 @@ def test_the_cli_leaves_mlflow_to_the_steps():
     import subprocess
     import sys
 
-    code = "import sys, pipelines.cli, pipelines.local_run, pipelines.commands.run; print('mlflow' in sys.modules)"
+    code = "import sys, ctpipe.pipelines.cli.main, ctpipe.pipelines.local.local_run, ctpipe.pipelines.cli.commands.run; print('mlflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -42,7 +42,7 @@ def test_the_summary_figures_add_up_to_the_hundredth():
     # so the three figures the summary prints add up (a difference rounded on its own can be 0.01 off).
     import random
 
-    from pipelines.run_summary import run_timing
+    from ctpipe.pipelines.local.run_summary import run_timing
 
     rng = random.Random(11)
     for _ in range(2_000):

@@ -7,6 +7,6 @@ sequences), ``sizes`` (the decoder's shape and presets, torch-free), ``model`` (
 protocol).
 """
 
-from components.tasks.causal_lm.task import CausalLM, make_task
+from ctpipe.components.tasks.causal_lm.task import CausalLM, make_task
 
 __all__ = ["CausalLM", "make_task"]

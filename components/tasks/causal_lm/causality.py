@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from components.tasks.causal_lm import tokenizer
-from components.tasks.causal_lm.packing import IGNORE
-from components.tasks.protocol import CheckResult
+from ctpipe.components.tasks.causal_lm import tokenizer
+from ctpipe.components.tasks.causal_lm.packing import IGNORE
+from ctpipe.components.tasks.protocol import CheckResult
 
 LEAK_TOL = 1e-7
 POSITIONS = 12  # output positions probed (spread over the sequence, the last one included)

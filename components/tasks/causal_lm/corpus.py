@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from components.data.demo import write_day_partition
+from ctpipe.components.lib.data.demo import write_day_partition
 
 TEXT_COLUMN = "text"
 KEY_COLUMN = "doc_id"

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from components.tasks.causal_lm import tokenizer
-from components.tasks.causal_lm.packing import IGNORE, pack_apart
+from ctpipe.components.tasks.causal_lm import tokenizer
+from ctpipe.components.tasks.causal_lm.packing import IGNORE, pack_apart
 
 METRICS = ("loss", "bits_per_byte")
 NLL, TOKENS, BYTES = 0, 1, 2

@@ -1,6 +1,6 @@
 """A GPT-style decoder: pre-norm blocks, causal attention by ``scaled_dot_product_attention``, tied head.
 
-The model knows nothing of devices, ranks or FSDP (``components/training/parallelize.py`` shards
+The model knows nothing of devices, ranks or FSDP (``components/engine/parallelize.py`` shards
 ``model.blocks`` one by one, then the root). ``model(tokens, doc_ids)`` returns next-token logits
 ``[batch, seq, vocab]``; with ``isolate_documents`` a token attends only to earlier tokens of its own
 document (``doc_ids``), otherwise to every earlier token of its row.
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from components.tasks.causal_lm.sizes import LMConfig
+from ctpipe.components.tasks.causal_lm.sizes import LMConfig
 
 
 def attention_mask(doc_ids: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from components.tasks.causal_lm import tokenizer
+from ctpipe.components.tasks.causal_lm import tokenizer
 
 IGNORE = -100  # cross_entropy's ignore_index
 

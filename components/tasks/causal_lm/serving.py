@@ -14,8 +14,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from components.tasks.causal_lm import tokenizer
-from components.tasks.causal_lm.metrics import BYTES, NLL, TOKENS, document_losses
+from ctpipe.components.tasks.causal_lm import tokenizer
+from ctpipe.components.tasks.causal_lm.metrics import BYTES, NLL, TOKENS, document_losses
 
 
 def score_texts(model: nn.Module, texts: list[str], *, seq_len: int) -> pd.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from components.errors import ConfigError
+from ctpipe.components.lib.errors import ConfigError
 
 
 @dataclass(kw_only=True)

@@ -15,11 +15,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from components.errors import DataValidationError
-from components.tasks.causal_lm import tokenizer
-from components.tasks.causal_lm.sizes import LMConfig, lm_config
-from components.tasks.causal_lm.text_stats import as_bytes, text_byte_counts, text_checks, text_drift_columns
-from components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
+from ctpipe.components.lib.errors import DataValidationError
+from ctpipe.components.tasks.causal_lm import tokenizer
+from ctpipe.components.tasks.causal_lm.sizes import LMConfig, lm_config
+from ctpipe.components.tasks.causal_lm.text_stats import (
+    as_bytes,
+    text_byte_counts,
+    text_checks,
+    text_drift_columns,
+)
+from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
     import torch
@@ -90,14 +95,14 @@ class CausalLM(TaskBase):
                 "unigram_counts": counts.tolist()}
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
-        from components.tasks.causal_lm.packing import pack_documents
+        from ctpipe.components.tasks.causal_lm.packing import pack_documents
 
         packed = pack_documents(self.texts(frame, state), int(state["model"]["seq_len"]))
         return Batch((packed.inputs, packed.doc_ids), packed.targets)
 
     # -- model ------------------------------------------------------------------------------------
     def build_model(self, config: Any, state: TaskState) -> nn.Module:
-        from components.tasks.causal_lm.model import GPT
+        from ctpipe.components.tasks.causal_lm.model import GPT
 
         return GPT(LMConfig(**state["model"]))
 
@@ -110,13 +115,13 @@ class CausalLM(TaskBase):
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token of the configured model (for MFU in ``benchmarks/trainer.py``)."""
-        from components.tasks.causal_lm.model import flops_per_token
+        from ctpipe.components.tasks.causal_lm.model import flops_per_token
 
         return flops_per_token(self.model_config)
 
     def parameter_count(self) -> int:
         """Parameters of the configured model, counted on the meta device (no memory)."""
-        from components.tasks.causal_lm.model import count_parameters
+        from ctpipe.components.tasks.causal_lm.model import count_parameters
 
         return count_parameters(self.model_config)
 
@@ -124,19 +129,19 @@ class CausalLM(TaskBase):
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         import torch
 
-        from components.tasks.causal_lm.packing import IGNORE
+        from ctpipe.components.tasks.causal_lm.packing import IGNORE
 
         return torch.nn.functional.cross_entropy(
             outputs.float().reshape(-1, outputs.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
         )
 
     def row_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        from components.tasks.causal_lm.metrics import sequence_losses
+        from ctpipe.components.tasks.causal_lm.metrics import sequence_losses
 
         return sequence_losses(outputs, targets)
 
     def row_metrics(self, outputs: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        from components.tasks.causal_lm.metrics import token_losses
+        from ctpipe.components.tasks.causal_lm.metrics import token_losses
 
         byte_targets = ((targets >= 0) & (targets < tokenizer.BYTE_TOKENS)).sum(dim=1).clamp_min(1)
         return {"bits_per_byte": token_losses(outputs, targets).sum(dim=1) / math.log(2) / byte_targets}
@@ -153,7 +158,7 @@ class CausalLM(TaskBase):
         """The sequence checks (``causality.py``) on the first CHECK_ROWS sequences of the sample."""
         import torch
 
-        from components.tasks.causal_lm.causality import sequence_checks
+        from ctpipe.components.tasks.causal_lm.causality import sequence_checks
 
         tokens, doc_ids = batch.inputs
         # Sequences holding a document boundary first: only there can attention cross documents.
@@ -179,21 +184,21 @@ class CausalLM(TaskBase):
     def predict(self, model: nn.Module, frame: pd.DataFrame, state: TaskState, reference: TaskState) -> np.ndarray:
         """Per document ``[nll_sum, predicted_tokens, bytes]``: bytes are the same whatever the tokenizer,
         so bits per byte compares models with different vocabularies."""
-        from components.tasks.causal_lm.metrics import document_losses
+        from ctpipe.components.tasks.causal_lm.metrics import document_losses
 
         return document_losses(model, self.texts(frame, state), seq_len=int(state["model"]["seq_len"]))
 
     def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
-        from components.tasks.causal_lm.metrics import corpus_metrics
+        from ctpipe.components.tasks.causal_lm.metrics import corpus_metrics
 
         return corpus_metrics(predictions)
 
     def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
                          seed: int) -> dict[str, dict[str, np.ndarray]]:
         """The evaluation's paired bootstrap over DOCUMENTS: the same resample weights for every model
-        (``components/evaluation/metrics.py``), each resample's metrics as ratios of re-weighted sums."""
-        from components.evaluation.metrics import resample_weights
-        from components.tasks.causal_lm.metrics import weighted_metrics
+        (``components/lib/metrics.py``), each resample's metrics as ratios of re-weighted sums."""
+        from ctpipe.components.lib.metrics import resample_weights
+        from ctpipe.components.tasks.causal_lm.metrics import weighted_metrics
 
         if len(targets) == 0 or samples <= 0:
             return {name: {} for name in models}
@@ -206,7 +211,7 @@ class CausalLM(TaskBase):
 
     def baseline(self, targets: np.ndarray, state: TaskState) -> np.ndarray | None:
         """The unigram model's rows: the train split's byte frequencies, blind to context."""
-        from components.tasks.causal_lm.metrics import BYTES, NLL, TOKENS
+        from ctpipe.components.tasks.causal_lm.metrics import BYTES, NLL, TOKENS
 
         t = np.asarray(targets, dtype=np.float64).reshape(-1, 2)
         rows = np.zeros((len(t), 3))
@@ -215,7 +220,7 @@ class CausalLM(TaskBase):
 
     def serve(self, model: nn.Module, frame: pd.DataFrame, state: TaskState) -> pd.DataFrame:
         """Per text: its loss and bits per byte, and a greedy continuation of ``generate_tokens`` bytes."""
-        from components.tasks.causal_lm.serving import generate, score_texts
+        from ctpipe.components.tasks.causal_lm.serving import generate, score_texts
 
         texts, seq_len = self.texts(frame, state), int(state["model"]["seq_len"])
         out = score_texts(model, texts, seq_len=seq_len)
@@ -225,7 +230,7 @@ class CausalLM(TaskBase):
 
     def write_demo_data(self, out: str, *, days: int = 4, drift_from_day: int | None = None) -> list:
         """``ctpipe demo-data --task causal_lm``: CPython's help topics as dated partitions (``corpus.py``)."""
-        from components.tasks.causal_lm.corpus import write_text_demo_data
+        from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
 
         return write_text_demo_data(out, days=days, drift_from_day=drift_from_day)
 
@@ -256,7 +261,7 @@ class CausalLM(TaskBase):
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Any) -> dict[str, Any]:
         """The first sequences as token ids and their decoded text, with the document of every token."""
-        from components.tasks.causal_lm.packing import IGNORE
+        from ctpipe.components.tasks.causal_lm.packing import IGNORE
 
         tokens, doc_ids = batch.inputs
         rows = [{"tokens": tokens[i].tolist(), "doc_ids": doc_ids[i].tolist(), "text": tokenizer.decode(tokens[i]),

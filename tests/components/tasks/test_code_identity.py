@@ -8,11 +8,11 @@ import textwrap
 
 import pytest
 
-from components.tasks.code_identity import describe, same_code, task_code_identity
-from components.tasks.registry import _CACHE
+from ctpipe.components.tasks.code_identity import describe, same_code, task_code_identity
+from ctpipe.components.tasks.registry import _CACHE
 
 FACTORY = textwrap.dedent('''
-    from components.tasks.tabular import TabularClassification
+    from ctpipe.components.tasks.tabular import TabularClassification
 
 
     class MyTask(TabularClassification):
@@ -42,12 +42,12 @@ def on_path(monkeypatch):
 def test_a_builtin_is_identified_by_ctpipes_version_and_its_modules_source():
     identity = task_code_identity({"name": "tabular_classification", "entrypoint": None, "options": {}})
     assert identity["name"] == "tabular_classification"
-    assert identity["entrypoint"] == "components.tasks.tabular:make_task"
+    assert identity["entrypoint"] == "ctpipe.components.tasks.tabular:make_task"
     assert (identity["distribution"], identity["version"]) == ("ctpipe", importlib.metadata.version("ctpipe"))
     assert identity["source_files"] == 1 and len(identity["source_sha256"]) == 64
     # causal_lm is a package: every .py file in it is hashed
     lm = task_code_identity({"name": "causal_lm", "entrypoint": None, "options": {}})
-    assert lm["source"] == "components.tasks.causal_lm" and lm["source_files"] > 5
+    assert lm["source"] == "ctpipe.components.tasks.causal_lm" and lm["source_files"] > 5
     assert same_code(identity, task_code_identity({"name": "tabular_classification"}))
 
 

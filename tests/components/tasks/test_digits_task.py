@@ -14,11 +14,11 @@ import pytest
 import torch
 from torch import nn
 
-from components.config import load_config
-from components.errors import DataValidationError, SanityCheckError
-from components.sanity.gate import run_sanity_checks
-from components.tasks import load_task
-from components.tasks.registry import _CACHE
+from ctpipe.components.lib.config import load_config
+from ctpipe.components.lib.errors import DataValidationError, SanityCheckError
+from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
+from ctpipe.components.tasks import load_task
+from ctpipe.components.tasks.registry import _CACHE
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "digits"
 TASK = ["data.key=id", "task.entrypoint=digits_task:make_task", "task.options.width=8"]
@@ -39,7 +39,7 @@ def digits(tmp_path, monkeypatch):
 
 
 def _snapshot(digits, tmp_path, overrides=()):
-    from components.training.standalone import build_snapshot
+    from ctpipe.components.steps.train.standalone import build_snapshot
 
     digits.write_partitions(tmp_path / "data", days=2, rows=700)
     config = load_config(None, [*TASK, *SMALL_SANITY, *overrides])
@@ -116,7 +116,7 @@ def test_sanity_gate_stops_a_model_that_ignores_its_input(digits, tmp_path):
 
 
 def test_validation_runs_the_tasks_image_expectations_and_writes_its_drift_columns(digits, tmp_path):
-    from components.validation.validate import validate_data
+    from ctpipe.components.steps.validate_data.validate import validate_data
 
     digits.write_partitions(tmp_path / "data", days=2, rows=700)
     config = load_config(None, TASK)
@@ -144,10 +144,10 @@ def test_validation_runs_the_tasks_image_expectations_and_writes_its_drift_colum
 
 
 def test_the_watcher_judges_drift_of_the_images_through_the_tasks_statistics(digits, tmp_path):
-    from components.data.snapshot import Schema
-    from components.validation.task_reference import task_reference_stats
-    from pipelines.triggers.drift import compute_drift
-    from pipelines.triggers.watch import with_task_drift_columns
+    from ctpipe.components.lib.data.snapshot import Schema
+    from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
+    from ctpipe.pipelines.triggers.drift import compute_drift
+    from ctpipe.pipelines.triggers.watch import with_task_drift_columns
 
     config = load_config(None, TASK)
     task = load_task(config.task)
@@ -164,7 +164,7 @@ def test_the_example_registers_under_its_own_model_name(digits):
     """Before: the README's digits command, run on the home of the README's first command, registered under
     the demo's 'ctpipe-classifier' and so was validated against the tabular champion's suite (nine 'column
     dropped' errors). The task brings its own registry.model_name, as causal_lm does; --set still wins."""
-    from components.tasks.run_config import load_run_config
+    from ctpipe.components.tasks.run_config import load_run_config
 
     assert load_run_config(None, TASK).registry.model_name == "ctpipe-digits"
     assert load_run_config(None, [*TASK, "registry.model_name=mine"]).registry.model_name == "mine"

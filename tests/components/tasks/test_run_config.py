@@ -13,10 +13,10 @@ import textwrap
 
 import pytest
 
-from components.config import load_config
-from components.errors import ConfigError
-from components.tasks import check_evaluation_metrics, load_task
-from components.tasks.run_config import load_run_config
+from ctpipe.components.lib.config import load_config
+from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.tasks import check_evaluation_metrics, load_task
+from ctpipe.components.tasks.run_config import load_run_config
 
 
 def test_a_built_in_task_brings_its_metric_settings():
@@ -49,7 +49,7 @@ def test_the_default_task_keeps_ctpipe_defaults():
 
 def test_a_user_task_declares_its_defaults(tmp_path, monkeypatch):
     (tmp_path / "my_defaults_task.py").write_text(textwrap.dedent("""
-        from components.tasks.tabular import TabularClassification
+        from ctpipe.components.tasks.tabular import TabularClassification
 
         class MyTask(TabularClassification):
             config_defaults = ("select.metric=val_loss", "registry.model_name=my-model")
@@ -71,8 +71,8 @@ def test_an_unimportable_user_task_loads_the_config_without_its_defaults():
 
 @pytest.mark.parametrize("bad", [["select.metric"], "select.metric=val_loss", [3]])
 def test_bad_config_defaults_are_a_clear_task_error(bad):
-    from components.tasks import TaskError, complete_task
-    from components.tasks.tabular import TabularClassification
+    from ctpipe.components.tasks import TaskError, complete_task
+    from ctpipe.components.tasks.tabular import TabularClassification
 
     task = TabularClassification()
     task.config_defaults = bad
@@ -81,7 +81,7 @@ def test_bad_config_defaults_are_a_clear_task_error(bad):
 
 
 def test_a_cluster_pipeline_for_a_task_gets_the_task_and_the_cluster_defaults():
-    from pipelines.cluster_config import load_cluster_config
+    from ctpipe.pipelines.cluster_config import load_cluster_config
 
     config = load_cluster_config(None, ["task.name=causal_lm"])
     assert (config.train.backend, config.select.metric) == ("pytorchjob", "val_loss")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from components.config import Config
-from components.data.snapshot import load_snapshot
-from components.tasks import load_task
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.data.snapshot import load_snapshot
+from ctpipe.components.tasks import load_task
 from tests.fixtures.registry import make_snapshot
 
 

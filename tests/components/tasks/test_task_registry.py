@@ -8,9 +8,9 @@ from dataclasses import asdict
 
 import pytest
 
-from components.config import Config, ConfigError, load_config
-from components.tasks import BUILTIN_TASKS, Task, TaskError, load_task
-from components.tasks.registry import _CACHE
+from ctpipe.components.lib.config import Config, ConfigError, load_config
+from ctpipe.components.tasks import BUILTIN_TASKS, Task, TaskError, load_task
+from ctpipe.components.tasks.registry import _CACHE
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_raising_factory_is_reported_with_its_error(user_module):
 
 def test_incomplete_task_names_the_missing_parts(user_module):
     user_module("user_task_partial", """
-        from components.tasks import TaskBase, Metric
+        from ctpipe.components.tasks import TaskBase, Metric
         class Partial(TaskBase):
             name = "partial"
             metrics = (Metric("accuracy", True),)
@@ -91,7 +91,7 @@ def test_incomplete_task_names_the_missing_parts(user_module):
 
 def test_options_reach_the_factory_and_optional_parts_get_defaults(user_module):
     user_module("user_task_options", """
-        from components.tasks import Metric, SanitySpec
+        from ctpipe.components.tasks import Metric, SanitySpec
         class Minimal:  # not a TaskBase subclass: the optional parts come from the registry
             name = "minimal"
             metrics = (Metric("accuracy", True),)
@@ -116,7 +116,7 @@ def test_a_task_without_the_demo_size_and_description_parts_gets_their_defaults(
     """The parts other steps read (demo data, the benchmark's FLOPs, the described model) default to "none of
     its own" / "unknown" / the config's model section for a task that is not a TaskBase subclass."""
     user_module("user_task_bare", """
-        from components.tasks import Metric, SanitySpec
+        from ctpipe.components.tasks import Metric, SanitySpec
         class Bare:
             name = "bare"
             metrics = (Metric("accuracy", True),)
@@ -145,7 +145,7 @@ def test_the_language_model_describes_its_decoder_not_the_tabular_model_section(
 
 def test_a_rowwise_encoding_that_is_not_a_switch_is_named(user_module):
     user_module("user_task_rowwise", """
-        from components.tasks import TaskBase, Metric
+        from ctpipe.components.tasks import TaskBase, Metric
         class Rowwise(TaskBase):
             name = "rowwise"
             metrics = (Metric("accuracy", True),)
@@ -171,7 +171,7 @@ def test_a_factory_returning_the_class_instead_of_an_instance_is_named(user_modu
     # Before: accepted (a class has every method), then validation failed with
     # "DigitsTask.own_columns() missing 1 required positional argument: 'schema'".
     user_module("user_task_class", """
-        from components.tasks.tabular import TabularClassification
+        from ctpipe.components.tasks.tabular import TabularClassification
         def make_task(**options):
             return TabularClassification
     """)
@@ -182,8 +182,8 @@ def test_a_factory_returning_the_class_instead_of_an_instance_is_named(user_modu
 
 
 _TASK_WITH_METRICS = """
-    from components.tasks import Metric
-    from components.tasks.tabular import TabularClassification
+    from ctpipe.components.tasks import Metric
+    from ctpipe.components.tasks.tabular import TabularClassification
     class Declared(TabularClassification):
         metrics = ({metrics})
     def make_task(**options):
@@ -211,8 +211,8 @@ def test_metric_names_that_say_nothing_or_negate_keep_the_declared_direction(use
 
 _TASK_WITHOUT_BASELINE = """
     import numpy as np
-    from components.tasks import TaskBase
-    from components.tasks.tabular import TabularClassification
+    from ctpipe.components.tasks import TaskBase
+    from ctpipe.components.tasks.tabular import TabularClassification
     class NoBaseline(TabularClassification):  # a user's task: everything but the optional baseline
         baseline = TaskBase.baseline
     def make_task(**options):
@@ -223,7 +223,7 @@ _TASK_WITHOUT_BASELINE = """
 def test_a_baseline_rule_for_a_task_without_a_baseline_is_a_config_error(user_module):
     # Before: accepted; every first model was then 'not blessed' after training, with the reason
     # "accuracy: no interval against the prior predictor".
-    from components.tasks import check_evaluation_metrics
+    from ctpipe.components.tasks import check_evaluation_metrics
 
     user_module("user_task_no_baseline", _TASK_WITHOUT_BASELINE)
     config = load_config(None, ["task.entrypoint=user_task_no_baseline:make_task"])
@@ -240,7 +240,7 @@ def test_a_baseline_rule_for_a_task_without_a_baseline_is_a_config_error(user_mo
 def test_a_rule_direction_that_contradicts_the_tasks_metric_is_a_config_error(where):
     # Before: accepted; log loss was then judged higher-is-better, so a candidate with a WORSE log loss than the
     # champion passed the change rule and one with a better log loss was blocked, with no error.
-    from components.tasks import check_evaluation_metrics
+    from ctpipe.components.tasks import check_evaluation_metrics
 
     config = load_config(None, [f"{where}.log_loss.direction=higher", f"{where}.log_loss.change_abs=0"])
     with pytest.raises(ConfigError, match=f"'{where}.log_loss.direction': 'higher' contradicts .*log_loss.* better when "
@@ -255,7 +255,7 @@ def test_an_example_dimension_other_than_0_is_refused(user_module):
     # Before: accepted, and the sanity gate (like Batch.select and the trainer) still took dimension 0 as the
     # examples: its batch-independence checks perturbed what the task had declared something else.
     user_module("user_task_time_major", """
-        from components.tasks import TaskBase, Metric, SanitySpec
+        from ctpipe.components.tasks import TaskBase, Metric, SanitySpec
         class TimeMajor(TaskBase):
             name = "time_major"
             metrics = (Metric("accuracy", True),)

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.config import ConfigError, WatchConfig, load_config
-from components.data.demo import generate_day
-from components.data.reference_stats import compute_reference_stats
-from components.data.simulate import drift_window
-from components.data.snapshot import Schema, infer_schema
-from pipelines.triggers.column_drift import threshold_for
-from pipelines.triggers.drift import compute_drift, merge_rare_categories, psi, psi_p_value
-from pipelines.triggers.report import render_html, write_drift_report
+from ctpipe.components.lib.config import ConfigError, WatchConfig, load_config
+from ctpipe.components.lib.data.demo import generate_day
+from ctpipe.components.lib.data.reference_stats import compute_reference_stats
+from ctpipe.components.lib.data.simulate import drift_window
+from ctpipe.components.lib.data.snapshot import Schema, infer_schema
+from ctpipe.pipelines.triggers.column_drift import threshold_for
+from ctpipe.pipelines.triggers.drift import compute_drift, merge_rare_categories, psi, psi_p_value
+from ctpipe.pipelines.triggers.report import render_html, write_drift_report
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,7 @@ def test_watch_config_is_validated():
 def test_fast_ks_equals_scipy(m, n, shift, decimals):
     from scipy import stats
 
-    from pipelines.triggers.drift import ks_two_sample
+    from ctpipe.pipelines.triggers.drift import ks_two_sample
 
     rng = np.random.default_rng(m)
     a, b = rng.normal(0, 1, m), rng.normal(shift, 1, n)

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components.config import WatchConfig
-from pipelines.triggers.drift import psi_p_value
-from pipelines.triggers.histogram_drift import fraction_covariance, histogram_drift, psi_noise
+from ctpipe.components.lib.config import WatchConfig
+from ctpipe.pipelines.triggers.drift import psi_p_value
+from ctpipe.pipelines.triggers.histogram_drift import fraction_covariance, histogram_drift, psi_noise
 
 
 def _documents(rng, n, shares, length=200, clumpy=True):

@@ -6,13 +6,13 @@ from __future__ import annotations
 import codecs
 import dataclasses
 
-from components.data.snapshot import Schema
-from components.tasks import load_task
-from components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
-from components.tasks.run_config import load_run_config
-from components.validation.task_reference import task_reference_stats
-from pipelines.triggers.drift import compute_drift, psi_p_value
-from pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
+from ctpipe.components.lib.data.snapshot import Schema
+from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
+from ctpipe.components.tasks import load_task
+from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
+from ctpipe.components.tasks.run_config import load_run_config
+from ctpipe.pipelines.triggers.drift import compute_drift, psi_p_value
+from ctpipe.pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
 
 
 def test_text_drift_is_judged_on_length_and_byte_profile():
@@ -100,9 +100,14 @@ def register_text_champion(home, data_root, config) -> None:
 
     import mlflow
 
-    from components.data.snapshot import fingerprint_files, infer_schema, list_data_files, read_data
-    from components.tasks import label_column
-    from components.tracking import ensure_experiment, local_tracking_uri
+    from ctpipe.components.lib.data.snapshot import (
+        fingerprint_files,
+        infer_schema,
+        list_data_files,
+        read_data,
+    )
+    from ctpipe.components.lib.tracking import ensure_experiment, local_tracking_uri
+    from ctpipe.components.tasks import label_column
 
     task = load_task(config.task)
     uri = local_tracking_uri(home)
@@ -127,10 +132,10 @@ def register_text_champion(home, data_root, config) -> None:
 
 def test_the_watcher_starts_a_drift_run_for_drifted_text_of_a_causal_lm_config(tmp_path):
     """What `ctpipe watch` runs (check_once) on label-free text partitions named by data.text_column."""
-    from components.tasks.causal_lm import make_task
-    from components.tasks.causal_lm.corpus import write_text_demo_data
-    from components.tracking import local_tracking_uri
-    from pipelines.triggers.watch import check_once
+    from ctpipe.components.lib.tracking import local_tracking_uri
+    from ctpipe.components.tasks.causal_lm import make_task
+    from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
+    from ctpipe.pipelines.triggers.watch import check_once
 
     data, home = tmp_path / "data", tmp_path / "home"
     config = load_run_config(None, ["task.name=causal_lm", *make_task().demo_settings, "watch.min_rows=50",

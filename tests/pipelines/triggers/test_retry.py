@@ -18,20 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from components.config import load_config
-from components.data.demo import write_demo_data
-from components.processes import pid_alive
-from components.tracking import local_tracking_uri
-from pipelines.cli import main
-from pipelines.triggers.ledger import Ledger
-from pipelines.triggers.start import LocalStarter
-from pipelines.triggers.watch import check_once
+from ctpipe.components.lib.config import load_config
+from ctpipe.components.lib.data.demo import write_demo_data
+from ctpipe.components.lib.processes import pid_alive
+from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.pipelines.cli.main import main
+from ctpipe.pipelines.triggers.ledger import Ledger
+from ctpipe.pipelines.triggers.start import LocalStarter
+from ctpipe.pipelines.triggers.watch import check_once
 
 # What `ctpipe submit --record` does at its start, then a run that never ends by itself; it also starts a
 # child (as the KFP local runner starts a step and the step its training ranks) and says where it is.
 RUNNING = """
 import os, subprocess, sys, time
-from pipelines.triggers.start import record_outcome
+from ctpipe.pipelines.triggers.start import record_outcome
 record_outcome(sys.argv[1], status="running", pid=os.getpid(), started_at=time.time())
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
 with open(sys.argv[2], "a") as out:
@@ -42,7 +42,7 @@ time.sleep(300)
 # A run that ends by itself and records how, as `ctpipe submit` does (status, error, user_error).
 ENDS = """
 import json, os, sys, time
-from pipelines.triggers.start import record_outcome
+from ctpipe.pipelines.triggers.start import record_outcome
 record_outcome(sys.argv[1], status="running", pid=os.getpid(), started_at=time.time())
 outcome = json.loads(sys.argv[3])
 record_outcome(sys.argv[1], **outcome, finished_at=time.time())
@@ -227,7 +227,7 @@ def test_racing_watchers_start_one_retry(site):
 
 
 def _race_process(data: str, home: str, barrier) -> None:
-    from pipelines.triggers.start import FunctionStarter
+    from ctpipe.pipelines.triggers.start import FunctionStarter
 
     barrier.wait()
     check((Path(data), Path(home)), FunctionStarter(lambda **kw: time.sleep(0.3)), "watch.retry_backoff_seconds=0")
@@ -268,7 +268,7 @@ def test_a_retry_claimed_by_a_watcher_that_died_is_started_again_as_the_same_att
 
 
 def test_a_late_outcome_of_an_earlier_attempt_does_not_overwrite_the_current_one(site):
-    from pipelines.triggers.start import record_outcome
+    from ctpipe.pipelines.triggers.start import record_outcome
 
     data, home = site
     failing = outcome(status="failed", error="RuntimeError: lost", user_error=False)
@@ -284,8 +284,8 @@ def test_a_late_outcome_of_an_earlier_attempt_does_not_overwrite_the_current_one
 
 
 def test_submit_records_a_user_error_and_exits_2(tmp_path, monkeypatch, capsys):
-    import pipelines.local_run
-    import pipelines.run_summary
+    import ctpipe.pipelines.local.local_run
+    import ctpipe.pipelines.local.run_summary
 
     def bad_data_run(**kwargs):
         return {
@@ -293,8 +293,8 @@ def test_submit_records_a_user_error_and_exits_2(tmp_path, monkeypatch, capsys):
             "error": {"step": "validate_data", "message": "3 rows have a null label", "user_error": True},
         }  # fmt: skip
 
-    monkeypatch.setattr(pipelines.local_run, "run_local", bad_data_run)
-    monkeypatch.setattr(pipelines.run_summary, "format_summary", lambda summary: "")
+    monkeypatch.setattr(ctpipe.pipelines.local.local_run, "run_local", bad_data_run)
+    monkeypatch.setattr(ctpipe.pipelines.local.run_summary, "format_summary", lambda summary: "")
     ledger = Ledger(tmp_path)
     ledger.claim("b" * 64, {"trigger": "new_data"})
     argv = ["submit", "--data", "/d", "--home", str(tmp_path), "--record", str(ledger.path("b" * 64)), "--attempt", "1"]
@@ -337,7 +337,7 @@ def test_watch_needs_data_unless_it_only_lists_the_status(tmp_path, capsys):
 
 
 def test_retry_settings_are_validated():
-    from components.errors import ConfigError
+    from ctpipe.components.lib.errors import ConfigError
 
     for bad, named in [
         ("watch.max_attempts=0", "watch.max_attempts"),
@@ -353,7 +353,7 @@ def test_a_killed_process_is_seen_through_the_cli_too(site):
     """The issue's scenario end to end through ``ctpipe watch --once`` processes (no shortcuts)."""
     data, home = site
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
-    cmd = [sys.executable, "-m", "pipelines.cli", "watch", "--data", str(data), "--home", str(home), "--once",
+    cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(data), "--home", str(home), "--once",
            "--set", "watch.retry_backoff_seconds=0"]  # fmt: skip
     starter = ScriptStarter(home, RUNNING)
     try:
@@ -370,14 +370,14 @@ def test_a_killed_process_is_seen_through_the_cli_too(site):
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory) -> str:
-    from pipelines.compile import compile_pipeline
+    from ctpipe.pipelines.compile import compile_pipeline
 
     return str(compile_pipeline(tmp_path_factory.mktemp("compiled") / "pipeline.yaml", None, [], None))
 
 
 @pytest.fixture
 def kfp(monkeypatch, package):
-    from pipelines import deploy
+    from ctpipe.pipelines.deploy import upload as deploy
     from tests.fakes.kfp_api import FakeKfpServer
 
     monkeypatch.setenv("KFP_TOKEN", "t")
@@ -394,8 +394,8 @@ def _runs_by_name(server) -> dict[str, dict]:
 def test_a_failed_kfp_run_is_retried_as_a_new_run_but_a_failed_gate_is_not(site, kfp):
     import mlflow
 
-    from components.tracking import ensure_experiment
-    from pipelines.triggers.start import KfpStarter
+    from ctpipe.components.lib.tracking import ensure_experiment
+    from ctpipe.pipelines.triggers.start import KfpStarter
 
     data, home = site
     server, client = kfp
@@ -433,7 +433,7 @@ def test_a_failed_kfp_run_is_retried_as_a_new_run_but_a_failed_gate_is_not(site,
 
 
 def test_a_lost_kfp_run_is_retried_and_a_cancelled_one_is_not(site, kfp):
-    from pipelines.triggers.start import KfpStarter
+    from ctpipe.pipelines.triggers.start import KfpStarter
 
     data, home = site
     server, client = kfp
@@ -466,7 +466,7 @@ def test_a_reused_pid_does_not_keep_a_killed_run_running(site):
 
 
 def _first_check(data: str, home: str, barrier, out: str) -> None:
-    from pipelines.triggers.start import FunctionStarter
+    from ctpipe.pipelines.triggers.start import FunctionStarter
 
     barrier.wait()
     decision = check((Path(data), Path(home)), FunctionStarter(lambda **kw: "started"))
@@ -494,7 +494,7 @@ def test_watchers_racing_on_a_fresh_home_create_its_tracking_store_once(site, tm
 def test_a_retry_whose_start_errs_after_kfp_created_its_run_is_reattached_not_run_twice(site, kfp):
     """The create request of attempt 2 reaches KFP but its answer is lost (a timeout, a dropped connection):
     the next check must re-attach to that run by its name, not start attempt 3 beside it."""
-    from pipelines.triggers.start import KfpStarter
+    from ctpipe.pipelines.triggers.start import KfpStarter
 
     data, home = site
     server, client = kfp
@@ -527,8 +527,8 @@ def test_a_claim_cut_short_leaves_no_record_that_blocks_its_data_version(site, m
     import errno
     import types
 
-    from pipelines.triggers import ledger as ledger_module
-    from pipelines.triggers.start import FunctionStarter
+    from ctpipe.pipelines.triggers import ledger as ledger_module
+    from ctpipe.pipelines.triggers.start import FunctionStarter
 
     data, home = site
 
@@ -553,9 +553,9 @@ def test_an_unreadable_ledger_record_is_a_clear_error_not_a_run_already_started(
     """A record left empty or garbled (a watcher killed mid-claim by an older ctpipe, a power loss, an edit
     by hand) said 'already started at 1970-01-01' at every check: the data version was silently never
     trained. It is an error naming the file and what to do, and --status lists it."""
-    from components.errors import UserError
-    from pipelines.triggers.new_data import data_state
-    from pipelines.triggers.start import FunctionStarter
+    from ctpipe.components.lib.errors import UserError
+    from ctpipe.pipelines.triggers.new_data import data_state
+    from ctpipe.pipelines.triggers.start import FunctionStarter
 
     data, home = site
     fingerprint = data_state(str(data)).fingerprint
@@ -574,8 +574,8 @@ def test_a_local_run_on_another_machine_is_not_judged_lost_by_a_watcher_here(sit
     processes. It used to settle A's running attempt as lost and start a second run of the data version."""
     import socket
 
-    from pipelines.triggers import start as start_module
-    from pipelines.triggers import status as status_module
+    from ctpipe.pipelines.triggers import start as start_module
+    from ctpipe.pipelines.triggers import status as status_module
 
     data, home = site
     monkeypatch.setattr(socket, "gethostname", lambda: "machine-a")
@@ -607,7 +607,7 @@ def test_a_local_run_on_another_machine_is_not_judged_lost_by_a_watcher_here(sit
 def test_deleting_the_record_of_a_cancelled_kfp_run_starts_it_again_as_the_decision_says(site, kfp):
     """'Delete its ledger record so that the watcher does' (start it again): on KFP the next claim re-attached
     to the old run of the same name, which was cancelled (or failed), so nothing ever ran again."""
-    from pipelines.triggers.start import KfpStarter
+    from ctpipe.pipelines.triggers.start import KfpStarter
 
     data, home = site
     server, client = kfp
@@ -629,8 +629,8 @@ def test_claims_work_on_a_filesystem_without_hard_links(site, monkeypatch):
     mounts) it falls back on an exclusive create, still one claim per data version."""
     import errno
 
-    from components import atomic_files as atomic
-    from pipelines.triggers.start import FunctionStarter
+    from ctpipe.components.lib import atomic_files as atomic
+    from ctpipe.pipelines.triggers.start import FunctionStarter
 
     data, home = site
 

@@ -19,15 +19,15 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from components.config import load_config
-from components.data.demo import write_demo_data
-from components.data.reference_stats import compute_reference_stats
-from components.data.snapshot import fingerprint_files, infer_schema, list_data_files, read_data
-from components.tracking import ensure_experiment, local_tracking_uri
-from pipelines.triggers.ledger import Ledger
-from pipelines.triggers.new_data import data_state
-from pipelines.triggers.start import FunctionStarter
-from pipelines.triggers.watch import check_once
+from ctpipe.components.lib.config import load_config
+from ctpipe.components.lib.data.demo import write_demo_data
+from ctpipe.components.lib.data.reference_stats import compute_reference_stats
+from ctpipe.components.lib.data.snapshot import fingerprint_files, infer_schema, list_data_files, read_data
+from ctpipe.components.lib.tracking import ensure_experiment, local_tracking_uri
+from ctpipe.pipelines.triggers.ledger import Ledger
+from ctpipe.pipelines.triggers.new_data import data_state
+from ctpipe.pipelines.triggers.start import FunctionStarter
+from ctpipe.pipelines.triggers.watch import check_once
 
 MODEL = "ctpipe-classifier"
 
@@ -124,12 +124,12 @@ def test_nothing_new_starts_nothing_and_needs_no_registry_call_the_second_time(s
     assert (decision.action, decision.trigger, decision.fingerprint) == ("none", None, fingerprint)
     assert "nothing new" in decision.reason and counter.calls == []
 
-    import components.tracking
+    import ctpipe.components.lib.tracking
 
     def no_registry(*args, **kwargs):
         raise AssertionError("the champion should come from the watcher's cache")
 
-    monkeypatch.setattr(components.tracking, "get_alias_version", no_registry)
+    monkeypatch.setattr(ctpipe.components.lib.tracking, "get_alias_version", no_registry)
     again = check(data, home, FunctionStarter(counter))
     assert again.action == "none" and again.hashed_files == 0 and counter.calls == []
 
@@ -279,7 +279,7 @@ def test_no_champion_starts_the_first_run(site):
 def test_cli_dry_run_prints_the_decision_as_the_last_json_line(site):
     data, home, fingerprint = site
     add_days(data, 9, drift_from_day=8)
-    cmd = [sys.executable, "-m", "pipelines.cli", "watch", "--data", str(data), "--home", str(home), "--once", "--dry-run",
+    cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(data), "--home", str(home), "--once", "--dry-run",
            "--set", "watch.min_rows=100"]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
@@ -315,9 +315,9 @@ def test_a_claim_never_started_blocks_only_for_the_grace_period(site):
 
 
 def test_watcher_on_kfp_starts_one_drift_run_and_records_its_report_in_mlflow(site, tmp_path, monkeypatch):
-    from pipelines import deploy
-    from pipelines.compile import compile_pipeline
-    from pipelines.triggers.start import KfpStarter
+    from ctpipe.pipelines.compile import compile_pipeline
+    from ctpipe.pipelines.deploy import upload as deploy
+    from ctpipe.pipelines.triggers.start import KfpStarter
     from tests.fakes.kfp_api import FakeKfpServer
 
     data, home, _ = site

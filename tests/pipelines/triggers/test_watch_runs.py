@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-import pipelines.local_run
-import pipelines.run_summary
-from components.processes import pid_alive
-from pipelines.cli import main
-from pipelines.triggers.ledger import Ledger
-from pipelines.triggers.start import LocalStarter
-from pipelines.triggers.watch import watch_loop
+import ctpipe.pipelines.local.local_run
+import ctpipe.pipelines.local.run_summary
+from ctpipe.components.lib.processes import pid_alive
+from ctpipe.pipelines.cli.main import main
+from ctpipe.pipelines.triggers.ledger import Ledger
+from ctpipe.pipelines.triggers.start import LocalStarter
+from ctpipe.pipelines.triggers.watch import watch_loop
 
 
 def test_local_starter_runs_ctpipe_submit_with_the_trigger_the_record_and_the_drift_report(tmp_path):
@@ -25,7 +25,7 @@ def test_local_starter_runs_ctpipe_submit_with_the_trigger_the_record_and_the_dr
     ledger.claim("f" * 64, {"trigger": "drift", "drift_report": "/reports/drift-1.json"})
     starter = LocalStarter(tmp_path, config_path="cfg.yaml", overrides=["train.max_steps=50"])
     cmd = starter.command(trigger="drift", data_uri="/data", record_path=ledger.path("f" * 64))
-    assert cmd[:4] == [sys.executable, "-m", "pipelines.cli", "submit"]
+    assert cmd[:4] == [sys.executable, "-m", "ctpipe.pipelines.cli.main", "submit"]
     joined = " ".join(cmd)
     assert "--trigger drift --data /data" in joined and f"--home {tmp_path}" in joined
     assert f"--record {ledger.path('f' * 64)}" in joined and "--drift-report /reports/drift-1.json" in joined
@@ -56,8 +56,8 @@ def test_submit_records_the_outcome_of_a_local_run_in_the_ledger(tmp_path, monke
         return {"status": status, "run_id": "r1", "summary_path": str(tmp_path / "summary.json"), "model_version": "3"}
 
     # The real local pipeline is covered by the end-to-end tests; here only the ledger bookkeeping is.
-    monkeypatch.setattr(pipelines.local_run, "run_local", fake_run_local)
-    monkeypatch.setattr(pipelines.run_summary, "format_summary", lambda summary: f"run {summary['run_id']}")
+    monkeypatch.setattr(ctpipe.pipelines.local.local_run, "run_local", fake_run_local)
+    monkeypatch.setattr(ctpipe.pipelines.local.run_summary, "format_summary", lambda summary: f"run {summary['run_id']}")
     ledger = Ledger(tmp_path)
     ledger.claim("a" * 64, {"trigger": "new_data"})
     argv = ["submit", "--trigger", "new_data", "--data", "/data", "--home", str(tmp_path), "--record", str(ledger.path("a" * 64))]
@@ -70,9 +70,9 @@ def test_submit_records_the_outcome_of_a_local_run_in_the_ledger(tmp_path, monke
 
 
 def test_watch_loop_prints_one_decision_per_check_and_survives_errors(tmp_path, capsys):
-    from components.config import load_config
-    from components.data.demo import write_demo_data
-    from components.tracking import local_tracking_uri
+    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.lib.data.demo import write_demo_data
+    from ctpipe.components.lib.tracking import local_tracking_uri
 
     write_demo_data(tmp_path / "data", days=1, rows_per_day=50)
     common = dict(home=tmp_path / "home", config=load_config(None, []), tracking_uri=local_tracking_uri(tmp_path / "home"), dry_run=True)

@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from components.tasks.causal_lm import tokenizer
-from components.tasks.causal_lm.causality import sequence_checks
-from components.tasks.causal_lm.corpus import help_topic_documents
-from components.tasks.causal_lm.model import GPT, CausalSelfAttention, count_parameters
-from components.tasks.causal_lm.packing import IGNORE, pack_documents
-from components.tasks.causal_lm.sizes import lm_config
+from ctpipe.components.tasks.causal_lm import tokenizer
+from ctpipe.components.tasks.causal_lm.causality import sequence_checks
+from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents
+from ctpipe.components.tasks.causal_lm.model import GPT, CausalSelfAttention, count_parameters
+from ctpipe.components.tasks.causal_lm.packing import IGNORE, pack_documents
+from ctpipe.components.tasks.causal_lm.sizes import lm_config
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from components.tasks.causal_lm import tokenizer
-from components.tasks.causal_lm.corpus import (
+from ctpipe.components.tasks.causal_lm import tokenizer
+from ctpipe.components.tasks.causal_lm.corpus import (
     KEY_COLUMN,
     MIN_REPEATED_CHARS,
     TEXT_COLUMN,
@@ -16,7 +16,7 @@ from components.tasks.causal_lm.corpus import (
     module_docstring_documents,
     write_text_demo_data,
 )
-from components.tasks.causal_lm.packing import IGNORE, pack_apart, pack_documents
+from ctpipe.components.tasks.causal_lm.packing import IGNORE, pack_apart, pack_documents
 
 
 def test_byte_tokenizer_round_trips_any_text_and_marks_documents():
@@ -97,7 +97,7 @@ def test_demo_corpus_is_real_text_in_dated_partitions(tmp_path):
 
 
 def test_demo_data_command_writes_the_text_corpus(tmp_path, capsys):
-    from pipelines.cli import main
+    from ctpipe.pipelines.cli.main import main
 
     assert main(["demo-data", "--task", "causal_lm", "--out", str(tmp_path), "--days", "3"]) == 0
     parts = sorted(tmp_path.glob("date=*/part-0.parquet"))

@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-from components.data.demo import write_day_partition
-from components.data.snapshot import load_snapshot
-from components.errors import DataValidationError
-from components.sanity.gate import run_sanity_checks
-from components.tasks import load_task
-from components.tasks.causal_lm.corpus import help_topic_documents
-from components.tasks.run_config import load_run_config
-from components.validation.validate import validate_data
+from ctpipe.components.lib.data.demo import write_day_partition
+from ctpipe.components.lib.data.snapshot import load_snapshot
+from ctpipe.components.lib.errors import DataValidationError
+from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
+from ctpipe.components.steps.validate_data.validate import validate_data
+from ctpipe.components.tasks import load_task
+from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents
+from ctpipe.components.tasks.run_config import load_run_config
 
 SETTINGS = ["task.name=causal_lm", "data.text_column=body", "sanity.sample_rows=256", "train.batch_size=8"]
 

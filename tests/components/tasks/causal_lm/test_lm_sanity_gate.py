@@ -13,15 +13,15 @@ import textwrap
 import pytest
 import torch.nn.functional as F
 
-from components.errors import SanityCheckError
-from components.sanity.gate import run_sanity_checks
-from components.tasks.causal_lm import make_task
-from components.tasks.causal_lm.corpus import write_text_demo_data
-from components.tasks.causal_lm.model import GPT, CausalSelfAttention
-from components.tasks.causal_lm.sizes import lm_config
-from components.tasks.registry import _CACHE
-from components.tasks.run_config import load_run_config
-from components.training.standalone import build_snapshot
+from ctpipe.components.lib.errors import SanityCheckError
+from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
+from ctpipe.components.steps.train.standalone import build_snapshot
+from ctpipe.components.tasks.causal_lm import make_task
+from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
+from ctpipe.components.tasks.causal_lm.model import GPT, CausalSelfAttention
+from ctpipe.components.tasks.causal_lm.sizes import lm_config
+from ctpipe.components.tasks.registry import _CACHE
+from ctpipe.components.tasks.run_config import load_run_config
 from tests.components.tasks.causal_lm.test_lm_causality import LeaksInTrainModeAttention
 
 # Few training steps: the broken models must fail on the sequence checks, which need no training.
@@ -126,9 +126,9 @@ def broken_encoding(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "lm_broken_shift.py").write_text(textwrap.dedent('''
         import torch
-        from components.tasks import Batch
-        from components.tasks.causal_lm.packing import IGNORE
-        from components.tasks.causal_lm.task import CausalLM
+        from ctpipe.components.tasks import Batch
+        from ctpipe.components.tasks.causal_lm.packing import IGNORE
+        from ctpipe.components.tasks.causal_lm.task import CausalLM
 
         class Unshifted(CausalLM):
             def encode(self, frame, state):

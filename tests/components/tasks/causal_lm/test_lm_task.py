@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from components.tasks import load_task
-from components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
-from components.tasks.causal_lm.packing import IGNORE
-from components.tasks.registry import complete_task
-from components.tasks.run_config import load_run_config
+from ctpipe.components.tasks import load_task
+from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
+from ctpipe.components.tasks.causal_lm.packing import IGNORE
+from ctpipe.components.tasks.registry import complete_task
+from ctpipe.components.tasks.run_config import load_run_config
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_causal_lm_is_a_complete_builtin_task(task):
 
 
 def test_a_bad_size_is_a_clear_error():
-    from components.tasks import TaskError
+    from ctpipe.components.tasks import TaskError
 
     with pytest.raises(TaskError, match="task.options.size.*allowed: tiny, small, gpt-350m"):
         load_task({"name": "causal_lm", "entrypoint": None, "options": {"size": "huge"}})
@@ -56,7 +56,7 @@ def test_a_missing_text_column_names_the_key(task, docs):
 
 
 def test_the_schema_names_the_text_column(task, docs):
-    from components.data.snapshot import Schema
+    from ctpipe.components.lib.data.snapshot import Schema
 
     train, _ = docs
     schema = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["body"],
@@ -209,7 +209,7 @@ def test_an_empty_text_has_no_bits_per_byte(task, docs):
 def test_served_texts_that_are_not_valid_text_are_a_clear_error(task, docs, values, needle):
     """Before, invalid UTF-8 bytes were scored as another text (b'ab\\xff', 3 bytes, as 'ab\\ufffd', 5 bytes:
     bits per byte over the wrong bytes) and a lone surrogate raised a bare UnicodeEncodeError naming no row."""
-    from components.errors import DataValidationError
+    from ctpipe.components.lib.errors import DataValidationError
 
     train, _ = docs
     state = task.fit(train, None)

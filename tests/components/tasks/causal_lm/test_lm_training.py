@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from components.errors import TrainingError
-from components.tasks.causal_lm import make_task
-from components.tasks.causal_lm.corpus import write_text_demo_data
-from components.tasks.run_config import load_run_config
-from components.training import checkpointing as ckpt
-from components.training.launch import train_model
-from components.training.standalone import build_snapshot
+from ctpipe.components.engine import checkpointing as ckpt
+from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.steps.train.launch import train_model
+from ctpipe.components.steps.train.standalone import build_snapshot
+from ctpipe.components.tasks.causal_lm import make_task
+from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
+from ctpipe.components.tasks.run_config import load_run_config
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,157 @@
+"""The config sections of running on a cluster and watching the data: Kubernetes and the watcher.
+
+Validated at construction like every section: a Kubernetes quantity, label or toleration that the API
+server would refuse fails here, naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ctpipe.components.lib.config.rules import check
+
+# A Kubernetes resource quantity (the CRD's pattern for cpu/memory values).
+_QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_DNS1123_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(kw_only=True)
+class KubernetesConfig:
+    """Settings for running on a Kubeflow cluster (PyTorchJob and the compiled pipeline)."""
+
+    # Namespace of the training jobs. None: the namespace the train step's pod runs in (a KFP profile's),
+    # where its RBAC and the shared volume are; a value must equal it (components/lib/kube/namespace.py).
+    namespace: str | None = None
+    image: str = "ghcr.io/ctpipe/ctpipe:0.1.0"
+    trainer_image: str = "ghcr.io/ctpipe/ctpipe-trainer:0.1.0-cuda"
+    service_account: str = "ctpipe-pipeline"
+    worker_cpu: str = "4"
+    worker_memory: str = "16Gi"
+    worker_gpus: int = 1
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    # Secret name -> list of keys exposed as env vars of the same name.
+    env_from_secrets: dict[str, list[str]] = field(default_factory=dict)
+    # A PVC shared by the train step and the worker pods for data snapshots and checkpoints.
+    shared_pvc: str | None = "ctpipe-shared"
+    shared_mount_path: str = "/mnt/ctpipe"
+    # How many times the launcher restarts the whole job (every rank together, resuming from the latest
+    # complete checkpoint) after a rank fails; a failure a restart would repeat (exit 2) is not restarted.
+    backoff_limit: int = 3
+    ttl_seconds_after_finished: int = 3600
+    # Pods the operator deletes when the job ends: Running stops the surviving ranks of a failed job at
+    # once (they would wait in a collective for the dead one) and keeps the failed pods' logs. All is submitted
+    # as Running (the failed pod must outlive the launcher's read of its exit code and log) and the launcher
+    # deletes the job, pods and all, once it has read them.
+    clean_pod_policy: Literal["None", "Running", "All"] = "Running"
+    # ClusterTrainingRuntime a TrainJob (train.backend=trainjob) runs on.
+    trainjob_runtime: str = "torch-distributed"
+    # Secrets (type kubernetes.io/dockerconfigjson) for pulling the images from a private registry.
+    image_pull_secrets: list[str] = field(default_factory=list)
+    # Placement and limits of the pipeline's own step pods (node_selector/tolerations above are the
+    # PyTorchJob workers'): CPU steps need not land on GPU nodes.
+    step_cpu_limit: str = "2"
+    step_memory_limit: str = "8Gi"
+    step_node_selector: dict[str, str] = field(default_factory=dict)
+    step_tolerations: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check(
+            self.namespace is None or bool(_DNS1123_LABEL.match(self.namespace)),
+            "kubernetes.namespace",
+            f"{self.namespace!r} is not a DNS-1123 label (lower-case letters, digits and '-', at most 63); "
+            "or leave it unset for the train step's own namespace",
+        )
+        check(bool(self.image), "kubernetes.image", "must name an image")
+        check(bool(self.trainer_image), "kubernetes.trainer_image", "must name an image")
+        check(self.worker_gpus >= 0, "kubernetes.worker_gpus", "must be >= 0")
+        check(self.backoff_limit >= 0, "kubernetes.backoff_limit", "must be >= 0")
+        check(self.ttl_seconds_after_finished >= 0, "kubernetes.ttl_seconds_after_finished", "must be >= 0")
+        check(self.shared_mount_path.startswith("/"), "kubernetes.shared_mount_path", "must be an absolute path")
+        for name in ("worker_cpu", "worker_memory", "step_cpu_limit", "step_memory_limit"):
+            value = getattr(self, name)
+            check(bool(_QUANTITY.match(value)), f"kubernetes.{name}", f"{value!r} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")
+        for where, tolerations in (("tolerations", self.tolerations), ("step_tolerations", self.step_tolerations)):
+            for tol in tolerations:
+                unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
+                check(not unknown, f"kubernetes.{where}", f"unknown toleration field(s) {sorted(unknown)}; allowed: key, operator, value, effect, tolerationSeconds")
+                check(tol.get("operator", "Equal") in ("Equal", "Exists"), f"kubernetes.{where}", "operator must be Equal or Exists")
+                check(tol.get("effect") in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"), f"kubernetes.{where}", "effect must be NoSchedule, PreferNoSchedule or NoExecute")
+
+
+@dataclass(kw_only=True)
+class WatchConfig:
+    """The watcher (``ctpipe watch``): new-data and drift triggers, thresholds and cool-down."""
+
+    # Start a run (trigger=new_data) when the data fingerprint differs from the champion's.
+    new_data: bool = True
+    # Start a run (trigger=drift) when the newest partitions drift from the champion's reference stats.
+    drift: bool = True
+    # How many of the newest partitions form the current window compared with the reference.
+    window_partitions: int = 1
+    # Instead, with date partitions (date=YYYY-MM-DD): every partition within this many days of the newest.
+    window_days: int | None = None
+    # Below this many rows in the window, drift is not judged (too noisy).
+    min_rows: int = 200
+    # Default thresholds: PSI (numeric and categorical), KS statistic D (numeric),
+    # Cramer's V of the chi-square test (categorical); a statistic above its threshold is drift.
+    psi_threshold: float = 0.2
+    ks_threshold: float = 0.1
+    cramers_v_threshold: float = 0.1
+    # Share of a categorical column's non-null rows whose category the reference never saw.
+    unseen_share_threshold: float = 0.02
+    # Change of a column's null fraction (absolute, e.g. 0.02 -> 0.15 is 0.13).
+    null_fraction_threshold: float = 0.1
+    # Every test counts as drift only when it is also significant at this level (PSI against its
+    # sampling-noise bound, KS, chi-square, the unseen share and the null fraction against "same
+    # distribution"), so a small window's noise does not pass an effect-size threshold; 1 disables this.
+    max_p_value: float = 0.001
+    # Per-column overrides, e.g. {"monthly_spend": {"psi": 0.3, "ks": 0.15}}; 0 disables that test.
+    column_thresholds: dict[str, dict[str, float]] = field(default_factory=dict)
+    # A drift run needs at least this many drifted columns.
+    min_drifted_columns: int = 1
+    # No second drift-triggered run within this many seconds of the last one (stops flapping).
+    cool_down_seconds: float = 6 * 3600.0
+    # Seconds between checks when watching continuously.
+    interval_seconds: float = 300.0
+    # Runs the watcher may have in flight at once; 0 means no limit.
+    max_running: int = 1
+    # Attempts per data version: a run that ended without success for an infrastructure reason (killed,
+    # lost, a rank or the node died) is started again, up to this many attempts in all; a user error
+    # (bad data, a failed gate, bad config) is never retried. 1 turns retries off.
+    max_attempts: int = 3
+    # Wait before attempt n+1: retry_backoff_seconds * 2**(n-1), at most retry_max_backoff_seconds, so a
+    # broken cluster is not hammered and a brief outage is ridden out. Recorded as next_attempt_after.
+    retry_backoff_seconds: float = 60.0
+    retry_max_backoff_seconds: float = 1800.0
+
+    def __post_init__(self) -> None:
+        check(self.window_partitions >= 1, "watch.window_partitions", f"{self.window_partitions} must be >= 1")
+        check(self.window_days is None or self.window_days >= 1, "watch.window_days", "must be >= 1 or null")
+        check(self.min_rows >= 1, "watch.min_rows", f"{self.min_rows} must be >= 1")
+        for name in ("psi_threshold", "ks_threshold", "cramers_v_threshold", "unseen_share_threshold",
+                     "null_fraction_threshold"):
+            value = getattr(self, name)
+            check(value >= 0, f"watch.{name}", f"{value} must be >= 0 (0 disables the test)")
+        for name in ("unseen_share_threshold", "null_fraction_threshold"):
+            check(getattr(self, name) <= 1, f"watch.{name}", f"{getattr(self, name)} must be a fraction in [0, 1]")
+        check(0 < self.max_p_value <= 1, "watch.max_p_value", f"{self.max_p_value} must be in (0, 1]")
+        allowed = ("psi", "ks", "cramers_v", "unseen_share", "null_fraction")
+        for column, tests in self.column_thresholds.items():
+            unknown = sorted(set(tests) - set(allowed))
+            check(not unknown, f"watch.column_thresholds.{column}", f"unknown test {unknown}; allowed: {', '.join(allowed)}")
+            for test, value in tests.items():
+                check(value >= 0, f"watch.column_thresholds.{column}.{test}", f"{value} must be >= 0")
+        check(self.min_drifted_columns >= 1, "watch.min_drifted_columns", "must be >= 1")
+        check(self.cool_down_seconds >= 0, "watch.cool_down_seconds", "must be >= 0")
+        check(self.interval_seconds > 0, "watch.interval_seconds", "must be > 0")
+        check(self.max_running >= 0, "watch.max_running", "must be >= 0 (0 = no limit)")
+        check(self.max_attempts >= 1, "watch.max_attempts", f"{self.max_attempts} must be >= 1 (1 = no retries)")
+        check(self.retry_backoff_seconds >= 0, "watch.retry_backoff_seconds", f"{self.retry_backoff_seconds} must be >= 0")
+        check(
+            self.retry_max_backoff_seconds >= self.retry_backoff_seconds,
+            "watch.retry_max_backoff_seconds",
+            f"{self.retry_max_backoff_seconds} must be >= watch.retry_backoff_seconds ({self.retry_backoff_seconds})",
+        )

@@ -1,0 +1,242 @@
+"""The config sections of the run itself: its data, validation, sanity gate, task, model and training.
+
+Each is a keyword-only dataclass owned by the step it configures and validated in ``__post_init__``
+(``rules.py``), so a bad value fails before any work starts, naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ctpipe.components.lib.config.rules import check, check_fraction
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    """Where the data is and what its columns mean."""
+
+    # The label column; a task that declares it needs none (``Task.needs_label``, e.g. causal_lm) ignores it.
+    label: str = "label"
+    # Column whose value keys a row's split; None hashes the row's content instead.
+    key: str | None = None
+    # The text column of a text task (causal_lm); None: the task's default (``text``).
+    text_column: str | None = None
+    # Feature columns; empty means every column but label, key and partition columns.
+    features: list[str] = field(default_factory=list)
+    # Features to treat as categorical; empty infers from dtype (strings, booleans, categories).
+    categorical: list[str] = field(default_factory=list)
+    format: Literal["auto", "parquet", "csv"] = "auto"
+    # Fractions of rows assigned to train / val / test by the stable hash.
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    # Salt of the split hash: changing it reshuffles every split, so it is part of the fingerprint.
+    split_salt: str = "ctpipe-v1"
+    # The training window (data/window.py): train on the train rows of the newest window_days days of
+    # partitions, at most max_train_rows of them, newest first; None (the default) trains on all of them.
+    # Validation and the val/test splits always cover every partition.
+    window_days: int | None = None
+    max_train_rows: int | None = None
+
+    def __post_init__(self) -> None:
+        check(bool(self.label), "data.label", "must name the label column")
+        check(self.window_days is None or self.window_days >= 1, "data.window_days",
+               f"{self.window_days!r} must be a number of days >= 1, or null for all partitions")
+        check(self.max_train_rows is None or self.max_train_rows >= 1, "data.max_train_rows",
+               f"{self.max_train_rows!r} must be >= 1, or null for every train row")
+        check_fraction(self.val_fraction, "data.val_fraction")
+        check_fraction(self.test_fraction, "data.test_fraction")
+        check(
+            self.val_fraction > 0 and self.test_fraction > 0 and self.val_fraction + self.test_fraction < 0.9,
+            "data.val_fraction/test_fraction",
+            "both must be > 0 and together leave at least 10% of rows for training",
+        )
+        check(self.label not in self.features, "data.features", "must not contain the label column")
+        check(self.text_column is None or (isinstance(self.text_column, str) and bool(self.text_column.strip())),
+              "data.text_column", f"{self.text_column!r} must name a column, or be null for the task's default")
+        check(self.text_column is None or self.text_column != self.key, "data.text_column",
+              f"{self.text_column!r} is also data.key; the text and the split key must be different columns")
+
+
+@dataclass(kw_only=True)
+class ValidationConfig:
+    """Data validation: the Great Expectations suite and the checks around it."""
+
+    # A GX 1.x suite JSON; None profiles one from the data (or uses the champion's stored suite).
+    suite_path: str | None = None
+    # Margin added to profiled numeric ranges, as a fraction of the observed range.
+    range_margin: float = 0.1
+    # Profiled max null fraction = observed + this allowance.
+    null_fraction_allowance: float = 0.01
+    min_rows: int = 50
+    # A single feature predicting the label with at least this accuracy is flagged as leakage.
+    leakage_threshold: float = 0.99
+    # Use the champion's stored suite as the reference when there is one.
+    use_champion_suite: bool = True
+    # Share of val/test rows repeating a train row above which cross-split duplicates fail the run.
+    max_duplicate_fraction: float = 0.01
+    # Above this many rows validation streams the data (data/scan.py): exact counts, splits and
+    # duplicates over every row, the row checks and the GX suite on a stratified sample of sample_rows.
+    in_memory_rows: int = 500_000
+    sample_rows: int = 200_000
+
+    def __post_init__(self) -> None:
+        check(self.in_memory_rows >= 0, "validation.in_memory_rows", f"{self.in_memory_rows} must be >= 0")
+        check(self.sample_rows >= 1000, "validation.sample_rows", f"{self.sample_rows} must be >= 1000")
+        check(self.range_margin >= 0, "validation.range_margin", f"{self.range_margin} must be >= 0")
+        check_fraction(self.null_fraction_allowance, "validation.null_fraction_allowance")
+        check(self.min_rows >= 1, "validation.min_rows", f"{self.min_rows} must be >= 1")
+        check_fraction(self.leakage_threshold, "validation.leakage_threshold", open_low=True)
+        check_fraction(self.max_duplicate_fraction, "validation.max_duplicate_fraction")
+
+
+@dataclass(kw_only=True)
+class SanityConfig:
+    """The gate of cheap checks that runs before expensive training."""
+
+    enabled: bool = True
+    # |loss at init - expected| must be below this fraction of ln(C); expected is ln(C) with a uniform
+    # output layer and the label entropy with the prior bias (the trainer's initialisation).
+    init_loss_tolerance: float = 0.05
+    overfit_batch_size: int = 8
+    overfit_steps: int = 300
+    overfit_max_loss: float = 0.05
+    # Steps of the short training used by the baseline and loss-decrease checks.
+    short_train_steps: int = 60
+    # Rows of the train sample and of the val sample (both stratified by label).
+    sample_rows: int = 2048
+    # Level of the one-sided lower confidence bounds on the per-row loss differences that the
+    # loss-decrease and baseline checks are judged by (so noise neither passes nor fails them).
+    confidence: float = 0.99
+    # The lower bound of the train-sample loss drop, relative to the loss at init, must exceed this.
+    loss_decrease_min: float = 0.0
+    # The lower bound of the held-out loss gain over the baseline (the same model fed zeroed inputs),
+    # relative to the baseline's loss, must exceed this; 0 asks for a gain beyond noise, however small.
+    baseline_min_improvement: float = 0.0
+
+    def __post_init__(self) -> None:
+        check(0 < self.init_loss_tolerance < 10, "sanity.init_loss_tolerance", "must be in (0, 10)")
+        check(2 <= self.overfit_batch_size <= 16, "sanity.overfit_batch_size", "must be in [2, 16]")
+        check(self.overfit_steps >= 1, "sanity.overfit_steps", "must be >= 1")
+        check(self.overfit_max_loss > 0, "sanity.overfit_max_loss", "must be > 0")
+        check(self.short_train_steps >= 1, "sanity.short_train_steps", "must be >= 1")
+        check(self.sample_rows >= 16, "sanity.sample_rows", "must be >= 16")
+        check(0.5 < self.confidence < 1, "sanity.confidence", f"{self.confidence} must be in (0.5, 1)")
+        check(-1 < self.loss_decrease_min < 1, "sanity.loss_decrease_min", f"{self.loss_decrease_min} must be in (-1, 1)")
+        check(-1 < self.baseline_min_improvement < 1, "sanity.baseline_min_improvement",
+               f"{self.baseline_min_improvement} must be in (-1, 1)")
+
+
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(kw_only=True)
+class TaskConfig:
+    """Which task (the model and how it reads the data) a run trains: a built-in by name or the user's own.
+
+    ``entrypoint`` ("package.module:factory") wins over ``name``; the factory is called with ``options``
+    as keyword arguments. Both are resolved by ``components/tasks/registry.py`` in every step and in the
+    trainer pods, and checked there before any work.
+    """
+
+    name: str = "tabular_classification"
+    entrypoint: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check(bool(re.fullmatch(r"[a-z][a-z0-9_]*", self.name or "")), "task.name",
+               f"{self.name!r} must be a built-in task's name (lower case, digits and _), e.g. 'tabular_classification'")
+        if self.entrypoint is not None:
+            check(bool(_ENTRYPOINT.fullmatch(self.entrypoint)), "task.entrypoint",
+                   f"{self.entrypoint!r} must be 'package.module:factory' (an importable module, a colon, the "
+                   "name of a function in it that returns the task)")
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """The network; it knows nothing of devices or parallelism."""
+
+    kind: Literal["mlp", "transformer"] = "mlp"
+    hidden: int = 128
+    depth: int = 3
+    dropout: float = 0.1
+    embedding_dim: int = 8
+    # Transformer only.
+    heads: int = 4
+
+    def __post_init__(self) -> None:
+        check(self.hidden >= 1, "model.hidden", f"{self.hidden} must be >= 1")
+        check(1 <= self.depth <= 64, "model.depth", f"{self.depth} must be in [1, 64]")
+        check(0.0 <= self.dropout < 1.0, "model.dropout", f"{self.dropout} must be in [0, 1)")
+        check(self.embedding_dim >= 1, "model.embedding_dim", "must be >= 1")
+        check(self.heads >= 1, "model.heads", "must be >= 1")
+        if self.kind == "transformer":
+            check(self.hidden % self.heads == 0, "model.hidden", "must be divisible by model.heads")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Distributed training: launch, optimisation, evaluation and checkpoints."""
+
+    # trainjob: Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) instead of a v1 PyTorchJob.
+    backend: Literal["local", "pytorchjob", "trainjob"] = "local"
+    workers: int = 2
+    strategy: Literal["fsdp", "ddp"] = "fsdp"
+    # FSDP2 units: a model block with at least this many parameters is its own unit (sharded per block);
+    # smaller consecutive blocks are grouped into units of at least this size, and a smaller rest is
+    # sharded with the root. Each unit costs collectives every step, pure latency for small blocks.
+    # 0 shards every block on its own.
+    fsdp_unit_min_params: int = 1_000_000
+    # auto: bf16 parameters with fp32 reduction on GPUs with bf16, fp32 on CPU (for the small default
+    # model bf16 is slower on this CPU, 0.85x, measured); bf16 forces it anywhere, fp32 everywhere.
+    mixed_precision: Literal["auto", "bf16", "fp32"] = "auto"
+    max_steps: int = 600
+    batch_size: int = 64  # per device
+    # Train splits of at most this many rows are held whole by every rank (a DistributedSampler over
+    # rows); above it each rank reads only its shard of the split's row groups (training/shards.py).
+    in_memory_rows: int = 500_000
+    grad_accum_steps: int = 1
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 30
+    min_lr_ratio: float = 0.1
+    # Clip gradient spikes, not every step: the default model's gradient norm is ~1-1.5 (median) and
+    # under 2.1 (90th percentile) over a healthy run, so 3.0 fires only on outliers.
+    grad_clip: float = 3.0
+    eval_every: int = 100
+    checkpoint_every: int = 100
+    keep_best: int = 2
+    seed: int = 1234
+    # Minutes a rank waits for the others before the process group gives up.
+    timeout_minutes: float = 5.0
+    threads_per_worker: int = 1
+    compile: bool = False
+    activation_checkpointing: bool = False
+    # Passed to the PyTorchJob/local launch as the worker's wall-clock limit.
+    deadline_seconds: int = 3600
+
+    def __post_init__(self) -> None:
+        check(1 <= self.workers <= 1024, "train.workers", f"{self.workers} must be in [1, 1024]")
+        check(self.max_steps >= 1, "train.max_steps", f"{self.max_steps} must be >= 1")
+        check(self.batch_size >= 1, "train.batch_size", f"{self.batch_size} must be >= 1")
+        check(self.in_memory_rows >= 0, "train.in_memory_rows", f"{self.in_memory_rows} must be >= 0")
+        check(self.grad_accum_steps >= 1, "train.grad_accum_steps", "must be >= 1")
+        check(
+            self.fsdp_unit_min_params >= 0,
+            "train.fsdp_unit_min_params",
+            f"{self.fsdp_unit_min_params} must be >= 0 (0 makes every block its own FSDP2 unit)",
+        )
+        check(0 < self.lr < 10, "train.lr", f"{self.lr} must be in (0, 10)")
+        check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
+        check(0 <= self.warmup_steps < self.max_steps, "train.warmup_steps", "must be in [0, max_steps)")
+        check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]")
+        check(self.grad_clip > 0, "train.grad_clip", f"{self.grad_clip} must be > 0")
+        # The last step is always evaluated and checkpointed, so a longer interval just means "at the end".
+        check(self.eval_every >= 1, "train.eval_every", f"{self.eval_every} must be >= 1")
+        check(self.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
+        check(self.keep_best >= 1, "train.keep_best", f"{self.keep_best} must be >= 1")
+        check(self.timeout_minutes > 0, "train.timeout_minutes", "must be > 0")
+        check(self.threads_per_worker >= 1, "train.threads_per_worker", "must be >= 1")
+        check(self.deadline_seconds >= 60, "train.deadline_seconds", "must be >= 60")
+        check(0 <= self.seed < 2**63, "train.seed", f"{self.seed} must be in [0, 2**63) (numpy and torch take no other)")

@@ -1,0 +1,63 @@
+"""The whole typed config of a run (``Config``): its sections by name, and its JSON form between steps.
+
+The sections live by what they configure: ``run_sections.py`` (data, validation, sanity, task, model,
+training), ``gate_sections.py`` (selection, evaluation, registry), ``cluster_sections.py`` (kubernetes,
+watch). ``Config`` travels between pipeline steps as JSON (``to_json`` / ``from_json``). Building from
+plain values is ``coerce.py``; files and ``--set`` overrides are ``loading.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctpipe.components.lib.config.aliases import resolve_aliases
+from ctpipe.components.lib.config.cluster_sections import KubernetesConfig, WatchConfig
+from ctpipe.components.lib.config.coerce import build_dataclass
+from ctpipe.components.lib.config.gate_sections import EvaluationConfig, RegistryConfig, SelectionConfig
+from ctpipe.components.lib.config.run_sections import (
+    DataConfig,
+    ModelConfig,
+    SanityConfig,
+    TaskConfig,
+    TrainConfig,
+    ValidationConfig,
+)
+
+TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
+
+
+@dataclass(kw_only=True)
+class Config:
+    """Everything a run needs, by section."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    sanity: SanityConfig = field(default_factory=SanityConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    select: SelectionConfig = field(default_factory=SelectionConfig)
+    evaluate: EvaluationConfig = field(default_factory=EvaluationConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+
+    def __post_init__(self) -> None:
+        resolve_aliases(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Config:
+        return build_dataclass(cls, values, "")
+
+    @classmethod
+    def from_json(cls, text: str) -> Config:
+        return cls.from_dict(json.loads(text))

@@ -1,0 +1,139 @@
+"""Bounded retries with exponential backoff for MLflow calls that may meet a server that is down.
+
+MLflow's own HTTP client retries connection errors up to 7 times with a backoff that can add up to
+minutes; inside ``bounded_mlflow_http()`` it fails fast instead, so our loop owns the retry budget and
+the final error says how long we tried.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from ctpipe.components.lib.config import RegistryConfig
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+# Error codes / message fragments of failures that a later attempt may not meet.
+_TRANSIENT_CODES = {"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "DEADLINE_EXCEEDED", "ABORTED"}
+_TRANSIENT_TEXT = (
+    "failed with exception",  # MLflow's wrapper around requests' connection errors
+    "max retries exceeded",
+    "connection refused",
+    "connection aborted",
+    "connection reset",
+    "remote end closed",
+    "timed out",
+    "database is locked",
+    "temporarily unavailable",
+    "bad gateway",
+    "service unavailable",
+    "gateway timeout",
+)
+
+
+class RegistryUnavailableError(RuntimeError):
+    """MLflow stayed unreachable through every retry; the message says what was (not) done."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently an MLflow call is retried (``registry.retries`` and its backoffs)."""
+
+    retries: int = 5
+    backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 15.0
+
+    @classmethod
+    def of(cls, registry: RegistryConfig) -> RetryPolicy:
+        """The policy the config's ``registry`` section sets."""
+        return cls(registry.retries, registry.retry_backoff_seconds, registry.retry_max_backoff_seconds)
+
+    def call(self, fn: Callable[[], T], what: str, *, sleep: Callable[[float], None] = time.sleep) -> T:
+        """``fn()``, retried on transient failures; ``what`` completes "MLflow was unavailable while trying to …"."""
+        return call_with_retries(fn, what=what, retries=self.retries, backoff_seconds=self.backoff_seconds,
+                                 max_backoff_seconds=self.max_backoff_seconds, sleep=sleep)
+
+
+def is_transient(err: BaseException) -> bool:
+    """True for failures worth retrying (server down, database locked), False for real errors."""
+    if isinstance(err, ConnectionError | TimeoutError):
+        return True
+    try:
+        import requests
+
+        if isinstance(err, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+            return True
+    except ImportError:  # pragma: no cover - requests comes with mlflow
+        pass
+    if error_code(err) in _TRANSIENT_CODES:
+        return True
+    text = str(err).lower()
+    return any(fragment in text for fragment in _TRANSIENT_TEXT)
+
+
+def error_code(err: BaseException) -> str:
+    """MLflow's error code of ``err`` (``RESOURCE_DOES_NOT_EXIST`` …), or "" for any other exception."""
+    return str(getattr(err, "error_code", "") or "")
+
+
+def call_with_retries(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    retries: int,
+    backoff_seconds: float,
+    max_backoff_seconds: float = 15.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call ``fn``; on a transient failure wait backoff, 2×backoff, … (capped) and retry ``retries`` times."""
+    started = time.monotonic()
+    for attempt in range(retries + 1):
+        try:
+            return fn()
+        except Exception as err:
+            if not is_transient(err):
+                raise
+            if attempt == retries:
+                raise RegistryUnavailableError(
+                    f"MLflow was unavailable while trying to {what}: {retries + 1} attempts over "
+                    f"{time.monotonic() - started:.1f}s failed; last error: {str(err)[:300]}"
+                ) from err
+            delay = min(backoff_seconds * (2**attempt), max_backoff_seconds)
+            log.warning(
+                "MLflow unavailable (%s) while trying to %s; retry %d/%d in %.1fs",
+                type(err).__name__,
+                what,
+                attempt + 1,
+                retries,
+                delay,
+            )
+            sleep(delay)
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def bounded_mlflow_http(timeout_seconds: int = 30) -> Iterator[None]:
+    """Make MLflow's HTTP client fail fast (no internal retries, a request timeout) inside the block."""
+    values = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout_seconds),
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # keeps step logs readable
+    }
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,402 @@
+"""The warm-start server: import the steps' libraries once, then fork a child per process asked for.
+
+    python -m ctpipe.components.lib.warm_start.server SOCKET_PATH [MODULE ...]   # MODULEs: preload these instead
+
+It listens first, then imports ``PRELOAD`` one module at a time in the order the pipeline needs them
+(KFP's executor, pandas and MLflow for the first step, Great Expectations, then torch), serving requests
+between two imports, so that a step never waits for a library it does not use. A request (from
+``client.py``) brings ``python``'s arguments, an environment, a working directory and three file
+descriptors; the child takes them over and runs the arguments as ``python`` would (``-m module`` or a
+script), then exits with their code.
+
+A request whose own module (``needed_module``: its step's, or the ``-m`` module) is still in the preload
+list waits for it: forked earlier, the child would import the same libraries a second time, beside the
+server, on cores that the first steps already keep busy. The child tells its client its exit code itself
+as it exits, since the server may be inside an import then, for a second or more; the server sends the
+wait status of a child that died of a signal, forwards the signals the client receives, and kills the
+child if the client goes away. Nothing of the preloaded libraries is used here before a fork (no threads,
+no OpenMP pool, no database connection), which is what makes forking them safe.
+
+Single-threaded on purpose: a fork while another thread imports would leave the child with a held
+import lock. The server stops when its stdin (a pipe from ``ctpipe run``) closes, stopping any child
+left.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+
+from ctpipe.components.lib.processes import run_exit_handlers, signal_quietly
+
+# In the order the steps need them; a module that fails to import is skipped (the step then imports it
+# itself and reports the error where it belongs).
+PRELOAD = (
+    "kfp.dsl.executor",
+    "ctpipe.components.lib.kfp_support",
+    "ctpipe.components.lib.config",
+    "mlflow",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "ctpipe.components.steps.prepare_run.prepare",
+    "pandas",
+    "pyarrow.parquet",
+    "great_expectations",
+    "ctpipe.components.steps.validate_data.validate",
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "ctpipe.components.tasks.tabular",
+    "ctpipe.components.steps.sanity_checks.gate",
+    "ctpipe.components.steps.train.launch",
+    "ctpipe.components.engine.trainer",
+    "ctpipe.components.engine.tracker",
+    "ctpipe.components.steps.train.worker",  # what a training rank runs (-m): the ranks start while sanity runs
+    "ctpipe.components.steps.select_checkpoint.select",
+    "ctpipe.components.tasks.export",
+    "ctpipe.components.steps.evaluate.evaluate",
+    "mlflow.pyfunc",
+    "ctpipe.components.steps.register.register",
+)
+# The module a pipeline step (the KFP executor's ``--function_to_execute``) needs before it is worth
+# forking; a process run as ``-m MODULE`` needs MODULE itself when it is in the preload list.
+STEP_MODULES = {
+    "prepare_run": "ctpipe.components.steps.prepare_run.prepare",
+    "validate_data": "ctpipe.components.steps.validate_data.validate",
+    "sanity_checks": "ctpipe.components.steps.sanity_checks.gate",
+    "train": "ctpipe.components.steps.train.launch",
+    "select_checkpoint": "ctpipe.components.steps.select_checkpoint.select",
+    "evaluate": "ctpipe.components.steps.evaluate.evaluate",
+    "register": "ctpipe.components.steps.register.register",
+}
+STOP_GRACE_SECONDS = 3.0
+# True in a child: the process was forked from the server (its libraries were loaded before it began).
+IN_CHILD = False
+# In a child: the connection its client waits on for the exit code (report_exit).
+_CALLER: socket.socket | None = None
+PR_SET_PDEATHSIG = 1
+
+
+class _Child:
+    def __init__(self, pid: int, pidfd: int, conn: socket.socket) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.conn = conn
+
+
+def needed_module(argv: list[str]) -> str | None:
+    """The module a request's process needs preloaded: its step's (``--function_to_execute NAME``) or, for
+    ``-m MODULE``, MODULE itself; None when nothing is known."""
+    if "--function_to_execute" in argv[:-1]:
+        return STEP_MODULES.get(argv[argv.index("--function_to_execute") + 1])
+    if len(argv) > 1 and argv[0] == "-m":
+        return argv[1]
+    return None
+
+
+class _Request:
+    """An accepted request not forked yet: it waits for its module (``needed_module``) to be preloaded."""
+
+    def __init__(self, conn: socket.socket, fds: list[int], request: dict, needs: str | None) -> None:
+        self.conn, self.fds, self.request, self.needs = conn, fds, request, needs
+
+
+class Server:
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.by_pidfd: dict[int, _Child] = {}
+        self.by_conn: dict[int, _Child] = {}
+        self.waiting: list[_Request] = []
+        self.pending: list[str] = []
+
+    def serve(self, preload: tuple[str, ...] = PRELOAD) -> None:
+        self.pending = pending = list(preload)
+        # The collector's passes over the objects that imports create are a third of the import time
+        # (5.6 s -> 3.8 s for these libraries); what they would free is a few import-time cycles.
+        gc.disable()
+        while True:
+            watched = [self.listener.fileno(), sys.stdin.fileno(), *self.by_conn, *self.by_pidfd]
+            ready, _, _ = select.select(watched, [], [], 0 if pending else None)
+            for fd in ready:
+                if fd == self.listener.fileno():
+                    self._accept()
+                elif fd == sys.stdin.fileno():
+                    if not os.read(fd, 4096):
+                        return
+                elif fd in self.by_pidfd:
+                    self._reap(self.by_pidfd[fd])
+                elif fd in self.by_conn:
+                    self._from_client(self.by_conn[fd])
+            if pending:
+                _preload(pending.pop(0))
+                if not pending:
+                    gc.freeze()  # the children share these objects' pages instead of copying them
+                    gc.enable()
+                self._start_ready()
+
+    def stop_children(self) -> None:
+        """Stop the children still running: SIGTERM, then SIGKILL after a grace period. A request still
+        waiting for its module is dropped (its client then reports that the server went away)."""
+        for waiting in self.waiting:
+            _close_request(waiting)
+        self.waiting = []
+        children = list(self.by_pidfd.values())
+        for child in children:
+            signal_quietly(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for child in children:
+            while time.monotonic() < deadline:
+                pid, status = os.waitpid(child.pid, os.WNOHANG)
+                if pid:
+                    self._finish(child, status)
+                    break
+                time.sleep(0.02)
+            else:
+                signal_quietly(child.pid, signal.SIGKILL)
+                self._reap(child)
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        fds: list[int] = []
+        try:
+            conn.settimeout(10)
+            header, fds, _, _ = socket.recv_fds(conn, 8, 3)
+            if len(header) != 8 or len(fds) != 3:
+                raise ValueError("a request starts with its length and three file descriptors")
+            request = json.loads(_recv_exactly(conn, struct.unpack("!Q", header)[0]))
+            conn.settimeout(None)
+            needs = needed_module(list(request["argv"]))
+        except Exception as err:  # a bad request: the client then runs its process cold
+            _refuse(_Request(conn, fds, {}, None), err)
+            return
+        self.waiting.append(_Request(conn, fds, request, needs))
+        self._start_ready()
+
+    def _start_ready(self) -> None:
+        """Fork, in arrival order, the waiting requests whose module is no longer to be preloaded."""
+        # One at a time, each leaving ``waiting`` before its fork: a child closes the requests still there.
+        while ready := next((w for w in self.waiting if w.needs not in self.pending), None):
+            self.waiting.remove(ready)
+            self._fork(ready)
+
+    def _fork(self, waiting: _Request) -> None:
+        try:
+            pid = os.fork()
+            if pid == 0:
+                self._become(waiting.request, waiting.fds, waiting.conn)
+            child = _Child(pid, os.pidfd_open(pid), waiting.conn)
+        except Exception as err:  # no fork: the client then runs its process cold
+            _refuse(waiting, err)
+            return
+        for fd in waiting.fds:
+            os.close(fd)
+        self.by_pidfd[child.pidfd] = child
+        self.by_conn[waiting.conn.fileno()] = child
+
+    def _from_client(self, child: _Child) -> None:
+        try:
+            message = child.conn.recv(5)
+        except OSError:
+            message = b""
+        if not message:  # the client is gone (killed): so is its process
+            del self.by_conn[child.conn.fileno()]
+            signal_quietly(child.pid, signal.SIGKILL)
+        elif message[:1] == b"S" and len(message) == 5:
+            signal_quietly(child.pid, struct.unpack("!i", message[1:])[0])
+
+    def _reap(self, child: _Child) -> None:
+        """Wait for the child (its pidfd said it ended, or it was killed) and report its status."""
+        if child.pidfd in self.by_pidfd:
+            self._finish(child, os.waitpid(child.pid, 0)[1])
+
+    def _finish(self, child: _Child, status: int) -> None:
+        """The child has been waited for: tell its client how it ended and forget it."""
+        del self.by_pidfd[child.pidfd]
+        self.by_conn.pop(child.conn.fileno(), None)
+        os.close(child.pidfd)
+        _send(child.conn, b"X", status)
+        child.conn.close()
+
+    def _become(self, request: dict, fds: list[int], conn: socket.socket) -> None:
+        """In the child: take over the client's streams, environment and arguments; run; exit."""
+        global IN_CHILD, _CALLER
+        IN_CHILD, _CALLER = True, conn
+        code = 1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server gone (killed): so is the child
+            self.listener.close()
+            for child in self.by_pidfd.values():
+                os.close(child.pidfd)
+                child.conn.close()
+            for waiting in self.waiting:
+                _close_request(waiting)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            for sig in request.get("ignored", ()):  # what the caller ignores, as a cold python inherits it
+                signal.signal(sig, signal.SIG_IGN)
+            # A child forked while the server preloads: what was imported stays out of its collections.
+            gc.freeze()
+            gc.enable()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            _reconfigure_streams()
+            _apply_thread_count()
+            code = run_python(list(request["argv"]), request["cwd"])
+        except BaseException:  # noqa: BLE001 - the child must end here, never return into the server
+            traceback.print_exc()
+        finally:
+            report_exit(code)
+            os._exit(code)
+
+
+def report_exit(code: int) -> None:
+    """In a child: tell its client the exit code now, as the process ends (``processes.exit_without_teardown``
+    calls this before ``os._exit``); the server answers only between two imports, a second or more later while
+    it preloads. A child killed by a signal is the server's to report. Elsewhere: nothing."""
+    if _CALLER is not None:
+        _send(_CALLER, b"X", (code & 0xFF) << 8)
+
+
+def run_python(argv: list[str], cwd: str) -> int:
+    """Run ``python ARGV`` (``-m module args`` or ``script args``) in this process; its exit code.
+
+    As the interpreter would: ``sys.argv`` and ``sys.path[0]`` set the same way, an uncaught exception
+    printed, non-daemon threads joined and ``atexit`` handlers run before the exit.
+    """
+    code = 0
+    try:
+        if argv[0] == "-m":
+            sys.argv = argv[1:]
+            sys.path[0] = cwd
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as done:
+        code = _exit_code(done.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = 128 + signal.SIGINT
+    except BaseException:  # noqa: BLE001 - what the interpreter does with an uncaught exception
+        traceback.print_exc()
+        code = 1
+    run_exit_handlers()
+    return code
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _reconfigure_streams() -> None:
+    """stdout and stderr now write to the client's descriptors: buffer them as python would there."""
+    line_buffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=line_buffered or stream is sys.stderr or stream.isatty())
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
+def _apply_thread_count() -> None:
+    """torch's OpenMP pool took its size from the server's environment when it loaded: apply the
+    caller's ``OMP_NUM_THREADS`` (a cold interpreter would have read it at import)."""
+    torch = sys.modules.get("torch")
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if torch is not None and value.isdigit() and int(value) > 0 and int(value) != torch.get_num_threads():
+        torch.set_num_threads(int(value))
+
+
+def _recv_exactly(conn: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = conn.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            raise ConnectionError("the client closed the connection mid-request")
+        data += chunk
+    return bytes(data)
+
+
+def _refuse(waiting: _Request, err: Exception) -> None:
+    """Tell the client to run its process cold (a bad request, or no fork) and forget the request."""
+    print(f"ctpipe warm start: cannot serve a request: {err}", file=sys.stderr, flush=True)
+    _send(waiting.conn, b"C", 0)
+    _close_request(waiting)
+
+
+def _close_request(waiting: _Request) -> None:
+    for fd in waiting.fds:
+        os.close(fd)
+    waiting.conn.close()
+
+
+def _send(conn: socket.socket, kind: bytes, value: int) -> None:
+    try:
+        conn.sendall(kind + struct.pack("!i", value))
+    except OSError:
+        pass
+
+
+def _preload(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except Exception as err:  # noqa: BLE001 - the step that needs it imports it and reports the error
+        print(f"ctpipe warm start: did not preload {name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+
+
+def _listen(path: str) -> socket.socket:
+    """Listen on ``path``; the path appears only once connections are accepted (bind, listen, rename)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    staging = f"{path}.{os.getpid()}"
+    listener.bind(staging)
+    listener.listen(64)
+    os.rename(staging, path)
+    return listener
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m ctpipe.components.lib.warm_start.server SOCKET_PATH [MODULE ...]", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops `ctpipe run`, which closes our stdin
+    server = Server(_listen(argv[0]))
+    try:
+        server.serve(tuple(argv[1:]) or PRELOAD)
+    finally:
+        server.stop_children()
+        try:
+            os.unlink(argv[0])
+        except OSError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as the importable module, not as __main__: the children read IN_CHILD from there.
+    from ctpipe.components.lib.warm_start import server as _server
+
+    code = _server.main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)  # no teardown of the preloaded libraries (~0.3 s): nothing of them is in use here

@@ -1,0 +1,258 @@
+"""The blessing rules in TFX's terms, judged on paired intervals instead of point estimates.
+
+For each metric the evidence is the candidate's value and two PAIRED differences on the same test
+rows (the same bootstrap resamples): candidate − champion and candidate − the prior predictor (the
+class frequencies of this test split, whose argmax is the majority class). Differences are read as an
+*improvement* in the metric's better direction; with ``alpha = 1 - evaluate.confidence``:
+
+- value "baseline" (the default first-model floor): passes only when the improvement over the prior
+  predictor has its whole interval above zero, i.e. the candidate beats the trivial baseline with
+  evidence (one-sided test at level alpha/2).
+- value as a number: an absolute floor (a ceiling for lower-is-better metrics) on the point estimate,
+  as the user set it; its interval is reported beside it.
+- change_abs / change_rel (vs the champion): blocks only when the interval shows the improvement is
+  below the allowed change, i.e. its upper bound is below ``change_abs`` (or ``change_rel`` × the
+  champion's value). With the default 0 an equal candidate is blocked with probability at most
+  alpha/2 per metric, and one whose interval lies wholly below zero is blocked.
+
+Slices (see ``judgement.evaluate_slices``) use the same rules on their own paired intervals at a
+Bonferroni-corrected level.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ctpipe.components.lib.config import Threshold
+from ctpipe.components.lib.config.gate_sections import metric_direction
+from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.lib.metrics import (
+    ALL_METRICS,
+    Interval,
+    compute_metrics,
+    normal_interval,
+    paired_bootstrap,
+    percentile_interval,
+)
+
+
+class Scorer(Protocol):
+    """What the blessing needs from a task: its metrics, and the same metrics on paired resamples of the rows."""
+
+    def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]: ...
+
+    def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
+                         seed: int) -> dict[str, dict[str, np.ndarray]]: ...
+
+
+class _ClassProbabilities:
+    """The default scorer: class-probability metrics (``metrics.py``), for callers that pass no task."""
+
+    compute_metrics = staticmethod(compute_metrics)
+    paired_bootstrap = staticmethod(paired_bootstrap)
+
+
+CLASSIFICATION: Scorer = _ClassProbabilities()
+
+
+@dataclass
+class Check:
+    """One rule applied to one metric (optionally on one slice)."""
+
+    metric: str
+    kind: str  # value | value_baseline | change_abs | change_rel
+    passed: bool
+    message: str
+    slice: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Evidence:
+    """One metric's figures on one set of test rows; differences are candidate − reference, paired."""
+
+    candidate: Interval
+    champion: float | None = None
+    vs_champion: Interval | None = None
+    baseline: float | None = None
+    vs_baseline: Interval | None = None
+
+
+def higher_is_better(metric: str, rule: Threshold, directions: dict[str, bool] | None = None) -> bool:
+    """The rule's direction; ``auto`` resolves from the task's metrics (``directions``), then the built-in
+    classification metrics (log_loss is lower-is-better), then the metric's name (loss/error words).
+
+    Never a guess: a metric that none of these knows is a configuration error, because judging a
+    lower-is-better metric as higher-is-better blesses worse models."""
+    if rule.direction != "auto":
+        return rule.direction == "higher"
+    if directions and metric in directions:
+        return directions[metric]
+    if metric in ALL_METRICS:
+        return ALL_METRICS[metric]
+    by_name = metric_direction(metric)
+    if by_name is None:
+        raise ConfigError(
+            f"evaluate.thresholds.{metric}: cannot tell whether higher or lower is better for {metric!r}; "
+            f"set evaluate.thresholds.{metric}.direction to 'higher' or 'lower'"
+        )
+    return by_name == "max"
+
+
+def _improvement(diff: Interval, higher: bool) -> Interval:
+    return diff if higher else diff.flipped()
+
+
+def _ci(interval: Interval) -> str:
+    return f"{interval.confidence * 100:.4g}% CI"
+
+
+def value_check(
+    metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None,
+    directions: dict[str, bool] | None = None,
+) -> Check | None:
+    """The floor: an absolute bound on the value, or beating the prior predictor with evidence."""
+    if rule.value is None:
+        return None
+    higher = higher_is_better(metric, rule, directions)
+    prefix = f"slice {where}: " if where else ""
+    value = evidence.candidate.value
+    if rule.value == "baseline":
+        if evidence.vs_baseline is None or evidence.baseline is None:
+            return Check(metric, "value_baseline", False, f"{prefix}{metric}: no interval against the prior predictor", where)
+        gain = _improvement(evidence.vs_baseline, higher)
+        ok = math.isfinite(gain.low) and gain.low > 0
+        # The input-blind baseline is the task's: the class prior for a classifier, a unigram model for a LM.
+        figures = (f"{metric} {value:.4f} vs the prior predictor's {evidence.baseline:.4f} (the task's input-blind baseline) on these test rows: "
+                   f"gain {gain.value:+.4f}, {_ci(gain)} [{gain.low:+.4f}, {gain.high:+.4f}]")
+        verdict = ("beats the trivial baseline with evidence" if ok else
+                   "fails value threshold 'baseline': the interval of the gain does not lie above 0")
+        return Check(metric, "value_baseline", ok, f"{prefix}{figures}: {verdict}", where)
+    bound = float(rule.value)
+    ok = math.isfinite(value) and (value >= bound if higher else value <= bound)
+    iv = evidence.candidate
+    message = (f"{prefix}{metric} {value:.4f} {'meets' if ok else 'fails'} value threshold "
+               f"{'>=' if higher else '<='} {bound:.4f} ({_ci(iv)} [{iv.low:.4f}, {iv.high:.4f}])")
+    return Check(metric, "value", ok, message, where)
+
+
+def change_checks(
+    metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None,
+    directions: dict[str, bool] | None = None,
+) -> list[Check]:
+    """Absolute and relative change rules against the champion, judged on the paired interval."""
+    if evidence.vs_champion is None or evidence.champion is None:
+        return []
+    higher = higher_is_better(metric, rule, directions)
+    gain = _improvement(evidence.vs_champion, higher)
+    prefix = f"slice {where}: " if where else ""
+    base = (f"{prefix}{metric} {evidence.candidate.value:.4f} vs champion {evidence.champion:.4f}: improvement "
+            f"{gain.value:+.4f}, {_ci(gain)} [{gain.low:+.4f}, {gain.high:+.4f}]")
+    allowed: list[tuple[str, float, str]] = []
+    if rule.change_abs is not None:
+        allowed.append(("change_abs", rule.change_abs, f"allowed change {rule.change_abs:+.4f}"))
+    if rule.change_rel is not None:
+        limit = rule.change_rel * abs(evidence.champion)
+        allowed.append(("change_rel", limit, f"allowed change {rule.change_rel:+.2%} of the champion's value ({limit:+.4f})"))
+    checks = []
+    for kind, limit, text in allowed:
+        ok = math.isfinite(gain.high) and gain.high >= limit
+        verdict = (f"no evidence of a change below the {text}" if ok else
+                   f"the interval shows it worse than the {text}")
+        checks.append(Check(metric, kind, ok, f"{base}: {verdict}", where))
+    return checks
+
+
+def judge(
+    thresholds: dict[str, Threshold], evidence: dict[str, Evidence], *, where: str | None = None,
+    directions: dict[str, bool] | None = None,
+) -> list[Check]:
+    """Every check of ``thresholds`` on ``evidence``; a metric without evidence fails (a typo never blesses).
+
+    ``directions`` (metric -> higher is better) are the task's, for rules whose direction is ``auto``."""
+    checks: list[Check] = []
+    for metric, rule in thresholds.items():
+        if metric not in evidence:
+            if where is None:
+                checks.append(
+                    Check(metric, "value", False, f"{metric} was not computed for this model (roc_auc needs two classes)")
+                )
+            continue
+        check = value_check(metric, rule, evidence[metric], where=where, directions=directions)
+        if check is not None:
+            checks.append(check)
+        checks.extend(change_checks(metric, rule, evidence[metric], where=where, directions=directions))
+    return checks
+
+
+def interval_checks(rule: Threshold, has_champion: bool) -> int:
+    """How many interval-judged checks ``rule`` makes (the size of a multiple-comparison family)."""
+    count = 1 if rule.value == "baseline" else 0
+    if has_champion:
+        count += (rule.change_abs is not None) + (rule.change_rel is not None)
+    return count
+
+
+def slice_rules(
+    thresholds: dict[str, Threshold], slice_thresholds: dict[str, Threshold]
+) -> dict[str, Threshold]:
+    """Rules applied per slice: the explicit slice rules, else the change parts of the overall rules."""
+    if slice_thresholds:
+        return slice_thresholds
+    rules = {}
+    for metric, rule in thresholds.items():
+        if rule.change_abs is not None or rule.change_rel is not None:
+            rules[metric] = Threshold(
+                direction=rule.direction, change_abs=rule.change_abs, change_rel=rule.change_rel
+            )
+    return rules
+
+
+def collect_evidence(
+    y: np.ndarray,
+    p_candidate: np.ndarray,
+    p_champion: np.ndarray | None,
+    p_baseline: np.ndarray | None,
+    *,
+    samples: int,
+    seed: int,
+    confidence: float,
+    normal: bool = False,
+    scorer: Scorer | None = None,
+) -> dict[str, Evidence]:
+    """Every metric's evidence from ONE paired bootstrap of candidate, champion and baseline on these rows.
+
+    ``normal`` uses the bootstrap standard error with the normal quantile instead of percentiles (for the
+    extreme levels of a multiple-comparison correction).
+    """
+    scorer = scorer or CLASSIFICATION
+    models = {"candidate": p_candidate}
+    if p_baseline is not None:
+        models["baseline"] = p_baseline
+    if p_champion is not None:
+        models["champion"] = p_champion
+    points = {name: scorer.compute_metrics(y, p) for name, p in models.items()}
+    draws = scorer.paired_bootstrap(y, models, samples=samples, seed=seed)
+    interval = normal_interval if normal else percentile_interval
+    empty = np.array([])
+
+    def paired(metric: str, other: str) -> Interval:
+        diff = draws["candidate"].get(metric, empty) - draws[other].get(metric, empty) if draws[other] else empty
+        return interval(points["candidate"][metric] - points[other][metric], diff, confidence)
+
+    evidence = {}
+    for metric, value in points["candidate"].items():
+        evidence[metric] = Evidence(
+            candidate=interval(value, draws["candidate"].get(metric, empty), confidence),
+            champion=points["champion"][metric] if p_champion is not None else None,
+            vs_champion=paired(metric, "champion") if p_champion is not None else None,
+            baseline=points["baseline"][metric] if p_baseline is not None else None,
+            vs_baseline=paired(metric, "baseline") if p_baseline is not None else None,
+        )
+    return evidence

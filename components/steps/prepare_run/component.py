@@ -1,0 +1,42 @@
+"""KFP adapter: prepare_run."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+
+from ctpipe.components.lib.kfp_support import COMPONENT_IMAGE
+
+
+@dsl.component(base_image=COMPONENT_IMAGE, install_kfp_package=False)
+def prepare_run(
+    config_json: str,
+    config_overrides: str,
+    mlflow_tracking_uri: str,
+    pipeline_run_id: str,
+    trigger: str,
+    data_uri: str,
+    default_config_json: str = "",
+) -> NamedTuple("PreparedRun", [("config_json", str), ("mlflow_run_id", str)]):
+    """Validate the run's config and open its MLflow run.
+
+    ``default_config_json`` is the config the pipeline was compiled with: a run whose ``config_json`` is
+    empty gets it, not the laptop defaults."""
+    from collections import namedtuple
+
+    from ctpipe.components.lib.kfp_support import step_status
+
+    with step_status("prepare_run") as record:
+        # Imported inside the step, so its record counts the import time (components/lib/kfp_support.py).
+        from ctpipe.components.steps.prepare_run.prepare import prepare_run as prepare
+        prepared = prepare(
+            config_json,
+            config_overrides,
+            tracking_uri=mlflow_tracking_uri,
+            pipeline_run_id=pipeline_run_id,
+            trigger=trigger,
+            data_uri=data_uri,
+            default_config_json=default_config_json,
+        )
+        record.setup_seconds = prepared.mlflow_setup_seconds
+        record.result = {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": pipeline_run_id}
+    return namedtuple("PreparedRun", ["config_json", "mlflow_run_id"])(prepared.config_json, prepared.mlflow_run_id)

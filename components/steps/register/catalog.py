@@ -1,0 +1,86 @@
+"""Read-only views of the registered versions for the CLI: one plain dict per version."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ctpipe.components.steps.register.registry import COMPLETE_TAG, Registry
+
+METRIC_PREFIX = "ctpipe.metric."
+
+
+def _parse_json(text: str | None, default: Any) -> Any:
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _blessed(tags: dict[str, str]) -> bool | None:
+    value = tags.get("ctpipe.blessed")
+    return None if value is None else value == "true"
+
+
+def version_record(mv, aliases_by_version: dict[str, list[str]]) -> dict[str, Any]:
+    """The summary of one version that `ctpipe models list --json` prints."""
+    tags = dict(mv.tags or {})
+    number = str(mv.version)
+    return {
+        "version": number,
+        "aliases": sorted(aliases_by_version.get(number, [])),
+        "blessed": _blessed(tags),
+        "trigger": tags.get("ctpipe.trigger"),
+        "data_fingerprint": tags.get("ctpipe.data_fingerprint"),
+        "metrics": {
+            k[len(METRIC_PREFIX) :]: float(v) for k, v in sorted(tags.items()) if k.startswith(METRIC_PREFIX)
+        },
+        "pipeline_run_id": tags.get("ctpipe.pipeline_run_id"),
+        "run_id": mv.run_id,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((mv.creation_timestamp or 0) / 1000)),
+        "promotion": tags.get("ctpipe.promotion"),
+        "complete": tags.get(COMPLETE_TAG) == "complete",
+    }
+
+
+def _aliases_by_version(registry: Registry) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for alias, version in registry.aliases().items():
+        out.setdefault(version, []).append(alias)
+    return out
+
+
+def list_versions(registry: Registry) -> list[dict[str, Any]]:
+    """Every version, newest first (UserError when the model does not exist but others do: a mistyped name)."""
+    registry.require_model(empty_store_ok=True)
+    by_version = _aliases_by_version(registry)
+    return [version_record(mv, by_version) for mv in reversed(registry.versions())]
+
+
+def show_version(registry: Registry, version: str) -> dict[str, Any]:
+    """Everything recorded about one version (UserError when it does not exist)."""
+    mv = registry.get_version(version)
+    tags = dict(mv.tags or {})
+    record = version_record(mv, _aliases_by_version(registry))
+    record.update(
+        {
+            "source": mv.source,
+            "status": str(mv.status),
+            "blessing_reasons": _parse_json(tags.get("ctpipe.blessing_reasons"), []),
+            "compared_with": tags.get("ctpipe.compared_with") or None,
+            "evaluation": _parse_json(tags.get("ctpipe.evaluation"), {}),
+            "promotion_decision": tags.get("ctpipe.promotion_decision"),
+            "promoted_by": tags.get("ctpipe.promoted_by"),
+            "promotion_reason": tags.get("ctpipe.promotion_reason"),
+            "promoted_at": tags.get("ctpipe.promoted_at"),
+            "tags": {k: v for k, v in sorted(tags.items()) if k != "ctpipe.config"},
+            "config": _parse_json(tags.get("ctpipe.config"), {}),
+            "champion_history": [
+                e for e in registry.champion_history() if str(e.get("version")) == str(mv.version)
+            ],
+        }
+    )
+    return record

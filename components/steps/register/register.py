@@ -1,0 +1,352 @@
+"""Register the candidate as an MLflow model version with its lineage; promote it by compare-and-set.
+
+Order matters for safety: every artifact is logged on the run first, then the version is created with
+ALL its tags in one call (so no version ever exists without them), then ``challenger`` is set, and
+only then, when blessed and the champion is still the one evaluated against, ``champion`` moves.
+A retried step finds the version it already created by its registration key and does not create
+a second one; the search and the create run under the promotion lock so two attempts cannot race.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.data.files import sha256_local
+from ctpipe.components.lib.data.snapshot import Snapshot, load_snapshot
+from ctpipe.components.lib.data.split_files import take_rows
+from ctpipe.components.lib.handoffs import SanityOutcome, ValidationOutcome, read_sanity, read_validation
+from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http, log_step
+from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry, fault_point
+
+MODEL_ARTIFACT_DIR = "ctpipe"
+MODEL_FILE = "model.pt"
+PYFUNC_ARTIFACT_PATH = "model"
+# Rows of the input example stored with the pyfunc (its signature is inferred from them).
+EXAMPLE_ROWS = 5
+REFERENCE_FILES = ("suite.json", "reference_stats.json")
+# Tag values are text; keep the long ones readable in the UI and under backend limits.
+MAX_TAG_CHARS = 20000
+# The lineage every version registered from an export of this ctpipe carries, set in the call that creates
+# it (``lineage_tags``; plus ``ctpipe.metric.*``): the soak's audit and the tests hold versions to this list.
+LINEAGE_TAGS = (
+    "ctpipe.data_fingerprint", "ctpipe.data_uri", "ctpipe.snapshot_uri", "ctpipe.git_commit", "ctpipe.image",
+    "ctpipe.pipeline_run_id", "ctpipe.trigger", "ctpipe.blessed", "ctpipe.blessing_reasons", "ctpipe.compared_with",
+    "ctpipe.validation_warnings", "ctpipe.sanity", "ctpipe.config", "ctpipe.evaluation", "ctpipe.model_sha256",
+    KEY_TAG, COMPLETE_TAG, "ctpipe.checkpoint_step", "ctpipe.split", "ctpipe.train_keys_sha256", "ctpipe.task_code",
+)  # fmt: skip
+
+
+@dataclass
+class RegistrationResult:
+    """The version registered for this candidate and what happened to its aliases."""
+
+    version: str
+    aliases: list[str]
+    promoted: bool
+    promotion_reason: str
+    created: bool
+    champion: str | None = None
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "aliases": self.aliases,
+            "promoted": self.promoted,
+            "promotion_reason": self.promotion_reason,
+            "created": self.created,
+            "champion": self.champion,
+            "seconds": round(self.seconds, 3),
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+def register_candidate(
+    model_path: str,
+    snapshot_dir: str,
+    blessing_path: str,
+    config: Config,
+    *,
+    tracking_uri: str,
+    mlflow_run_id: str,
+    pipeline_run_id: str,
+    trigger: str,
+    reports: dict[str, str],
+    sanity_summary_path: str = "",
+) -> RegistrationResult:
+    """Register (idempotently), alias ``challenger``, and move ``champion`` by compare-and-set when blessed.
+
+    The lineage tags take the validation verdict from the snapshot's ``validation.json`` and the sanity
+    gate from ``sanity_summary_path`` (the sanity step's summary JSON); ``reports`` are logged as files.
+    """
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    blessing = json.loads(Path(blessing_path).read_text())
+    snapshot = load_snapshot(snapshot_dir)
+    sha = sha256_local(model_path)
+    key = registration_key(pipeline_run_id, sha)
+    reg_cfg = config.registry
+    validation, sanity = read_validation(snapshot_dir), read_sanity(sanity_summary_path)
+    with bounded_mlflow_http():
+        registry = Registry(tracking_uri, reg_cfg)
+        registry.ensure_registered_model()
+        version = registry.find_by_key(mlflow_run_id, key)
+        created = False
+        if version is None:
+            t = time.perf_counter()
+            log_run_artifacts(tracking_uri, mlflow_run_id, model_path, snapshot, reports, blessing_path,
+                              RetryPolicy.of(reg_cfg))
+            timings["log_artifacts"] = time.perf_counter() - t
+            fault_point("after_artifacts")
+            run = registry.call(
+                lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
+            )
+            tags = version_tags(
+                snapshot=snapshot,
+                snapshot_dir=snapshot_dir,
+                blessing=blessing,
+                config=config,
+                run_tags=dict(run.data.tags),
+                validation=validation,
+                sanity=sanity,
+                pipeline_run_id=pipeline_run_id,
+                trigger=trigger,
+                key=key,
+                model_sha256=sha,
+            )
+            source = f"{run.info.artifact_uri.rstrip('/')}/{PYFUNC_ARTIFACT_PATH}"
+            t = time.perf_counter()
+            version, created = _create_once(registry, mlflow_run_id, key, source, tags)
+            timings["create_version"] = time.perf_counter() - t
+            fault_point("after_create")
+        number = str(version.version)
+        client = registry.client
+        registry.call(
+            lambda: client.set_registered_model_alias(reg_cfg.model_name, reg_cfg.challenger_alias, number),
+            f"set alias '{reg_cfg.challenger_alias}' on version {number}",
+        )
+        promotion = _promote(registry, number, blessing)
+        registry.call(
+            lambda: client.set_model_version_tag(
+                reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason
+            ),
+            f"record the promotion decision on version {number}",
+        )
+        aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
+    return RegistrationResult(
+        version=number,
+        aliases=aliases,
+        promoted=promotion.promoted,
+        promotion_reason=promotion.reason,
+        created=created,
+        champion=promotion.champion,
+        seconds=time.perf_counter() - started,
+        timings=timings,
+    )
+
+
+# --- helpers of the step -----------------------------------------------------------------------
+
+
+def registration_key(pipeline_run_id: str, model_sha256: str) -> str:
+    """One key per pipeline run and candidate file: a retried step reuses the version it created."""
+    return f"{pipeline_run_id}/{model_sha256[:16]}"
+
+
+def current_image() -> str:
+    """The image this step runs in: CTPIPE_IMAGE when set, the project image inside a pod, else 'local'."""
+    if os.environ.get("CTPIPE_IMAGE"):
+        return os.environ["CTPIPE_IMAGE"]
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        from ctpipe.components.lib.kfp_support import COMPONENT_IMAGE
+
+        return COMPONENT_IMAGE
+    return "local (no container image)"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - 20] + " …[truncated]"
+
+
+def pip_requirements() -> list[str]:
+    """Pinned requirements of the pyfunc model, given explicitly (inference would cost ~10 s)."""
+    import fsspec
+    import mlflow
+    import numpy
+    import pandas
+    import pyarrow
+    import torch
+    import yaml
+
+    return [
+        f"mlflow=={mlflow.__version__}",
+        f"torch=={torch.__version__.split('+')[0]}",
+        f"pandas=={pandas.__version__}",
+        f"numpy=={numpy.__version__}",
+        f"pyarrow=={pyarrow.__version__}",
+        f"fsspec=={fsspec.__version__}",
+        f"pyyaml=={yaml.__version__}",
+    ]
+
+
+def _first_rows(snapshot: Snapshot, rows: int) -> pd.DataFrame:
+    """The first ``rows`` of the test split (of train when test is empty), reading only their row groups:
+    a split can be larger than the step's memory."""
+    split = "test" if snapshot.rows("test") else "train"
+    return take_rows(snapshot.root / f"{split}.parquet", np.arange(min(rows, snapshot.rows(split))))
+
+
+def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> Path:
+    """Save the pyfunc wrapper with signature and input example into ``out_dir/model``."""
+    import mlflow.pyfunc
+    from mlflow.models import infer_signature
+
+    from ctpipe.components.steps.register import pyfunc_entry
+    from ctpipe.components.tasks.export import load_model_export
+    from ctpipe.components.tasks.outputs import check_served_order, check_served_rows
+
+    example = _first_rows(snapshot, EXAMPLE_ROWS)[snapshot.schema.all_features]
+    exported = load_model_export(model_file)
+    output = exported.serve(example)
+    # The pyfunc's callers pair its output rows with their input rows: refused before any version exists.
+    check_served_rows(exported.task, output, len(example))
+    check_served_order(exported.task, output, exported.serve(example.iloc[::-1]))
+    target = out_dir / PYFUNC_ARTIFACT_PATH
+    mlflow.pyfunc.save_model(
+        path=str(target),
+        python_model=pyfunc_entry.__file__,
+        artifacts={"export": str(model_file)},
+        signature=infer_signature(example, output),
+        input_example=example,
+        pip_requirements=pip_requirements(),
+        metadata={"ctpipe_format": exported.metadata.get("format", "ctpipe.model/v1")},
+    )
+    return target
+
+
+def version_tags(
+    *,
+    snapshot: Snapshot,
+    snapshot_dir: str,
+    blessing: dict[str, Any],
+    config: Config,
+    run_tags: dict[str, str],
+    validation: ValidationOutcome,
+    sanity: SanityOutcome,
+    pipeline_run_id: str,
+    trigger: str,
+    key: str,
+    model_sha256: str,
+) -> dict[str, str]:
+    """Every lineage tag of the version (set in the same call that creates it)."""
+    tags = {
+        "ctpipe.data_fingerprint": snapshot.fingerprint,
+        "ctpipe.data_uri": snapshot.data_uri,
+        "ctpipe.snapshot_uri": str(Path(snapshot_dir).resolve())
+        if "://" not in snapshot_dir
+        else snapshot_dir,
+        "ctpipe.git_commit": run_tags.get("ctpipe.git_commit", "") or "unknown",
+        "ctpipe.image": current_image(),
+        "ctpipe.pipeline_run_id": pipeline_run_id,
+        "ctpipe.trigger": trigger,
+        "ctpipe.blessed": "true" if blessing.get("blessed") else "false",
+        "ctpipe.blessing_reasons": _clip(json.dumps(blessing.get("reasons", []))),
+        "ctpipe.compared_with": str(blessing.get("champion_version") or ""),
+        "ctpipe.validation_warnings": _clip(json.dumps(validation.warnings)),
+        "ctpipe.sanity": _clip(json.dumps({"status": sanity.status, "checks": sanity.figures()})),
+        "ctpipe.config": _clip(config.to_json()),
+        "ctpipe.evaluation": _clip(
+            json.dumps(
+                {
+                    "intervals": blessing.get("intervals"),
+                    "differences": blessing.get("differences"),
+                    "champion_metrics": blessing.get("champion_metrics"),
+                    "failed_slices": [s["slice"] for s in blessing.get("slices", []) if s.get("blocking")],
+                    "test_rows": blessing.get("test_rows"),
+                }
+            )
+        ),
+        # Which task code made the model (entrypoint, distribution version, source digest): a champion scored
+        # later by other code is reported as such (components/steps/evaluate/champion_task.py).
+        "ctpipe.task_code": _clip(json.dumps(blessing["task_code"])) if blessing.get("task_code") else "not recorded",
+        "ctpipe.model_sha256": model_sha256,
+        KEY_TAG: key,
+        COMPLETE_TAG: "complete",
+    }
+    for name, value in (blessing.get("candidate_metrics") or {}).items():
+        tags[f"ctpipe.metric.{name}"] = f"{float(value):.6g}"
+    meta = blessing.get("model_metadata") or {}
+    if "step" in meta:
+        tags["ctpipe.checkpoint_step"] = str(meta["step"])
+    if meta.get("split"):
+        # How the training rows were chosen and which they were (digest), beside the data fingerprint.
+        tags["ctpipe.split"] = _clip(json.dumps({k: v for k, v in meta["split"].items() if k != "partitions"}))
+        tags["ctpipe.train_keys_sha256"] = str(meta["split"].get("train_keys_sha256", ""))
+    return tags
+
+
+def log_run_artifacts(
+    tracking_uri: str,
+    run_id: str,
+    model_path: str,
+    snapshot: Snapshot,
+    reports: dict[str, str],
+    blessing_path: str,
+    retry: RetryPolicy,
+) -> None:
+    """Everything the version needs, on its source run (re-logging on retry overwrites the same paths)."""
+    with tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp:
+        model_file = Path(tmp) / MODEL_FILE
+        shutil.copyfile(model_path, model_file)  # the pyfunc model keeps the file's name
+        pyfunc_dir = build_pyfunc_model(model_file, snapshot, Path(tmp))
+        files = {
+            f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}": model_file,
+            PYFUNC_ARTIFACT_PATH: pyfunc_dir,
+            **{f"reference/{name}": snapshot.root / name for name in REFERENCE_FILES},
+            **{f"reports/{name}.md": path for name, path in reports.items()},
+            "reports/blessing.json": blessing_path,
+        }
+        log_step(tracking_uri, run_id, "registration", files=files, retry=retry)
+
+
+def _create_once(registry: Registry, run_id: str, key: str, source: str, tags: dict[str, str]):
+    """Create the version unless an earlier or concurrent attempt did (search and create under the lock)."""
+
+    def attempt():
+        # Search again on every retry: a create whose response was lost may have succeeded.
+        existing = registry.find_by_key(run_id, key, retry=False)
+        if existing is not None:
+            return existing, False
+        created = registry.client.create_model_version(
+            registry.name, source, run_id=run_id, tags=tags, await_creation_for=60
+        )
+        return created, True
+
+    with registry.locked():
+        return registry.call(attempt, f"create a version of '{registry.name}'")
+
+
+def _promote(registry: Registry, version: str, blessing: dict[str, Any]) -> Promotion:
+    if not blessing.get("blessed"):
+        first = (blessing.get("reasons") or ["no reason recorded"])[0]
+        current = registry.alias_version(registry.config.champion_alias)
+        return Promotion(
+            False, current, blessing.get("champion_version"), f"not promoted: not blessed ({first})"
+        )
+    return registry.promote_if_unchanged(
+        version,
+        blessing.get("champion_version"),
+        reason="blessed by evaluation: " + "; ".join(blessing.get("reasons", []))[:2000],
+    )

@@ -1,0 +1,399 @@
+"""Safe operations on the MLflow model registry: compare-and-set promotions, rollback, champion history.
+
+Every alias move happens under the promotion lock (``lock.py``) and re-checks what it compares against.
+Champion history is a stack of versions kept as a tag on the registered model; automatic and manual
+promotions push, rollback pops. Each promotion is also recorded on the version itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ctpipe.components.lib.config import RegistryConfig
+from ctpipe.components.lib.errors import UserError
+from ctpipe.components.lib.tracking import (  # also sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
+    RetryPolicy,
+    error_code,
+)
+from ctpipe.components.steps.register.lock import PromotionLock
+
+T = TypeVar("T")
+
+STACK_TAG = "ctpipe.champion_stack"
+HISTORY_TAG = "ctpipe.champion_history"
+COMPLETE_TAG = "ctpipe.registration"  # "complete" on every version ctpipe created
+KEY_TAG = "ctpipe.registration_key"
+MAX_STACK = 100
+MAX_HISTORY = 50
+
+
+# TEST-ONLY fault hook (tests/components/steps/register/test_faults.py, benchmarks/soak.py), never part of a user config:
+# CTPIPE_TEST_REGISTRATION_FAULT=POINT sends this process a SIGKILL at POINT of a registration:
+# ``after_artifacts`` (artifacts logged, no version yet), ``after_create`` (the version exists with all its
+# tags, no alias yet), ``in_promotion_lock`` (holding the promotion lock, the champion not yet judged).
+REGISTRATION_FAULT_ENV = "CTPIPE_TEST_REGISTRATION_FAULT"
+
+
+def fault_point(name: str) -> None:
+    """Die here, abruptly, when the test-only fault names this point (see REGISTRATION_FAULT_ENV)."""
+    if os.environ.get(REGISTRATION_FAULT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def recorded_champion_alias(version: Any) -> str | None:
+    """The champion alias in the config a version was registered with (``ctpipe.config``), if readable."""
+    try:
+        config = json.loads((version.tags or {}).get("ctpipe.config", ""))
+    except ValueError:  # absent, or clipped to the tag limit
+        return None
+    alias = config.get("registry", {}).get("champion_alias") if isinstance(config, dict) else None
+    return alias if isinstance(alias, str) else None
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class Promotion:
+    """What a promotion attempt did."""
+
+    promoted: bool
+    champion: str | None
+    previous: str | None
+    reason: str
+
+
+class Registry:
+    """The registered model ``config.model_name`` on ``tracking_uri``, with retries on every call."""
+
+    def __init__(self, tracking_uri: str, config: RegistryConfig) -> None:
+        import mlflow
+
+        self.uri = tracking_uri
+        self.config = config
+        self.name = config.model_name
+        self.client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        self.lock = PromotionLock(self.client, self.name, config, self.call)
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def call(self, fn: Callable[[], T], what: str) -> T:
+        """``fn()`` with the configured bounded retries on transient failures."""
+        return RetryPolicy.of(self.config).call(fn, what)
+
+    def ensure_registered_model(self) -> None:
+        """Create the registered model unless it exists (a concurrent creator is fine)."""
+        from mlflow.exceptions import MlflowException
+
+        def create() -> None:
+            try:
+                self.client.create_registered_model(
+                    self.name,
+                    description="Tabular classifier trained by the ctpipe continuous-training pipeline.",
+                )
+            except MlflowException as err:
+                if error_code(err) != "RESOURCE_ALREADY_EXISTS":
+                    raise
+
+        self.call(create, f"create registered model '{self.name}'")
+
+    def aliases(self) -> dict[str, str]:
+        """Alias -> version (as text: SQLite gives ints, HTTP strings)."""
+        from mlflow.exceptions import MlflowException
+
+        def get() -> dict[str, str]:
+            try:
+                model = self.client.get_registered_model(self.name)
+            except MlflowException as err:
+                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                    return {}
+                raise
+            return {alias: str(version) for alias, version in (model.aliases or {}).items()}
+
+        return self.call(get, f"read the aliases of '{self.name}'")
+
+    def alias_version(self, alias: str) -> str | None:
+        return self.aliases().get(alias)
+
+    def model_tags(self) -> dict[str, str]:
+        from mlflow.exceptions import MlflowException
+
+        def get() -> dict[str, str]:
+            try:
+                return dict(self.client.get_registered_model(self.name).tags or {})
+            except MlflowException as err:
+                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                    return {}
+                raise
+
+        return self.call(get, f"read the tags of '{self.name}'")
+
+    def require_model(self, *, empty_store_ok: bool = False) -> None:
+        """UserError unless the registered model exists, naming those that do (a mistyped name is not empty);
+        with ``empty_store_ok``, a store that has no registered model at all (nothing registered yet) passes."""
+        from mlflow.exceptions import MlflowException
+
+        from ctpipe.components.steps.register.lock import LOCK_SUFFIX
+
+        def exists() -> bool:
+            try:
+                self.client.get_registered_model(self.name)
+                return True
+            except MlflowException as err:
+                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
+                    return False
+                raise
+
+        if self.call(exists, f"read registered model '{self.name}'"):
+            return
+        names = self.call(lambda: [m.name for m in self.client.search_registered_models(max_results=1000)],
+                          "list registered models")
+        others = sorted(n for n in names if not n.endswith(LOCK_SUFFIX))
+        if empty_store_ok and not others:
+            return
+        found = ", ".join(others) or "none"
+        raise UserError(
+            f"there is no registered model '{self.name}' at {self.uri}; registered models: {found}. Pass the "
+            "pipeline's --config (registry.model_name) or --model-name."
+        )
+
+    def get_version(self, version: str):
+        """The model version, or a UserError naming the versions that exist."""
+        from mlflow.exceptions import MlflowException
+
+        text = str(version).strip()
+        if not text.isdigit():
+            raise UserError(
+                f"model version '{version}' is not a version number; run 'ctpipe models list' to see them"
+            )
+
+        def get():
+            try:
+                return self.client.get_model_version(self.name, text)
+            except MlflowException as err:
+                if error_code(err) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                    return None
+                raise
+
+        found = self.call(get, f"read version {text} of '{self.name}'")
+        if found is None:
+            self.require_model()
+            existing = ", ".join(str(v.version) for v in self.versions()) or "none"
+            raise UserError(
+                f"model '{self.name}' has no version {text}; existing versions: {existing}. "
+                "Run 'ctpipe models list' to see them."
+            )
+        return found
+
+    def versions(self) -> list:
+        """Every version of the model, oldest first."""
+        versions = self.call(
+            lambda: list(self.client.search_model_versions(f"name = '{self.name}'", max_results=10000)),
+            f"list versions of '{self.name}'",
+        )
+        return sorted(versions, key=lambda v: int(v.version))
+
+    def find_by_key(self, run_id: str, key: str, *, retry: bool = True):
+        """The version this run already registered for ``key``, if any (idempotent registration)."""
+
+        def search():
+            return list(
+                self.client.search_model_versions(
+                    f"name = '{self.name}' and run_id = '{run_id}'", max_results=1000
+                )
+            )
+
+        found = self.call(search, f"search versions of run {run_id}") if retry else search()
+        matches = [v for v in found if (v.tags or {}).get(KEY_TAG) == key]
+        return min(matches, key=lambda v: int(v.version)) if matches else None
+
+    # --- the lock (lock.py) ------------------------------------------------------------------------
+
+    @property
+    def lock_name(self) -> str:
+        return self.lock.name
+
+    def locked(self, wait_seconds: float = 120.0):
+        """Hold the promotion lock inside the block (see ``PromotionLock``)."""
+        return self.lock.held(wait_seconds)
+
+    # --- champion history ------------------------------------------------------------------------
+
+    def champion_stack(self) -> list[str]:
+        return [str(v) for v in json.loads(self.model_tags().get(STACK_TAG, "[]"))]
+
+    def champion_history(self) -> list[dict[str, Any]]:
+        return json.loads(self.model_tags().get(HISTORY_TAG, "[]"))
+
+    def _move_champion(
+        self, version: str, *, kind: str, by: str, reason: str, previous: str | None, pop: bool
+    ) -> None:
+        """Point the champion alias at ``version`` and record it (call with the lock held)."""
+        stack = self.champion_stack()
+        if pop:
+            stack = stack[:-1]
+        else:
+            if previous is not None and (not stack or stack[-1] != previous):
+                stack.append(previous)  # a champion set outside ctpipe: remember it for rollback
+            stack.append(version)
+        history = self.champion_history()
+        history.append(
+            {
+                "version": version,
+                "previous": previous,
+                "kind": kind,
+                "by": by,
+                "reason": reason,
+                "at": _now_iso(),
+            }
+        )
+        c = self.client
+        tags = {
+            "ctpipe.promotion": kind,
+            "ctpipe.promoted_at": _now_iso(),
+            "ctpipe.promoted_by": by,
+            "ctpipe.promotion_reason": reason,
+        }
+        self.lock.assert_held()
+        # Record on the version first: if we die between the calls the alias never points at an unrecorded promotion.
+        for key, value in tags.items():
+            self.call(
+                lambda k=key, v=value: c.set_model_version_tag(self.name, version, k, v),
+                f"tag version {version}",
+            )
+        self.lock.assert_held()  # again: those retried calls can outlast the lock's TTL on a slow MLflow
+        self.call(
+            lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version),
+            "move the champion alias",
+        )
+        self.call(
+            lambda: c.set_registered_model_tag(self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])),
+            "record champion stack",
+        )
+        self.call(
+            lambda: c.set_registered_model_tag(self.name, HISTORY_TAG, json.dumps(history[-MAX_HISTORY:])),
+            "record champion history",
+        )
+
+    def _record_cut_off_move(self, version: str, previous: str | None) -> None:
+        """Record a move to ``version`` whose attempt was cut off after the alias moved (call with the lock held).
+
+        ``_move_champion`` tags the version before it moves the alias and writes the stack and history after:
+        the alias on a version tagged promoted, with a history not ending at it, is such a move. Its retry
+        finds the version already champion; without this the stack and history would never show it."""
+        history = self.champion_history()
+        if history and str(history[-1].get("version")) == version:
+            return
+        tags = self.get_version(version).tags or {}
+        if tags.get("ctpipe.promotion") not in ("auto", "manual"):
+            return  # the alias was set outside ctpipe (or by a rollback, which pops): nothing of ours to complete
+        if history and tags.get("ctpipe.promoted_at", "") < str(history[-1].get("at", "")):
+            return  # promoted before the last recorded move: the alias was set back to it outside ctpipe
+        previous = previous if previous is not None else (str(history[-1]["version"]) if history else None)
+        stack = self.champion_stack()
+        if stack[-1:] == [version]:
+            self._write_stack(stack[:-1])  # the cut-off attempt wrote the stack but not the history
+        self._move_champion(version, kind=tags["ctpipe.promotion"], by=tags.get("ctpipe.promoted_by", "pipeline"),
+                            reason=tags.get("ctpipe.promotion_reason", ""), previous=previous, pop=False)
+
+    def promote_if_unchanged(
+        self, version: str, expected: str | None, *, reason: str, by: str = "pipeline"
+    ) -> Promotion:
+        """Compare-and-set: make ``version`` champion only if the champion is still ``expected``."""
+        version = str(version)
+        with self.locked():
+            fault_point("in_promotion_lock")
+            current = self.alias_version(self.config.champion_alias)
+            if current == version:
+                self._record_cut_off_move(version, str(expected) if expected is not None else None)
+                return Promotion(True, version, expected, f"version {version} is already the champion")
+            if current != (str(expected) if expected is not None else None):
+                return Promotion(
+                    False,
+                    current,
+                    expected,
+                    f"not promoted: the champion changed from {'version ' + str(expected) if expected else 'none'} "
+                    f"(the one this candidate was evaluated against) to version {current} while this run was "
+                    f"evaluating; the candidate stays '{self.config.challenger_alias}'. Re-run the pipeline to "
+                    f"evaluate against the new champion, or promote by hand with 'ctpipe models promote {version}'.",
+                )
+            self._move_champion(version, kind="auto", by=by, reason=reason, previous=current, pop=False)
+            return Promotion(
+                True,
+                version,
+                current,
+                f"promoted to champion (replacing {'version ' + current if current else 'none'})",
+            )
+
+    def promote_manual(self, version: str, *, reason: str, by: str) -> Promotion:
+        """Make ``version`` champion by hand, recorded as manual with who and why."""
+        mv = self.get_version(version)
+        if (mv.tags or {}).get(COMPLETE_TAG) != "complete":
+            raise UserError(
+                f"version {mv.version} of '{self.name}' was not registered completely by ctpipe (tag "
+                f"{COMPLETE_TAG}=complete missing), so it cannot become champion; register it again."
+            )
+        alias = self.config.champion_alias
+        recorded = recorded_champion_alias(mv)
+        in_use = self.aliases() if recorded is not None and recorded != alias else {}
+        if recorded in in_use and alias not in in_use:
+            # Its pipeline reads another alias, in use here: moving this unused one would change nothing it serves
+            # or compares with (an alias renamed since, and already in use, is not refused).
+            raise UserError(
+                f"version {mv.version} of '{self.name}' was registered by a pipeline whose champion alias is "
+                f"'{recorded}' (registry.champion_alias), but this would move '{alias}'. Pass that pipeline's "
+                f"--config, or --set registry.champion_alias={recorded}."
+            )
+        with self.locked():
+            current = self.alias_version(self.config.champion_alias)
+            if current == str(mv.version):
+                self._record_cut_off_move(current, None)
+                return Promotion(False, current, current, f"version {current} is already the champion")
+            self._move_champion(
+                str(mv.version), kind="manual", by=by, reason=reason, previous=current, pop=False
+            )
+            tags = mv.tags or {}
+            unblessed = ""
+            if tags.get("ctpipe.blessed") != "true":  # allowed (a human's call), but said, with evaluation's reason
+                try:
+                    why = (json.loads(tags.get("ctpipe.blessing_reasons") or "[]") or ["no reason recorded"])[0]
+                except ValueError:  # clipped to the tag limit
+                    why = "see 'ctpipe models show'"
+                unblessed = f" (note: evaluation did not bless version {mv.version}: {why})"
+            return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {reason}{unblessed}")
+
+    def rollback(self, *, reason: str, by: str) -> Promotion:
+        """Move the champion back to the previous champion on the stack."""
+        with self.locked():
+            current = self.alias_version(self.config.champion_alias)
+            stack = self.champion_stack()
+            if current is None:
+                self.require_model()
+                raise UserError(f"model '{self.name}' has no champion, so there is nothing to roll back")
+            if not stack or stack[-1] != current:
+                stack = [*stack, current]
+            if len(stack) < 2:
+                raise UserError(
+                    f"version {current} is the first recorded champion of '{self.name}'; there is no previous "
+                    "champion to roll back to (use 'ctpipe models promote VERSION' to choose one)"
+                )
+            target = stack[-2]
+            self.get_version(target)
+            self._write_stack(stack)
+            self._move_champion(target, kind="rollback", by=by, reason=reason, previous=current, pop=True)
+            return Promotion(True, target, current, f"rolled back from version {current} to version {target}")
+
+    def _write_stack(self, stack: list[str]) -> None:
+        self.call(
+            lambda: self.client.set_registered_model_tag(
+                self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])
+            ),
+            "record champion stack",
+        )

@@ -1,0 +1,372 @@
+"""Sanity checks: cheap tests of the configured model on a sample of the real data, before training.
+
+They follow the seed guides' "trustworthy skeleton" advice and fail the run on a hard failure:
+
+* the task's ``init_losses`` (``Task.init_losses``), e.g. for classification ``init_loss_uniform``: with
+  the output layer initialised to a uniform prior the loss at init is ln C = -log(1/C) for C classes
+  (torch's default init is reported as ``init_loss_default``); ``init_loss_prior``: with the head bias
+  set to the log class prior (which the trainer uses), the loss at init is the label entropy H(prior);
+* ``input_dependence``: the output changes with the input;
+* ``gradients_flow``: every trainable parameter gets a non-zero, finite gradient at init;
+* ``batch_independence`` (eval mode) and ``batch_independence_train_mode``: no row's output depends on
+  another row's input, for every pair of rows of a small batch (gradients and perturbations);
+* ``overfit_one_batch``: a tiny batch of at least two classes is memorised (100% accuracy, near-zero loss);
+* ``loss_decreases``: the short training lowers the per-row loss of the sample beyond its noise;
+* ``beats_zero_input_baseline``: after the same short training the model beats, on held-out rows and
+  beyond the noise of the per-row loss difference, the same model fed zeroed inputs;
+* ``finite``: no NaN/Inf in any loss or gradient; ``first_batch_roundtrip``: the first batch's tensors
+  decode back to the raw values (and are saved as an artifact).
+
+Every training here is the trainer's own optimizer step (``short_training.run_steps``: AdamW, the
+warmup + cosine schedule, clipping, accumulation) on one process, so a bug there is gated too. The
+training checks (overfit, short training, finite) train and score in the precision the trainer will
+compute in (``short_training.trainer_precision``); the structural ones stay exact in fp32.
+``check_model`` runs them all; ``gate.run_sanity_checks`` is the step around it (sample, dump, report).
+Models are called ``model(*inputs)`` on the task's examples; examples are indexed along dimension 0.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ctpipe.components.lib.config import Config
+from ctpipe.components.steps.sanity_checks.independence import check_batch_independence
+from ctpipe.components.steps.sanity_checks.paired_gain import PairedGain, paired_gain
+from ctpipe.components.steps.sanity_checks.report import SanityResult
+from ctpipe.components.steps.sanity_checks.sample import SanityData
+from ctpipe.components.steps.sanity_checks.short_training import (
+    LossFn,
+    StepTracker,
+    TrainerPrecision,
+    eval_logits,
+    eval_loss,
+    row_losses,
+    run_steps,
+    trainer_init,
+    trainer_precision,
+)
+from ctpipe.components.tasks.protocol import CheckResult
+
+__all__ = ["CheckResult", "SanityResult", "check_model"]
+
+INPUT_DEPENDENCE_MIN = 1e-6
+GRADIENT_ROWS = 64
+# Trainer steps after which a parameter without a gradient at init is asked again (zero-initialised layers).
+GRADIENT_RETRY_STEPS = 5
+
+
+def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task: Any, *,
+                loss_fn: LossFn | None = None) -> list[CheckResult]:
+    """Run every model check with fresh models from ``factory`` (each seeded), the task and ``loss_fn``
+    (None: the task's own loss)."""
+    tracker = StepTracker()
+    timed: list[CheckResult] = []
+    ctx = CheckContext(factory, data, task, loss_fn or task.loss, loss_fn, trainer_precision(cfg))
+
+    def timed_run(fn, *args):
+        start = time.perf_counter()
+        res = fn(*args)
+        items = res if isinstance(res, list) else [res]
+        for item in items:
+            item.seconds = (time.perf_counter() - start) / len(items)
+        timed.extend(items)
+
+    timed_run(check_init_loss, ctx, cfg.sanity.init_loss_tolerance)
+    timed_run(check_input_dependence, ctx, cfg)
+    timed_run(check_gradients_flow, ctx, cfg)
+    timed_run(check_independence, ctx, cfg)
+    timed_run(task_checks, ctx)
+    timed_run(check_overfit_one_batch, ctx, cfg, tracker)
+    timed_run(check_short_training, ctx, cfg, tracker)
+    timed.append(check_finite(tracker, ctx.precision))
+    return timed
+
+
+def task_checks(ctx: CheckContext) -> list[CheckResult]:
+    """The task's own checks (``Task.extra_checks``), e.g. causality and next-token targets for a language model."""
+    return list(ctx.task.extra_checks(ctx.factory, ctx.data.train, ctx.data.state))
+
+
+class CheckContext:
+    """What every check needs: fresh models, the sample, the task, the training loss and the per-row loss."""
+
+    def __init__(self, factory, data: SanityData, task, loss_fn, custom_loss, precision: TrainerPrecision) -> None:
+        self.factory, self.data, self.task, self.loss_fn, self.custom_loss = factory, data, task, loss_fn, custom_loss
+        self.precision = precision  # what the training checks train and score in: the trainer's
+        # Set when a parameter gets no gradient, or the output does not vary, at init (zero-initialised layers):
+        # the independence checks then look at the model after that many steps, when every layer shows.
+        self.warm_up_steps = 0
+
+    def trained_init(self):
+        """A fresh model initialised as the trainer does it, on the train sample's targets."""
+        return trainer_init(self.factory(), self.task, self.data.state, self.data.train.targets)
+
+    def row_losses(self, model, batch):
+        return row_losses(model, self.task, batch, self.custom_loss, self.precision.autocast)
+
+
+# --- the checks, in the order check_model runs them ------------------------------------------------
+
+
+def check_init_loss(ctx: CheckContext, tol: float) -> list[CheckResult]:
+    """The task's expected losses at initialisation (``Task.init_losses``), each on a fresh model.
+
+    For classification: ln C with a uniform output layer, H(prior) with the prior bias (the trainer's
+    initialisation), and torch's raw default init as a warning (its logits have a spread of their own).
+    """
+    out = []
+    for case in ctx.task.init_losses(ctx.data.train.targets, ctx.data.state, tol):
+        model = ctx.factory()
+        if not case.applies(model):
+            continue
+        case.initialise(model)
+        loss = eval_loss(model, ctx.loss_fn, ctx.data.train)
+        ok = abs(loss - case.expected) <= case.tolerance
+        out.append(CheckResult(
+            case.name, ok, loss, f"abs(loss - {case.expected:.4f}) <= {case.tolerance:.4f}",
+            f"loss at init {loss:.4f} vs {case.what}" + ("" if ok or case.severity == "warning" else case.hint),
+            severity=case.severity))
+    return out
+
+
+def check_input_dependence(ctx: CheckContext, cfg: Config) -> CheckResult:
+    """The output at init varies across examples (a model that ignores its input does not); an output that
+    does not vary at init (a zero-initialised head) is asked again after ``GRADIENT_RETRY_STEPS`` of the
+    trainer's steps."""
+    sample = ctx.data.train.select(slice(0, 256))
+    model = ctx.factory()
+    logits = eval_logits(model, sample.inputs)
+    spread = float(logits.std(dim=0).max()) if len(logits) > 1 else 0.0
+    when = "at init"
+    if not spread > INPUT_DEPENDENCE_MIN and len(logits) > 1:
+        run_steps(model, ctx.loss_fn, sample, cfg, steps=GRADIENT_RETRY_STEPS, batch_size=len(sample), seed=3,
+                  tracker=StepTracker(), where="input_dependence")
+        spread = float(eval_logits(model, sample.inputs).std(dim=0).max())
+        when = f"after {GRADIENT_RETRY_STEPS} training steps (none at init: a zero-initialised output layer?)"
+        ctx.warm_up_steps = GRADIENT_RETRY_STEPS
+    ok = spread > INPUT_DEPENDENCE_MIN
+    return CheckResult(
+        "input_dependence", ok, spread, f"> {INPUT_DEPENDENCE_MIN:g}",
+        f"largest per-output std of the model's output across {len(logits)} examples {when} is {spread:.3g}"
+        + ("" if ok else "; the output ignores the input: check that forward() uses its inputs"))
+
+
+def _gradients(model, loss_fn, part) -> tuple[list, float, list]:
+    """(trainable named parameters, total gradient norm, those whose gradient is missing or all zero) of one
+    backward of the loss on ``part``."""
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    loss_fn(model(*part.inputs).float(), part.targets).backward()
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    norms = [p.grad.detach().float().norm() for _, p in trainable if p.grad is not None]
+    norm = float(torch.stack(norms).norm()) if norms else 0.0
+    dead = [(name, p) for name, p in trainable if p.grad is None or not bool((p.grad != 0).any())]
+    return trainable, norm, dead
+
+
+def check_gradients_flow(ctx: CheckContext, cfg: Config) -> CheckResult:
+    """Every trainable parameter gets a non-zero, finite gradient from the loss (trainer's init).
+
+    A parameter tensor counts as reached when any of its entries has a non-zero gradient (an embedding
+    gets gradients only in the rows of the categories the batch holds). One that gets none at init is
+    asked again after ``GRADIENT_RETRY_STEPS`` of the trainer's steps: a zero-initialised layer (a LoRA
+    adapter's B, a zero head) holds the gradient back from the layers before it only until it moves;
+    a detached or unused layer never gets one.
+    """
+    model = ctx.trained_init().train()
+    part = ctx.data.train.select(slice(0, GRADIENT_ROWS))
+    trainable, norm, dead = _gradients(model, ctx.loss_fn, part)
+    late: list = []
+    if dead and math.isfinite(norm) and norm > 0.0:
+        run_steps(model, ctx.loss_fn, part, cfg, steps=GRADIENT_RETRY_STEPS, batch_size=len(part), seed=3,
+                  tracker=StepTracker(), where="gradients_flow")
+        still = {name for name, _ in _gradients(model, ctx.loss_fn, part)[2]}
+        late = [name for name, _ in dead if name not in still]
+        dead = [(name, p) for name, p in dead if name in still]
+        ctx.warm_up_steps = GRADIENT_RETRY_STEPS if late else ctx.warm_up_steps
+    total = sum(p.numel() for _, p in trainable)
+    reached = 1.0 - sum(p.numel() for _, p in dead) / total if total else 0.0
+    ok = math.isfinite(norm) and norm > 0.0 and not dead
+    text = (f"gradient norm of the loss at init is {norm:.4g}; {len(trainable) - len(dead)} of {len(trainable)} "
+            f"trainable parameter tensors ({reached:.1%} of the {total} parameters) get a non-zero gradient")
+    if not math.isfinite(norm):
+        text += "; the gradient is NaN/Inf at init: check the loss and the inputs for NaN/Inf"
+    elif norm == 0.0:
+        text += ("; no gradient reaches the parameters: a clamped/clipped loss or a detached output "
+                 "(clip gradients with clip_grad_norm_, never the loss)")
+    elif dead:
+        names = ", ".join(name for name, _ in dead[:6]) + (", …" if len(dead) > 6 else "")
+        text += (f"; no gradient reaches {names}: part of the model is cut off from the loss (a .detach(), .data, "
+                 "torch.no_grad() or an unused layer), so it would never train; freeze parameters on purpose with "
+                 "requires_grad=False")
+    if late:
+        names = ", ".join(late[:6]) + (", …" if len(late) > 6 else "")
+        text += f"; reached only after {GRADIENT_RETRY_STEPS} training steps (zero-initialised layers): {names}"
+    return CheckResult("gradients_flow", ok, reached, "every trainable parameter > 0, norm finite", text)
+
+
+def check_independence(ctx: CheckContext, cfg: Config) -> list[CheckResult]:
+    """Batch independence (``independence.py``) of a fresh model initialised as the trainer does, also over a
+    batch of ``train.batch_size`` rows; after ``ctx.warm_up_steps`` of the trainer's steps when zero-initialised
+    layers hide part of the model from the output at init (a mixing there would not show)."""
+    model = ctx.trained_init()
+    if ctx.warm_up_steps:
+        part = ctx.data.train.select(slice(0, GRADIENT_ROWS))
+        run_steps(model, ctx.loss_fn, part, cfg, steps=ctx.warm_up_steps, batch_size=len(part), seed=3,
+                  tracker=StepTracker(), where="batch_independence")
+    results = check_batch_independence(model, ctx.data.train, cfg.train.batch_size)
+    for result in results if ctx.warm_up_steps else []:
+        result.message = (f"after {ctx.warm_up_steps} training steps (zero-initialised layers hide part of the model "
+                          f"from the output at init): {result.message}")
+    return results
+
+
+def overfit_batch_rows(y, size: int):
+    """``size`` examples taking the classes in turn (rarest first): at least two classes when there are.
+
+    Targets that are not one class index per example (e.g. token sequences) take the first ``size``."""
+    import torch
+
+    if y.dim() != 1 or y.is_floating_point():
+        return torch.arange(min(size, len(y)))
+    by_class = [torch.nonzero(y == c).flatten() for c in torch.bincount(y).argsort() if (y == c).any()]
+    picked: list[int] = []
+    depth = 0
+    while len(picked) < min(size, len(y)):
+        for rows in by_class:
+            if depth < len(rows) and len(picked) < size:
+                picked.append(int(rows[depth]))
+        depth += 1
+    return torch.tensor(picked, dtype=torch.long)
+
+
+def check_overfit_one_batch(ctx: CheckContext, cfg: Config, tracker: StepTracker) -> CheckResult:
+    """Memorise ``sanity.overfit_batch_size`` examples (of at least two classes for class targets): loss
+    below the bound and, where the task has an ``accuracy`` metric, 100% of it."""
+    s = cfg.sanity
+    model = ctx.trained_init()
+    batch = ctx.data.train.select(overfit_batch_rows(ctx.data.train.targets, s.overfit_batch_size))
+    yb = batch.targets
+    class_targets = yb.dim() == 1 and not yb.is_floating_point()
+    classes = int(len(set(yb.tolist()))) if class_targets else 0
+
+    def scores() -> tuple[float, float | None]:
+        logits = eval_logits(model, batch.inputs, ctx.precision.autocast)
+        metrics = ctx.task.row_metrics(logits, yb)
+        accuracy = float(metrics["accuracy"].double().mean()) if "accuracy" in metrics else None
+        return float(ctx.loss_fn(logits, yb)), accuracy
+
+    def memorised() -> bool:
+        loss, accuracy = scores()
+        return (accuracy is None or accuracy == 1.0) and loss < s.overfit_max_loss
+
+    steps = run_steps(model, ctx.loss_fn, batch, cfg, steps=s.overfit_steps, batch_size=len(batch), seed=1,
+                       tracker=tracker, where=f"overfit{ctx.precision.words}", stop=memorised,
+                       autocast=ctx.precision.autocast)
+    final, accuracy = scores()
+    ok = (math.isfinite(final) and final < s.overfit_max_loss and accuracy in (None, 1.0)
+          and (classes >= 2 or not class_targets))
+    what = f"of {classes} classes " if class_targets else ""
+    text = (f"a batch of {len(batch)} rows {what}after {steps} steps of the trainer's optimizer step"
+            f"{ctx.precision.words}: "
+            f"loss {final:.4g}" + (f", accuracy {accuracy:.0%}" if accuracy is not None else ""))
+    if class_targets and classes < 2:
+        text += "; the sample holds a single class, so memorising it proves nothing: check the label column"
+    elif not ok:
+        text += ("; the model cannot memorise a handful of examples: check the loss, the learning rate, that "
+                 "gradients reach the parameters (and that they are trainable) and that inputs and labels are aligned"
+                 + _precision_hint(ctx.precision))
+    return CheckResult("overfit_one_batch", ok, final,
+                       f"< {s.overfit_max_loss} and 100% accuracy within {s.overfit_steps} steps", text)
+
+
+def check_short_training(ctx: CheckContext, cfg: Config, tracker: StepTracker) -> list[CheckResult]:
+    """The same short training twice, on the data and on zeroed inputs, each judged by an interval.
+
+    ``loss_decreases``: the per-row drop of the train sample's loss, relative to the loss at init, against
+    ``sanity.loss_decrease_min``. ``beats_zero_input_baseline``: the per-row held-out loss gain over the
+    same model trained and evaluated on zeroed inputs (the best an input-blind model does), relative to
+    that model's loss, against ``sanity.baseline_min_improvement``. Each passes when its one-sided
+    ``sanity.confidence`` bounds lie above the margin, fails when they lie at or below it and warns,
+    without blocking, when they straddle it (a weak signal in few rows).
+    """
+    import torch
+
+    from ctpipe.components.tasks import Batch
+
+    s, t = cfg.sanity, cfg.train
+    train = ctx.data.train
+    held_out = len(ctx.data.val) > 1
+    val = ctx.data.val if held_out else train
+
+    def zeroed(batch):
+        return Batch(tuple(torch.zeros_like(x) for x in batch.inputs), batch.targets)
+
+    variants = {"real": train, "zeroed": zeroed(train)}
+    rows = {}
+    for name, batch in variants.items():
+        model = ctx.trained_init()
+        if name == "real":
+            before = ctx.row_losses(model, batch)
+        run_steps(model, ctx.loss_fn, batch, cfg, steps=s.short_train_steps, batch_size=t.batch_size, seed=2,
+                   tracker=tracker, where=f"short training ({name}){ctx.precision.words}",
+                   autocast=ctx.precision.autocast)
+        if name == "real":
+            rows["train_after"] = ctx.row_losses(model, batch)
+        rows[name] = ctx.row_losses(model, zeroed(val) if name == "zeroed" else val)
+    level = f"{s.confidence:.0%}"
+    drop = paired_gain(before, rows["train_after"], s.confidence)
+    out = [_judged(
+        "loss_decreases", drop, s.loss_decrease_min, "relative drop",
+        f"per-row loss of the {drop.rows}-row train sample {drop.reference_loss:.4f} -> "
+        f"{drop.reference_loss - drop.mean:.4f} after {s.short_train_steps} steps of the trainer's optimizer step"
+        f"{ctx.precision.words}: "
+        f"drop {drop.relative:.2%}, {level} bounds [{drop.lower:.2%}, {drop.upper:.2%}]",
+        "training does not reduce the loss: check the learning rate and its schedule, the loss and the optimiser "
+        "wiring, or, if one batch can be overfit, whether the labels depend on the features"
+        + _precision_hint(ctx.precision))]
+    where = "held-out" if held_out else "train-sample (no held-out rows)"
+    gain = paired_gain(rows["zeroed"], rows["real"], s.confidence)
+    out.append(_judged(
+        "beats_zero_input_baseline", gain, s.baseline_min_improvement, "relative gain",
+        f"{where} loss {gain.reference_loss - gain.mean:.4f} vs {gain.reference_loss:.4f} for the same model fed "
+        f"zeroed inputs, same {s.short_train_steps} steps, over {gain.rows} rows: gain {gain.relative:.2%}, {level} "
+        f"bounds [{gain.lower:.2%}, {gain.upper:.2%}]",
+        "the model does no better than one that never sees the input: the features may not be related to the "
+        "labels (shuffled or misaligned labels?) or the model ignores them" + _precision_hint(ctx.precision)))
+    return out
+
+
+def _precision_hint(precision: TrainerPrecision) -> str:
+    if precision.name != "bf16":
+        return ""
+    return ("; it trained in bf16, as the trainer will (train.mixed_precision): if it passes with "
+            "train.mixed_precision=fp32, the model loses precision in bf16 (inputs with a large offset, like a raw "
+            "year or timestamp, or a variance taken as E[x^2] - E[x]^2)")
+
+
+def _judged(name: str, gain: PairedGain, margin: float, what: str, figures: str, hint: str) -> CheckResult:
+    """A training check from its interval: pass above the margin, fail at or below it, warn when it straddles it."""
+    verdict = gain.verdict(margin)
+    threshold = f"{what}: interval above {margin:g} passes, at or below fails"
+    if verdict == "fail":
+        return CheckResult(name, False, gain.relative, threshold, f"{figures}; {hint}")
+    if verdict == "pass":
+        return CheckResult(name, True, gain.relative, threshold, figures)
+    return CheckResult(name, False, gain.relative, threshold, figures + f"; inconclusive: the interval holds {margin:g}, "
+                       "too few rows to tell a weak signal from none (more data or sanity.sample_rows narrow it)",
+                       severity="warning")
+
+
+def check_finite(tracker: StepTracker, precision: TrainerPrecision) -> CheckResult:
+    ok = tracker.non_finite == 0
+    return CheckResult(
+        "finite", ok, float(tracker.non_finite), "0 non-finite steps",
+        f"{tracker.non_finite} of {tracker.steps} training steps had a NaN/Inf loss or gradient"
+        + ("" if ok else f"; first at {tracker.first_bad}: check for log(0), division by zero or a too-high learning rate"
+           + _precision_hint(precision)))

@@ -1,0 +1,186 @@
+"""Start the distributed training job for a snapshot and read back what it produced.
+
+``train_model`` is what the KFP train step and ``ctpipe train`` call: it takes the job from
+``build_launch`` (the worker command ``python -m ctpipe.components.steps.train.worker`` on every rank, its env and
+deadline), hands it to the launcher of ``config.train.backend`` (launchers/factory.py: local processes, a
+PyTorchJob or a TrainJob) and returns the rank-0 result the worker wrote beside the checkpoints.
+``ctpipe render-job`` renders the same ``build_launch`` (launchers/render.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.errors import TrainingError
+
+# Not the worker module: it imports torch, which this process (it only launches the ranks) never needs.
+from ctpipe.components.steps.train.launchers.base import RESULT_FILE, Launcher, WorkerLaunch
+from ctpipe.components.steps.train.launchers.factory import launcher_for
+
+
+def train_model(
+    snapshot_dir: str,
+    checkpoint_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str | None,
+    mlflow_run_id: str | None,
+    job_name: str,
+    launcher: Launcher | None = None,
+) -> TrainResult:
+    """Run distributed training on the snapshot into ``checkpoint_dir`` (resuming there) and return its result."""
+    root = Path(checkpoint_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    result_path = root / RESULT_FILE
+    result_path.unlink(missing_ok=True)  # never report a previous job's result
+    launch = build_launch(
+        snapshot_dir, checkpoint_dir, config, tracking_uri=tracking_uri, mlflow_run_id=mlflow_run_id, job_name=job_name
+    )
+    (launcher or launcher_for(config)).run(launch)
+    if not result_path.is_file():
+        raise TrainingError(f"the training job '{job_name}' ended without writing '{result_path}'")
+    return TrainResult.from_file(result_path)
+
+
+def build_launch(
+    snapshot_dir: str,
+    checkpoint_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str | None,
+    mlflow_run_id: str | None,
+    job_name: str,
+) -> WorkerLaunch:
+    """The job ``train_model`` hands its launcher: the worker argv on ``train.workers`` ranks, env, deadline.
+
+    A plain function of its arguments: it creates, deletes and contacts nothing (``ctpipe render-job`` calls it).
+    """
+    threads = str(config.train.threads_per_worker)
+    return WorkerLaunch(
+        job_name=job_name,
+        world_size=config.train.workers,
+        command=worker_command(
+            snapshot_dir,
+            checkpoint_dir,
+            config,
+            tracking_uri=tracking_uri,
+            mlflow_run_id=mlflow_run_id,
+            python=sys.executable if config.train.backend == "local" else "python",
+        ),
+        env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        deadline_seconds=config.train.deadline_seconds,
+    )
+
+
+def worker_command(
+    snapshot_dir: str,
+    checkpoint_dir: str,
+    config: Config,
+    *,
+    tracking_uri: str | None,
+    mlflow_run_id: str | None,
+    python: str,
+) -> list[str]:
+    """The argv every rank runs."""
+    command = [
+        python,
+        "-m",
+        "ctpipe.components.steps.train.worker",
+        "--snapshot",
+        str(snapshot_dir),
+        "--checkpoints",
+        str(checkpoint_dir),
+        "--config-json",
+        config.to_json(),
+    ]
+    if tracking_uri and mlflow_run_id:
+        command += ["--tracking-uri", tracking_uri, "--mlflow-run-id", mlflow_run_id]
+    return command
+
+
+@dataclass
+class TrainResult:
+    """What a finished training job reports (rank 0's ``train_result.json``)."""
+
+    steps: int
+    best_step: int
+    best_metric_name: str
+    best_metric_value: float
+    world_size: int
+    samples_per_second: float
+    mfu: float
+    final_weights_sha256: str
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    clip_rate: float = 0.0
+    global_batch_size: int = 0
+    resumed_from_step: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_file(cls, path: Path) -> TrainResult:
+        raw = json.loads(path.read_text())
+        best = raw.get("best_checkpoint") or {}
+        if not best:
+            raise TrainingError(f"training finished without an evaluated checkpoint (see '{path}')")
+        return cls(
+            steps=int(raw["steps"]),
+            best_step=int(best["step"]),
+            best_metric_name=str(best["metric"]),
+            best_metric_value=float(best["value"]),
+            world_size=int(raw["world_size"]),
+            samples_per_second=float(raw["samples_per_second"]),
+            mfu=float(raw["mfu"]),
+            final_weights_sha256=str(raw["final_weights_sha256"]),
+            final_metrics={k: float(v) for k, v in (raw.get("final_metrics") or {}).items()},
+            clip_rate=float(raw.get("clip_rate", 0.0)),
+            global_batch_size=int(raw.get("global_batch_size", 0)),
+            resumed_from_step=raw.get("resumed_from_step"),
+            warnings=list(raw.get("warnings") or []),
+            raw=raw,
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """Scalar metrics for the KFP Metrics artifact."""
+        out = {f"best_{self.best_metric_name}": self.best_metric_value}
+        out.update({f"final_{k}": v for k, v in self.final_metrics.items()})
+        out.update(
+            {
+                "steps": float(self.steps),
+                "best_step": float(self.best_step),
+                "samples_per_second": self.samples_per_second,
+                "mfu": self.mfu,
+                "clip_rate": self.clip_rate,
+            }
+        )
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary (``ctpipe train`` writes it as train_summary.json)."""
+        return {
+            "steps": self.steps,
+            "best_checkpoint": {
+                "step": self.best_step,
+                "metric": self.best_metric_name,
+                "value": self.best_metric_value,
+            },
+            "world_size": self.world_size,
+            "samples_per_second": self.samples_per_second,
+            "mfu": self.mfu,
+            "final_weights_sha256": self.final_weights_sha256,
+            "final_metrics": self.final_metrics,
+            "clip_rate": self.clip_rate,
+            "global_batch_size": self.global_batch_size,
+            "resumed_from_step": self.resumed_from_step,
+            "warnings": self.warnings,
+            **{
+                k: self.raw[k]
+                for k in ("strategy", "dtype", "device", "parameters", "flops_per_sample")
+                if k in self.raw
+            },
+        }

@@ -1,0 +1,425 @@
+"""Launch the worker as a Kubeflow training job and follow it to the end, truthfully (any job API: ``JobAPI``).
+
+What differs between the job kinds (PyTorchJob: launchers/pytorchjob.py, TrainJob: launchers/trainjob.py)
+is a ``JobAPI`` value: the object's group, version and kind, how to build and validate it, which pods hold
+rank 0 and the trainer container. Everything else is here and the same for both.
+
+Unlike the old KFP pytorch-launcher: the job name is deterministic (a retried step re-attaches),
+runPolicy fields sit under ``spec.runPolicy`` and the job is validated strictly before submission,
+``Failed`` fails the step with the job's reason and the failing pod's last log lines, the wait follows
+the configured deadline, the job is deleted on timeout and on SIGTERM, the Master pod's log is
+streamed into the step's log, and transient API errors are retried with backoff. A failed rank fails the
+job (no rank restarts alone while its peers wait in a collective): the launcher restarts the whole job,
+every rank together from the latest checkpoint, up to ``kubernetes.backoff_limit`` times, unless a rank
+exited with the worker's "a restart would repeat this" code or left that verdict in the job's
+permanent_failure.json on the shared volume (under a TrainJob, torchrun reports every failure as exit 1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from ctpipe.components.lib.config import Config, KubernetesConfig
+from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.lib.kube.api import default_api_client
+from ctpipe.components.lib.kube.job_status import created_at, failure_reason, job_phase
+from ctpipe.components.lib.kube.logs import LogFollower, failing_pod_tail
+from ctpipe.components.lib.kube.names import training_job_name
+from ctpipe.components.lib.kube.namespace import resolve_namespace
+from ctpipe.components.lib.kube.pod import JobValidationError
+from ctpipe.components.lib.kube.retry import is_transient, retry_call
+from ctpipe.components.lib.kube.staging import Staging, plan_staging, stage_in, stage_out, step_local_paths
+from ctpipe.components.steps.train.launchers.base import (
+    PERMANENT_FAILURE_EXIT_CODE,
+    PERMANENT_FAILURE_FILE,
+    PERMANENT_FAILURE_FILE_ENV,
+    WorkerLaunch,
+    read_permanent_failure,
+    sigterm_raises,
+)
+
+
+class _Cancelled(BaseException):
+    """SIGTERM arrived (KFP cancels a step by terminating its pod); BaseException so no client swallows it."""
+
+
+class _DeadlineExceeded(Exception):
+    """The launcher's own wait ran past the job's deadline plus grace."""
+
+
+@dataclass(frozen=True)
+class JobAPI:
+    """What differs between the Kubeflow job kinds a launcher can submit and follow."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    build: Callable[[KubernetesConfig, WorkerLaunch], dict[str, Any]]
+    validate: Callable[[dict[str, Any]], None]
+    container: str  # the trainer container whose log is streamed
+    rank0_selector: Callable[[str], str]
+    pods_selector: Callable[[str], str]
+    rank0_label: tuple[str, str]  # how to recognise the rank-0 pod among failed ones
+
+
+class KubeflowJobLauncher:
+    """One Kubeflow training job per launch, created or re-attached, followed to the end (``api`` says which kind)."""
+
+    api: JobAPI  # set by each job API's subclass
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        api_client: client.ApiClient | None = None,
+        namespace: str | None = None,
+        emit: Callable[[str], None] | None = None,
+        poll_seconds: float = 5.0,
+        watch_seconds: int = 60,
+        grace_seconds: float = 60.0,
+        retry_attempts: int = 6,
+        backoff_seconds: float = 1.0,
+        log_tail_lines: int = 30,
+    ) -> None:
+        self.kube = config.kubernetes
+        self._namespace = namespace  # None: resolved on first use (the step pod's own, see kube/namespace.py)
+        self._api_client = api_client
+        self.emit = emit or (lambda line: print(line, flush=True))
+        self.poll_seconds = poll_seconds
+        self.watch_seconds = watch_seconds
+        self.grace_seconds = grace_seconds
+        self.retry_attempts = retry_attempts
+        self.backoff_seconds = backoff_seconds
+        self.log_tail_lines = log_tail_lines
+
+    # --- the entry point: run ------------------------------------------------------------------
+
+    def run(self, launch: WorkerLaunch) -> None:
+        """Create (or re-attach to) the job and follow it; when a rank fails, restart the whole job (every rank
+        together, resuming from the latest checkpoint) up to ``kubernetes.backoff_limit`` times; succeed on
+        Succeeded, raise TrainingError otherwise."""
+        job, staging = self.plan(launch)
+        name = job["metadata"]["name"]
+        first_created: float | None = None  # one deadline for the step, across restarts
+        restarts = 0
+        with sigterm_raises(lambda _signum: _Cancelled(), once=True):
+            while True:
+                follower: LogFollower | None = None
+                drain_seconds = 10.0  # how long the log stream may finish after the job ended
+                try:
+                    created = self._submit_or_attach(job, staging)
+                    first_created = first_created or created
+                    deadline_at = (
+                        time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - first_created)
+                    )
+                    follower = LogFollower(
+                        client.CoreV1Api(self.api_client),
+                        self.namespace,
+                        name,
+                        emit=self.emit,
+                        container=self.api.container,
+                        selector=self.api.rank0_selector(name),
+                        poll_seconds=min(self.poll_seconds, 2.0),
+                    )
+                    follower.start()
+                    final = self._follow(name, deadline_at)
+                    if job_phase(final) == "Failed":
+                        follower.finish(timeout=drain_seconds)
+                        follower = None
+                        self._restart_or_raise(name, final, launch, restarts)
+                        restarts += 1
+                        continue
+                except _Cancelled:
+                    drain_seconds = 1.0  # KFP's grace period is short: delete first, skip the rest of the log
+                    self.emit(f"step cancelled (SIGTERM): deleting {self.api.kind} {self.namespace}/{name}")
+                    self._delete(name)
+                    raise TrainingError(
+                        f"{self.api.kind} {self.namespace}/{name} was cancelled and deleted"
+                    ) from None
+                except _DeadlineExceeded:
+                    drain_seconds = 1.0
+                    self._delete(name)
+                    raise TrainingError(
+                        f"{self.api.kind} {self.namespace}/{name} did not finish within its deadline of "
+                        f"{launch.deadline_seconds}s (+{self.grace_seconds:.0f}s grace); the job was deleted. "
+                        "Raise train.deadline_seconds or lower train.max_steps."
+                    ) from None
+                finally:
+                    if follower is not None:
+                        follower.finish(timeout=drain_seconds)
+                break
+        copied = stage_out(staging)
+        self.emit(
+            f"{self.api.kind} {self.namespace}/{name} succeeded; {len(copied)} files copied back from the shared volume"
+        )
+        self._clean_up_after(name)
+
+    # --- building ------------------------------------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        """Where the job goes: the train step pod's own namespace (a configured one must equal it)."""
+        if self._namespace is None:
+            self._namespace = resolve_namespace(self.kube.namespace)
+        return self._namespace
+
+    def plan(self, launch: WorkerLaunch) -> tuple[dict[str, Any], Staging]:
+        """The validated job for ``launch`` and the staging of its paths onto the shared volume."""
+        name = training_job_name(launch.job_name)
+        root = self.kube.shared_mount_path if self.kube.shared_pvc else None
+        local = step_local_paths(launch.command) if root is None else []
+        if local:
+            # The worker pods mount only /dev/shm and /tmp then: a job with these paths could only fail.
+            raise JobValidationError(
+                f"kubernetes.shared_pvc is unset, so the worker pods mount no volume holding the train step's paths "
+                f"{', '.join(repr(p) for p in local)}: they exist only in the step's own pod (KFP downloads artifacts "
+                "there). Set kubernetes.shared_pvc to a ReadWriteMany PVC of the namespace (manifests/: ctpipe-shared), "
+                "or give the worker fsspec URLs its pods can reach."
+            )
+        staging = plan_staging(launch.command, root, name)
+        kube = replace(self.kube, namespace=self.namespace)
+        marker = self._permanent_failure_file(name)
+        env = launch.env if marker is None else {**launch.env, PERMANENT_FAILURE_FILE_ENV: str(marker)}
+        job = self.api.build(kube, replace(launch, command=staging.command, env=env))
+        self.api.validate(job)
+        return job, staging
+
+    def _permanent_failure_file(self, name: str) -> Path | None:
+        """Where a rank reports a failure a restart would repeat: the job's directory on the shared volume."""
+        return Path(self.kube.shared_mount_path, "jobs", name, PERMANENT_FAILURE_FILE) if self.kube.shared_pvc else None
+
+    # --- API access ----------------------------------------------------------------------------
+
+    @property
+    def api_client(self) -> client.ApiClient:
+        if self._api_client is None:
+            self._api_client = default_api_client()
+        return self._api_client
+
+    def _retry(self, call: Callable[[], Any]) -> Any:
+        return retry_call(
+            call, attempts=self.retry_attempts, backoff_seconds=self.backoff_seconds, on_retry=self.emit
+        )
+
+    def _custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api_client)
+
+    def _where(self) -> tuple[str, str, str, str]:
+        return self.api.group, self.api.version, self.namespace, self.api.plural
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._retry(lambda: self._custom().get_namespaced_custom_object(*self._where(), name))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def _create(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            return self._retry(
+                lambda: self._custom().create_namespaced_custom_object(
+                    *self._where(), job, field_validation="Strict"
+                )
+            )
+        except ApiException as err:
+            if err.status == 409:  # created by a concurrent attempt: attach to it
+                return None
+            raise
+
+    def _delete(self, name: str) -> None:
+        try:
+            retry_call(
+                lambda: self._custom().delete_namespaced_custom_object(
+                    *self._where(), name, propagation_policy="Background"
+                ),
+                attempts=3,
+                backoff_seconds=min(self.backoff_seconds, 1.0),
+                on_retry=self.emit,
+            )
+            self.emit(f"deleted {self.api.kind} {self.namespace}/{name}")
+        except ApiException as err:
+            if err.status != 404:
+                self.emit(
+                    f"could not delete {self.api.kind} {self.namespace}/{name}: {err.status} {err.reason}"
+                )
+
+    def _wait_gone(self, name: str, timeout: float = 120.0) -> None:
+        end = time.monotonic() + timeout
+        while self._get(name) is not None:
+            if time.monotonic() > end:
+                raise TrainingError(
+                    f"{self.api.kind} {self.namespace}/{name} was not deleted within {timeout:.0f}s"
+                )
+            time.sleep(min(self.poll_seconds, 2.0))
+
+    # --- running -------------------------------------------------------------------------------
+
+    def _clean_up_after(self, name: str) -> None:
+        """kubernetes.clean_pod_policy All: the job was submitted keeping its finished pods (so their exit codes
+        and logs could be read); now that they have been, delete the job and with it its pods."""
+        if self.kube.clean_pod_policy == "All":
+            self._delete(name)
+
+    def _restart_or_raise(self, name: str, job: dict[str, Any], launch: WorkerLaunch, restarts: int) -> None:
+        """After a failed attempt: delete the job (stopping every surviving rank) so the caller creates it anew,
+        or raise TrainingError when the failure would repeat or no restarts are left."""
+        message = self._failure_message(name, job)
+        limit = self.kube.backoff_limit
+        # The exit code reaches us from a PyTorchJob's pods; under a TrainJob torchrun turns 2 into 1: the file.
+        reported = read_permanent_failure(self._permanent_failure_file(name))
+        if reported or PERMANENT_FAILURE_EXIT_CODE in self._exit_codes(name):
+            self._clean_up_after(name)
+            why = f"{reported}" if reported else f"a rank exited with code {PERMANENT_FAILURE_EXIT_CODE}"
+            raise TrainingError(
+                f"{message}\n(not restarted: {why}, a failure a restart would repeat: fix the input or config named above)"
+            )
+        if restarts >= limit:
+            self._clean_up_after(name)
+            raise TrainingError(f"{message}\n(restarted {restarts} times, kubernetes.backoff_limit={limit}; giving up)")
+        self.emit(message)
+        self.emit(
+            f"{self.api.kind} {self.namespace}/{name} failed: restarting all {launch.world_size} ranks together "
+            f"from the latest checkpoint (restart {restarts + 1} of {limit})"
+        )
+        self._delete(name)
+        self._wait_gone(name)
+
+    def _exit_codes(self, name: str) -> set[int]:
+        """Exit codes of the job's trainer containers that terminated (best effort: empty when unreadable)."""
+        try:
+            pods = client.CoreV1Api(self.api_client).list_namespaced_pod(
+                self.namespace, label_selector=self.api.pods_selector(name)
+            ).items
+        except Exception:  # noqa: BLE001 - without pod statuses the failure is treated as one a restart may fix
+            return set()
+        codes = set()
+        for pod in pods:
+            for status in (pod.status.container_statuses or []) if pod.status else []:
+                if status.name != self.api.container:
+                    continue
+                for state in (status.state, status.last_state):
+                    if state is not None and state.terminated is not None:
+                        codes.add(int(state.terminated.exit_code))
+        return codes
+
+    def _submit_or_attach(self, job: dict[str, Any], staging: Staging) -> float:
+        """Create the job unless it exists; returns its creation time (epoch seconds) for the deadline."""
+        name = job["metadata"]["name"]
+        existing = self._get(name)
+        if existing is not None and job_phase(existing) == "Failed":
+            # A retried step gets a fresh attempt; the failed job's pods would otherwise answer for it.
+            self.emit(
+                f"{self.api.kind} {self.namespace}/{name} exists and Failed ({failure_reason(existing)}); replacing it"
+            )
+            self._delete(name)
+            self._wait_gone(name)
+            existing = None
+        if existing is not None:
+            self.emit(
+                f"re-attaching to existing {self.api.kind} {self.namespace}/{name} ({job_phase(existing)})"
+            )
+            return created_at(existing) or time.time()
+        marker = self._permanent_failure_file(name)
+        if marker is not None:
+            marker.unlink(missing_ok=True)  # left by an earlier attempt's job: not this one's verdict
+        stage_in(staging)
+        created = self._create(job)
+        if created is None:
+            self.emit(f"{self.api.kind} {self.namespace}/{name} was created concurrently; attaching")
+            created = self._get(name) or {}
+        else:
+            self.emit(f"created {self.api.kind} {self.namespace}/{name}")
+        return created_at(created) or time.time()
+
+    def _follow(self, name: str, deadline_at: float) -> dict[str, Any]:
+        """Watch the job until it is terminal; fall back to polling when watches keep failing."""
+        resource_version: str | None = None
+        failures = 0
+        phase = ""
+        while True:
+            remaining = deadline_at - time.monotonic()
+            if remaining <= 0:
+                raise _DeadlineExceeded()
+            if failures >= 3:
+                job = self._get(name)
+                if job is None:
+                    raise TrainingError(
+                        f"{self.api.kind} {self.namespace}/{name} disappeared (deleted by someone else?)"
+                    )
+                phase = self._report(job, phase)
+                if phase in ("Succeeded", "Failed"):
+                    return job
+                time.sleep(min(self.poll_seconds, max(remaining, 0.01)))
+                continue
+            try:
+                for event in watch.Watch().stream(
+                    self._custom().list_namespaced_custom_object,
+                    *self._where(),
+                    field_selector=f"metadata.name={name}",
+                    resource_version=resource_version,
+                    timeout_seconds=max(1, int(min(remaining, self.watch_seconds))),
+                    _request_timeout=(10, min(remaining, self.watch_seconds) + 10),
+                ):
+                    job = event["object"]
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    if event["type"] == "DELETED":
+                        raise TrainingError(
+                            f"{self.api.kind} {self.namespace}/{name} was deleted while the step waited"
+                        )
+                    resource_version = (job.get("metadata") or {}).get("resourceVersion") or resource_version
+                    failures = 0
+                    phase = self._report(job, phase)
+                    if phase in ("Succeeded", "Failed"):
+                        return job
+                    if time.monotonic() >= deadline_at:
+                        raise _DeadlineExceeded()
+            except ApiException as err:
+                if err.status == 410:  # resourceVersion too old: re-list from now
+                    resource_version = None
+                    continue
+                if not is_transient(err) and err.status not in (404, 405):
+                    raise
+                failures += 1
+                self.emit(
+                    f"watch on {self.api.kind} {name} failed ({err.status}); {'retrying' if failures < 3 else 'polling'}"
+                )
+                time.sleep(min(self.backoff_seconds * 2**failures, 30.0))
+            except Exception as err:
+                if not is_transient(err):
+                    raise
+                failures += 1
+                self.emit(f"watch on {self.api.kind} {name} dropped ({type(err).__name__}); reconnecting")
+                time.sleep(min(self.backoff_seconds * 2**failures, 30.0))
+
+    def _report(self, job: dict[str, Any], previous: str) -> str:
+        phase = job_phase(job)
+        if phase != previous:
+            self.emit(f"{self.api.kind} {self.namespace}/{job['metadata']['name']}: {phase}")
+        return phase
+
+    def _failure_message(self, name: str, job: dict[str, Any]) -> str:
+        message = f"{self.api.kind} {self.namespace}/{name} failed: {failure_reason(job)}"
+        try:
+            tail = failing_pod_tail(
+                client.CoreV1Api(self.api_client),
+                self.namespace,
+                lines=self.log_tail_lines,
+                selector=self.api.pods_selector(name),
+                container=self.api.container,
+                first_label=self.api.rank0_label,
+            )
+        except Exception as err:  # noqa: BLE001 - the job's own reason is still reported
+            tail = ("?", f"(could not read pod logs: {err})")
+        if tail:
+            message += f"\nlast {self.log_tail_lines} log lines of pod {tail[0]}:\n{tail[1]}"
+        return message

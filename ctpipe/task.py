@@ -1,0 +1,20 @@
+"""The public API for bringing your own model: what a user's task module imports.
+
+    from ctpipe.task import TaskBase, Batch, Metric, SanitySpec
+
+Everything here is re-exported from ``ctpipe.components.tasks``; import it from this path, which stays put
+when the modules behind it move.
+"""
+
+from ctpipe.components.tasks import (
+    Batch,
+    CheckResult,
+    InitLoss,
+    Metric,
+    SanitySpec,
+    Task,
+    TaskBase,
+    TaskState,
+)
+
+__all__ = ["Batch", "CheckResult", "InitLoss", "Metric", "SanitySpec", "Task", "TaskBase", "TaskState"]

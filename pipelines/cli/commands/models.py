@@ -1,0 +1,159 @@
+"""`ctpipe models`: list, inspect, promote and roll back registered model versions.
+
+    ctpipe models list --home DIR [--json]
+    ctpipe models show VERSION --home DIR [--json]
+    ctpipe models promote VERSION --reason "hotfix for ..." [--by alice] --home DIR
+    ctpipe models rollback [--reason TEXT] --home DIR
+
+Each takes the pipeline's --config FILE / --set KEY=VALUE: its registry section names the model and the
+champion alias that promote and rollback move (a version registered under another alias is refused).
+
+Promotions and rollbacks take the registry's promotion lock, are recorded on the version (manual /
+rollback, who, why) and in the champion history; `promote` and `rollback` print the new champion last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+
+from ctpipe.components.lib.errors import UserError
+from ctpipe.pipelines.cli.commands import add_config_args, existing_registry_uri
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--home", metavar="DIR", help="ctpipe home with mlflow.db (default $CTPIPE_HOME or ./.ctpipe)"
+    )
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking URI (default registry.tracking_uri, else the --home's SQLite)")
+    parser.add_argument(
+        "--model-name", metavar="NAME", help="registered model name (default: registry.model_name)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    # The pipeline's registry section (model name, champion alias, retries): promote must move its alias.
+    add_config_args(parser, config_help="the pipeline's config file (its registry section names the model and aliases)",
+                    example="registry.champion_alias=production")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "models",
+        help="list, show, promote or roll back registered model versions",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="models_command", required=True, metavar="ACTION")
+    listing = sub.add_parser("list", help="versions with aliases, blessing, trigger and key metrics")
+    _add_common(listing)
+    show = sub.add_parser("show", help="everything recorded about one version")
+    show.add_argument("version")
+    _add_common(show)
+    promote = sub.add_parser("promote", help="make VERSION the champion by hand (recorded as manual)")
+    promote.add_argument("version")
+    promote.add_argument("--reason", required=True, help="why (recorded on the version)")
+    promote.add_argument("--by", default=None, help="who (default: the current user)")
+    _add_common(promote)
+    rollback = sub.add_parser("rollback", help="move the champion back to the previous champion")
+    rollback.add_argument("--reason", default="rollback", help="why (recorded on the version)")
+    rollback.add_argument("--by", default=None, help="who (default: the current user)")
+    _add_common(rollback)
+    parser.set_defaults(func=run)
+
+
+def _registry(args: argparse.Namespace):
+    from ctpipe.components.steps.register.registry import Registry
+    from ctpipe.components.tasks.run_config import load_run_config
+
+    config = load_run_config(args.config, list(args.overrides)).registry
+    if args.model_name:
+        config.model_name = args.model_name
+    return Registry(existing_registry_uri(args, config.tracking_uri), config)
+
+
+def _print_table(rows: list[dict]) -> None:
+    if not rows:
+        print("no registered versions yet")
+        return
+    names = sorted({m for r in rows for m in r["metrics"]})
+    header = ["version", "aliases", "blessed", "trigger", *names, "data", "created"]
+    lines = [header]
+    for r in rows:
+        blessed = "-" if r["blessed"] is None else ("yes" if r["blessed"] else "no")
+        metrics = [f"{r['metrics'][m]:.4f}" if m in r["metrics"] else "-" for m in names]
+        fp = (r["data_fingerprint"] or "-")[:12]
+        lines.append(
+            [
+                r["version"],
+                ",".join(r["aliases"]) or "-",
+                blessed,
+                r["trigger"] or "-",
+                *metrics,
+                fp,
+                r["created"],
+            ]
+        )
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    for line in lines:
+        print("  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip())
+
+
+def _print_record(record: dict) -> None:
+    for key, value in record.items():
+        if key in ("tags", "config", "evaluation"):
+            continue
+        print(f"{key}: {json.dumps(value) if isinstance(value, dict | list) else value}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ctpipe.components.lib.tracking import RegistryUnavailableError
+    from ctpipe.components.steps.register.lock import RegistryBusyError
+
+    try:
+        return _dispatch(args)
+    except (RegistryUnavailableError, RegistryBusyError) as err:
+        print(f"ctpipe models {args.models_command}: error: {err}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from ctpipe.components.lib.tracking import bounded_mlflow_http
+    from ctpipe.components.steps.register.catalog import list_versions, show_version
+
+    with bounded_mlflow_http():
+        registry = _registry(args)
+        action = args.models_command
+        if action == "list":
+            rows = list_versions(registry)
+            print(json.dumps(rows, indent=2)) if args.json else _print_table(rows)
+            return 0
+        if action == "show":
+            record = show_version(registry, args.version)
+            print(json.dumps(record, indent=2)) if args.json else _print_record(record)
+            return 0
+        by = args.by or _current_user()
+        if action == "promote":
+            if not args.reason.strip():
+                raise UserError("--reason must say why the version is promoted by hand")
+            outcome = registry.promote_manual(args.version, reason=args.reason, by=by)
+        else:
+            outcome = registry.rollback(reason=args.reason, by=by)
+        if args.json:
+            print(json.dumps(vars(outcome), indent=2))
+        else:
+            print(outcome.reason, file=sys.stderr)
+            print(outcome.champion)
+        return 0
+
+
+def _current_user() -> str:
+    """Who runs the command, for the record. ``getpass.getuser`` raises where the uid has no passwd entry and no
+    USER/LOGNAME is set (an arbitrary-uid container, as OpenShift runs them): then the uid."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        import os
+
+        return f"uid {os.getuid()}"

@@ -1,0 +1,32 @@
+"""``ctpipe render-job``: print the PyTorchJob (or TrainJob) the train step would submit, after the same validation.
+
+    ctpipe render-job --config prod.yaml --set train.workers=8
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ctpipe.pipelines.cli.commands import add_config_args
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "render-job", allow_abbrev=False, help="print the PyTorchJob (train.backend=trainjob: TrainJob) YAML the train step would submit, validated; no cluster needed"
+    )
+    add_config_args(parser, example="train.workers=4")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import copy
+
+    from ctpipe.components.steps.train.launchers.render import render_pytorchjob_yaml
+    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.pipelines.cluster_config import CLUSTER_DEFAULTS
+
+    # The defaults `ctpipe compile` starts from, so the same flags show the job the compiled pipeline submits
+    # (a PyTorchJob, MLflow credentials from the manifests' secret), not one built on `ctpipe run`'s defaults.
+    config = load_run_config(args.config, args.overrides, defaults=copy.deepcopy(CLUSTER_DEFAULTS))
+    print(render_pytorchjob_yaml(config), end="")
+    return 0

@@ -1,0 +1,175 @@
+"""The summary of a local run: each step's outcome and timing, read from the step records, and its text.
+
+``build_summary`` reads the records the steps write (``ctpipe.components.lib.kfp_support.step_status``) into the
+run's ``summary.json``; ``format_summary`` is what ``ctpipe run`` prints at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ctpipe.components.lib.config import Config
+
+
+def read_step_records(status_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every step record under ``status_dir`` by step name (a torn or unreadable one is left out)."""
+    records = {}
+    for path in status_dir.glob("*.json"):
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            records[path.stem] = json.loads(path.read_text())
+    return records
+
+
+def build_summary(
+    status_dir: Path,
+    *,
+    run_dir: Path,
+    data_uri: str,
+    config: Config,
+    tracking_uri: str,
+    trigger: str,
+    seconds: float,
+    runner_error: str | None,
+    total_seconds: float | None = None,
+    setup_seconds: dict[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """The run's summary from the step records: statuses, selection, metrics, blessing, registration.
+
+    ``seconds`` is the pipeline's own time; ``total_seconds`` the ``ctpipe`` process's, from its start
+    (CLI, demo data and MLflow set-up included), against which ``timing`` puts the steps' compute;
+    ``setup_seconds`` are the parts before the pipeline starts (CLI start, demo data, MLflow set-up).
+    """
+    from ctpipe.pipelines.continuous_training import STEP_NAMES
+
+    records = read_step_records(status_dir)
+    steps = {}
+    for step in STEP_NAMES:
+        status = records.get(step, {}).get("status")
+        steps[step] = {"passed": "passed", "failed": "failed", "running": "failed"}.get(status, "skipped")
+    result = {step: records.get(step, {}).get("result", {}) for step in STEP_NAMES}
+    failed = [s for s in STEP_NAMES if steps[s] == "failed"]
+    succeeded = all(steps[s] == "passed" for s in STEP_NAMES) and runner_error is None
+    error = None
+    if failed:
+        rec = records[failed[0]]
+        error = {
+            "step": failed[0],
+            "message": rec.get("error") or "the step did not finish (see pipeline.log)",
+            "user_error": bool(rec.get("user_error")),
+        }
+    elif runner_error:
+        error = {"step": None, "message": runner_error, "user_error": False}
+    evaluation = result["evaluate"]
+    registration = result["register"]
+    return {
+        "status": "succeeded" if succeeded else "failed",
+        "run_id": result["prepare_run"].get("pipeline_run_id") or run_dir.name,
+        "run_dir": str(run_dir.resolve()),
+        "trigger": trigger,
+        "data_uri": data_uri,
+        "data_fingerprint": result["validate_data"].get("fingerprint"),
+        "rows": result["validate_data"].get("rows"),
+        "validation_warnings": result["validate_data"].get("warnings", []),
+        "steps": steps,
+        "step_seconds": {s: records[s].get("seconds") for s in STEP_NAMES if s in records},
+        "step_timing": {s: records[s]["timing"] for s in STEP_NAMES if records.get(s, {}).get("timing")},
+        "timing": {
+            **run_timing(records, seconds if total_seconds is None else total_seconds),
+            "setup": dict(setup_seconds or {}),
+        },
+        "seconds": round(seconds, 2),
+        "sanity": result["sanity_checks"],
+        "training": result["train"],
+        "selected_checkpoint_step": result["select_checkpoint"].get("step"),
+        "selected_checkpoint_metric": {
+            "name": result["select_checkpoint"].get("metric"),
+            "value": result["select_checkpoint"].get("value"),
+        },
+        "metrics": {
+            "candidate": evaluation.get("candidate_metrics"),
+            "champion": evaluation.get("champion_metrics"),
+        },
+        "blessed": evaluation.get("blessed"),
+        "blessing_reasons": evaluation.get("reasons", []),
+        "compared_with_champion_version": evaluation.get("champion_version"),
+        "model_name": config.registry.model_name,
+        "model_version": registration.get("version"),
+        "aliases": registration.get("aliases", []),
+        "promoted": registration.get("promoted"),
+        "mlflow_tracking_uri": tracking_uri,
+        "mlflow_run_id": result["prepare_run"].get("mlflow_run_id"),
+        "error": error,
+    }
+
+
+def run_timing(records: dict[str, dict[str, Any]], total_seconds: float) -> dict[str, float]:
+    """Orchestration against compute: everything but the steps' own compute is orchestration.
+
+    That is process starts, imports, the KFP local runner between steps, the CLI's own start, the
+    demo data and the MLflow set-up (each step's split is in its record's ``timing``).
+    """
+    compute = sum((r.get("timing") or {}).get("compute_seconds") or 0.0 for r in records.values())
+    orchestration = max(total_seconds - compute, 0.0)
+    # From the rounded figures, so that the printed total, compute and orchestration add up.
+    total_cs, compute_cs = round(total_seconds, 2), round(compute, 2)
+    return {
+        "total_seconds": total_cs,
+        "compute_seconds": compute_cs,
+        "orchestration_seconds": round(max(total_cs - compute_cs, 0.0), 2),
+        "orchestration_share": round(orchestration / total_seconds, 3) if total_seconds > 0 else 0.0,
+    }
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A human-readable end-of-run summary."""
+    lines = ["", f"ctpipe run {summary['run_id']}: {summary['status'].upper()} in {summary['seconds']:.0f}s"]
+    for step, status in summary["steps"].items():
+        secs = summary["step_seconds"].get(step)
+        split = summary.get("step_timing", {}).get(step)
+        lines.append(
+            f"  {step:<18} {status:<8}"
+            + (f" {secs:6.1f}s" if secs is not None else "")
+            + (f"  (compute {split['compute_seconds']:.1f}s, overhead {split['overhead_seconds']:.1f}s)" if split else "")
+        )
+    timing = summary.get("timing")
+    if timing:
+        lines.append(
+            f"  orchestration      {timing['orchestration_seconds']:.1f}s of {timing['total_seconds']:.1f}s "
+            f"({timing['orchestration_share']:.0%}: process starts, imports, KFP runner, MLflow set-up)"
+        )
+    if summary.get("data_fingerprint"):
+        lines.append(f"  data fingerprint   {summary['data_fingerprint'][:16]}…  rows {summary.get('rows')}")
+    if summary.get("selected_checkpoint_step") is not None:
+        m = summary["selected_checkpoint_metric"]
+        lines.append(f"  chosen checkpoint  step {summary['selected_checkpoint_step']} ({m['name']} = {m['value']:.4f})")
+    metrics = summary["metrics"]
+    if metrics.get("candidate"):
+        lines.append("  candidate metrics  " + _fmt_metrics(metrics["candidate"]))
+        if metrics.get("champion"):
+            lines.append(
+                f"  champion v{summary['compared_with_champion_version']}  " + _fmt_metrics(metrics["champion"])
+            )
+        else:
+            lines.append("  champion           none yet (first model: judged on value thresholds only)")
+    if summary.get("blessed") is not None:
+        lines.append(f"  blessed            {'yes' if summary['blessed'] else 'no'}")
+        for reason in summary.get("blessing_reasons", []):
+            lines.append(f"    - {reason}")
+    if summary.get("model_version"):
+        aliases = ", ".join(summary.get("aliases") or []) or "none"
+        lines.append(f"  registered         {summary['model_name']} version {summary['model_version']} (aliases: {aliases})")
+    if summary.get("error"):
+        where = f" in step {summary['error']['step']}" if summary["error"]["step"] else ""
+        lines.append(f"\nerror{where}: {summary['error']['message']}")
+        lines.append("Nothing was promoted: the champion is unchanged.")
+    uri = summary["mlflow_tracking_uri"]
+    lines.append(f"\nMLflow UI: mlflow ui --backend-store-uri {uri} --port 5000  (then open http://127.0.0.1:5000)")
+    lines.append(f"pipeline log: {Path(summary['run_dir']) / 'pipeline.log'}")
+    return "\n".join(lines)
+
+
+def _fmt_metrics(metrics: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4f}" if isinstance(v, int | float) else f"{k}={v}" for k, v in sorted(metrics.items()))

@@ -1,0 +1,44 @@
+"""The pipeline run's MLflow run ends with the run: FINISHED by the last step, FAILED or KILLED by a failing one."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+
+from ctpipe.components.lib.kfp_support import step_status
+from ctpipe.components.lib.tracking import ensure_experiment, find_or_create_run, local_tracking_uri
+
+
+@pytest.fixture
+def run(tmp_path):
+    uri = local_tracking_uri(tmp_path)
+    experiment = ensure_experiment(uri, "ctpipe")
+    run_id, _ = find_or_create_run(uri, experiment, key_tag="ctpipe.pipeline_run_id", key="p1", run_name="p1", tags={})
+    return uri, run_id
+
+
+def _status(uri: str, run_id: str) -> str:
+    return mlflow.MlflowClient(uri).get_run(run_id).info.status
+
+
+def test_a_step_that_passes_leaves_the_run_open_and_the_last_step_finishes_it(run):
+    with step_status("evaluate", mlflow_run=run):
+        pass
+    assert _status(*run) == "RUNNING"  # later steps still log to it
+    with step_status("register", mlflow_run=run, ends_run=True):
+        pass
+    assert _status(*run) == "FINISHED"
+
+
+@pytest.mark.parametrize(("error", "status"), [(ValueError("bad data"), "FAILED"), (KeyboardInterrupt(), "KILLED")])
+def test_a_failing_step_ends_the_run_failed_or_killed_and_keeps_its_own_error(run, error, status):
+    with pytest.raises(type(error)), step_status("validate_data", mlflow_run=run):
+        raise error
+    assert _status(*run) == status
+
+
+def test_an_unreachable_mlflow_does_not_replace_the_steps_error(tmp_path):
+    with pytest.raises(ValueError, match="the step's own error"), step_status(
+        "train", mlflow_run=("http://127.0.0.1:9", "0123456789abcdef")
+    ):
+        raise ValueError("the step's own error")

@@ -1,0 +1,318 @@
+"""A process started through the warm-start server behaves as ``python`` would, and saves only time.
+
+Each test starts a real server (with a small preload list) and real clients; the processes are the
+ones a local run starts: ``python -m module args`` with their own environment, directory and streams.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ctpipe.components.lib.warm_start import SOCKET_ENV, client_prefix, running_server, warm_command
+from tests.fixtures.processes import gone_within
+
+PROBE = textwrap.dedent(
+    """
+    import gc, json, os, signal, sys
+    import ctpipe.components.lib.warm_start.server as server
+    print(json.dumps({
+        "argv": sys.argv[1:],
+        "cwd": os.getcwd(),
+        "env": os.environ.get("PROBE_VALUE"),
+        "warm": server.IN_CHILD,
+        "preloaded": "email.mime.text" in sys.modules,
+        "pid": os.getpid(),
+        "gc": gc.isenabled(),
+        "threads": sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None,
+        "ignored": [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if signal.getsignal(getattr(signal, n)) == signal.SIG_IGN],
+    }), flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    mode = os.environ.get("PROBE_MODE", "")
+    if mode == "wait_for_sigterm":
+        import signal, time
+        def stop(signum, frame):
+            print("got SIGTERM", flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, stop)
+        print("ready", flush=True)
+        time.sleep(60)
+    if mode == "sleep":
+        import time
+        time.sleep(60)
+    if mode == "ignore_sigterm":
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("ready", flush=True)
+        time.sleep(60)
+    if mode == "raise":
+        raise RuntimeError("the probe failed on purpose")
+    if mode == "kill_self":
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+    """
+)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "probe_module.py").write_text(PROBE)
+    return tmp_path
+
+
+@pytest.fixture
+def server():
+    with running_server(preload=("email.mime.text", "ctpipe.components.lib.warm_start.server")) as warm:
+        assert warm is not None
+        yield warm
+
+
+def _start(workdir: Path, *args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        warm_command([sys.executable, "-m", "probe_module", *args]),
+        cwd=workdir,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _probe_output(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, dict, str]:
+    import json
+
+    out, err = proc.communicate(timeout=timeout)
+    first = out.splitlines()[0] if out else "{}"
+    return proc.returncode, json.loads(first), err
+
+
+def test_a_module_runs_in_a_forked_child_with_the_callers_arguments_environment_directory_and_streams(server, workdir):
+    proc = _start(workdir, "--flag", "value with spaces", PROBE_VALUE="from the caller", PROBE_EXIT="7")
+    code, seen, err = _probe_output(proc)
+    assert proc.args[: len(client_prefix())] == client_prefix()  # it went through the client
+    assert code == 7
+    assert seen["argv"] == ["--flag", "value with spaces"]
+    assert seen["cwd"] == str(workdir)  # `-m` found the module in the caller's directory, as python does
+    assert seen["env"] == "from the caller"
+    assert seen["warm"] is True and seen["preloaded"] is True
+    assert seen["gc"] is True  # the server preloads with the collector off; the child has it back
+    assert "to stderr" in err
+
+
+def test_an_uncaught_exception_is_printed_and_exits_1_as_python_would(server, workdir):
+    code, _, err = _probe_output(_start(workdir, PROBE_MODE="raise"))
+    assert code == 1
+    assert "RuntimeError: the probe failed on purpose" in err and "Traceback" in err
+
+
+def test_a_child_killed_by_a_signal_looks_killed_to_the_caller(server, workdir):
+    code, seen, _ = _probe_output(_start(workdir, PROBE_MODE="kill_self"))
+    assert seen["warm"] is True
+    assert code == -signal.SIGKILL, _
+
+
+def _wait_for_line(proc: subprocess.Popen, text: str) -> list[str]:
+    lines = []
+    while True:
+        line = proc.stdout.readline()
+        assert line, f"the process ended before printing {text!r}: {lines}"
+        lines.append(line)
+        if text in line:
+            return lines
+
+
+def test_sigterm_to_the_caller_reaches_the_child(server, workdir):
+    proc = _start(workdir, PROBE_MODE="wait_for_sigterm")
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert "got SIGTERM" in out
+    assert proc.returncode == 3
+
+
+def _ignoring(*signals: int):
+    def preexec() -> None:
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+
+    return preexec
+
+
+@pytest.mark.parametrize("ignored", [(signal.SIGINT,), (signal.SIGINT, signal.SIGTERM), ()])
+def test_signals_the_caller_ignores_are_ignored_by_the_child_as_by_a_cold_python(server, workdir, ignored):
+    # `ctpipe run &` from a script ignores SIGINT, and so does every cold step it starts; before, a forked
+    # step had Python's KeyboardInterrupt handler, so a Ctrl-C meant for the script stopped the run.
+    proc = subprocess.Popen(
+        warm_command([sys.executable, "-m", "probe_module"]),
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignoring(*ignored),
+    )
+    code, seen, err = _probe_output(proc)
+    assert code == 0 and seen["warm"] is True, err
+    assert seen["ignored"] == [sig.name for sig in ignored]
+
+
+def test_a_killed_caller_takes_its_child_with_it(server, workdir):
+    import json
+
+    proc = _start(workdir, PROBE_MODE="sleep")
+    child_pid = json.loads(proc.stdout.readline())["pid"]
+    assert child_pid != proc.pid
+    proc.kill()
+    proc.wait(timeout=10)
+    assert gone_within(child_pid), "the forked child outlived its caller"
+
+
+def test_the_server_stops_its_children_when_the_run_ends(workdir):
+    import json
+
+    with running_server(preload=("ctpipe.components.lib.warm_start.server",)):
+        proc = _start(workdir, PROBE_MODE="sleep")
+        child_pid = json.loads(proc.stdout.readline())["pid"]
+    assert gone_within(child_pid)
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGTERM  # stopped (SIGTERM first), and its caller told so
+    assert SOCKET_ENV not in os.environ
+
+
+def test_without_a_server_the_process_starts_cold(workdir, monkeypatch):
+    monkeypatch.setenv(SOCKET_ENV, str(workdir / "no-such.sock"))
+    proc = _start(workdir, PROBE_VALUE="cold", PROBE_EXIT="5")
+    code, seen, _ = _probe_output(proc)
+    assert proc.args[: len(client_prefix())] == client_prefix()
+    assert code == 5 and seen["env"] == "cold" and seen["warm"] is False
+
+
+def test_warm_start_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("CTPIPE_WARM_START", "0")
+    with running_server() as warm:
+        assert warm is None
+        assert SOCKET_ENV not in os.environ
+        assert warm_command([sys.executable, "-m", "x"]) == [sys.executable, "-m", "x"]
+
+
+def test_a_module_that_cannot_be_preloaded_is_named_in_the_log_and_processes_still_start(workdir):
+    with running_server(preload=("no_such_module_for_ctpipe", "ctpipe.components.lib.warm_start.server")) as warm:
+        code, seen, _ = _probe_output(_start(workdir, PROBE_EXIT="0"))
+        assert code == 0 and seen["warm"] is True
+        deadline = time.monotonic() + 10
+        while "no_such_module_for_ctpipe" not in warm.log_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "did not preload no_such_module_for_ctpipe: ModuleNotFoundError" in warm.log_text()
+
+
+def test_the_callers_thread_count_reaches_a_preloaded_torch(workdir):
+    with running_server(preload=("torch", "ctpipe.components.lib.warm_start.server")):
+        code, seen, _ = _probe_output(_start(workdir, OMP_NUM_THREADS="1"))
+        assert code == 0 and seen["warm"] is True and seen["threads"] == 1
+
+
+def test_a_child_that_ignores_sigterm_is_killed_when_the_run_ends(workdir):
+    with running_server(preload=("ctpipe.components.lib.warm_start.server",)):
+        proc = _start(workdir, PROBE_MODE="ignore_sigterm")
+        _wait_for_line(proc, "ready")
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_warm_start_setting_that_is_not_a_switch_is_a_clear_error(monkeypatch):
+    from ctpipe.components.lib.errors import ConfigError
+
+    monkeypatch.setenv("CTPIPE_WARM_START", "fasle")
+    with pytest.raises(ConfigError, match=r"CTPIPE_WARM_START='fasle' is not a switch; allowed: 1/true/yes/on"):
+        with running_server():
+            pass
+
+
+GATED_MODULE = """
+import os, time
+while not os.path.exists({release!r}):
+    time.sleep(0.02)
+"""
+
+
+def _gated(workdir: Path, name: str) -> Path:
+    """A module whose import blocks until the returned path exists (a long import the test controls)."""
+    release = workdir / f"release-{name}"
+    (workdir / f"{name}.py").write_text(GATED_MODULE.format(release=str(release)))
+    return release
+
+
+def _wait_until_connected(proc: subprocess.Popen, seconds: float = 20) -> None:
+    """Until the client holds a socket (it connects right after creating it; the server's backlog takes it)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for fd in Path(f"/proc/{proc.pid}/fd").iterdir():
+            try:
+                if os.readlink(fd).startswith("socket:"):
+                    time.sleep(0.2)
+                    return
+            except OSError:
+                continue
+        time.sleep(0.02)
+    raise AssertionError("the client never connected")
+
+
+NEEDS_PROBE = """
+import json, os
+import needed_lib
+
+if __name__ == "__main__":
+    print(json.dumps({"imported_by_the_server": needed_lib.IMPORTED_IN != os.getpid()}), flush=True)
+"""
+
+
+def test_a_process_whose_module_is_still_to_be_preloaded_waits_for_it_instead_of_importing_it_again(workdir, monkeypatch):
+    # `-m needs_probe` with needs_probe in the preload list: forked before the server has it, the child would
+    # import it (and needed_lib) itself, beside the server importing the same: the same seconds twice.
+    (workdir / "needed_lib.py").write_text("import os\nIMPORTED_IN = os.getpid()\n")
+    (workdir / "needs_probe.py").write_text(NEEDS_PROBE)
+    gate = _gated(workdir, "gate_lib")
+    monkeypatch.setenv("PYTHONPATH", str(workdir))
+    with running_server(preload=("gate_lib", "needs_probe", "ctpipe.components.lib.warm_start.server")):
+        proc = subprocess.Popen(warm_command([sys.executable, "-m", "needs_probe"]), cwd=workdir,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_until_connected(proc)
+        gate.touch()  # the server takes the request after this import, before needs_probe's
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert '"imported_by_the_server": true' in out, out + err
+
+
+def test_the_caller_gets_the_exit_code_while_the_server_is_inside_a_long_import(workdir, monkeypatch):
+    gate, blocker = _gated(workdir, "gate_lib"), _gated(workdir, "blocking_lib")
+    monkeypatch.setenv("PYTHONPATH", str(workdir))
+    with running_server(preload=("gate_lib", "blocking_lib", "ctpipe.components.lib.warm_start.server")):
+        try:
+            proc = _start(workdir, PROBE_EXIT="7")
+            _wait_until_connected(proc)
+            gate.touch()  # the server forks the probe, then blocks in blocking_lib until released
+            code, seen, err = _probe_output(proc, timeout=30)
+            assert code == 7 and seen["warm"] is True, err
+            assert not blocker.exists()
+        finally:
+            blocker.touch()
+
+
+def test_every_pipeline_step_waits_for_a_module_the_server_preloads():
+    from ctpipe.components.lib.warm_start.server import PRELOAD, needed_module
+    from ctpipe.pipelines.continuous_training import build_pipeline
+
+    executors = build_pipeline(None).pipeline_spec.deployment_spec["executors"]
+    steps = {}
+    for executor in executors.values():
+        args = list(executor["container"]["args"])
+        steps[args[args.index("--function_to_execute") + 1]] = needed_module(["-m", "kfp.dsl.executor_main", *args])
+    assert len(steps) == 7 and all(module in PRELOAD for module in steps.values()), steps
+    assert needed_module(["-m", "ctpipe.components.steps.train.worker", "--snapshot", "s"]) in PRELOAD  # the ranks

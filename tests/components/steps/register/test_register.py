@@ -1,0 +1,211 @@
+"""register_candidate on MLflow/SQLite: lineage tags, artifacts, pyfunc model, idempotency, compare-and-set."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import mlflow
+import pytest
+
+from ctpipe.components.lib.config import Threshold
+from ctpipe.components.lib.tracking import local_tracking_uri, use_tracking
+from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
+from ctpipe.components.steps.register.register import LINEAGE_TAGS as REGISTERED_LINEAGE
+from ctpipe.components.steps.register.register import register_candidate
+from ctpipe.components.steps.register.registry import Registry
+from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
+
+LINEAGE_TAGS = (*REGISTERED_LINEAGE, "ctpipe.metric.accuracy")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reg")
+    snap = make_snapshot(root)
+    return {
+        "snap": snap,
+        "a": make_model(snap, root / "a.pt", steps=80, seed=0),
+        "b": make_model(snap, root / "b.pt", steps=120, seed=1),
+        "c": make_model(snap, root / "c.pt", steps=100, seed=2),
+    }
+
+
+def _cycle(models, home, name, pipeline_run_id, config):
+    """evaluate + register one candidate as a pipeline run would."""
+    uri = local_tracking_uri(home)
+    run_id = make_run(uri, config, pipeline_run_id)
+    blessing = home / f"{pipeline_run_id}-blessing.json"
+    card = home / f"{pipeline_run_id}-card.md"
+    evaluate_candidate(
+        str(models[name]),
+        str(models["snap"]),
+        config,
+        tracking_uri=uri,
+        mlflow_run_id=run_id,
+        blessing_path=str(blessing),
+        card_path=str(card),
+    )
+    return (
+        run_id,
+        blessing,
+        lambda: register_candidate(
+            str(models[name]),
+            str(models["snap"]),
+            str(blessing),
+            config,
+            tracking_uri=uri,
+            mlflow_run_id=run_id,
+            pipeline_run_id=pipeline_run_id,
+            trigger="new_data",
+            reports={"model_card": str(card)},
+        ),
+    )
+
+
+def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_model(models, tmp_path):
+    config = fast_config()
+    run_id, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    started = time.perf_counter()
+    result = register()
+    seconds = time.perf_counter() - started
+    assert seconds < 10, f"register took {seconds:.1f}s"
+    assert result.version == "1" and result.aliases == ["challenger", "champion"] and result.promoted
+    client = mlflow.MlflowClient(local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path))
+    mv = client.get_model_version(config.registry.model_name, "1")
+    assert mv.run_id == run_id
+    for tag in LINEAGE_TAGS:  # every one set; only compared_with is empty for a first model
+        assert mv.tags.get(tag) or (tag == "ctpipe.compared_with" and tag in mv.tags), tag
+    assert mv.tags["ctpipe.blessed"] == "true" and mv.tags["ctpipe.trigger"] == "new_data"
+    assert json.loads(mv.tags["ctpipe.config"])["registry"]["model_name"] == config.registry.model_name
+    # Which task code made it: the built-in tabular task, ctpipe's version, a digest of the module's source.
+    code = json.loads(mv.tags["ctpipe.task_code"])
+    assert code["entrypoint"] == "ctpipe.components.tasks.tabular:make_task" and code["distribution"] == "ctpipe"
+    assert len(code["source_sha256"]) == 64
+    files = {f.path for f in client.list_artifacts(run_id, "ctpipe")} | {
+        f.path for f in client.list_artifacts(run_id, "reference")
+    }
+    assert {"ctpipe/model.pt", "reference/suite.json", "reference/reference_stats.json"} <= files
+    use_tracking(local_tracking_uri(tmp_path))  # models:/ URIs resolve through the registry URI
+    model = mlflow.pyfunc.load_model(f"models:/{config.registry.model_name}@champion")
+    assert model.metadata.signature is not None
+    from ctpipe.components.lib.data.snapshot import load_snapshot
+
+    snap = load_snapshot(models["snap"])
+    out = model.predict(snap.frame("test")[snap.schema.features].head(4))
+    assert list(out.columns) == snap.schema.classes and out.to_numpy().sum(axis=1) == pytest.approx(
+        1, abs=1e-5
+    )
+
+
+def test_a_retried_register_returns_the_same_version(models, tmp_path):
+    config = fast_config()
+    _, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    first = register()
+    again = register()
+    assert (first.version, first.created) == ("1", True)
+    assert (again.version, again.created) == ("1", False)
+    assert len(Registry(local_tracking_uri(tmp_path), config.registry).versions()) == 1
+
+
+def test_an_unblessed_candidate_is_only_challenger(models, tmp_path):
+    config = fast_config()
+    _cycle(models, tmp_path, "a", "p1", config)[2]()
+    config.evaluate.thresholds["accuracy"].value = 0.999
+    result = _cycle(models, tmp_path, "b", "p2", config)[2]()
+    assert result.version == "2" and result.aliases == ["challenger"] and not result.promoted
+    assert "not blessed" in result.promotion_reason
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    assert registry.alias_version("champion") == "1"
+    assert registry.get_version("2").tags["ctpipe.blessed"] == "false"
+
+
+def test_champion_moves_only_if_it_is_still_the_one_compared_against(models, tmp_path):
+    config = fast_config()
+    # Any candidate over the floor is blessed (model b is overfit: its log loss does not beat the prior's).
+    config.evaluate.thresholds = {"accuracy": Threshold(value="baseline")}
+    _cycle(models, tmp_path, "a", "p1", config)[2]()
+    # Two runs evaluate against champion 1; the second finishes after the first promoted its model.
+    _, _, register_b = _cycle(models, tmp_path, "b", "p2", config)
+    _, blessing_c, register_c = _cycle(models, tmp_path, "c", "p3", config)
+    assert json.loads(blessing_c.read_text())["champion_version"] == "1"
+    assert json.loads(blessing_c.read_text())["champion_error"] is None  # its export matches ctpipe.model_sha256
+    assert register_b().promoted
+    late = register_c()
+    assert not late.promoted and late.aliases == ["challenger"]
+    assert "champion changed from version 1" in late.promotion_reason and "version 2" in late.promotion_reason
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    assert registry.alias_version("champion") == "2"
+    assert registry.champion_stack() == ["1", "2"]
+    assert registry.get_version("3").tags["ctpipe.promotion_decision"] == late.promotion_reason
+    # Rollback returns to the previous champion and records why.
+    outcome = registry.rollback(reason="bad canary", by="ops")
+    assert (outcome.champion, outcome.previous) == ("1", "2")
+    assert registry.alias_version("champion") == "1"
+    assert registry.get_version("1").tags["ctpipe.promotion"] == "rollback"
+    assert registry.champion_stack() == ["1"]
+
+
+def test_a_lost_create_response_does_not_create_a_second_version(models, tmp_path, monkeypatch):
+    config = fast_config(retries=3)
+    _, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    real = mlflow.MlflowClient.create_model_version
+    calls = []
+
+    def create_then_drop_the_response(self, *args, **kwargs):
+        calls.append(1)
+        real(self, *args, **kwargs)
+        if len(calls) == 1:
+            raise ConnectionError("connection reset by peer after the server committed")
+        raise AssertionError("a retry must find the version instead of creating another")
+
+    monkeypatch.setattr(mlflow.MlflowClient, "create_model_version", create_then_drop_the_response)
+    result = register()
+    assert result.version == "1" and result.promoted and len(calls) == 1
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    assert [str(v.version) for v in registry.versions()] == ["1"]
+
+
+def test_versions_not_registered_completely_are_never_promoted(models, tmp_path):
+    from ctpipe.components.lib.errors import UserError
+
+    config = fast_config()
+    run_id, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    register()
+    client = mlflow.MlflowClient(local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path))
+    stray = client.create_model_version(config.registry.model_name, "file:///elsewhere", run_id=run_id)
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    with pytest.raises(UserError, match="not registered completely"):
+        registry.promote_manual(str(stray.version), reason="try", by="me")
+    assert registry.alias_version("champion") == "1"
+
+
+def test_a_retry_after_a_promotion_cut_off_after_the_alias_moved_completes_its_record(models, tmp_path, monkeypatch):
+    # The alias moved, then MLflow failed for good before the champion stack and history were written; the
+    # step failed and is retried. Before: the retry found "already the champion" and left the history at
+    # version 1 (its audit saw the alias at 2, the history ending at 1) and the stack without version 2.
+    from ctpipe.components.lib.tracking.retry import RegistryUnavailableError
+    from ctpipe.components.steps.register.registry import STACK_TAG
+
+    config = fast_config()
+    config.evaluate.thresholds = {"accuracy": Threshold(value="baseline")}
+    _cycle(models, tmp_path, "a", "p1", config)[2]()
+    _, _, register_b = _cycle(models, tmp_path, "b", "p2", config)
+    real = mlflow.MlflowClient.set_registered_model_tag
+
+    def fail_on_the_stack(self, name, key, value):
+        if key == STACK_TAG:
+            raise ConnectionError("connection reset by peer")
+        return real(self, name, key, value)
+
+    monkeypatch.setattr(mlflow.MlflowClient, "set_registered_model_tag", fail_on_the_stack)
+    with pytest.raises(RegistryUnavailableError):
+        register_b()
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    assert registry.alias_version("champion") == "2"  # the cut-off came after the alias moved
+    monkeypatch.setattr(mlflow.MlflowClient, "set_registered_model_tag", real)
+    again = register_b()
+    assert again.version == "2" and again.promoted and not again.created
+    assert registry.champion_stack() == ["1", "2"]
+    assert [(e["version"], e["previous"]) for e in registry.champion_history()] == [("1", None), ("2", "1")]
+    assert registry.rollback(reason="bad canary", by="ops").champion == "1"
