@@ -15,7 +15,7 @@ import pytest
 from ctpipe.components.steps.select_checkpoint.select import select_and_export
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.tasks.registry import _CACHE
-from tests.components.training.test_distributed import snapshot_dir, tiny_config  # noqa: F401
+from tests.components.engine.test_distributed import snapshot_dir, tiny_config  # noqa: F401
 
 USER_TASK = '''
 from torch import nn

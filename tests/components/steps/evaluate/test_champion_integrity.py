@@ -8,7 +8,7 @@ import pytest
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.steps.evaluate.evaluate import load_champion
-from tests.components.evaluation.test_champion_task import make_champion
+from tests.components.steps.evaluate.test_champion_task import make_champion
 from tests.fixtures.registry import fast_config, make_model, make_snapshot
 
 

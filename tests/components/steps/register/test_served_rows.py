@@ -11,8 +11,8 @@ import pytest
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.tasks import export
 from ctpipe.components.tasks.outputs import TaskOutputError
-from tests.components.evaluation.test_row_alignment import Wrapped
-from tests.components.registration.test_register import _cycle, models  # noqa: F401
+from tests.components.steps.evaluate.test_row_alignment import Wrapped
+from tests.components.steps.register.test_register import _cycle, models  # noqa: F401
 from tests.fixtures.registry import fast_config
 
 
