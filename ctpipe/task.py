@@ -6,6 +6,7 @@ Everything here is re-exported from ``ctpipe.components.tasks``; import it from 
 when the modules behind it move.
 """
 
+from ctpipe.components.lib.metrics import compute_metrics, paired_bootstrap, prior_probabilities
 from ctpipe.components.tasks import (
     Batch,
     CheckResult,
@@ -17,4 +18,8 @@ from ctpipe.components.tasks import (
     TaskState,
 )
 
-__all__ = ["Batch", "CheckResult", "InitLoss", "Metric", "SanitySpec", "Task", "TaskBase", "TaskState"]
+__all__ = [
+    "Batch", "CheckResult", "InitLoss", "Metric", "SanitySpec", "Task", "TaskBase", "TaskState",
+    # the classification metrics and the paired bootstrap a task's own metrics can build on
+    "compute_metrics", "paired_bootstrap", "prior_probabilities",
+]

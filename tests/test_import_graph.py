@@ -202,3 +202,13 @@ def test_kube_knows_nothing_of_training():
         if target == "ctpipe.components.steps.train" or target.startswith("ctpipe.components.steps.train.")
     )
     assert not upward, "; ".join(upward)
+
+
+def test_examples_import_ctpipe_only_through_the_public_task_api():
+    """A user's task (examples/) imports ``ctpipe.task``, the one path that stays put when modules move."""
+    offenders = []
+    for path in sorted((ROOT / "examples").rglob("*.py")):
+        for name in imported_names(path, "example", is_package=False):
+            if name.split(".")[0] == "ctpipe" and not (name == "ctpipe.task" or name.startswith("ctpipe.task.")):
+                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not offenders, "; ".join(offenders)

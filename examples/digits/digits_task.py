@@ -19,8 +19,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctpipe.components.lib.metrics import compute_metrics, paired_bootstrap, prior_probabilities
-from ctpipe.components.tasks import Batch, InitLoss, Metric, SanitySpec, TaskBase
+from ctpipe.task import (
+    Batch,
+    InitLoss,
+    Metric,
+    SanitySpec,
+    TaskBase,
+    compute_metrics,
+    paired_bootstrap,
+    prior_probabilities,
+)
 
 SIDE = 8
 PIXELS = SIDE * SIDE
