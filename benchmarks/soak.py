@@ -125,7 +125,7 @@ class Watchers:
 
     def race(self, extra_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
         cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(self.data), "--home", str(self.home),
-               "--once", "--local"]  # fmt: skip
+               "--once", "--local", "--json"]  # fmt: skip
         for item in self.settings:
             cmd += ["--set", item]
         env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(extra_env or {})}

@@ -60,7 +60,7 @@ def register_champion(home: Path, data: Path, reference_frame: pd.DataFrame) -> 
 
 def timed_cli(data: Path, home: Path) -> tuple[float, float, dict]:
     """Wall time and CPU time (user + system, less sensitive to a busy machine) of one watcher process."""
-    cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(data), "--home", str(home), "--once", "--dry-run"]
+    cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(data), "--home", str(home), "--once", "--dry-run", "--json"]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()

@@ -6,6 +6,7 @@ values between two all-reduced log lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ctpipe.components.engine import checkpointing as ckpt
@@ -45,3 +46,38 @@ class Window:
         self.grad_norm += grad_norm
         self.grad_norm_max = max(self.grad_norm_max, grad_norm)
         self.lr = lr  # the last step's
+
+
+# The line rank 0 prints once per logging window: what `ctpipe run` shows as its training progress line and
+# what a cluster's step log streams. One format, written and parsed here.
+_PROGRESS = re.compile(
+    r"progress step (?P<step>\d+)/(?P<total>\d+) loss (?P<loss>\S+) "
+    r"(?P<rate>[\d.]+) samples/s ETA (?P<eta>\d+:\d\d:\d\d)"
+)
+
+
+@dataclass(frozen=True)
+class ProgressLine:
+    """Where training stands: step of total, the window's mean train loss, throughput and time left."""
+
+    step: int
+    total: int
+    loss: float
+    samples_per_second: float
+    eta_seconds: float
+
+    def text(self) -> str:
+        """The line without the ``[train]`` that ``log_rank0`` puts before it."""
+        eta = int(round(max(self.eta_seconds, 0.0)))
+        return (f"progress step {self.step}/{self.total} loss {self.loss:.4f} "
+                f"{self.samples_per_second:.1f} samples/s ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
+
+    @classmethod
+    def parse(cls, line: str) -> ProgressLine | None:
+        """The progress a log line reports, or None for any other line."""
+        match = _PROGRESS.search(line)
+        if match is None:
+            return None
+        h, m, sec = (int(x) for x in match["eta"].split(":"))
+        return cls(int(match["step"]), int(match["total"]), float(match["loss"]), float(match["rate"]),
+                   float(h * 3600 + m * 60 + sec))

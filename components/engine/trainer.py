@@ -22,7 +22,7 @@ from ctpipe.components.engine.device import Dist
 from ctpipe.components.engine.faults import Fault
 from ctpipe.components.engine.loss_eval import check_reported, evaluate, val_shard
 from ctpipe.components.engine.parallelize import parallelize, resolve_precision, sync_buffers, uses_autocast
-from ctpipe.components.engine.progress import Progress, Window
+from ctpipe.components.engine.progress import Progress, ProgressLine, Window
 from ctpipe.components.engine.step import build_optimizer, optimizer_step
 from ctpipe.components.engine.throughput import flops_per_sample_or_zero
 from ctpipe.components.engine.tracker import NullTracker, flatten
@@ -264,6 +264,10 @@ class Trainer:
             },
             self.progress.step,
         )
+        prog = self.progress
+        per_step = prog.train_seconds / max(prog.step, 1)
+        log_rank0(self.d, ProgressLine(prog.step, self.t.max_steps, float(mean_loss) / self.d.world_size,
+                                       samples_per_s, per_step * (self.t.max_steps - prog.step)).text())
         if w.steps >= LOG_EVERY and w.clipped == w.steps and self.progress.step > self.t.warmup_steps:
             log_rank0(
                 self.d,

@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `ctpipe`: what it can do, not a usage error
+        parser.print_help()
+        return 0
     try:
         return int(args.func(args) or 0)
     except UserError as err:
@@ -60,11 +63,40 @@ def entry() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctpipe", description="Continuous training on Kubeflow Pipelines.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from ctpipe import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="ctpipe",
+        description="Continuous training on Kubeflow Pipelines: validated data, sanity-checked training, "
+        "a champion registered in MLflow only when it is measurably no worse. `ctpipe run` runs the whole "
+        "pipeline locally on demo data.",
+    )
+    parser.add_argument("--version", action="version", version=f"ctpipe {__version__}")
+    verbosity = argparse.ArgumentParser(add_help=False)
+    chatter = verbosity.add_mutually_exclusive_group()
+    chatter.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
+                         help="print only the result and errors")
+    chatter.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                         help="also print what the steps print (the run's pipeline.log)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
-        command.register(sub)
+        command.register(_WithVerbosity(sub, verbosity))
+    for action in sub._choices_actions:  # `ctpipe X --help` opens with the line `ctpipe --help` lists for X
+        child = sub.choices[action.dest]
+        if not child.description:
+            child.description = action.help[:1].upper() + action.help[1:] + "."
     return parser
+
+
+class _WithVerbosity:
+    """The subparsers action, giving every subcommand the shared --quiet/--verbose options."""
+
+    def __init__(self, subparsers, verbosity: argparse.ArgumentParser) -> None:
+        self._subparsers, self._verbosity = subparsers, verbosity
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        kwargs["parents"] = [*kwargs.get("parents", []), self._verbosity]
+        return self._subparsers.add_parser(name, **kwargs)
 
 
 if __name__ == "__main__":

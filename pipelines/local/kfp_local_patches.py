@@ -1,20 +1,26 @@
-"""How ``ctpipe run`` adjusts KFP's local runner (kfp 2.17): each step's output is decoded leniently.
+"""How ``ctpipe run`` adjusts KFP's local runner (kfp 2.17): step output decoded leniently, logs without colour.
 
 ``kfp.local.subprocess_task_handler.run_local_subprocess`` reads a step's output as strict UTF-8 text:
 the first byte that is not (a C library's message, a user's model printing raw bytes) raised
 UnicodeDecodeError in ``ctpipe run`` and failed the run, the step's pipe closed under it.
+
+KFP's local runner colours task names and statuses with ANSI codes (``kfp.local.logging_utils.Color``)
+whatever its output is; ``ctpipe run`` sends it to ``pipeline.log``, where the codes are noise.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 
+ANSI_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
 
 def run_step_process(full_command: list[str], env_vars: dict[str, str] | None = None) -> int:
-    """kfp's ``run_local_subprocess``, with a byte that is not UTF-8 replaced instead of raising."""
+    """kfp's ``run_local_subprocess``, with a byte that is not UTF-8 replaced instead of raising, and no colour."""
     env = {**os.environ, **env_vars} if env_vars else None
     with subprocess.Popen(
         full_command,
@@ -27,7 +33,7 @@ def run_step_process(full_command: list[str], env_vars: dict[str, str] | None = 
     ) as process:
         assert process.stdout is not None
         for line in iter(process.stdout.readline, ""):
-            print(line, end="")
+            print(ANSI_CODES.sub("", line), end="")
         print("\n")  # as kfp: a blank line after each step's output
         return process.wait()
 
@@ -43,3 +49,19 @@ def step_output_decoded_leniently() -> Iterator[None]:
         yield
     finally:
         subprocess_task_handler.run_local_subprocess = original
+
+
+@contextlib.contextmanager
+def log_without_colour() -> Iterator[None]:
+    """While in this block, KFP's local runner writes its task names and statuses without ANSI colour codes."""
+    from kfp.local import logging_utils
+
+    names = [n for n in vars(logging_utils.Color) if n.isupper()]
+    saved = {n: getattr(logging_utils.Color, n) for n in names}
+    for name in names:
+        setattr(logging_utils.Color, name, "")
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(logging_utils.Color, name, value)

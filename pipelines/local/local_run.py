@@ -28,7 +28,7 @@ from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_server
 from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.local.demo_setup import demo_data_and_config
-from ctpipe.pipelines.local.kfp_local_patches import step_output_decoded_leniently
+from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_output_decoded_leniently
 from ctpipe.pipelines.local.progress import StepProgress, output_to
 from ctpipe.pipelines.local.run_summary import build_summary
 from ctpipe.pipelines.local.sigterm import sigterm_stops_the_steps
@@ -41,7 +41,7 @@ def run_local(
     config_path: str | None = None,
     overrides: list[str] | None = None,
     trigger: str = "manual",
-    quiet: bool = False,
+    verbosity: int = 0,
     process_started: float | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline locally end to end and return its summary (also written to summary.json).
@@ -81,7 +81,7 @@ def run_local(
         status_dir = run_dir / "steps"
         status_dir.mkdir()
         started = time.time()
-        outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, quiet, warm)
+        outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity, warm)
         summary = build_summary(
             status_dir,
             run_dir=run_dir,
@@ -111,7 +111,7 @@ def _run_pipeline(
     config: Config,
     tracking_uri: str,
     trigger: str,
-    quiet: bool,
+    verbosity: int,
     warm: WarmServer | None = None,
 ) -> str | None:
     """Run the KFP pipeline with the local runner; its logs go to run_dir/pipeline.log."""
@@ -126,13 +126,14 @@ def _run_pipeline(
     error = None
     try:
         with output_to(run_dir / "pipeline.log") as terminal:
-            if not quiet:
+            if verbosity >= 0:
                 terminal.write(f"ctpipe: running the pipeline locally; logs: {run_dir / 'pipeline.log'}\n")
             with (
                 sigterm_stops_the_steps(warm),
-                StepProgress(status_dir, terminal, quiet),
+                StepProgress(status_dir, terminal, verbosity, log_path=run_dir / "pipeline.log"),
                 _steps_start_warm(warm),
                 step_output_decoded_leniently(),
+                log_without_colour(),
             ):
                 local.init(
                     local.SubprocessRunner(use_venv=False),

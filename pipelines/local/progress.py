@@ -1,7 +1,12 @@
-"""What the terminal shows during ``ctpipe run``: one line per step as it starts and ends; the rest goes to a log.
+"""What the terminal shows during ``ctpipe run``: each step as it starts and ends, and training's progress.
 
-    with output_to(run_dir / "pipeline.log") as terminal, StepProgress(status_dir, terminal, quiet):
+    with output_to(run_dir / "pipeline.log") as terminal, StepProgress(status_dir, terminal, log_path=...):
         ...  # run the pipeline
+
+Everything the steps print goes to the run's ``pipeline.log``; the terminal gets the step lines and the
+training progress line that rank 0 prints each logging window (``ProgressLine``), rewritten in place on a
+terminal and printed every ``PRINT_EVERY_SECONDS`` (or each quarter of the steps) otherwise. ``--verbose``
+echoes the whole log too; ``--quiet`` prints nothing until the summary.
 """
 
 from __future__ import annotations
@@ -10,11 +15,16 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.engine.progress import ProgressLine
+from ctpipe.pipelines.local.kfp_local_patches import ANSI_CODES
 from ctpipe.pipelines.local.run_summary import read_step_records
+
+PRINT_EVERY_SECONDS = 10.0  # the training line's period when the terminal is not a TTY (a CI log, a pipe)
 
 STEP_TITLES = {
     "prepare_run": "prepare run (config, MLflow run)",
@@ -28,24 +38,65 @@ STEP_TITLES = {
 
 
 class StepProgress:
-    """Prints one line per step as it starts and ends, from the status records the steps write."""
+    """Prints each step as it starts and ends (from the steps' status records) and training's progress line."""
 
-    def __init__(self, status_dir: Path, out, quiet: bool) -> None:
+    def __init__(self, status_dir: Path, out, verbosity: int = 0, *, log_path: Path | None = None) -> None:
         self.status_dir = status_dir
         self.out = out
-        self.quiet = quiet
+        self.quiet = verbosity < 0
+        self.verbose = verbosity > 0
         self.seen: dict[str, str] = {}
+        self._log = LogTail(log_path) if log_path is not None else None
+        self._tty = bool(getattr(out, "isatty", lambda: False)())
+        self._progress: ProgressLine | None = None
+        self._progress_shown: tuple[float, int] | None = None  # (when, step) the line was last printed
+        self._in_place = False  # a progress line is on the terminal without its newline
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _emit(self, text: str) -> None:
         if not self.quiet:
+            if self._in_place:
+                self.out.write("\n")
+                self._in_place = False
             self.out.write(text + "\n")
             self.out.flush()
+
+    def _show_progress(self, final: bool = False) -> None:
+        """The training line: in place on a TTY; otherwise every PRINT_EVERY_SECONDS or quarter of the steps."""
+        line = self._progress
+        if line is None or self.quiet:
+            return
+        now, last = time.monotonic(), self._progress_shown
+        if self._tty:
+            if last is None or line.step != last[1]:
+                self.out.write("\r" + line.text() + "\x1b[K")
+                self.out.flush()
+                self._in_place = True
+                self._progress_shown = (now, line.step)
+            return
+        due = (last is None or final or now - last[0] >= PRINT_EVERY_SECONDS
+               or line.step - last[1] >= max(line.total // 4, 1))
+        if due and (last is None or line.step != last[1]):
+            self._emit(line.text())
+            self._progress_shown = (now, line.step)
+
+    def _read_log(self) -> None:
+        if self._log is None:
+            return
+        for raw in self._log.new_lines():
+            line = ANSI_CODES.sub("", raw)
+            if self.verbose:
+                self._emit("  | " + line)
+            progress = ProgressLine.parse(line)
+            if progress is not None:
+                self._progress = progress
+                self._show_progress()
 
     def poll(self) -> None:
         from ctpipe.pipelines.continuous_training import STEP_NAMES
 
+        self._read_log()
         records = read_step_records(self.status_dir)
         for index, step in enumerate(STEP_NAMES, start=1):
             status = records.get(step, {}).get("status")
@@ -56,6 +107,8 @@ class StepProgress:
             if status == "running":
                 self._emit(f"{label} ...")
             else:
+                if step == "train":
+                    self._show_progress(final=True)
                 seconds = records[step].get("seconds", 0.0)
                 mark = "passed" if status == "passed" else "FAILED"
                 self._emit(f"{label}: {mark} in {seconds:.1f}s")
@@ -72,6 +125,26 @@ class StepProgress:
         self._stop.set()
         self._thread.join()
         self.poll()
+
+
+class LogTail:
+    """The complete lines appended to a file since the last call (a partial last line waits for its end)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.partial = b""
+
+    def new_lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as log:
+                log.seek(self.offset)
+                chunk = log.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
 
 
 @contextlib.contextmanager

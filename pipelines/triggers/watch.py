@@ -57,6 +57,22 @@ class Decision:
     def to_line(self) -> str:
         return json.dumps(asdict(self), sort_keys=False, default=str)
 
+    def to_text(self) -> str:
+        """The decision for a person: what was done for which data version, and why."""
+        version = f"data version {self.fingerprint[:12]}"
+        if self.action == "run":
+            verb = "would start a run" if self.dry_run else f"started run attempt {self.attempt or 1}"
+            text = f"{verb} for {version} (trigger {self.trigger}): {self.reason}"
+        else:
+            text = f"no run for {version}: {self.reason}"
+        if self.drifted_columns:
+            text += f"\n  drifted columns: {', '.join(self.drifted_columns)}"
+        if self.drift_report_html or self.drift_report:
+            text += f"\n  drift report: {self.drift_report_html or self.drift_report}"
+        if self.champion_version:
+            text += f"\n  champion: version {self.champion_version}"
+        return text
+
 
 # --- drift of the newest window, cached per (window, champion, thresholds) ---------------------
 
@@ -390,14 +406,16 @@ def _settle_all(ledger: Ledger, starter, config: Config, now: float) -> None:
             _settle(ledger, starter, record, config, now, write=True)
 
 
-def watch_loop(*, interval: float, iterations: int | None = None, **check_args: Any) -> None:
-    """Check every ``interval`` seconds, printing each decision; an error is printed, not fatal."""
+def watch_loop(*, interval: float, iterations: int | None = None, as_json: bool = True, **check_args: Any) -> None:
+    """Check every ``interval`` seconds, printing each decision (JSON or text); an error is printed, not fatal."""
     count = 0
     while iterations is None or count < iterations:
         try:
-            print(check_once(**check_args).to_line(), flush=True)
+            decision = check_once(**check_args)
+            print(decision.to_line() if as_json else decision.to_text(), flush=True)
         except Exception as err:  # keep watching: a flaky store or a half-written partition is retried
-            print(json.dumps({"action": "error", "error": f"{type(err).__name__}: {err}"}), flush=True)
+            error = f"{type(err).__name__}: {err}"
+            print(json.dumps({"action": "error", "error": error}) if as_json else f"check failed: {error}", flush=True)
         count += 1
         if iterations is None or count < iterations:
             time.sleep(interval)

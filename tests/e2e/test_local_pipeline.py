@@ -14,6 +14,7 @@ import mlflow
 import pandas as pd
 import pytest
 
+from ctpipe.components.engine.progress import ProgressLine
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.tracking import local_tracking_uri
 
@@ -97,6 +98,20 @@ def test_first_run_succeeds_and_becomes_champion(first_run, home):
     assert champion.tags["ctpipe.blessed"] == "true"
     # The pipeline run's MLflow run was ended by the last step (before: RUNNING forever, like a dead one).
     assert client.get_run(summary["mlflow_run_id"]).info.status == "FINISHED"
+
+
+def test_first_run_shows_training_progress_and_logs_without_colour(first_run):
+    """The terminal does not go quiet during training: rank 0's progress lines reach it (step of total, loss,
+    throughput, ETA); the run's pipeline.log holds no ANSI colour codes (before: KFP's, throughout)."""
+    progress = [ProgressLine.parse(line) for line in first_run.stdout.splitlines()]
+    progress = [p for p in progress if p is not None]
+    assert len(progress) >= 3, first_run.stdout[-3000:]
+    assert [p.step for p in progress] == sorted({p.step for p in progress})  # each once, in order
+    assert progress[-1].step == progress[-1].total == 60
+    assert all(p.samples_per_second > 0 and p.loss > 0 for p in progress)
+    log = (Path(_summary(first_run)["summary_path"]).parent / "pipeline.log").read_text()
+    assert "\x1b[" not in log
+    assert "[train] progress step 60/60" in log
 
 
 def test_first_run_records_each_steps_time_split_and_starts_them_warm(first_run):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import ctpipe.pipelines.cli.commands as commands
-from ctpipe.pipelines.cli.main import COMMANDS, build_parser
+from ctpipe.pipelines.cli.main import COMMANDS, build_parser, main
 
 
 def test_every_command_module_is_listed_once_and_nothing_else_registers_a_subcommand():
@@ -69,3 +69,23 @@ def test_the_ctpipe_script_runs_the_exit_handlers_then_exits_with_the_commands_c
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == code, proc.stderr
     assert "exit handlers ran" in proc.stdout and "modules torn down" not in proc.stdout
+
+
+def test_version_and_bare_ctpipe_exit_0(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"ctpipe {version('ctpipe')}"
+    assert main([]) == 0  # before: a usage error (exit 2)
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ctpipe") and "run" in out and "watch" in out
+
+
+def test_every_subcommand_describes_itself_and_takes_quiet_and_verbose():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        assert parser.description, f"ctpipe {name} --help has no description"
+        options = {s for a in parser._actions for s in a.option_strings}
+        assert {"--quiet", "--verbose"} <= options, name

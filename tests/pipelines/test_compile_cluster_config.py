@@ -104,7 +104,7 @@ def test_watch_on_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
     config_file.write_text("train:\n  max_steps: 50\n")
     with FakeKfpServer(token="t") as server:
         deploy.deploy(deploy.connect(server.url), str(package), version_name="v1")
-        assert main(["watch", "--data", str(tmp_path / "data"), "--home", str(tmp_path / "home"), "--once",
+        assert main(["watch", "--data", str(tmp_path / "data"), "--home", str(tmp_path / "home"), "--once", "--json",
                      "--host", server.url, "--config", str(config_file)]) == 0
         assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["action"] == "run"
         (run,) = server.state.runs.values()

@@ -194,7 +194,7 @@ class TrainConfig:
     max_steps: int = 600
     batch_size: int = 64  # per device
     # Train splits of at most this many rows are held whole by every rank (a DistributedSampler over
-    # rows); above it each rank reads only its shard of the split's row groups (training/shards.py).
+    # rows); above it each rank reads only its shard of the split's row groups (engine/shards.py).
     in_memory_rows: int = 500_000
     grad_accum_steps: int = 1
     lr: float = 3e-3

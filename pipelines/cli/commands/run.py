@@ -51,9 +51,13 @@ def run(args: argparse.Namespace) -> int:
         config_path=args.config,
         overrides=([f"task.name={args.task}"] if args.task else []) + args.overrides,
         trigger=args.trigger,
-        quiet=False,
+        verbosity=args.verbosity,
     )
-    print(format_summary(summary))
+    if args.verbosity >= 0:
+        print(format_summary(summary))
+    else:  # --quiet: the outcome in one line, then the path
+        error = (summary.get("error") or {}).get("message") if summary["status"] != "succeeded" else None
+        print(f"ctpipe run: {summary['status']}" + (f": {error}" if error else ""))
     print(summary["summary_path"])
     if summary["status"] == "succeeded":
         return 0

@@ -1,6 +1,6 @@
 """``ctpipe watch``: start runs on new data and on drift, once per data version (the CronJob's command).
 
-    ctpipe watch --data DATA --home .ctpipe --once --dry-run     # decide only; the last line is JSON
+    ctpipe watch --data DATA --home .ctpipe --once --dry-run     # decide only; --json for one JSON line
     ctpipe watch --data s3://bucket/data --host https://kfp.example.com --once
     ctpipe watch --data DATA --interval 300                      # keep watching, local runs
     ctpipe watch --status [--json]                               # data versions and their attempts
@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     parser.add_argument("--interval", type=float, metavar="S", help="seconds between checks (default watch.interval_seconds)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report, start nothing")
     parser.add_argument("--status", action="store_true", help="list the data versions in the ledger with their attempts and outcomes, then exit")
-    parser.add_argument("--json", action="store_true", help="with --status: print one JSON object instead of a table")
+    parser.add_argument("--json", action="store_true", help="print JSON for programs: one object per check (with --status: one object instead of a table)")
     parser.add_argument("--local", action="store_true", help="start runs locally with 'ctpipe submit' (the default without --host)")
     parser.add_argument("--wait", action="store_true", help="with a local run, wait for it to finish")
     parser.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking/registry URI (default registry.tracking_uri, else the home's SQLite)")
@@ -60,12 +60,13 @@ def run(args: argparse.Namespace) -> int:
     starter = _starter(args, config, home)
     check_args = dict(data_uri=data_uri, home=home, config=config, tracking_uri=tracking_uri, starter=starter, dry_run=args.dry_run)
     if args.once:
-        print(check_once(**check_args).to_line())
+        decision = check_once(**check_args)
+        print(decision.to_line() if args.json else decision.to_text())
         return 0
     interval = args.interval if args.interval is not None else config.watch.interval_seconds
     if interval <= 0:
         raise UserError(f"--interval {interval} must be > 0 seconds")
-    watch_loop(interval=interval, **check_args)
+    watch_loop(interval=interval, as_json=args.json, **check_args)
     return 0
 
 

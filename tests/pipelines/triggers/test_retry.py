@@ -354,7 +354,7 @@ def test_a_killed_process_is_seen_through_the_cli_too(site):
     data, home = site
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(data), "--home", str(home), "--once",
-           "--set", "watch.retry_backoff_seconds=0"]  # fmt: skip
+           "--json", "--set", "watch.retry_backoff_seconds=0"]  # fmt: skip
     starter = ScriptStarter(home, RUNNING)
     try:
         decision = check(site, starter, "watch.retry_backoff_seconds=0")

@@ -280,7 +280,7 @@ def test_cli_dry_run_prints_the_decision_as_the_last_json_line(site):
     data, home, fingerprint = site
     add_days(data, 9, drift_from_day=8)
     cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "watch", "--data", str(data), "--home", str(home), "--once", "--dry-run",
-           "--set", "watch.min_rows=100"]
+           "--json", "--set", "watch.min_rows=100"]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -88,3 +88,20 @@ def test_watch_rejects_host_and_local_together(tmp_path, capsys):
     assert main(["watch", "--data", str(tmp_path), "--host", "http://127.0.0.1:9", "--local", "--once"]) == 2
     assert "exclude each other" in capsys.readouterr().err
     assert Path(tmp_path).exists()
+
+
+def test_a_decision_reads_as_a_sentence_for_people_and_as_json_for_programs():
+    from ctpipe.pipelines.triggers.watch import Decision
+
+    started = Decision(action="run", trigger="drift", fingerprint="ab" * 32, reason="drift in 2 columns",
+                       champion_version="3", drifted_columns=["region", "age"], attempt=1)
+    assert started.to_text().splitlines() == [
+        "started run attempt 1 for data version abababababab (trigger drift): drift in 2 columns",
+        "  drifted columns: region, age",
+        "  champion: version 3",
+    ]
+    assert json.loads(started.to_line())["drifted_columns"] == ["region", "age"]
+    nothing = Decision(action="none", trigger=None, fingerprint="cd" * 32, reason="the champion was trained on it")
+    assert nothing.to_text() == "no run for data version cdcdcdcdcdcd: the champion was trained on it"
+    assert Decision(action="run", trigger="new_data", fingerprint="ef" * 32, reason="new data", dry_run=True,
+                    attempt=1).to_text().startswith("would start a run for data version efefefefefef")
