@@ -127,7 +127,7 @@ def test_prepare_run_returns_the_resolved_config_and_the_run_it_opened(steps, pr
     assert steps.record("prepare_run")["result"] == {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": "p1"}
 
 
-def test_validate_data_marks_the_snapshot_and_counts_the_warnings(steps, validated):
+def test_validate_data_marks_the_snapshot_and_counts_the_warnings(steps, prepared, validated):
     (fingerprint, warnings), outputs = validated
     snapshot = outputs["snapshot"]
     assert snapshot.metadata["fingerprint"] == fingerprint and len(fingerprint) == 64
@@ -137,6 +137,10 @@ def test_validate_data_marks_the_snapshot_and_counts_the_warnings(steps, validat
     record = steps.record("validate_data")
     assert record["status"] == "passed" and record["result"]["warnings"] == verdict["warnings"]
     assert Path(outputs["data_docs"].path).read_text().startswith("<!DOCTYPE html>")
+    # In MLflow with the extensions a browser and MLflow's viewer need (before: `data_docs`, shown as source).
+    logged = {a.path for a in mlflow.MlflowClient(tracking_uri=steps.uri).list_artifacts(
+        prepared.mlflow_run_id, "validation")}
+    assert {"validation/data_docs.html", "validation/validation_report.md"} <= logged, logged
 
 
 def test_sanity_checks_returns_the_summary_it_writes_for_the_later_steps(steps, sane):

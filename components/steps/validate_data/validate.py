@@ -105,7 +105,11 @@ def validate_data(
         (Path(snapshot_dir) / VALIDATION_FILE).write_text(json.dumps(summary_json(summary), default=str))
     write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
     suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
-    _log_to_mlflow(tracking_uri, mlflow_run_id, summary, [data_docs_path, report_path, suite_copy], config)
+    # Named with the extensions a browser and MLflow's artifact viewer need: KFP names an output file after
+    # the output alone (``data_docs``), which a browser shows as raw source.
+    reports = {"validation/data_docs.html": data_docs_path, "validation/validation_report.md": report_path,
+               "validation/suite.json": suite_copy}
+    _log_to_mlflow(tracking_uri, mlflow_run_id, summary, reports, config)
     if errors(summary.findings):
         raise DataValidationError(_error_message(summary, report_path))
     return ValidationResult(
@@ -349,7 +353,8 @@ def _error_message(summary: ValidationSummary, report_path: str) -> str:
             f"Fix the data; if the change is intended, {review}.{where}")
 
 
-def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, paths: list[str], config: Config) -> None:
+def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, reports: dict[str, str],
+                   config: Config) -> None:
     figures = {
         "validation.errors": len(errors(summary.findings)),
         "validation.warnings": len(warnings(summary.findings)),
@@ -359,7 +364,7 @@ def _log_to_mlflow(tracking_uri: str, run_id: str, summary: ValidationSummary, p
     }
     log_step(tracking_uri, run_id, "validation", metrics=figures,
              tags={"ctpipe.validation": "passed" if summary.passed else "failed"},
-             files={f"validation/{Path(p).name}": p for p in paths if p},
+             files={name: path for name, path in reports.items() if path},
              documents={"validation/summary.json": summary_json(summary)}, retry=RetryPolicy.of(config.registry))
 
 
