@@ -101,6 +101,7 @@ def build_summary(
         "promoted": registration.get("promoted"),
         "mlflow_tracking_uri": tracking_uri,
         "mlflow_run_id": result["prepare_run"].get("mlflow_run_id"),
+        "mlflow_experiment_id": result["prepare_run"].get("mlflow_experiment_id"),
         "error": error,
     }
 
@@ -166,9 +167,18 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"\nerror{where}: {summary['error']['message']}")
         lines.append("Nothing was promoted: the champion is unchanged.")
     uri = summary["mlflow_tracking_uri"]
-    lines.append(f"\nMLflow UI: mlflow ui --backend-store-uri {uri} --port 5000  (then open http://127.0.0.1:5000)")
+    lines.append(f"\nMLflow UI: mlflow ui --backend-store-uri {uri} --port 5000, then open {mlflow_ui_url(summary)}")
     lines.append(f"pipeline log: {Path(summary['run_dir']) / 'pipeline.log'}")
     return "\n".join(lines)
+
+
+def mlflow_ui_url(summary: dict[str, Any], base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI page of this run's experiment, on its training runs (MLflow 3 opens on GenAI traces
+    unless the page asks for the machine-learning view)."""
+    experiment = summary.get("mlflow_experiment_id")
+    if not experiment:
+        return base
+    return f"{base}/#/experiments/{experiment}/runs?workflowType=machine_learning"
 
 
 def _fmt_metrics(metrics: dict[str, Any]) -> str:

@@ -67,8 +67,12 @@ def _open_sqlite_store_exclusively(tracking_uri: str) -> None:
         os.close(handle)  # releases the lock
 
 
+# MLflow 3's experiment type: a model-training experiment, not a GenAI one (whose page opens on traces).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+
 def ensure_experiment(tracking_uri: str, name: str) -> str:
-    """Get or create the experiment ``name`` with an explicit artifact location; return its id."""
+    """Get or create the experiment ``name`` with an explicit artifact location, typed as model training."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -76,9 +80,12 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
     client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     found = client.get_experiment_by_name(name)
     if found is not None:
+        if found.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # a home made before the type was set
+            client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return found.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=artifact_location(tracking_uri, name))
+        return client.create_experiment(name, artifact_location=artifact_location(tracking_uri, name),
+                                        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except MlflowException:
         # Another process created it between our lookup and create.
         found = client.get_experiment_by_name(name)

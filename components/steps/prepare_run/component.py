@@ -38,5 +38,6 @@ def prepare_run(
             default_config_json=default_config_json,
         )
         record.setup_seconds = prepared.mlflow_setup_seconds
-        record.result = {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": pipeline_run_id}
+        record.result = {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": pipeline_run_id,
+                         "mlflow_experiment_id": prepared.mlflow_experiment_id}
     return namedtuple("PreparedRun", ["config_json", "mlflow_run_id"])(prepared.config_json, prepared.mlflow_run_id)

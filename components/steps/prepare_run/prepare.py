@@ -19,6 +19,7 @@ _NEXT_SETTING = re.compile(r";(?=\s*[A-Za-z_]\w*\.[\w.]+\s*=)")
 class PreparedRun:
     config_json: str
     mlflow_run_id: str
+    mlflow_experiment_id: str = ""
     # Opening the experiment and the run, imports excluded: on a new local home this creates the MLflow
     # database with all its migrations (orchestration, not the step's work: components/lib/kfp_support.py).
     mlflow_setup_seconds: float = 0.0
@@ -140,4 +141,5 @@ def prepare_run(
     setup_seconds = time.perf_counter() - started - imports.seconds
     if created:
         log_step(tracking_uri, run_id, "prepare_run", documents={"config/config.json": config.to_dict()}, retry=policy)
-    return PreparedRun(config_json=config.to_json(), mlflow_run_id=run_id, mlflow_setup_seconds=setup_seconds)
+    return PreparedRun(config_json=config.to_json(), mlflow_run_id=run_id, mlflow_experiment_id=experiment_id,
+                       mlflow_setup_seconds=setup_seconds)
