@@ -114,6 +114,37 @@ def test_first_run_shows_training_progress_and_logs_without_colour(first_run):
     assert "[train] progress step 60/60" in log
 
 
+def test_what_the_readme_says_the_commands_print_is_what_they_print(first_run, home, data, tmp_path):
+    """README: `ctpipe run` prints each step as it starts and ends, then a summary (blessing, version and
+    aliases, how to open MLflow), the path of summary.json last, exit 0 on success; `ctpipe --version`,
+    `ctpipe models list` (versions with aliases and key metrics) and `ctpipe suite check` (validation alone,
+    Data Docs) do what the README's examples say."""
+    from ctpipe.pipelines.local.progress import STEP_TITLES
+
+    assert first_run.returncode == 0
+    out = first_run.stdout.splitlines()
+    for title in STEP_TITLES.values():
+        assert any(title in line and line.endswith("...") for line in out), title
+        assert any(title in line and "passed in" in line for line in out), title
+    assert out[-1].endswith("summary.json") and Path(out[-1]).is_file()
+    printed = first_run.stdout[-2500:]
+    assert "blessed            yes" in printed, printed
+    registered = next(line for line in out if line.strip().startswith("registered"))
+    assert "version 1 (aliases:" in registered and "champion" in registered, registered
+    assert "workflowType=machine_learning" in printed, printed
+
+    version = ctpipe("--version", home=home)
+    assert version.returncode == 0 and version.stdout.startswith("ctpipe ")
+    listed = ctpipe("models", "list", home=home)
+    assert listed.returncode == 0, listed.stderr
+    assert "champion" in listed.stdout and "accuracy" in listed.stdout
+    checked = ctpipe("suite", "check", "--data", str(data), "--set", "data.key=customer_id",
+                     "--out", str(tmp_path / "check"), home=home)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert "data validation passed" in checked.stdout
+    assert checked.stdout.strip().splitlines()[-1].endswith("data_docs.html")
+
+
 def test_first_run_records_each_steps_time_split_and_starts_them_warm(first_run):
     assert first_run.returncode == 0
     summary = _summary(first_run)
