@@ -2,7 +2,8 @@
 
 ``ctpipe run`` defaults suit a laptop (``train.backend: local``, no secrets). A cluster pipeline built from
 those would train inside its 1-CPU step pod and meet MLflow's basic auth without credentials (401). So
-``ctpipe compile``/``deploy``/``submit --host`` start from cluster defaults instead — a PyTorchJob, and the
+``ctpipe compile``/``deploy``/``submit --host`` start from cluster defaults instead — ``train.backend: auto``
+(a TrainJob where Trainer v2 is installed, else a PyTorchJob, found when the train step runs), and the
 MLflow client credentials from the ``ctpipe-mlflow-client`` secret that ``manifests/secrets`` creates —
 under the user's file and ``--set`` values, and refuse a config that would still train locally or carry no
 MLflow credentials.
@@ -18,12 +19,12 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.tasks.run_config import load_run_config
 
-CLUSTER_BACKENDS = ("pytorchjob", "trainjob")
+CLUSTER_BACKENDS = ("auto", "trainjob", "pytorchjob")
 MLFLOW_CLIENT_SECRET = "ctpipe-mlflow-client"
 MLFLOW_BASIC_AUTH = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 MLFLOW_TOKEN = "MLFLOW_TRACKING_TOKEN"
 CLUSTER_DEFAULTS: dict[str, Any] = {
-    "train": {"backend": "pytorchjob"},
+    "train": {"backend": "auto"},
     "kubernetes": {"env_from_secrets": {MLFLOW_CLIENT_SECRET: list(MLFLOW_BASIC_AUTH)}},
 }
 
@@ -41,9 +42,9 @@ def check_cluster_config(config: Config) -> None:
     if backend not in CLUSTER_BACKENDS:
         raise ConfigError(
             f"invalid config value for 'train.backend' in a cluster pipeline: {backend!r}. The train step would "
-            "train inside its own step pod (1 CPU, 2Gi: it only launches and follows jobs). Use 'pytorchjob' "
-            "(Training Operator v1.9, the default when compiling) or 'trainjob' (Trainer v2), or leave "
-            "train.backend unset; 'local' is for `ctpipe run`."
+            "train inside its own step pod (1 CPU, 2Gi: it only launches and follows jobs). Use 'auto' (the default "
+            "when compiling: TrainJob where Kubeflow Trainer v2 is installed, else PyTorchJob), 'trainjob' or "
+            "'pytorchjob', or leave train.backend unset; 'local' is for `ctpipe run`."
         )
     exposed = {key for keys in config.kubernetes.env_from_secrets.values() for key in keys}
     if not (set(MLFLOW_BASIC_AUTH) <= exposed or MLFLOW_TOKEN in exposed):

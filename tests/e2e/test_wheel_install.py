@@ -111,8 +111,9 @@ def test_render_job_from_the_wheel_validates_strictly(installed):
     from ctpipe.components.lib.kube.pytorchjob import validate_pytorchjob
     from ctpipe.components.lib.kube.trainjob import validate_trainjob
 
-    job = yaml.safe_load(_run(installed, "render-job", "--config", "prod.yaml").stdout)
-    assert job["kind"] == "PyTorchJob"
+    # train.backend=auto: both kinds it may submit, TrainJob first.
+    trainjob, job = yaml.safe_load_all(_run(installed, "render-job", "--config", "prod.yaml").stdout)
+    assert (trainjob["kind"], job["kind"]) == ("TrainJob", "PyTorchJob")
     assert job["metadata"]["namespace"] == "${NAMESPACE}"  # the prod config pins none: the step pod's own
     job["metadata"].update(name="ctpipe-train-0123", namespace="team-a")  # the run-time placeholders, filled in
     validate_pytorchjob(job)
@@ -138,7 +139,7 @@ def test_compile_from_the_wheel_gives_a_cluster_pipeline(installed):
     assert loaded.name == "ctpipe-continuous-training"
     spec, platform = yaml.safe_load_all(compiled.read_text())
     config = Config.from_json(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"])
-    assert config.train.backend == "pytorchjob"
+    assert config.train.backend == "auto"
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
     assert images == {config.kubernetes.image}
     executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]

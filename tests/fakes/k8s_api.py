@@ -1,8 +1,10 @@
-"""A stand-in Kubernetes API server on 127.0.0.1 for the PyTorchJob launcher tests.
+"""A stand-in Kubernetes API server on 127.0.0.1 for the PyTorchJob and TrainJob launcher tests.
 
 It speaks the real REST paths and JSON the `kubernetes` client uses: custom objects
-(create/get/list/watch/delete of kubeflow.org/v1 pytorchjobs, with resourceVersions and watch events),
-pods list by label selector, and pod logs (tailLines, timestamps, follow). Tests script the
+(create/get/list/watch/delete of kubeflow.org/v1 pytorchjobs and trainer.kubeflow.org/v1alpha1 trainjobs,
+with resourceVersions and watch events), API discovery (``/apis/<group>/<version>``: the resources of the
+CRDs in ``served``; a job kind not served answers 404 like an API server without its CRD), cluster-scoped
+ClusterTrainingRuntimes, pods list by label selector, and pod logs (tailLines, timestamps, follow). Tests script the
 "operator" (conditions, pods, log lines) through methods, and can inject HTTP errors and dropped
 streams. Nothing here runs a job.
 """
@@ -25,6 +27,13 @@ JOBS = re.compile(
     r"(?:/(?P<name>[^/]+))?$"
 )
 LIST_KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJobList"), "trainjobs": ("trainer.kubeflow.org/v1alpha1", "TrainJobList")}
+DISCOVERY = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
+RUNTIMES = re.compile(r"^/apis/trainer\.kubeflow\.org/v1alpha1/clustertrainingruntimes/(?P<name>[^/]+)$")
+# group/version -> {plural: (kind, namespaced)}: what installing each CRD adds to discovery.
+TRAINJOB_CRDS = {"trainer.kubeflow.org/v1alpha1": {"trainjobs": ("TrainJob", True),
+                                                   "clustertrainingruntimes": ("ClusterTrainingRuntime", False),
+                                                   "trainingruntimes": ("TrainingRuntime", True)}}
+PYTORCHJOB_CRDS = {"kubeflow.org/v1": {"pytorchjobs": ("PyTorchJob", True)}}
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
 EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 
@@ -57,6 +66,9 @@ class FakeKubeAPI:
         self.expire_watches = 0  # answer the next N watches that resume from a resourceVersion with 410 Gone
         self.on_create: Any = None  # callable(fake, namespace, name) run in a thread after a create
         self.starts: list[tuple[str, int, int]] = []  # run_job_locally: (job uid, rank, incarnation) per process start
+        # The installed CRDs (both by default) and ClusterTrainingRuntimes by name.
+        self.served: dict[str, dict[str, tuple[str, bool]]] = {**copy.deepcopy(TRAINJOB_CRDS), **copy.deepcopy(PYTORCHJOB_CRDS)}
+        self.cluster_runtimes: dict[str, dict[str, Any]] = {}
         self.stopping = False
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -227,7 +239,26 @@ class FakeKubeAPI:
                         return self._send(headers_code, _status(headers_code, "InternalError", "injected fault"))
                 body = json.loads(raw) if method == "POST" and raw else None
                 if m := JOBS.match(url.path):
+                    group_version = "kubeflow.org/v1" if m["plural"] == "pytorchjobs" else "trainer.kubeflow.org/v1alpha1"
+                    if m["plural"] not in fake.served.get(group_version, {}):
+                        return self._send(404, _status(404, "NotFound", "the server could not find the requested resource"))
                     return self._jobs(method, m["ns"], m["name"], query, body, m["plural"])
+                if (m := RUNTIMES.match(url.path)) and method == "GET":
+                    if "clustertrainingruntimes" not in fake.served.get("trainer.kubeflow.org/v1alpha1", {}):
+                        return self._send(404, _status(404, "NotFound", "the server could not find the requested resource"))
+                    runtime = fake.cluster_runtimes.get(m["name"])
+                    if runtime is None:
+                        return self._send(404, _status(404, "NotFound", f"clustertrainingruntimes.trainer.kubeflow.org \"{m['name']}\" not found"))
+                    return self._send(200, runtime)
+                if (m := DISCOVERY.match(url.path)) and method == "GET":
+                    group_version = f"{m['group']}/{m['version']}"
+                    if group_version not in fake.served:
+                        return self._send(404, _status(404, "NotFound", "the server could not find the requested resource"))
+                    resources = [{"name": plural, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
+                                  "verbs": ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]}
+                                 for plural, (kind, namespaced) in fake.served[group_version].items()]
+                    return self._send(200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                                            "resources": resources})
                 if m := EVENTS.match(url.path):
                     wanted = dict(kv.split("=", 1) for kv in query.get("fieldSelector", "").split(",") if kv)
                     items = [e for e in fake.k8s_events if e["metadata"]["namespace"] == m["ns"]

@@ -20,6 +20,8 @@ OVERLAYS = {"dev": "ctpipe-dev", "prod": "ctpipe"}
 K8S_VERSION = "1.32.0"  # Kubeflow 1.10 supports Kubernetes 1.31-1.33
 LAUNCHER_RULES = [
     {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    # train.backend=auto (the compiled default) submits a TrainJob where Trainer v2 is installed.
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
@@ -191,7 +193,10 @@ def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overla
     host, port = config.registry.tracking_uri.removeprefix("http://").split(":")
     assert any(o["kind"] == "Service" and o["metadata"]["name"] == host and o["spec"]["ports"][0]["port"] == int(port)
                for o in objects)
-    job = render_pytorchjob(config)  # validated strictly against the CRD on the way
+    # A stock Kubeflow has Trainer v2 and no PyTorchJob: the overlays' pipelines find the kind at run time.
+    assert config.train.backend == "auto"
+    render_pytorchjob(config, backend="trainjob")  # validated strictly against the CRDs on the way
+    job = render_pytorchjob(config, backend="pytorchjob")
     # The pod template also validates against the core Kubernetes schema of this version.
     for rtype, rspec in job["spec"]["pytorchReplicaSpecs"].items():
         pod_template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"t-{rtype.lower()}"},
@@ -235,20 +240,19 @@ def test_base_resources_validate_without_kustomize():
         assert all((MANIFESTS / "base" / f).is_file() for f in generator["files"])
 
 
-def test_trainjob_component_adds_only_trainjob_rights(tmp_path):
-    # kustomize refuses absolute paths: build a copy with an overlay that uses the component.
-    tree = tmp_path / "manifests"
-    shutil.copytree(MANIFESTS, tree, ignore=shutil.ignore_patterns("*.env"))
-    overlay = tree / "overlays" / "with-trainjob"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": ["../dev"], "components": ["../../components/trainjob"],
-    }))
-    objects = build(overlay)
-    role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "ctpipe-launcher")
-    assert role["rules"] == [*LAUNCHER_RULES, {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
-                                               "verbs": ["create", "get", "list", "watch", "delete"]}]
+def test_the_runtime_reader_grants_one_get_on_one_named_runtime():
+    """backend auto reads the ClusterTrainingRuntime (cluster-scoped): the only cluster grant, the least one."""
+    from ctpipe.components.lib.config import KubernetesConfig
+    from ctpipe.components.lib.kube.discovery import RUNTIME_PLURAL
+
+    objects = list(yaml.safe_load_all((MANIFESTS / "cluster" / "runtime-reader.yaml").read_text()))
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    role, binding = objects
+    assert role["rules"] == [{"apiGroups": ["trainer.kubeflow.org"], "resources": [RUNTIME_PLURAL],
+                              "resourceNames": [KubernetesConfig().trainjob_runtime], "verbs": ["get"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [("ServiceAccount", "ctpipe-pipeline")]
 
 
 ISTIO_INJECT = "sidecar.istio.io/inject"
@@ -327,7 +331,7 @@ def test_every_pod_on_the_shared_volume_skips_the_recursive_chown(overlay):
     pods = [(workload, pod) for workload, pod in _pod_specs(objects) if _mounts_shared_volume(pod)]
     assert {w for w, _ in pods} >= {"ctpipe-watcher", "ctpipe-shared-janitor", "ctpipe-shared-init"}
     config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml")
-    job = render_pytorchjob(config)
+    job = render_pytorchjob(config, backend="pytorchjob")
     pods += [(f"PyTorchJob {r}", spec["template"]["spec"]) for r, spec in job["spec"]["pytorchReplicaSpecs"].items()]
     config.train.backend = "trainjob"
     patch = render_pytorchjob(config)["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
@@ -423,11 +427,12 @@ def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):
     for workload, container in _ctpipe_images(objects):
         assert "@sha256:" in container["image"] or container.get("imagePullPolicy") == "Always", workload
     config_path = MANIFESTS / "overlays" / name / "ctpipe.yaml"
-    job = render_pytorchjob(load_config(config_path))
+    # A TrainJob's runtime patches cannot set imagePullPolicy (docs/cluster.md): the PyTorchJob's pods can.
+    job = render_pytorchjob(load_config(config_path), backend="pytorchjob")
     for rtype, spec in job["spec"]["pytorchReplicaSpecs"].items():
         assert spec["template"]["spec"]["containers"][0]["imagePullPolicy"] == "Always", rtype
     digest = "ghcr.io/ctpipe/ctpipe-trainer@sha256:" + "a" * 64
-    pinned = render_pytorchjob(load_config(config_path, [f"kubernetes.trainer_image={digest}"]))
+    pinned = render_pytorchjob(load_config(config_path, [f"kubernetes.trainer_image={digest}"]), backend="pytorchjob")
     assert pinned["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
     _, platform = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", str(config_path), [], None).read_text())
     for executor, spec in platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].items():

@@ -61,7 +61,7 @@ def test_an_empty_config_json_runs_the_compiled_config_not_the_laptop_defaults(c
     baked = spec["root"]["dag"]["tasks"]["prepare-run"]["inputs"]["parameters"]["default_config_json"]
     assert baked["runtimeValue"]["constant"] == compiled_default
     config = resolve_config("", "train.max_steps=70", default_json=baked["runtimeValue"]["constant"])
-    assert config.train.backend == "pytorchjob" and config.train.max_steps == 70
+    assert config.train.backend == "auto" and config.train.max_steps == 70
     assert config.kubernetes.image == "registry.example.com/ctpipe:1.2.3"
     with pytest.raises(ConfigError, match="train.backend=local"):
         resolve_config("", "train.backend=local", default_json=compiled_default)

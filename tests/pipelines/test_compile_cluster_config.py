@@ -22,11 +22,24 @@ def _compiled(path) -> tuple[Config, dict]:
 
 def test_a_plain_compile_is_a_cluster_pipeline(tmp_path):
     config, executors = _compiled(compile_pipeline(tmp_path / "p.yaml", None, [], image=None))
-    assert config.train.backend == "pytorchjob"
+    # A stock Kubeflow of 2026 installs Trainer v2 and no PyTorchJob: the job kind is found at run time.
+    assert config.train.backend == "auto"
     assert config.kubernetes.env_from_secrets == CREDENTIALS
     for name, executor in executors.items():
         secrets = {s["secretName"]: [k["envVar"] for k in s["keyToEnv"]] for s in executor["secretAsEnv"]}
         assert secrets == CREDENTIALS, name
+
+
+def test_the_compiled_pipeline_parses_as_kfp_protobuf(tmp_path):
+    """What the KFP API server does with an upload: both documents parse strictly into KFP's protobuf messages."""
+    from google.protobuf import json_format
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec, platform = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, [], image=None).read_text())
+    parsed = json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
+    default = parsed.root.input_definitions.parameters["config_json"].default_value.string_value
+    assert Config.from_json(default).train.backend == "auto"
+    json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
 
 
 def test_told_otherwise_the_cluster_defaults_give_way(tmp_path):
@@ -76,7 +89,7 @@ def test_submit_to_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
         assert main(["submit", "--host", server.url, "--config", str(config_file)]) == 0
         (run,) = server.state.runs.values()
         sent = Config.from_json(run["runtime_config"]["parameters"]["config_json"])
-        assert sent.train.backend == "pytorchjob" and sent.train.max_steps == 50
+        assert sent.train.backend == "auto" and sent.train.max_steps == 50
         assert sent.kubernetes.env_from_secrets == CREDENTIALS
         config_file.write_text("train:\n  backend: local\n")
         assert main(["submit", "--host", server.url, "--config", str(config_file)]) == 2
@@ -109,5 +122,5 @@ def test_watch_on_kfp_sends_a_cluster_config(tmp_path, monkeypatch, capsys):
         assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["action"] == "run"
         (run,) = server.state.runs.values()
         sent = Config.from_json(run["runtime_config"]["parameters"]["config_json"])
-        assert sent.train.backend == "pytorchjob" and sent.train.max_steps == 50
+        assert sent.train.backend == "auto" and sent.train.max_steps == 50
         assert sent.kubernetes.env_from_secrets == CREDENTIALS

@@ -179,8 +179,10 @@ class ModelConfig:
 class TrainConfig:
     """Distributed training: launch, optimisation, evaluation and checkpoints."""
 
-    # trainjob: Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) instead of a v1 PyTorchJob.
-    backend: Literal["local", "pytorchjob", "trainjob"] = "local"
+    # local: processes on this machine (`ctpipe run`). On a cluster: trainjob (Kubeflow Trainer v2 TrainJob,
+    # trainer.kubeflow.org/v1alpha1), pytorchjob (Training Operator v1), or auto (the compiled default):
+    # TrainJob when the cluster serves it and kubernetes.trainjob_runtime, else PyTorchJob, found at run time.
+    backend: Literal["local", "auto", "pytorchjob", "trainjob"] = "local"
     workers: int = 2
     strategy: Literal["fsdp", "ddp"] = "fsdp"
     # FSDP2 units: a model block with at least this many parameters is its own unit (sharded per block);

@@ -18,6 +18,13 @@ from ctpipe.components.lib.errors import UserError
 PACKAGE_DIR = "crd_schemas"
 PYTORCHJOB_CRD = "kubeflow.org_pytorchjobs.json"
 TRAINJOB_CRD = "trainer.kubeflow.org_trainjobs.json"
+# Every Trainer release a generated TrainJob must pass: the oldest supported, the one ctpipe builds against,
+# and the next one in development (master at a pinned commit; crd_schemas/PROVENANCE.md).
+TRAINJOB_CRDS = {
+    "v2.2.1": "trainer.kubeflow.org_trainjobs.v2.2.1.json",
+    "v2.3.0": TRAINJOB_CRD,
+    "master": "trainer.kubeflow.org_trainjobs.master.json",
+}
 
 
 def crd_file(filename: str) -> Traversable:

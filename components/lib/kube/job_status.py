@@ -20,6 +20,16 @@ def job_phase(job: dict[str, Any]) -> str:
     return true[-1].get("type", "Pending") if true else "Pending"
 
 
+def jobs_progress(job: dict[str, Any]) -> str:
+    """A TrainJob's pods per replicated job, as Trainer copies them from its JobSet (``status.jobsStatus``),
+    e.g. ``node: 4 active, 4 ready, 0 succeeded, 0 failed``; empty when absent (a PyTorchJob, or not yet)."""
+    parts = []
+    for status in (job.get("status") or {}).get("jobsStatus") or []:
+        counts = ", ".join(f"{status.get(key) or 0} {key}" for key in ("active", "ready", "succeeded", "failed"))
+        parts.append(f"{status.get('name')}: {counts}")
+    return "; ".join(parts)
+
+
 def failure_reason(job: dict[str, Any]) -> str:
     """The Failed condition's reason and message, as the operator wrote them."""
     for cond in (job.get("status") or {}).get("conditions") or []:

@@ -67,6 +67,8 @@ CONTAINER_SECURITY_CONTEXT = {
 
 
 TRAINER_LABELS = {"app.kubernetes.io/name": "ctpipe", "app.kubernetes.io/component": "trainer"}
+# The launch (KFP run id) a job was created for: with the labels, how a retried step knows the job is its own.
+LAUNCH_ANNOTATION = "ctpipe.io/launch-name"
 
 
 def check_one_gpu_per_process(kube: KubernetesConfig, unit: str) -> None:
@@ -108,7 +110,7 @@ def job_metadata(kube: KubernetesConfig, launch: RankLaunch, name: str) -> dict[
         "name": name,
         "namespace": kube.namespace,
         "labels": dict(TRAINER_LABELS),
-        "annotations": {"ctpipe.io/launch-name": launch.job_name},
+        "annotations": {LAUNCH_ANNOTATION: launch.job_name},
     }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ctpipe.components.lib.config import KubernetesConfig
 from ctpipe.components.lib.kube import pod as trainer_pod
-from ctpipe.components.lib.kube.crds import TRAINJOB_CRD, crd_schema
+from ctpipe.components.lib.kube.crds import TRAINJOB_CRDS, crd_schema
 from ctpipe.components.lib.kube.names import DNS1123_LABEL, ENV_NAME, is_dns1035_label, training_job_name
 from ctpipe.components.lib.kube.pod import JobValidationError, RankLaunch
 from ctpipe.components.lib.kube.schema import validate_strict
@@ -122,9 +122,20 @@ def trainjob_violations(job: dict[str, Any]) -> list[str]:
     return problems
 
 
+def schema_violations(job: dict[str, Any]) -> list[str]:
+    """Strict validation against the TrainJob CRD of every supported Trainer release; each problem names the
+    releases whose CRD refuses it."""
+    refused_by: dict[str, list[str]] = {}
+    for release, filename in TRAINJOB_CRDS.items():
+        for problem in validate_strict(job, crd_schema(filename, VERSION)):
+            refused_by.setdefault(problem, []).append(release)
+    return [f"{problem} (Trainer {', '.join(releases)} CRD)" for problem, releases in refused_by.items()]
+
+
 def validate_trainjob(job: dict[str, Any]) -> None:
-    """Refuse a TrainJob that strict CRD validation or the admission rules would reject."""
-    problems = validate_strict(job, crd_schema(TRAINJOB_CRD, VERSION)) + trainjob_violations(job)
+    """Refuse a TrainJob that strict CRD validation (Trainer v2.2.1, v2.3.0, master) or the admission rules
+    would reject."""
+    problems = schema_violations(job) + trainjob_violations(job)
     if job.get("apiVersion") != f"{GROUP}/{VERSION}" or job.get("kind") != KIND:
         problems.append(f"apiVersion/kind: expected {GROUP}/{VERSION} {KIND}")
     trainer_pod.refuse_if_invalid(KIND, job, problems)

@@ -55,7 +55,7 @@ def resolve_config(config_json: str, overrides: str, *, default_json: str = "") 
         raise ConfigError(
             f"invalid run override 'train.backend=local': this pipeline was compiled for a cluster "
             f"(train.backend={compiled_backend}), where a local backend would train inside the train step's own "
-            "1-CPU pod. Allowed at run time: 'pytorchjob' or 'trainjob'; run `ctpipe run` for local training."
+            "1-CPU pod. Allowed at run time: 'auto', 'trainjob' or 'pytorchjob'; run `ctpipe run` for local training."
         )
     return config
 

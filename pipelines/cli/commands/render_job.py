@@ -1,4 +1,4 @@
-"""``ctpipe render-job``: print the PyTorchJob (or TrainJob) the train step would submit, after the same validation.
+"""``ctpipe render-job``: print the job the train step would submit (under train.backend=auto both kinds), after the same validation.
 
     ctpipe render-job --config prod.yaml --set train.workers=8
 """
@@ -12,7 +12,7 @@ from ctpipe.pipelines.cli.commands import add_config_args
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "render-job", allow_abbrev=False, help="print the PyTorchJob (train.backend=trainjob: TrainJob) YAML the train step would submit, validated; no cluster needed"
+        "render-job", allow_abbrev=False, help="print the job YAML the train step would submit (train.backend=auto: the TrainJob and the PyTorchJob it chooses between), validated; no cluster needed"
     )
     add_config_args(parser, example="train.workers=4")
     parser.set_defaults(func=run)
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from ctpipe.pipelines.cluster_config import CLUSTER_DEFAULTS
 
     # The defaults `ctpipe compile` starts from, so the same flags show the job the compiled pipeline submits
-    # (a PyTorchJob, MLflow credentials from the manifests' secret), not one built on `ctpipe run`'s defaults.
+    # (train.backend=auto, MLflow credentials from the manifests' secret), not one built on `ctpipe run`'s defaults.
     config = load_run_config(args.config, args.overrides, defaults=copy.deepcopy(CLUSTER_DEFAULTS))
     print(render_pytorchjob_yaml(config), end="")
     return 0

@@ -84,7 +84,7 @@ def test_a_cluster_pipeline_for_a_task_gets_the_task_and_the_cluster_defaults():
     from ctpipe.pipelines.cluster_config import load_cluster_config
 
     config = load_cluster_config(None, ["task.name=causal_lm"])
-    assert (config.train.backend, config.select.metric) == ("pytorchjob", "val_loss")
+    assert (config.train.backend, config.select.metric) == ("auto", "val_loss")
     assert set(config.evaluate.thresholds) == {"loss", "bits_per_byte"}
 
 

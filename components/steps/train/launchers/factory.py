@@ -1,4 +1,5 @@
-"""The one place that chooses a launcher: ``train.backend`` -> local processes, a PyTorchJob or a TrainJob."""
+"""The one place that chooses a launcher: ``train.backend`` -> local processes, a PyTorchJob, a TrainJob, or
+(``auto``) whichever of the two the cluster serves, found when the step runs."""
 
 from __future__ import annotations
 
@@ -17,17 +18,26 @@ def launcher_for(config: Config) -> Launcher:
         from ctpipe.components.steps.train.launchers.local import LocalLauncher
 
         return LocalLauncher()
+    if config.train.backend == "auto":
+        from ctpipe.components.steps.train.launchers.auto import AutoLauncher
+
+        return AutoLauncher(config)
     return kubeflow_launcher_for(config)
 
 
-def kubeflow_launcher_for(config: Config, **options: Any) -> KubeflowJobLauncher:
-    """The Kubeflow job launcher of ``config.train.backend``: TrainJob for ``trainjob``, else PyTorchJob.
+def kubeflow_launcher_for(config: Config, *, backend: str | None = None, **options: Any) -> KubeflowJobLauncher:
+    """The Kubeflow job launcher of ``backend`` (default ``config.train.backend``): TrainJob for ``trainjob``,
+    else PyTorchJob.
 
-    ``local`` gets the PyTorchJob launcher too: what ``ctpipe render-job`` shows a cluster would run.
-    ``options`` go to the launcher (``api_client``, ``namespace``, ``emit``, timings).
+    ``local`` gets the PyTorchJob launcher too; ``auto`` must be resolved first (AutoLauncher does, against the
+    cluster; ``ctpipe render-job`` renders both kinds). ``options`` go to the launcher (``api_client``,
+    ``namespace``, ``emit``, timings).
     """
+    backend = backend or config.train.backend
+    if backend == "auto":
+        raise ValueError("train.backend=auto names no job kind until discovery resolves it (AutoLauncher)")
     # Imported here only, so the kubernetes client stays out of local runs.
-    if config.train.backend == "trainjob":
+    if backend == "trainjob":
         from ctpipe.components.steps.train.launchers.trainjob import TrainJobLauncher
 
         return TrainJobLauncher(config, **options)

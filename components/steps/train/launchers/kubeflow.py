@@ -29,11 +29,11 @@ from kubernetes.client.exceptions import ApiException
 from ctpipe.components.lib.config import Config, KubernetesConfig
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.lib.kube.api import default_api_client
-from ctpipe.components.lib.kube.job_status import created_at, failure_reason, job_phase
+from ctpipe.components.lib.kube.job_status import created_at, failure_reason, job_phase, jobs_progress
 from ctpipe.components.lib.kube.logs import LogFollower, failing_pod_tail
 from ctpipe.components.lib.kube.names import training_job_name
 from ctpipe.components.lib.kube.namespace import resolve_namespace
-from ctpipe.components.lib.kube.pod import JobValidationError
+from ctpipe.components.lib.kube.pod import LAUNCH_ANNOTATION, JobValidationError
 from ctpipe.components.lib.kube.retry import is_transient, retry_call
 from ctpipe.components.lib.kube.staging import Staging, plan_staging, stage_in, stage_out, step_local_paths
 from ctpipe.components.steps.train.launchers.base import (
@@ -44,6 +44,21 @@ from ctpipe.components.steps.train.launchers.base import (
     read_permanent_failure,
     sigterm_raises,
 )
+
+# The job's attempt number (1, 2, ...): a restarted step pod reads it to know how many re-creations are left.
+ATTEMPT_ANNOTATION = "ctpipe.io/attempt"
+
+
+def attempt_of(job: dict[str, Any]) -> int:
+    """The attempt number recorded on ``job`` (1 for a job without one: created before attempts were counted)."""
+    value = ((job.get("metadata") or {}).get("annotations") or {}).get(ATTEMPT_ANNOTATION, "1")
+    return int(value) if str(value).isdigit() and int(value) >= 1 else 1
+
+
+def with_attempt(job: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """``job`` annotated as attempt ``attempt``."""
+    meta = job["metadata"]
+    return {**job, "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), ATTEMPT_ANNOTATION: str(attempt)}}}
 
 
 class _Cancelled(BaseException):
@@ -99,6 +114,7 @@ class KubeflowJobLauncher:
         self.retry_attempts = retry_attempts
         self.backoff_seconds = backoff_seconds
         self.log_tail_lines = log_tail_lines
+        self._last_progress = ""
 
     # --- the entry point: run ------------------------------------------------------------------
 
@@ -109,13 +125,13 @@ class KubeflowJobLauncher:
         job, staging = self.plan(launch)
         name = job["metadata"]["name"]
         first_created: float | None = None  # one deadline for the step, across restarts
-        restarts = 0
+        attempt = 1  # of the job this step creates next; counted on the job itself, across step restarts
         with sigterm_raises(lambda _signum: _Cancelled(), once=True):
             while True:
                 follower: LogFollower | None = None
                 drain_seconds = 10.0  # how long the log stream may finish after the job ended
                 try:
-                    created = self._submit_or_attach(job, staging)
+                    created, attempt = self._submit_or_attach(job, staging, launch, attempt)
                     first_created = first_created or created
                     deadline_at = (
                         time.monotonic() + launch.deadline_seconds + self.grace_seconds - (time.time() - first_created)
@@ -134,8 +150,8 @@ class KubeflowJobLauncher:
                     if job_phase(final) == "Failed":
                         follower.finish(timeout=drain_seconds)
                         follower = None
-                        self._restart_or_raise(name, final, launch, restarts)
-                        restarts += 1
+                        self._restart_or_raise(name, final, launch, attempt)
+                        attempt += 1
                         continue
                 except _Cancelled:
                     drain_seconds = 1.0  # KFP's grace period is short: delete first, skip the rest of the log
@@ -269,9 +285,11 @@ class KubeflowJobLauncher:
         if self.kube.clean_pod_policy == "All":
             self._delete(name)
 
-    def _restart_or_raise(self, name: str, job: dict[str, Any], launch: WorkerLaunch, restarts: int) -> None:
-        """After a failed attempt: delete the job (stopping every surviving rank) so the caller creates it anew,
-        or raise TrainingError when the failure would repeat or no restarts are left."""
+    def _restart_or_raise(self, name: str, job: dict[str, Any], launch: WorkerLaunch, attempt: int) -> None:
+        """After failed attempt ``attempt`` (1 is the first job): delete the job (stopping every surviving rank) so
+        the caller creates attempt + 1, or raise TrainingError when the failure would repeat or no re-creations
+        are left (kubernetes.backoff_limit of them, counted across step retries and restarted step pods)."""
+        restarts = attempt - 1
         message = self._failure_message(name, job)
         limit = self.kube.backoff_limit
         # The exit code reaches us from a PyTorchJob's pods; under a TrainJob torchrun turns 2 into 1: the file.
@@ -284,11 +302,14 @@ class KubeflowJobLauncher:
             )
         if restarts >= limit:
             self._clean_up_after(name)
-            raise TrainingError(f"{message}\n(restarted {restarts} times, kubernetes.backoff_limit={limit}; giving up)")
+            raise TrainingError(
+                f"{message}\n(restarted {restarts} times, kubernetes.backoff_limit={limit}; attempt {attempt} of "
+                f"{limit + 1} failed, giving up)"
+            )
         self.emit(message)
         self.emit(
             f"{self.api.kind} {self.namespace}/{name} failed: restarting all {launch.world_size} ranks together "
-            f"from the latest checkpoint (restart {restarts + 1} of {limit})"
+            f"from the latest checkpoint (restart {restarts + 1} of {limit}: attempt {attempt + 1} of {limit + 1})"
         )
         self._delete(name)
         self._wait_gone(name)
@@ -311,34 +332,60 @@ class KubeflowJobLauncher:
                         codes.add(int(state.terminated.exit_code))
         return codes
 
-    def _submit_or_attach(self, job: dict[str, Any], staging: Staging) -> float:
-        """Create the job unless it exists; returns its creation time (epoch seconds) for the deadline."""
+    def _submit_or_attach(
+        self, job: dict[str, Any], staging: Staging, launch: WorkerLaunch, attempt: int
+    ) -> tuple[float, int]:
+        """Follow the step's job if it exists (a retried step, a restarted step pod), else create it as attempt
+        ``attempt``; a job found Failed is re-created as its next attempt while re-creations are left.
+
+        Returns the job's creation time (epoch seconds, for the deadline) and its attempt number.
+        """
         name = job["metadata"]["name"]
+        total = self.kube.backoff_limit + 1
         existing = self._get(name)
-        if existing is not None and job_phase(existing) == "Failed":
-            # A retried step gets a fresh attempt; the failed job's pods would otherwise answer for it.
-            self.emit(
-                f"{self.api.kind} {self.namespace}/{name} exists and Failed ({failure_reason(existing)}); replacing it"
-            )
-            self._delete(name)
-            self._wait_gone(name)
-            existing = None
         if existing is not None:
+            self._refuse_if_not_ours(existing, job)
+            previous = attempt_of(existing)
+            if job_phase(existing) != "Failed":
+                self.emit(
+                    f"re-attaching to existing {self.api.kind} {self.namespace}/{name} ({job_phase(existing)}), "
+                    f"attempt {previous} of {total}"
+                )
+                return created_at(existing) or time.time(), previous
+            # A retried step pod finds its job failed: the failed job's pods would otherwise answer for it.
             self.emit(
-                f"re-attaching to existing {self.api.kind} {self.namespace}/{name} ({job_phase(existing)})"
+                f"{self.api.kind} {self.namespace}/{name} exists and Failed on attempt {previous} of {total} "
+                f"({failure_reason(existing)})"
             )
-            return created_at(existing) or time.time()
+            self._restart_or_raise(name, existing, launch, previous)
+            attempt = previous + 1
+        job = with_attempt(job, attempt)
         marker = self._permanent_failure_file(name)
         if marker is not None:
             marker.unlink(missing_ok=True)  # left by an earlier attempt's job: not this one's verdict
         stage_in(staging)
         created = self._create(job)
         if created is None:
-            self.emit(f"{self.api.kind} {self.namespace}/{name} was created concurrently; attaching")
             created = self._get(name) or {}
+            attempt = attempt_of(created) if created else attempt
+            self.emit(f"{self.api.kind} {self.namespace}/{name} was created concurrently; attaching (attempt {attempt} of {total})")
         else:
-            self.emit(f"created {self.api.kind} {self.namespace}/{name}")
-        return created_at(created) or time.time()
+            self.emit(f"created {self.api.kind} {self.namespace}/{name} (attempt {attempt} of {total})")
+        return created_at(created) or time.time(), attempt
+
+    def _refuse_if_not_ours(self, existing: dict[str, Any], job: dict[str, Any]) -> None:
+        """A job of this name that this step's launch did not create (its labels or launch annotation differ)
+        is neither followed nor deleted."""
+        meta, ours = existing.get("metadata") or {}, job["metadata"]
+        labels = meta.get("labels") or {}
+        same_labels = all(labels.get(k) == v for k, v in (ours.get("labels") or {}).items())
+        launch_name = (meta.get("annotations") or {}).get(LAUNCH_ANNOTATION)
+        if not same_labels or launch_name != ours["annotations"][LAUNCH_ANNOTATION]:
+            raise TrainingError(
+                f"{self.api.kind} {self.namespace}/{ours['name']} exists but was not created by this train step "
+                f"(labels {labels}, {LAUNCH_ANNOTATION}={launch_name!r}; expected labels {ours.get('labels')} and "
+                f"{ours['annotations'][LAUNCH_ANNOTATION]!r}); it was left alone. Delete it if it is stale."
+            )
 
     def _follow(self, name: str, deadline_at: float) -> dict[str, Any]:
         """Watch the job until it is terminal; fall back to polling when watches keep failing."""
@@ -403,8 +450,11 @@ class KubeflowJobLauncher:
 
     def _report(self, job: dict[str, Any], previous: str) -> str:
         phase = job_phase(job)
-        if phase != previous:
-            self.emit(f"{self.api.kind} {self.namespace}/{job['metadata']['name']}: {phase}")
+        progress = jobs_progress(job)  # a TrainJob has no Running condition: its pods' counts are the news
+        if phase != previous or progress != self._last_progress:
+            self.emit(f"{self.api.kind} {self.namespace}/{job['metadata']['name']}: {phase}"
+                      + (f" ({progress})" if progress else ""))
+        self._last_progress = progress
         return phase
 
     def _failure_message(self, name: str, job: dict[str, Any]) -> str:

@@ -44,17 +44,23 @@ def _substitute(value: Any, replacements: dict[str, str]) -> Any:
     return value
 
 
-def render_pytorchjob(config: Config) -> dict[str, Any]:
-    """The validated PyTorchJob (or TrainJob) with placeholders for run-time values; JobValidationError if bad."""
+def render_pytorchjob(config: Config, *, backend: str | None = None) -> dict[str, Any]:
+    """The validated PyTorchJob (or TrainJob) with placeholders for run-time values; JobValidationError if bad.
+
+    ``backend`` (default ``train.backend``) names the kind; ``auto`` renders the TrainJob it prefers.
+    """
     launch = build_launch(_SAMPLE_SNAPSHOT, _SAMPLE_CHECKPOINTS, config, tracking_uri=TRACKING_URI,
                           mlflow_run_id=MLFLOW_RUN_ID, job_name=_SAMPLE_RUN_ID)
     # The job kind follows train.backend; local training renders the PyTorchJob a cluster would run.
+    backend = backend or config.train.backend
+    if backend == "auto":
+        backend = "trainjob"
     namespace = config.kubernetes.namespace or _SAMPLE_NAMESPACE
     name = training_job_name(_SAMPLE_RUN_ID)
     placeholders = {name: f"ctpipe-train-{RUN_ID}", _SAMPLE_RUN_ID: RUN_ID, _SAMPLE_SNAPSHOT: SNAPSHOT,
                     _SAMPLE_CHECKPOINTS: CHECKPOINTS}
     try:
-        job, _ = kubeflow_launcher_for(config, api_client=None, namespace=namespace).plan(launch)
+        job, _ = kubeflow_launcher_for(config, backend=backend, api_client=None, namespace=namespace).plan(launch)
     except JobValidationError as err:  # the reason names the run's values, not the samples
         raise JobValidationError(_substitute(str(err), placeholders)) from None
     job = _substitute(job, placeholders)
@@ -64,12 +70,24 @@ def render_pytorchjob(config: Config) -> dict[str, Any]:
 
 
 def render_pytorchjob_yaml(config: Config) -> str:
-    """YAML of ``render_pytorchjob`` with a header that names the placeholders."""
-    header = (
+    """YAML of ``render_pytorchjob`` with a header that names the placeholders; under ``train.backend: auto``
+    both kinds, TrainJob first (the one chosen where Trainer v2 is installed), as two YAML documents."""
+    if config.train.backend == "auto":
+        note = (
+            "# train.backend=auto: the train step submits the first job (TrainJob) where the cluster serves\n"
+            f"# trainjobs.trainer.kubeflow.org and ClusterTrainingRuntime {config.kubernetes.trainjob_runtime!r},\n"
+            "# else the second (PyTorchJob); see docs/cluster.md.\n"
+        )
+        documents = [render_pytorchjob(config, backend=kind) for kind in ("trainjob", "pytorchjob")]
+        return note + _header() + "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in documents)
+    return _header() + yaml.safe_dump(render_pytorchjob(config), sort_keys=False, width=120)
+
+
+def _header() -> str:
+    return (
         "# The job the train step submits (validated strictly against the CRD and the admission rules).\n"
         f"# Set at run time: {RUN_ID} (KFP run id; the real name is a DNS-1035 label derived from it),\n"
         f"# {MLFLOW_RUN_ID}, {TRACKING_URI}; {NAMESPACE} is the namespace the train step runs in (when\n"
         f"# kubernetes.namespace is unset); {SNAPSHOT}/{CHECKPOINTS} stand for the step's artifact paths\n"
         "# (in a refusal; a job shows them staged under the shared volume's mount).\n"
     )
-    return header + yaml.safe_dump(render_pytorchjob(config), sort_keys=False, width=120)

@@ -40,15 +40,37 @@ def test_schemas_are_read_from_the_installed_package():
 
 def test_every_vendored_file_matches_its_provenance_record():
     rows = _provenance_rows()
-    assert set(rows) == {p.name for p in VENDORED.glob("*.json")} == {crds.PYTORCHJOB_CRD, crds.TRAINJOB_CRD}
+    assert set(rows) == {p.name for p in VENDORED.glob("*.json")} == {crds.PYTORCHJOB_CRD, *crds.TRAINJOB_CRDS.values()}
     for name, row in rows.items():
         text = (VENDORED / name).read_bytes()
         assert hashlib.sha256(text).hexdigest() == row["vendored_sha256"], f"{name} was changed by hand"
         annotations = json.loads(text)["metadata"]["annotations"]
         assert annotations["ctpipe.io/upstream-sha256"] == row["upstream_sha256"]
-        assert annotations["ctpipe.io/upstream-tag"] == row["tag"] and re.fullmatch(r"v\d+\.\d+\.\d+", row["tag"])
+        # A release tag, or master for the next release in development (pinned by its commit below).
+        assert annotations["ctpipe.io/upstream-tag"] == row["tag"] and re.fullmatch(r"v\d+\.\d+\.\d+|master", row["tag"])
         assert annotations["ctpipe.io/upstream"].endswith(f"/{row['commit']}/{row['path']}")
         assert re.fullmatch(r"[0-9a-f]{40}", row["commit"])
+
+
+def test_trainjobs_are_checked_against_every_supported_trainer_release():
+    """Trainer v2.2.1 (the oldest supported), v2.3.0 (the one ctpipe builds against) and master (v2.4 in
+    development): a field one of them lacks is refused, naming the release."""
+    from ctpipe.components.lib.kube.trainjob import JobValidationError, validate_trainjob
+
+    assert list(crds.TRAINJOB_CRDS) == ["v2.2.1", "v2.3.0", "master"]
+    for release, filename in crds.TRAINJOB_CRDS.items():
+        annotations = crds.load_crd(filename)["metadata"]["annotations"]
+        assert annotations["ctpipe.io/upstream-tag"] == release
+        crds.crd_schema(filename, "v1alpha1")
+    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": "ctpipe-train-a", "namespace": "team-a"},
+           "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"image": "i", "numNodes": 1}}}
+    validate_trainjob(job)
+    job["spec"]["trainer"]["numProcPerNode"] = "auto"
+    with pytest.raises(JobValidationError) as err:
+        validate_trainjob(job)
+    assert "spec.trainer.numProcPerNode" in str(err.value)
+    assert "v2.2.1" in str(err.value) and "master" in str(err.value)
 
 
 def test_trimming_kept_what_strict_validation_needs():

@@ -27,8 +27,21 @@ def _changes(event: str, args: tuple) -> bool:
     return False
 
 
-def test_render_job_prints_the_job_with_placeholders(capsys):
+def test_render_job_shows_both_kinds_that_backend_auto_may_submit(capsys):
+    """The compiled default (train.backend=auto) submits a TrainJob where Trainer v2 is installed, else a
+    PyTorchJob: render-job prints both, each validated, TrainJob first, and says which one a cluster gets."""
     assert main(["render-job", "--set", "train.workers=4", "--set", "kubernetes.worker_gpus=0"]) == 0
+    out = capsys.readouterr().out
+    trainjob, pytorchjob = yaml.safe_load_all(out)
+    assert trainjob["kind"] == "TrainJob" and pytorchjob["kind"] == "PyTorchJob"
+    assert trainjob["spec"]["trainer"]["numNodes"] == 4 and pytorchjob["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+    assert trainjob["metadata"]["name"] == pytorchjob["metadata"]["name"] == "ctpipe-train-${PIPELINE_RUN_ID}"
+    assert "train.backend=auto" in out and "ctpipe-render" not in out
+
+
+def test_render_job_prints_the_job_with_placeholders(capsys):
+    assert main(["render-job", "--set", "train.workers=4", "--set", "kubernetes.worker_gpus=0",
+                 "--set", "train.backend=pytorchjob"]) == 0
     out = capsys.readouterr().out
     job = yaml.safe_load(out)
     assert job["kind"] == "PyTorchJob" and job["metadata"]["name"] == "ctpipe-train-${PIPELINE_RUN_ID}"
@@ -67,7 +80,7 @@ def test_bad_config_exits_2_with_the_reason(capsys):
 def test_render_job_creates_and_deletes_nothing(tmp_path, monkeypatch, capsys):
     """render-job builds the job from a plain build_launch(): no directory made, no file written or removed."""
     monkeypatch.chdir(tmp_path)
-    argv = ["render-job", "--set", "train.workers=3"]
+    argv = ["render-job", "--set", "train.workers=3", "--set", "train.backend=pytorchjob"]
     assert main(argv) == 0  # first: imports (and their bytecode caches) happen here, not below
     capsys.readouterr()
     seen: list[tuple[str, tuple]] = []
@@ -91,7 +104,8 @@ def test_render_job_creates_and_deletes_nothing(tmp_path, monkeypatch, capsys):
 def test_the_trainer_pods_get_the_text_column_like_every_config_key(capsys):
     from ctpipe.components.lib.config import Config
 
-    assert main(["render-job", "--set", "task.name=causal_lm", "--set", "data.text_column=body"]) == 0
+    assert main(["render-job", "--set", "task.name=causal_lm", "--set", "data.text_column=body",
+                 "--set", "train.backend=pytorchjob"]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
     for replica in job["spec"]["pytorchReplicaSpecs"].values():
         argv = replica["template"]["spec"]["containers"][0]["command"]
@@ -101,15 +115,18 @@ def test_the_trainer_pods_get_the_text_column_like_every_config_key(capsys):
 
 def test_render_job_shows_the_job_the_compiled_pipeline_submits(tmp_path, capsys):
     """Same flags, same job: the trainer pods get the config the compiled pipeline carries (the cluster defaults:
-    a PyTorchJob, MLflow credentials from the ctpipe-mlflow-client secret), not the laptop defaults."""
+    train.backend=auto, MLflow credentials from the ctpipe-mlflow-client secret), not the laptop defaults."""
     from ctpipe.pipelines.compile import compile_pipeline
 
     flags = ["train.workers=3"]
     spec, _ = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, flags, image=None).read_text())
     compiled = spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]
     assert main(["render-job", *[a for f in flags for a in ("--set", f)]]) == 0
-    container = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    trainjob, pytorchjob = yaml.safe_load_all(capsys.readouterr().out)
+    container = pytorchjob["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     argv = container["command"]
     assert argv[argv.index("--config-json") + 1] == compiled
+    trainer_argv = trainjob["spec"]["trainer"]["command"]
+    assert trainer_argv[trainer_argv.index("--config-json") + 1] == compiled
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
     assert refs == {"MLFLOW_TRACKING_USERNAME": "ctpipe-mlflow-client", "MLFLOW_TRACKING_PASSWORD": "ctpipe-mlflow-client"}
