@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 
+from ctpipe.components.lib.credentials import redact_text, refuse_uri_credentials
 from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.cli.commands import compile as compile_command
 from ctpipe.pipelines.cli.commands import (
@@ -31,6 +32,8 @@ from ctpipe.pipelines.cli.commands import (
 
 # In the order `ctpipe --help` lists them.
 COMMANDS = (run, demo_data, compile_command, deploy, models, render_job, submit, suite, train, watch)
+# The options that take a URI, in any command.
+URI_OPTIONS = ("data", "host", "tracking_uri")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,9 +45,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        # Every command's URI options, before the command records or prints any of them (the commands that
+        # record them check again, as do the functions they call).
+        for option in URI_OPTIONS:
+            refuse_uri_credentials(getattr(args, option, None), name=f"--{option.replace('_', '-')}",
+                                   recorded_in="ctpipe records it (ledgers, run summaries, MLflow tags, run parameters)")
         return int(args.func(args) or 0)
     except UserError as err:
-        print(f"ctpipe {args.command}: error: {err}", file=sys.stderr)
+        # A message may quote a URI the user gave (a data root that does not exist): never its secrets.
+        print(redact_text(f"ctpipe {args.command}: error: {err}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM to `ctpipe run` (ctpipe.pipelines.local.sigterm.Terminated)
         print("ctpipe: interrupted", file=sys.stderr)

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import UserError
 
 DEFAULT_EXPERIMENT = "ctpipe"
@@ -22,6 +23,8 @@ DEFAULT_EXPERIMENT = "ctpipe"
 
 def connect(host: str, *, namespace: str | None = None, token_file: str | None = None):
     """A ``kfp.Client`` for ``host`` with the token or cookies from the environment (contacts the server)."""
+    # Before the host is echoed in any message (and a token in it kept in KFP's client configuration).
+    refuse_uri_credentials(host, name="--host", recorded_in="it is echoed in messages and logs")
     if not re.match(r"^https?://", host):
         raise UserError(f"--host '{host}' must be an http:// or https:// URL of the KFP API, e.g. http://localhost:8888")
     token, cookies = read_token(token_file), os.environ.get("KFP_COOKIES") or None

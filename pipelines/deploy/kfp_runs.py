@@ -11,7 +11,7 @@ import datetime as dt
 import time
 from typing import Any
 
-from ctpipe.components.lib.config.rules import host_of_uri_with_credentials
+from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.continuous_training import PIPELINE_NAME
 from ctpipe.pipelines.deploy.kfp_client import DEFAULT_EXPERIMENT, find_pipeline_id, find_runs, latest_version
@@ -86,13 +86,9 @@ def run_parameters(
         params["config_json"] = config_json
     # KFP stores a run's parameters in its records and shows them to everyone who can list runs.
     for name, value in params.items():
-        host = host_of_uri_with_credentials(value) if isinstance(value, str) and "://" in value else None
-        if host is not None:
-            raise UserError(
-                f"run parameter '{name}' holds credentials (user:password@{host}); KFP keeps a run's parameters "
-                "in its records, visible to everyone who can list runs. Give the URI without them: the steps get "
-                "MLflow's and storage credentials from the Kubernetes secrets in kubernetes.env_from_secrets."
-            )
+        if isinstance(value, str) and "://" in value:  # a URI, or overrides and config JSON that hold one
+            refuse_uri_credentials(value, name=f"run parameter '{name}'", recorded_in="KFP keeps a run's parameters "
+                                   "in its records, visible to everyone who can list runs")
     return params
 
 

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.config import TRIGGERS, Config
-from ctpipe.components.lib.config.rules import host_of_uri_with_credentials
-from ctpipe.components.lib.errors import ConfigError, UserError
+from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_server
 from ctpipe.components.tasks.run_config import load_run_config
@@ -52,9 +52,7 @@ def run_local(
     called = time.time()
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
-    if (host := host_of_uri_with_credentials(data_uri)) is not None:  # it is recorded in summary.json and tags
-        raise UserError(f"--data holds credentials (user:password@{host}); the data URI is recorded in the run's "
-                        "summary and MLflow tags. Give it without them and the credentials in the environment.")
+    refuse_uri_credentials(data_uri, name="--data", recorded_in="the data URI is recorded in the run's summary and MLflow tags")
     home_dir = Path(home) if home else default_home()
     overrides = list(overrides or [])
     # The warm-start server imports the steps' libraries while this process goes on (the config, which

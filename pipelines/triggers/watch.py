@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.credentials import redact_text, refuse_uri_credentials
 from ctpipe.components.lib.config import Config
 from ctpipe.pipelines.triggers.champion import (
     REFERENCE_FILE,
@@ -154,6 +155,9 @@ def check_once(
     for an infrastructure failure, retried after its backoff, up to ``watch.max_attempts``.
     """
     started = time.perf_counter()
+    # Before the data root is listed: its URI goes into the hash cache, the ledger and every run started.
+    for name, uri in (("data_uri", data_uri), ("tracking_uri", tracking_uri)):
+        refuse_uri_credentials(uri, name=name, recorded_in="the watcher records it in its ledger and hash cache")
     home = Path(home)
     watch_dir = home / "watch"
     now = time.time() if now is None else now
@@ -348,7 +352,7 @@ def _launch(ledger: Ledger, starter, state: DataState, trigger: str, attempt: in
     except Exception as err:
         from ctpipe.components.lib.errors import UserError
 
-        message = f"the run could not be started: {type(err).__name__}: {err}"[:500]
+        message = redact_text(f"the run could not be started: {type(err).__name__}: {err}")[:500]
         if attempt == 1:
             ledger.release(fingerprint)  # not started: a later check may try again
         elif isinstance(err, UserError):
@@ -414,7 +418,7 @@ def watch_loop(*, interval: float, iterations: int | None = None, as_json: bool 
             decision = check_once(**check_args)
             print(decision.to_line() if as_json else decision.to_text(), flush=True)
         except Exception as err:  # keep watching: a flaky store or a half-written partition is retried
-            error = f"{type(err).__name__}: {err}"
+            error = redact_text(f"{type(err).__name__}: {err}")
             print(json.dumps({"action": "error", "error": error}) if as_json else f"check failed: {error}", flush=True)
         count += 1
         if iterations is None or count < iterations:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ctpipe.components.lib.config.rules import check
+from ctpipe.components.lib.config.rules import INT32_MAX, MAX_ROWS, MAX_WAIT_SECONDS, check, check_range
 
 # A Kubernetes resource quantity (the CRD's pattern for cpu/memory values).
 _QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
@@ -66,9 +66,10 @@ class KubernetesConfig:
         )
         check(bool(self.image), "kubernetes.image", "must name an image")
         check(bool(self.trainer_image), "kubernetes.trainer_image", "must name an image")
-        check(self.worker_gpus >= 0, "kubernetes.worker_gpus", "must be >= 0")
-        check(self.backoff_limit >= 0, "kubernetes.backoff_limit", "must be >= 0")
-        check(self.ttl_seconds_after_finished >= 0, "kubernetes.ttl_seconds_after_finished", "must be >= 0")
+        check_range(self.worker_gpus, "kubernetes.worker_gpus", 0, 64, why=" (GPUs of one worker pod)")
+        # int32 fields of the job's runPolicy: a larger value is refused by the API server at submit time.
+        check_range(self.backoff_limit, "kubernetes.backoff_limit", 0, 1000)
+        check_range(self.ttl_seconds_after_finished, "kubernetes.ttl_seconds_after_finished", 0, INT32_MAX)
         check(self.shared_mount_path.startswith("/"), "kubernetes.shared_mount_path", "must be an absolute path")
         for name in ("worker_cpu", "worker_memory", "step_cpu_limit", "step_memory_limit"):
             value = getattr(self, name)
@@ -128,13 +129,16 @@ class WatchConfig:
     retry_max_backoff_seconds: float = 1800.0
 
     def __post_init__(self) -> None:
-        check(self.window_partitions >= 1, "watch.window_partitions", f"{self.window_partitions} must be >= 1")
-        check(self.window_days is None or self.window_days >= 1, "watch.window_days", "must be >= 1 or null")
-        check(self.min_rows >= 1, "watch.min_rows", f"{self.min_rows} must be >= 1")
+        check_range(self.window_partitions, "watch.window_partitions", 1, 100_000)
+        check(self.window_days is None or 1 <= self.window_days <= 36_500, "watch.window_days",
+              f"{self.window_days!r} must be in [1, 36500] or null")
+        check_range(self.min_rows, "watch.min_rows", 1, MAX_ROWS)
         for name in ("psi_threshold", "ks_threshold", "cramers_v_threshold", "unseen_share_threshold",
                      "null_fraction_threshold"):
             value = getattr(self, name)
-            check(value >= 0, f"watch.{name}", f"{value} must be >= 0 (0 disables the test)")
+            # KS, Cramer's V and the shares are at most 1; a PSI above 100 is never reached with smoothed bins.
+            check_range(value, f"watch.{name}", 0, 100.0 if name == "psi_threshold" else 1.0,
+                        why=" (0 disables the test)")
         for name in ("unseen_share_threshold", "null_fraction_threshold"):
             check(getattr(self, name) <= 1, f"watch.{name}", f"{getattr(self, name)} must be a fraction in [0, 1]")
         check(0 < self.max_p_value <= 1, "watch.max_p_value", f"{self.max_p_value} must be in (0, 1]")
@@ -143,13 +147,14 @@ class WatchConfig:
             unknown = sorted(set(tests) - set(allowed))
             check(not unknown, f"watch.column_thresholds.{column}", f"unknown test {unknown}; allowed: {', '.join(allowed)}")
             for test, value in tests.items():
-                check(value >= 0, f"watch.column_thresholds.{column}.{test}", f"{value} must be >= 0")
-        check(self.min_drifted_columns >= 1, "watch.min_drifted_columns", "must be >= 1")
-        check(self.cool_down_seconds >= 0, "watch.cool_down_seconds", "must be >= 0")
-        check(self.interval_seconds > 0, "watch.interval_seconds", "must be > 0")
-        check(self.max_running >= 0, "watch.max_running", "must be >= 0 (0 = no limit)")
-        check(self.max_attempts >= 1, "watch.max_attempts", f"{self.max_attempts} must be >= 1 (1 = no retries)")
-        check(self.retry_backoff_seconds >= 0, "watch.retry_backoff_seconds", f"{self.retry_backoff_seconds} must be >= 0")
+                check_range(value, f"watch.column_thresholds.{column}.{test}", 0, 100.0 if test == "psi" else 1.0)
+        check_range(self.min_drifted_columns, "watch.min_drifted_columns", 1, 100_000)
+        check_range(self.cool_down_seconds, "watch.cool_down_seconds", 0, MAX_WAIT_SECONDS)
+        check_range(self.interval_seconds, "watch.interval_seconds", 0, MAX_WAIT_SECONDS, low_open=True)
+        check_range(self.max_running, "watch.max_running", 0, 1000, why=" (0 = no limit)")
+        check_range(self.max_attempts, "watch.max_attempts", 1, 100, why=" (1 = no retries)")
+        check_range(self.retry_backoff_seconds, "watch.retry_backoff_seconds", 0, MAX_WAIT_SECONDS)
+        check_range(self.retry_max_backoff_seconds, "watch.retry_max_backoff_seconds", 0, MAX_WAIT_SECONDS)
         check(
             self.retry_max_backoff_seconds >= self.retry_backoff_seconds,
             "watch.retry_max_backoff_seconds",

@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ctpipe.components.lib.config.rules import check, host_of_uri_with_credentials
+from ctpipe.components.lib.credentials import uri_secrets
+from ctpipe.components.lib.config.rules import MAX_ROWS, MAX_WAIT_SECONDS, check, check_range, check_safe_name
 
 # Which way a metric improves, read from the words of its name: losses and errors are lower-is-better,
 # scores higher-is-better. A name with neither needs an explicit select.mode.
@@ -131,9 +132,11 @@ class EvaluationConfig:
                     f"{where}.{name}",
                     "is not a metric name (letters, digits and _); name one of the task's metrics, e.g. accuracy",
                 )
-        check(self.slice_min_rows >= 1, "evaluate.slice_min_rows", "must be >= 1")
+        check_range(self.slice_min_rows, "evaluate.slice_min_rows", 1, MAX_ROWS)
+        # Each resample weighs every test row: more than 100,000 costs more than the run.
+        check_range(self.bootstrap_samples, "evaluate.bootstrap_samples", 1, 100_000)
         check(0 <= self.seed < 2**63, "evaluate.seed", f"{self.seed} must be in [0, 2**63) (numpy takes no negative seed)")
-        check(0.5 <= self.confidence < 1, "evaluate.confidence", "must be in [0.5, 1)")
+        check(0.5 <= self.confidence < 1, "evaluate.confidence", f"{self.confidence!r} must be in [0.5, 1)")
         tail = self.bootstrap_samples * (1 - self.confidence) / 2
         check(
             tail >= 5 - 1e-9,
@@ -162,19 +165,28 @@ class RegistryConfig:
     lock_ttl_seconds: float = 120.0
 
     def __post_init__(self) -> None:
-        check(bool(self.model_name), "registry.model_name", "must not be empty")
+        check_safe_name(self.model_name, "registry.model_name")
+        check_safe_name(self.experiment, "registry.experiment")
+        for field_name in ("champion_alias", "challenger_alias"):
+            alias = getattr(self, field_name)
+            # MLflow's alias rules: word characters and '-'; 'latest' and 'v<N>' name versions.
+            check(isinstance(alias, str) and bool(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", alias))
+                  and alias.lower() != "latest" and not re.fullmatch(r"[vV]\d+", alias),
+                  f"registry.{field_name}", f"{alias!r} is not an MLflow alias: letters, digits, '_' and '-' "
+                  "(at most 64), not 'latest' and not 'v' followed by digits (those name versions)")
         check(self.champion_alias != self.challenger_alias, "registry.challenger_alias", "must differ from champion_alias")
-        check(self.retries >= 0, "registry.retries", "must be >= 0")
-        check(self.retry_backoff_seconds >= 0, "registry.retry_backoff_seconds", "must be >= 0")
+        check_range(self.retries, "registry.retries", 0, 1000)
+        check_range(self.retry_backoff_seconds, "registry.retry_backoff_seconds", 0, MAX_WAIT_SECONDS)
+        check_range(self.retry_max_backoff_seconds, "registry.retry_max_backoff_seconds", 0, MAX_WAIT_SECONDS)
         check(self.retry_max_backoff_seconds >= self.retry_backoff_seconds, "registry.retry_max_backoff_seconds",
               f"{self.retry_max_backoff_seconds} must be >= registry.retry_backoff_seconds ({self.retry_backoff_seconds}): "
               "the cap would silently shorten every wait")
-        check(self.lock_ttl_seconds > 0, "registry.lock_ttl_seconds", "must be > 0")
+        check_range(self.lock_ttl_seconds, "registry.lock_ttl_seconds", 0, MAX_WAIT_SECONDS, low_open=True)
         # The config is copied into MLflow tags (ctpipe.config), model exports, run summaries and argv:
         # a password in the URI would land in all of them. The message names the host, never the secret.
-        host = host_of_uri_with_credentials(self.tracking_uri)
-        check(host is None, "registry.tracking_uri",
-              f"the URI holds credentials (user:password@{host}); the config is recorded "
+        found = uri_secrets(self.tracking_uri)
+        check(not found, "registry.tracking_uri",
+              f"the URI holds credentials ({', '.join(found)}); the config is recorded "
               "in MLflow tags, model exports and run summaries, so it must not carry secrets. Give the URI "
               "without them and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
               "MLFLOW_TRACKING_TOKEN; PGPASSWORD for a postgresql:// store) in the environment")

@@ -10,7 +10,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ctpipe.components.lib.config.rules import check, check_fraction
+from ctpipe.components.lib.config.rules import (
+    MAX_ROWS,
+    MAX_STEPS,
+    MAX_WAIT_SECONDS,
+    check,
+    check_fraction,
+    check_range,
+)
 
 
 @dataclass(kw_only=True)
@@ -41,10 +48,10 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check(bool(self.label), "data.label", "must name the label column")
-        check(self.window_days is None or self.window_days >= 1, "data.window_days",
-               f"{self.window_days!r} must be a number of days >= 1, or null for all partitions")
-        check(self.max_train_rows is None or self.max_train_rows >= 1, "data.max_train_rows",
-               f"{self.max_train_rows!r} must be >= 1, or null for every train row")
+        check(self.window_days is None or 1 <= self.window_days <= 36_500, "data.window_days",
+               f"{self.window_days!r} must be a number of days in [1, 36500], or null for all partitions")
+        check(self.max_train_rows is None or 1 <= self.max_train_rows <= MAX_ROWS, "data.max_train_rows",
+               f"{self.max_train_rows!r} must be in [1, {MAX_ROWS}], or null for every train row")
         check_fraction(self.val_fraction, "data.val_fraction")
         check_fraction(self.test_fraction, "data.test_fraction")
         check(
@@ -82,11 +89,12 @@ class ValidationConfig:
     sample_rows: int = 200_000
 
     def __post_init__(self) -> None:
-        check(self.in_memory_rows >= 0, "validation.in_memory_rows", f"{self.in_memory_rows} must be >= 0")
-        check(self.sample_rows >= 1000, "validation.sample_rows", f"{self.sample_rows} must be >= 1000")
-        check(self.range_margin >= 0, "validation.range_margin", f"{self.range_margin} must be >= 0")
+        check_range(self.in_memory_rows, "validation.in_memory_rows", 0, MAX_ROWS)
+        check_range(self.sample_rows, "validation.sample_rows", 1000, MAX_ROWS)
+        # The margin widens each profiled range by this multiple of its width: more than 100x accepts anything.
+        check_range(self.range_margin, "validation.range_margin", 0, 100.0)
         check_fraction(self.null_fraction_allowance, "validation.null_fraction_allowance")
-        check(self.min_rows >= 1, "validation.min_rows", f"{self.min_rows} must be >= 1")
+        check_range(self.min_rows, "validation.min_rows", 1, MAX_ROWS)
         check_fraction(self.leakage_threshold, "validation.leakage_threshold", open_low=True)
         check_fraction(self.max_duplicate_fraction, "validation.max_duplicate_fraction")
 
@@ -116,12 +124,13 @@ class SanityConfig:
     baseline_min_improvement: float = 0.0
 
     def __post_init__(self) -> None:
-        check(0 < self.init_loss_tolerance < 10, "sanity.init_loss_tolerance", "must be in (0, 10)")
-        check(2 <= self.overfit_batch_size <= 16, "sanity.overfit_batch_size", "must be in [2, 16]")
-        check(self.overfit_steps >= 1, "sanity.overfit_steps", "must be >= 1")
-        check(self.overfit_max_loss > 0, "sanity.overfit_max_loss", "must be > 0")
-        check(self.short_train_steps >= 1, "sanity.short_train_steps", "must be >= 1")
-        check(self.sample_rows >= 16, "sanity.sample_rows", "must be >= 16")
+        check(0 < self.init_loss_tolerance < 10, "sanity.init_loss_tolerance", f"{self.init_loss_tolerance!r} must be in (0, 10)")
+        check_range(self.overfit_batch_size, "sanity.overfit_batch_size", 2, 16)
+        # The gate must stay cheaper than training: its step counts and sample are bounded.
+        check_range(self.overfit_steps, "sanity.overfit_steps", 1, 100_000)
+        check_range(self.overfit_max_loss, "sanity.overfit_max_loss", 0, 100.0, low_open=True)
+        check_range(self.short_train_steps, "sanity.short_train_steps", 1, 100_000)
+        check_range(self.sample_rows, "sanity.sample_rows", 16, 10_000_000)
         check(0.5 < self.confidence < 1, "sanity.confidence", f"{self.confidence} must be in (0.5, 1)")
         check(-1 < self.loss_decrease_min < 1, "sanity.loss_decrease_min", f"{self.loss_decrease_min} must be in (-1, 1)")
         check(-1 < self.baseline_min_improvement < 1, "sanity.baseline_min_improvement",
@@ -166,11 +175,11 @@ class ModelConfig:
     heads: int = 4
 
     def __post_init__(self) -> None:
-        check(self.hidden >= 1, "model.hidden", f"{self.hidden} must be >= 1")
+        check_range(self.hidden, "model.hidden", 1, 65_536)
         check(1 <= self.depth <= 64, "model.depth", f"{self.depth} must be in [1, 64]")
         check(0.0 <= self.dropout < 1.0, "model.dropout", f"{self.dropout} must be in [0, 1)")
-        check(self.embedding_dim >= 1, "model.embedding_dim", "must be >= 1")
-        check(self.heads >= 1, "model.heads", "must be >= 1")
+        check_range(self.embedding_dim, "model.embedding_dim", 1, 65_536)
+        check_range(self.heads, "model.heads", 1, 1024)
         if self.kind == "transformer":
             check(self.hidden % self.heads == 0, "model.hidden", "must be divisible by model.heads")
 
@@ -220,25 +229,25 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(1 <= self.workers <= 1024, "train.workers", f"{self.workers} must be in [1, 1024]")
-        check(self.max_steps >= 1, "train.max_steps", f"{self.max_steps} must be >= 1")
-        check(self.batch_size >= 1, "train.batch_size", f"{self.batch_size} must be >= 1")
-        check(self.in_memory_rows >= 0, "train.in_memory_rows", f"{self.in_memory_rows} must be >= 0")
-        check(self.grad_accum_steps >= 1, "train.grad_accum_steps", "must be >= 1")
-        check(
-            self.fsdp_unit_min_params >= 0,
-            "train.fsdp_unit_min_params",
-            f"{self.fsdp_unit_min_params} must be >= 0 (0 makes every block its own FSDP2 unit)",
-        )
+        check_range(self.max_steps, "train.max_steps", 1, MAX_STEPS)
+        # Per device; validation also checks it against the rows each worker gets.
+        check_range(self.batch_size, "train.batch_size", 1, 1_048_576)
+        check_range(self.in_memory_rows, "train.in_memory_rows", 0, MAX_ROWS)
+        check_range(self.grad_accum_steps, "train.grad_accum_steps", 1, 4096)
+        check_range(self.fsdp_unit_min_params, "train.fsdp_unit_min_params", 0, 10**13,
+                    why=" (0 makes every block its own FSDP2 unit)")
         check(0 < self.lr < 10, "train.lr", f"{self.lr} must be in (0, 10)")
-        check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
-        check(0 <= self.warmup_steps < self.max_steps, "train.warmup_steps", "must be in [0, max_steps)")
-        check(0 <= self.min_lr_ratio <= 1, "train.min_lr_ratio", "must be in [0, 1]")
-        check(self.grad_clip > 0, "train.grad_clip", f"{self.grad_clip} must be > 0")
+        check_range(self.weight_decay, "train.weight_decay", 0, 10.0)
+        check(0 <= self.warmup_steps < self.max_steps, "train.warmup_steps",
+              f"{self.warmup_steps!r} must be in [0, train.max_steps) = [0, {self.max_steps})")
+        check_range(self.min_lr_ratio, "train.min_lr_ratio", 0, 1.0)
+        check_range(self.grad_clip, "train.grad_clip", 0, 1e6, low_open=True)
         # The last step is always evaluated and checkpointed, so a longer interval just means "at the end".
-        check(self.eval_every >= 1, "train.eval_every", f"{self.eval_every} must be >= 1")
-        check(self.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
-        check(self.keep_best >= 1, "train.keep_best", f"{self.keep_best} must be >= 1")
-        check(self.timeout_minutes > 0, "train.timeout_minutes", "must be > 0")
-        check(self.threads_per_worker >= 1, "train.threads_per_worker", "must be >= 1")
-        check(self.deadline_seconds >= 60, "train.deadline_seconds", "must be >= 60")
+        check_range(self.eval_every, "train.eval_every", 1, MAX_STEPS)
+        check_range(self.checkpoint_every, "train.checkpoint_every", 1, MAX_STEPS)
+        check_range(self.keep_best, "train.keep_best", 1, 1000, why=" (each is a checkpoint kept on disk)")
+        # The process group's timeout is a timedelta in every rank: 1e308 minutes overflowed there.
+        check_range(self.timeout_minutes, "train.timeout_minutes", 0, MAX_WAIT_SECONDS / 60, low_open=True)
+        check_range(self.threads_per_worker, "train.threads_per_worker", 1, 1024)
+        check_range(self.deadline_seconds, "train.deadline_seconds", 60, MAX_WAIT_SECONDS)
         check(0 <= self.seed < 2**63, "train.seed", f"{self.seed} must be in [0, 2**63) (numpy and torch take no other)")

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ctpipe.components.lib.data.splits import canonical_text
-from ctpipe.components.lib.data.stream_stats import TableStats, category_key, category_keys
+from ctpipe.components.lib.data.stream_stats import TableStats, category_key, category_keys, profilable
 from ctpipe.components.lib.errors import DataValidationError
 
 
@@ -57,6 +57,8 @@ def encode_features(data: pd.DataFrame, prep: Preprocessing) -> tuple[np.ndarray
     x_num = np.zeros((n, len(prep.numeric)), dtype=np.float32)
     for i, (col, st) in enumerate(prep.numeric.items()):
         values = pd.to_numeric(data[col], errors="coerce").astype("float64").to_numpy()
+        # Beyond float32's range (1e308) is missing too, as the statistics count it: never an inf in x_num.
+        values = np.where(profilable(values), values, np.nan)
         z = (values - st["mean"]) / st["std"]
         x_num[:, i] = np.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0)
     x_cat = np.zeros((n, len(prep.categorical)), dtype=np.int64)

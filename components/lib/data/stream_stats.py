@@ -157,10 +157,21 @@ class DistinctCount:
 
 # --- numeric columns ---------------------------------------------------------------------------
 
+# The model reads features as float32 (data/encoding.py): a finite float64 beyond its range (1e308) would
+# reach it as inf, and its square overflows a variance. Such values count as missing, as inf and NaN do, in
+# every statistic here and in the encoding; profiled ranges leave them out, so validation flags them.
+PROFILE_LIMIT = float(np.finfo(np.float32).max)
+
+
+def profilable(values: np.ndarray) -> np.ndarray:
+    """Which of ``values`` (float64) a statistic or a profiled range may use: finite and within float32's range."""
+    return np.isfinite(values) & (np.abs(values) <= PROFILE_LIMIT)
+
+
 
 @dataclass
 class NumericStats:
-    """Rows, finite values (the rest count as missing), min/max, mean and M2, a quantile sample."""
+    """Rows, usable values (``profilable``; the rest count as missing), min/max, mean and M2, a quantile sample."""
 
     rows: int = 0
     count: int = 0
@@ -172,7 +183,7 @@ class NumericStats:
 
     def add(self, series: pd.Series, priority: np.ndarray) -> NumericStats:
         values = pd.to_numeric(series, errors="coerce").astype("float64").to_numpy()
-        finite = np.isfinite(values)
+        finite = profilable(values)
         v = values[finite]
         batch = NumericStats(rows=len(values), count=len(v), sample=BottomK(self.sample.k))
         if len(v):
@@ -268,7 +279,9 @@ class ColumnTotals:
     counts: dict[str, int] | None = field(default_factory=dict)
     numeric: bool = True
     numeric_values: int = 0  # non-null values of numeric batches (not in ``counts``)
-    finite_min: float = np.inf  # min/max of the finite values (``min``/``max`` include infinities)
+    # min/max of the values a profiled range may hold (``profilable``); ``min``/``max`` include infinities and
+    # values beyond float32's range.
+    finite_min: float = np.inf
     finite_max: float = -np.inf
 
     def add(self, series: pd.Series | None, rows: int) -> ColumnTotals:
@@ -286,7 +299,7 @@ class ColumnTotals:
             if np.isfinite(values).any() or np.isinf(values).any():
                 self.min = min(self.min, float(np.nanmin(values)))
                 self.max = max(self.max, float(np.nanmax(values)))
-            finite = values[np.isfinite(values)]
+            finite = values[profilable(values)]
             if len(finite):
                 self.finite_min = min(self.finite_min, float(finite.min()))
                 self.finite_max = max(self.finite_max, float(finite.max()))

@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.config import TRIGGERS, Config, apply_settings
-from ctpipe.components.lib.config.rules import host_of_uri_with_credentials
-from ctpipe.components.lib.errors import ConfigError, UserError
+from ctpipe.components.lib.errors import ConfigError
 
 _NEXT_SETTING = re.compile(r";(?=\s*[A-Za-z_]\w*\.[\w.]+\s*=)")
 
@@ -103,13 +103,7 @@ def prepare_run(
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     # Both are recorded (MLflow tags, step records, KFP's run): a password in either would be kept there.
     for name, uri in (("data_uri", data_uri), ("tracking_uri", tracking_uri)):
-        host = host_of_uri_with_credentials(uri)
-        if host is not None:
-            raise UserError(
-                f"{name} holds credentials (user:password@{host}); it is recorded in MLflow tags and step records. "
-                "Give the URI without them and the credentials in the environment (MLFLOW_TRACKING_USERNAME/"
-                "PASSWORD, the storage's own variables; on a cluster from kubernetes.env_from_secrets)."
-            )
+        refuse_uri_credentials(uri, name=name, recorded_in="it is recorded in MLflow tags and step records")
     config = resolve_config(config_json, overrides, default_json=default_config_json)
     from ctpipe.components.tasks import check_evaluation_metrics, load_task
 

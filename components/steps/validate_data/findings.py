@@ -28,7 +28,8 @@ class Finding:
     observed: str = ""
     expected: str = ""
     examples: list[dict[str, Any]] = field(default_factory=list)
-    # Where the check comes from: "suite" (GX), "structure", "data" (checks beyond the suite).
+    # Where the check comes from: "suite" (GX), "structure", "data" (checks beyond the suite), "config"
+    # (a setting the data cannot serve, e.g. train.batch_size above the rows per worker).
     source: str = "data"
     # The check does not apply to this run (e.g. a label check for a task with no label): reported as
     # such, counted neither as passed nor as failed.

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ctpipe.components.lib.data.snapshot import PARTITION_COLUMN, Schema
+from ctpipe.components.lib.data.stream_stats import profilable
 from ctpipe.components.lib.errors import DataValidationError
 from ctpipe.components.steps.validate_data.findings import ERROR, WARNING, Finding
 
@@ -106,8 +107,9 @@ def profile_suite(
     for col in schema.numeric:
         exps.append(_expectation("expect_column_values_to_be_in_type_list", ERROR, column=col, type_list=NUMERIC_TYPES))
         values = pd.to_numeric(train[col], errors="coerce").dropna()
-        # Finite values only: the model reads inf as missing (encoding.py), and one inf would make the range endless.
-        values = values[np.isfinite(values.to_numpy(dtype="float64"))]
+        # Finite values only: the model reads inf as missing (encoding.py), and one inf would make the range endless;
+        # nor values beyond float32's (1e308): the model cannot read them, so the report flags them instead.
+        values = values[profilable(values.to_numpy(dtype="float64"))]
         if len(values):
             # Warning: any value outside the observed range plus the margin. Error: more than 1% of
             # values outside a much wider range (sign errors, sentinels, unit changes), so that drift,

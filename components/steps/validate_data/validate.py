@@ -199,6 +199,26 @@ def _window_findings(config: Config, partitions: list[str]) -> list[Finding]:
         observed=f"{len(undated)} undated partition(s)", expected="a date in every partition path")]
 
 
+def _batch_size_findings(config: Config, train_rows: int, task: Any) -> list[Finding]:
+    """train.batch_size against the train rows each worker gets, here rather than inside the ranks after the
+    sanity gate. Each of train.workers ranks gets ``train_rows // workers`` rows (the sampler drops the rest)
+    and needs one full batch; data.max_train_rows caps the rows (data.window_days is known only when the
+    snapshot is written; the ranks check that case). Only for a task with one example per row."""
+    if not task.rowwise_encoding or train_rows == 0:
+        return []
+    t = config.train
+    rows = train_rows if config.data.max_train_rows is None else min(train_rows, config.data.max_train_rows)
+    per_worker = rows // t.workers
+    if t.batch_size <= per_worker:
+        return []
+    return [Finding(
+        check="train_batch_size", passed=False, severity=ERROR, source="config",
+        message=(f"train.batch_size={t.batch_size} is larger than the {per_worker} training rows each worker gets "
+                 f"({rows} train rows over train.workers={t.workers}), so no worker could fill one batch; "
+                 f"set train.batch_size to at most {max(per_worker, 1)}, lower train.workers, or add data"),
+    )]
+
+
 def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary, task: Any) -> _Outcome:
     from ctpipe.components.tasks import label_column, task_record
 
@@ -249,6 +269,9 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
                                        test_fraction=config.data.test_fraction, salt=config.data.split_salt)
     summary.rows = (scanned.split_rows() if scanned is not None
                     else {s: int((data[SPLIT_COLUMN] == s).sum()) for s in ("train", "val", "test")})
+    summary.findings += _batch_size_findings(config, summary.rows.get("train", 0), task)
+    if errors(summary.findings):
+        return _Outcome(None, None)
     timer.lap("schema_and_splits")
     train = data[data[SPLIT_COLUMN] == "train"]
     suite = ref.suite or profile_suite(

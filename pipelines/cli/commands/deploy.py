@@ -10,6 +10,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.cli.commands import add_config_args
 
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from ctpipe.pipelines.deploy import upload as deploy
     from ctpipe.pipelines.deploy.kfp_client import connect
 
+    # Before compiling: a secret in --host would be echoed in every message about the server.
+    refuse_uri_credentials(args.host, name="--host", recorded_in="it is echoed in messages and logs")
     if args.schedule:
         deploy.validate_cron(args.schedule)  # fail before compiling or contacting anything
     config = load_cluster_config(args.config, args.overrides)

@@ -12,6 +12,7 @@ import os
 import socket
 import time
 
+from ctpipe.components.lib.credentials import redact_text, refuse_uri_credentials
 from ctpipe.components.lib.config import TRIGGERS
 from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.cli.commands import add_config_args
@@ -46,6 +47,9 @@ def _parse_params(items: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # First: a local run's record, a KFP run's parameters and the watcher's ledger would keep them.
+    for name, uri in (("--data", args.data), ("--host", args.host)):
+        refuse_uri_credentials(uri, name=name, recorded_in="the run records it (its parameters, summary and MLflow tags)")
     params = _parse_params(args.params)
     if args.host:
         return _submit_kfp(args, params)
@@ -103,7 +107,7 @@ def _submit_local(args: argparse.Namespace) -> int:
     except BaseException as err:
         # A UserError (bad config, a missing data root) is the user's to fix: the watcher does not retry it.
         record(
-            status="failed", error=f"{type(err).__name__}: {err}"[:500], user_error=isinstance(err, UserError),
+            status="failed", error=redact_text(f"{type(err).__name__}: {err}")[:500], user_error=isinstance(err, UserError),
             finished_at=time.time(),
         )  # fmt: skip
         raise

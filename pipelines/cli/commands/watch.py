@@ -34,6 +34,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ctpipe.components.lib.credentials import refuse_uri_credentials
     from ctpipe.components.lib.errors import UserError
     from ctpipe.components.lib.tracking import local_tracking_uri
     from ctpipe.components.tasks.run_config import load_run_config
@@ -45,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
         return _status(home, args.json)
     if not args.data:
         raise UserError("--data URI is required: the data root to watch (or use --status to list what was started).")
+    # First, before the data is listed or anything is written to the home (ledger, hash cache) or printed.
+    for name, uri in (("--data", args.data), ("--tracking-uri", args.tracking_uri), ("--host", args.host)):
+        refuse_uri_credentials(uri, name=name, recorded_in="the watcher records it in its ledger and hash cache "
+                               "and passes it to every run it starts")
     if args.host and args.local:
         raise UserError("--host and --local exclude each other: start runs on KFP (--host URL) or locally (--local).")
     if args.host:

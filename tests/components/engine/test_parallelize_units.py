@@ -82,5 +82,5 @@ def test_small_blocks_over_a_low_threshold_share_one_unit(one_rank_group):
 
 
 def test_negative_threshold_names_the_field():
-    with pytest.raises(ConfigError, match=r"train\.fsdp_unit_min_params.*>= 0"):
+    with pytest.raises(ConfigError, match=r"train\.fsdp_unit_min_params.*must be in \[0, "):
         load_config(None, ["train.fsdp_unit_min_params=-1"])

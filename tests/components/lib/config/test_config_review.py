@@ -47,7 +47,7 @@ def test_set_keeps_the_text_of_a_text_field_as_given(text):
     config = load_config(None, [f"data.split_salt={text}", f"kubernetes.node_selector.pool={text}"])
     assert config.data.split_salt == text
     assert config.kubernetes.node_selector == {"pool": text}
-    assert resolve_config("", f"registry.model_name={text}").registry.model_name == text
+    assert resolve_config("", f"data.label={text}").data.label == text  # registry names refuse spaces and '#'
 
 
 def test_set_text_field_quotes_and_null_keep_their_yaml_meaning():
