@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctpipe.components.lib.credentials import redact_text, refuse_uri_credentials
 from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.credentials import redact_text, refuse_uri_credentials
 from ctpipe.pipelines.triggers.champion import (
     REFERENCE_FILE,
     Champion,

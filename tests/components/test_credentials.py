@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctpipe.components.lib.credentials import redact_text, redact_uri, refuse_uri_credentials, uri_secrets
 from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.credentials import redact_text, redact_uri, refuse_uri_credentials, uri_secrets
 from ctpipe.components.lib.errors import ConfigError, UserError
 
 SECRET_URIS = [

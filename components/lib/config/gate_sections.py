@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ctpipe.components.lib.credentials import uri_secrets
 from ctpipe.components.lib.config.rules import MAX_ROWS, MAX_WAIT_SECONDS, check, check_range, check_safe_name
+from ctpipe.components.lib.credentials import uri_secrets
 
 # Which way a metric improves, read from the words of its name: losses and errors are lower-is-better,
 # scores higher-is-better. A name with neither needs an explicit select.mode.

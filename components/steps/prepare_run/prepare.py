@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.config import TRIGGERS, Config, apply_settings
+from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import ConfigError
 
 _NEXT_SETTING = re.compile(r";(?=\s*[A-Za-z_]\w*\.[\w.]+\s*=)")

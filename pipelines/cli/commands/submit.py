@@ -12,8 +12,8 @@ import os
 import socket
 import time
 
-from ctpipe.components.lib.credentials import redact_text, refuse_uri_credentials
 from ctpipe.components.lib.config import TRIGGERS
+from ctpipe.components.lib.credentials import redact_text, refuse_uri_credentials
 from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.cli.commands import add_config_args
 from ctpipe.pipelines.cli.commands.deploy import add_kfp_args, api_errors
