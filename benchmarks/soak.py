@@ -1,6 +1,7 @@
 """Fault-injection soak: triggered retrains on growing data with faults, then a consistency audit.
 
     python benchmarks/soak.py [--rounds 20] [--mlflow sqlite|server] [--seed 0] [--workdir DIR]
+    python benchmarks/soak.py --days 365 --fast [--outage-seconds 120]   # a year under `ctpipe gc` (soak_long.py)
 
 Every round adds one daily partition to a data root (a drifted one in some rounds) and starts two
 ``ctpipe watch --once --local`` processes at the same moment, racing on the new data version. The run
@@ -233,7 +234,21 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="faults, their points and drifted rounds follow this seed")
     parser.add_argument("--workdir", help="keep everything here (default: a temporary folder, removed at the end)")
     parser.add_argument("--round-timeout", type=float, default=900.0, help="seconds before a round counts as stuck")
+    parser.add_argument("--days", type=int, help="long-horizon mode: this many simulated days of daily retrains "
+                        "under `ctpipe gc` (needs --fast; see benchmarks/soak_long.py)")
+    parser.add_argument("--fast", action="store_true", help="with --days: a tiny model and the registration, "
+                        "retention and watch code paths in place of a real pipeline run per day")
+    parser.add_argument("--outage-seconds", type=float, default=120.0,
+                        help="with --days: how long the one MLflow outage lasts (default 120)")
     args = parser.parse_args()
+    if args.days is not None:
+        if not args.fast:
+            parser.error("--days needs --fast: a real pipeline run per day takes minutes here, a year of them days")
+        if not 1 <= args.days <= 3650 or args.outage_seconds < 0:
+            parser.error("--days must be in [1, 3650] and --outage-seconds >= 0")
+        from soak_long import run_fast
+
+        return run_fast(args.days, args.seed, args.workdir, args.outage_seconds)
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
 

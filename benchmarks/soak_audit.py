@@ -64,6 +64,16 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def full_champion_history(uri: str, model: str) -> list[dict[str, Any]]:
+    """Every champion move, oldest first: the pages of older entries, then the tag's newest ones."""
+    from ctpipe.components.lib.config import RegistryConfig
+    from ctpipe.components.steps.register.registry import Registry
+
+    registry = Registry(uri, RegistryConfig(model_name=model))
+    pages = registry.champion_history_pages(max_pages=100_000)
+    return [e for page in reversed(pages) for e in page] + registry.champion_history()
+
+
 def audit_registry(uri: str) -> dict[str, Any]:
     """Every model version complete (lineage tags, artifacts, model hash); the champion history consistent."""
     import mlflow
@@ -96,7 +106,7 @@ def audit_registry(uri: str) -> dict[str, Any]:
                 problems[str(v.version)] = missing
     model = client.get_registered_model(MODEL) if versions else None
     aliases = {k: str(x) for k, x in ((model.aliases or {}) if model else {}).items()}
-    history = json.loads((model.tags or {}).get("ctpipe.champion_history", "[]")) if model else []
+    history = full_champion_history(uri, MODEL) if model else []
     by_number = {str(v.version): v for v in versions}
     violations = []
     previous = None

@@ -118,7 +118,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("steps", ("ctpipe.components.steps",)),
     ("pipeline", ("ctpipe.pipelines.continuous_training", "ctpipe.pipelines.compile",
                   "ctpipe.pipelines.cluster_config", "ctpipe.pipelines.cluster_settings")),
-    ("runners", ("ctpipe.pipelines.local", "ctpipe.pipelines.deploy")),
+    ("runners", ("ctpipe.pipelines.local", "ctpipe.pipelines.deploy", "ctpipe.pipelines.retention")),
     ("triggers", ("ctpipe.pipelines.triggers",)),
     ("commands", ("ctpipe.pipelines.cli",)),
 ]

@@ -21,6 +21,7 @@ from ctpipe.pipelines.cli.commands import compile as compile_command
 from ctpipe.pipelines.cli.commands import (
     demo_data,
     deploy,
+    gc,
     models,
     render_job,
     run,
@@ -31,7 +32,7 @@ from ctpipe.pipelines.cli.commands import (
 )
 
 # In the order `ctpipe --help` lists them.
-COMMANDS = (run, demo_data, compile_command, deploy, models, render_job, submit, suite, train, watch)
+COMMANDS = (run, demo_data, compile_command, deploy, gc, models, render_job, submit, suite, train, watch)
 # The options that take a URI, in any command.
 URI_OPTIONS = ("data", "host", "tracking_uri")
 

@@ -175,6 +175,19 @@ def test_watcher_cronjob_runs_a_real_ctpipe_watch_command_in_the_component_image
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
 
 
+def test_the_watcher_cronjob_applies_the_retention_policy_to_the_watchers_home_and_registry(overlay):
+    from ctpipe.pipelines.cli.main import build_parser
+
+    _, objects = overlay
+    cron = next(o for o in objects if o["kind"] == "CronJob" and o["metadata"]["name"] == "ctpipe-watcher")
+    containers = {c["name"]: c for c in cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]}
+    watch = build_parser().parse_args([a.replace("$(POD_NAMESPACE)", "ctpipe") for a in containers["watch"]["args"]])
+    gc = build_parser().parse_args(containers["gc"]["args"])  # every flag exists in the real CLI
+    assert gc.command == "gc" and not gc.dry_run
+    assert (gc.home, gc.tracking_uri) == (watch.home, watch.tracking_uri)
+    assert containers["gc"]["image"] == containers["watch"]["image"]
+
+
 def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overlay):
     from ctpipe.components.lib.config import load_config
     from ctpipe.components.steps.train.launchers.render import render_pytorchjob

@@ -26,6 +26,7 @@ from ctpipe.components.lib.config.loading import (
     merge_values,
     parse_set_value,
 )
+from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.config.run_sections import (
     DataConfig,
     ModelConfig,
@@ -46,6 +47,7 @@ __all__ = [
     "KubernetesConfig",
     "ModelConfig",
     "RegistryConfig",
+    "RetentionConfig",
     "SanityConfig",
     "SelectionConfig",
     "TaskConfig",

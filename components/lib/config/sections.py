@@ -17,6 +17,7 @@ from ctpipe.components.lib.config.aliases import resolve_aliases
 from ctpipe.components.lib.config.cluster_sections import KubernetesConfig, WatchConfig
 from ctpipe.components.lib.config.coerce import build_dataclass
 from ctpipe.components.lib.config.gate_sections import EvaluationConfig, RegistryConfig, SelectionConfig
+from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.config.run_sections import (
     DataConfig,
     ModelConfig,
@@ -44,6 +45,7 @@ class Config:
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     def __post_init__(self) -> None:
         resolve_aliases(self)

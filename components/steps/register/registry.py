@@ -8,6 +8,7 @@ promotions push, rollback pops. Each promotion is also recorded on the version i
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -21,22 +22,35 @@ from ctpipe.components.lib.tracking import (  # also sets MLFLOW_DISABLE_TELEMET
     RetryPolicy,
     error_code,
 )
+from ctpipe.components.steps.register.history import (
+    MAX_BY_CHARS,
+    MAX_HISTORY,
+    MAX_REASON_CHARS_IN_TAG,
+    PAGE_DIR,
+    HistoryTag,
+    append_entry,
+    check_reason,
+    checked_tag,
+    clip_text,
+    reason_needs_artifact,
+)
 from ctpipe.components.steps.register.lock import PromotionLock
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 STACK_TAG = "ctpipe.champion_stack"
 HISTORY_TAG = "ctpipe.champion_history"
 COMPLETE_TAG = "ctpipe.registration"  # "complete" on every version ctpipe created
 KEY_TAG = "ctpipe.registration_key"
 MAX_STACK = 100
-MAX_HISTORY = 50
 
 
 # TEST-ONLY fault hook (tests/components/steps/register/test_faults.py, benchmarks/soak.py), never part of a user config:
 # CTPIPE_TEST_REGISTRATION_FAULT=POINT sends this process a SIGKILL at POINT of a registration:
 # ``after_artifacts`` (artifacts logged, no version yet), ``after_create`` (the version exists with all its
-# tags, no alias yet), ``in_promotion_lock`` (holding the promotion lock, the champion not yet judged).
+# tags, no alias yet), ``in_promotion_lock`` (holding the promotion lock, the champion not yet judged),
+# ``after_alias`` (the champion alias moved, its stack and history not yet written).
 REGISTRATION_FAULT_ENV = "CTPIPE_TEST_REGISTRATION_FAULT"
 
 
@@ -230,12 +244,52 @@ class Registry:
         return [str(v) for v in json.loads(self.model_tags().get(STACK_TAG, "[]"))]
 
     def champion_history(self) -> list[dict[str, Any]]:
-        return json.loads(self.model_tags().get(HISTORY_TAG, "[]"))
+        """The newest entries (at most ``MAX_HISTORY``); ``champion_history_pages`` reads the older ones."""
+        return HistoryTag.parse(self.model_tags().get(HISTORY_TAG)).entries
+
+    def champion_history_pages(self, max_pages: int) -> list[list[dict[str, Any]]]:
+        """Up to ``max_pages`` pages of older history entries, newest page first (each page oldest first)."""
+        pages: list[list[dict[str, Any]]] = []
+        older = HistoryTag.parse(self.model_tags().get(HISTORY_TAG)).older
+        while older and len(pages) < max_pages:
+            page = json.loads(self.read_record(older))
+            pages.append(page["entries"])
+            older = page.get("older")
+        return pages
+
+    def read_record(self, uri: str) -> str:
+        """The text of a ``runs:/RUN_ID/PATH`` record this registry wrote (a full reason, a history page)."""
+        import tempfile
+
+        run_id, _, path = uri.removeprefix("runs:/").partition("/")
+        with tempfile.TemporaryDirectory() as tmp:
+            local = self.call(lambda: self.client.download_artifacts(run_id, path, tmp), f"read {uri}")
+            with open(local, encoding="utf-8") as f:
+                return f.read()
+
+    def _keep_full_reason(self, version: str, reason: str, stamp: str) -> str | None:
+        """Store a reason too long for the tags as an artifact of the version's run; its address, or None."""
+        if not reason_needs_artifact(reason):
+            return None
+        run_id = self.get_version(version).run_id
+        if not run_id:
+            return None  # a version made outside ctpipe: the reason is clipped, and says so
+        path = f"{PAGE_DIR}/reason-v{version}-{stamp}.txt"
+        self.call(lambda: self.client.log_text(run_id, reason, path), f"store the promotion reason of version {version}")
+        return f"runs:/{run_id}/{path}"
 
     def _move_champion(
-        self, version: str, *, kind: str, by: str, reason: str, previous: str | None, pop: bool
-    ) -> None:
-        """Point the champion alias at ``version`` and record it (call with the lock held)."""
+        self, version: str, *, kind: str, by: str, reason: str, previous: str | None, pop: bool,
+        completing: bool = False,
+    ) -> bool:
+        """Point the champion alias at ``version`` and record it (call with the lock held).
+
+        The alias move is the commit point. Everything that could be refused (a tag past MLflow's limit) is
+        built and checked before any write, the full reason and the version's tags are written before the
+        alias moves, and the stack and history after it: if those fail, the move stands, this returns False,
+        and the next promotion or rollback completes the record (``_record_cut_off_move``)."""
+        check_reason(reason)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 1_000_000_000:09d}"
         stack = self.champion_stack()
         if pop:
             stack = stack[:-1]
@@ -243,24 +297,27 @@ class Registry:
             if previous is not None and (not stack or stack[-1] != previous):
                 stack.append(previous)  # a champion set outside ctpipe: remember it for rollback
             stack.append(version)
-        history = self.champion_history()
-        history.append(
-            {
-                "version": version,
-                "previous": previous,
-                "kind": kind,
-                "by": by,
-                "reason": reason,
-                "at": _now_iso(),
-            }
-        )
-        c = self.client
+        stack_value = checked_tag(STACK_TAG, json.dumps(stack[-MAX_STACK:]))
+        at = _now_iso()
+        reason_uri = self._keep_full_reason(version, reason, stamp)
+        entry = {"version": version, "previous": previous, "kind": kind, "by": by, "reason": reason, "at": at}
+        if reason_uri:
+            entry["reason_uri"] = reason_uri
+        page_file = f"{PAGE_DIR}/history-{stamp}.json"
+        run_id = self._run_of(version) if len(self.champion_history()) >= MAX_HISTORY else None
+        update = append_entry(HistoryTag.parse(self.model_tags().get(HISTORY_TAG)), entry, page_file=page_file,
+                              page_uri=f"runs:/{run_id}/{page_file}")
+        history_value = checked_tag(HISTORY_TAG, update.tag.to_json())
         tags = {
             "ctpipe.promotion": kind,
-            "ctpipe.promoted_at": _now_iso(),
-            "ctpipe.promoted_by": by,
-            "ctpipe.promotion_reason": reason,
+            "ctpipe.promoted_at": at,
+            "ctpipe.promoted_by": clip_text(by, MAX_BY_CHARS),
+            "ctpipe.promotion_reason": clip_text(reason, MAX_REASON_CHARS_IN_TAG, reason_uri),
         }
+        if reason_uri:
+            tags["ctpipe.promotion_reason_uri"] = reason_uri
+        tags = {key: checked_tag(key, value) for key, value in tags.items()}
+        c = self.client
         self.lock.assert_held()
         # Record on the version first: if we die between the calls the alias never points at an unrecorded promotion.
         for key, value in tags.items():
@@ -273,14 +330,32 @@ class Registry:
             lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version),
             "move the champion alias",
         )
-        self.call(
-            lambda: c.set_registered_model_tag(self.name, STACK_TAG, json.dumps(stack[-MAX_STACK:])),
-            "record champion stack",
-        )
-        self.call(
-            lambda: c.set_registered_model_tag(self.name, HISTORY_TAG, json.dumps(history[-MAX_HISTORY:])),
-            "record champion history",
-        )
+        fault_point("after_alias")
+        try:
+            self.call(lambda: c.set_registered_model_tag(self.name, STACK_TAG, stack_value), "record champion stack")
+            if update.page is not None:
+                if not run_id:
+                    raise RuntimeError(f"version {version} has no run to keep the older history in")
+                self.call(lambda: c.log_text(run_id, json.dumps(update.page), page_file), "page out champion history")
+            self.call(lambda: c.set_registered_model_tag(self.name, HISTORY_TAG, history_value),
+                      "record champion history")
+        except Exception as err:  # the alias moved: the promotion stands, its record is completed later
+            if completing:
+                raise  # completing a cut-off record: a move recorded on top of it would hide it for good
+            log.warning(
+                "version %s is the champion, but recording it in the champion stack/history failed (%s); the next "
+                "promotion or rollback of '%s' completes the record", version, err, self.name,
+            )
+            return False
+        return True
+
+    def _run_of(self, version: str) -> str | None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.get_version(version).run_id
+        except (UserError, MlflowException):
+            return None
 
     def _record_cut_off_move(self, version: str, previous: str | None) -> None:
         """Record a move to ``version`` whose attempt was cut off after the alias moved (call with the lock held).
@@ -292,16 +367,28 @@ class Registry:
         if history and str(history[-1].get("version")) == version:
             return
         tags = self.get_version(version).tags or {}
-        if tags.get("ctpipe.promotion") not in ("auto", "manual"):
-            return  # the alias was set outside ctpipe (or by a rollback, which pops): nothing of ours to complete
+        kind = tags.get("ctpipe.promotion")
+        if kind not in ("auto", "manual", "rollback"):
+            return  # the alias was set outside ctpipe: nothing of ours to complete
         if history and tags.get("ctpipe.promoted_at", "") < str(history[-1].get("at", "")):
             return  # promoted before the last recorded move: the alias was set back to it outside ctpipe
         previous = previous if previous is not None else (str(history[-1]["version"]) if history else None)
         stack = self.champion_stack()
-        if stack[-1:] == [version]:
+        if kind == "rollback":
+            if stack[-2:-1] != [version]:
+                return  # the stack already popped (or was changed outside ctpipe): only a pop is ours to redo
+        elif stack[-1:] == [version]:
             self._write_stack(stack[:-1])  # the cut-off attempt wrote the stack but not the history
-        self._move_champion(version, kind=tags["ctpipe.promotion"], by=tags.get("ctpipe.promoted_by", "pipeline"),
-                            reason=tags.get("ctpipe.promotion_reason", ""), previous=previous, pop=False)
+        self._move_champion(version, kind=kind, by=tags.get("ctpipe.promoted_by", "pipeline"),
+                            reason=tags.get("ctpipe.promotion_reason", ""), previous=previous, pop=kind == "rollback",
+                            completing=True)
+
+    def complete_champion_record(self) -> None:
+        """Complete the stack and history of a champion move cut off after its alias moved (``ctpipe gc`` does)."""
+        with self.locked():
+            current = self.alias_version(self.config.champion_alias)
+            if current is not None:
+                self._record_cut_off_move(current, None)
 
     def promote_if_unchanged(
         self, version: str, expected: str | None, *, reason: str, by: str = "pipeline"
@@ -311,6 +398,8 @@ class Registry:
         with self.locked():
             fault_point("in_promotion_lock")
             current = self.alias_version(self.config.champion_alias)
+            if current is not None and current != version:
+                self._record_cut_off_move(current, None)
             if current == version:
                 self._record_cut_off_move(version, str(expected) if expected is not None else None)
                 return Promotion(True, version, expected, f"version {version} is already the champion")
@@ -351,10 +440,12 @@ class Registry:
                 f"'{recorded}' (registry.champion_alias), but this would move '{alias}'. Pass that pipeline's "
                 f"--config, or --set registry.champion_alias={recorded}."
             )
+        check_reason(reason)
         with self.locked():
             current = self.alias_version(self.config.champion_alias)
-            if current == str(mv.version):
+            if current is not None:
                 self._record_cut_off_move(current, None)
+            if current == str(mv.version):
                 return Promotion(False, current, current, f"version {current} is already the champion")
             self._move_champion(
                 str(mv.version), kind="manual", by=by, reason=reason, previous=current, pop=False
@@ -367,16 +458,19 @@ class Registry:
                 except ValueError:  # clipped to the tag limit
                     why = "see 'ctpipe models show'"
                 unblessed = f" (note: evaluation did not bless version {mv.version}: {why})"
-            return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {reason}{unblessed}")
+            said = clip_text(reason, MAX_REASON_CHARS_IN_TAG, "ctpipe models show " + str(mv.version))
+            return Promotion(True, str(mv.version), current, f"promoted by hand by {by}: {said}{unblessed}")
 
     def rollback(self, *, reason: str, by: str) -> Promotion:
         """Move the champion back to the previous champion on the stack."""
         with self.locked():
             current = self.alias_version(self.config.champion_alias)
-            stack = self.champion_stack()
             if current is None:
                 self.require_model()
                 raise UserError(f"model '{self.name}' has no champion, so there is nothing to roll back")
+            check_reason(reason)
+            self._record_cut_off_move(current, None)
+            stack = self.champion_stack()
             if not stack or stack[-1] != current:
                 stack = [*stack, current]
             if len(stack) < 2:

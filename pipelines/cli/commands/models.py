@@ -4,12 +4,15 @@
     ctpipe models show VERSION --home DIR [--json]
     ctpipe models promote VERSION --reason "hotfix for ..." [--by alice] --home DIR
     ctpipe models rollback [--reason TEXT] --home DIR
+    ctpipe models history [--pages N] --home DIR [--json]
 
 Each takes the pipeline's --config FILE / --set KEY=VALUE: its registry section names the model and the
 champion alias that promote and rollback move (a version registered under another alias is refused).
 
 Promotions and rollbacks take the registry's promotion lock, are recorded on the version (manual /
 rollback, who, why) and in the champion history; `promote` and `rollback` print the new champion last.
+The history keeps its newest 50 moves in the registry (reasons clipped to 500 characters, with the address
+of the whole text); `history --pages N` also reads N pages of older moves (25 each).
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rollback.add_argument("--reason", default="rollback", help="why (recorded on the version)")
     rollback.add_argument("--by", default=None, help="who (default: the current user)")
     _add_common(rollback)
+    history = sub.add_parser("history", help="the champion's moves, newest last (older ones with --pages)")
+    history.add_argument("--pages", type=int, default=0, metavar="N",
+                         help="also read N pages of older moves (25 moves a page; default 0)")
+    _add_common(history)
     parser.set_defaults(func=run)
 
 
@@ -132,6 +139,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         if action == "show":
             record = show_version(registry, args.version)
             print(json.dumps(record, indent=2)) if args.json else _print_record(record)
+            return 0
+        if action == "history":
+            if not 0 <= args.pages <= 10_000:
+                raise UserError(f"--pages {args.pages} must be in [0, 10000]")
+            pages = registry.champion_history_pages(args.pages)
+            moves = [e for page in reversed(pages) for e in page] + registry.champion_history()
+            if args.json:
+                print(json.dumps(moves, indent=2))
+            for e in [] if args.json else moves:
+                print(f"{e['at']}  {e['kind']:<8} {e.get('previous') or '-':>5} -> {e['version']:<5} by {e['by']}: "
+                      f"{e['reason']}")
             return 0
         by = args.by or _current_user()
         if action == "promote":
