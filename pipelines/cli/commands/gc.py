@@ -6,7 +6,7 @@ Keeps the runs of every registered version (so the champion's lineage), the newe
 ``retention.keep_last_runs`` runs and failed runs younger than ``retention.keep_failed_days``; deletes the
 checkpoints of finished runs (the exported model stays) and everything of older runs; marks the MLflow runs
 of killed runs KILLED. Prints one JSON line: what was (with --dry-run: would be) deleted. The watcher's
-CronJob runs it after each check (manifests/base/watch-cronjob.yaml). See docs/retention.md.
+CronJob runs it after each check (manifests/base/watcher-cronjob.yaml). See docs/retention.md.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.tracking import RegistryUnavailableError, bounded_mlflow_http
-    from ctpipe.pipelines.retention.gc import collect_garbage
     from ctpipe.components.tasks.run_config import load_run_config
     from ctpipe.pipelines.local.local_run import default_home
+    from ctpipe.pipelines.retention.gc import collect_garbage
 
     config = load_run_config(args.config, list(args.overrides))
     home = Path(args.home) if args.home else default_home()

@@ -16,8 +16,8 @@ from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.tracking import local_tracking_uri
-from ctpipe.pipelines.retention.gc import collect_garbage
 from ctpipe.pipelines.cli.main import main
+from ctpipe.pipelines.retention.gc import collect_garbage
 
 DAY = 86_400
 
