@@ -138,7 +138,8 @@ def audit_registry(uri: str) -> dict[str, Any]:
 
 
 def audit_checkpoints(home: Path) -> dict[str, Any]:
-    """Every complete checkpoint loads (its model part through the allowlisting reader, finite tensors)."""
+    """Every complete checkpoint matches its digests and loads (its model part through the allowlisting reader,
+    finite tensors)."""
     import torch
 
     from ctpipe.components.engine import checkpointing as ckpt
@@ -161,6 +162,8 @@ def audit_checkpoints(home: Path) -> dict[str, Any]:
                 ckpt.read_meta(step_dir)
                 for rank_file in step_dir.glob("rank*.pt"):
                     torch.load(rank_file, map_location="cpu", weights_only=True)
+                damage = ckpt.checkpoint_damage(step_dir)  # bytes that load but are not the ones saved
+                assert damage is None, f"its files disagree with the digests saved with them ({damage})"
                 complete += 1
             except Exception as err:  # reported, and counted against the goal
                 unreadable.append(f"{step_dir}: {type(err).__name__}: {err}"[:300])

@@ -6,12 +6,14 @@ the DCP shards themselves are saved and loaded by ``checkpointing.py``. Layout u
     step_00000050/          DCP shards of {"model", "optim"} (torch.distributed.checkpoint)
         rank0.pt ...        per-rank state: LR scheduler, RNG states (loaded with weights_only=True)
         meta.json           step, data position, metrics, the checkpoint index so far
+        digests.json        SHA-256 of every file above, written after them and before the marker
         .complete           written last: only a directory with this marker is a checkpoint
     index.json              every evaluated checkpoint with its metrics, which are kept, the best
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -25,6 +27,7 @@ from ctpipe.components.lib.errors import UserError
 COMPLETE_MARKER = ".complete"
 INDEX_FILE = "index.json"
 META_FILE = "meta.json"
+DIGESTS_FILE = "digests.json"
 STEP_PREFIX = "step_"
 
 
@@ -56,6 +59,67 @@ def latest_complete(root: str | Path) -> Path | None:
     """The newest checkpoint whose completion marker exists, or None."""
     complete = [p for p in checkpoint_dirs(root) if is_complete(p)]
     return complete[-1] if complete else None
+
+
+def file_digests(path: Path) -> dict[str, str]:
+    """SHA-256 of every file of the checkpoint at ``path`` (shards, DCP metadata, rank states, meta), by name."""
+    digests = {}
+    for f in sorted(path.iterdir()):
+        if f.is_file() and f.name not in (COMPLETE_MARKER, DIGESTS_FILE) and not f.name.endswith(".tmp"):
+            with open(f, "rb") as handle:
+                digests[f.name] = hashlib.file_digest(handle, "sha256").hexdigest()
+    return digests
+
+
+def write_digests(path: Path) -> dict[str, str]:
+    """Record the digests of the checkpoint's files beside them (rank 0, after every file, before the marker)."""
+    digests = file_digests(path)
+    write_json_atomic(path / DIGESTS_FILE, digests)
+    return digests
+
+
+def read_digests(path: Path) -> dict[str, str] | None:
+    """The digests recorded with the checkpoint at ``path``; None for a checkpoint saved before they were
+    recorded; an unreadable record is an empty one (so verification reports it damaged)."""
+    record = path / DIGESTS_FILE
+    if not record.is_file():
+        return None
+    try:
+        digests = json.loads(record.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return digests if isinstance(digests, dict) else {}
+
+
+def checkpoint_damage(path: Path, expected: dict[str, str] | None = None) -> str | None:
+    """What is wrong with the bytes of the checkpoint at ``path`` against ``expected`` digests (by default its
+    own ``digests.json``), or None when they all match. A checkpoint saved before digests were recorded is
+    not checked."""
+    if expected is None:
+        expected = read_digests(path)
+        if expected is None:
+            return None
+    if not expected:
+        return f"its {DIGESTS_FILE} is unreadable"
+    problems = []
+    for name, digest in sorted(expected.items()):
+        f = path / name
+        if not f.is_file():
+            problems.append(f"{name} is missing")
+            continue
+        with open(f, "rb") as handle:
+            if hashlib.file_digest(handle, "sha256").hexdigest() != digest:
+                problems.append(f"{name} does not match its SHA-256")
+    return "; ".join(problems) or None
+
+
+def damaged_checkpoints(root: str | Path) -> dict[Path, str]:
+    """Every complete checkpoint under ``root`` whose bytes disagree with its digests, with what is wrong."""
+    found = {}
+    for p in checkpoint_dirs(root):
+        if is_complete(p) and (damage := checkpoint_damage(p)) is not None:
+            found[p] = damage
+    return found
 
 
 def read_meta(path: Path) -> dict[str, Any]:
@@ -141,16 +205,20 @@ def apply_retention(
 def write_index(
     root: str | Path, entries: list[IndexEntry], *, metric: str, mode: str, extra: dict[str, Any]
 ) -> dict:
-    """Write index.json: every evaluated checkpoint, which are kept, and the best kept one."""
+    """Write index.json: every evaluated checkpoint, which are kept, the best kept one, and the digests of
+    each kept checkpoint's files (as recorded when it was saved), so an entry and its bytes cannot disagree
+    unnoticed."""
     kept = [e for e in entries if e.kept]
     ranked = rank_entries(kept, metric, mode)
     complete = [step_of(p) for p in checkpoint_dirs(root) if is_complete(p)]
+    digests = {str(e.step): read_digests(checkpoint_path(root, e.step)) for e in kept}
     payload = {
         "metric": metric,
         "mode": mode,
         "best_step": ranked[0].step if ranked else None,
         "latest_step": max(complete) if complete else None,
         "checkpoints": [e.to_dict() for e in sorted(entries, key=lambda e: e.step)],
+        "digests": {step: d for step, d in digests.items() if d is not None},
         **extra,
     }
     write_json_atomic(Path(root) / INDEX_FILE, payload)

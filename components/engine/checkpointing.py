@@ -27,14 +27,18 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from ctpipe.components.engine.checkpoint_index import (
     COMPLETE_MARKER,
+    DIGESTS_FILE,
     INDEX_FILE,
     META_FILE,
     STEP_PREFIX,
     IndexEntry,
     apply_retention,
     better,
+    checkpoint_damage,
     checkpoint_dirs,
     checkpoint_path,
+    damaged_checkpoints,
+    file_digests,
     identity_differences,
     is_complete,
     latest_complete,
@@ -46,21 +50,28 @@ from ctpipe.components.engine.checkpoint_index import (
     run_identity,
     split_identity,
     step_of,
+    write_digests,
     write_index,
     write_json_atomic,
 )
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.errors import TrainingError
 
 __all__ = [
     "COMPLETE_MARKER",
+    "DIGESTS_FILE",
     "INDEX_FILE",
     "META_FILE",
     "STEP_PREFIX",
     "IndexEntry",
     "apply_retention",
+    "barrier",
     "better",
+    "checkpoint_damage",
     "checkpoint_dirs",
     "checkpoint_path",
+    "damaged_checkpoints",
+    "file_digests",
     "is_complete",
     "latest_complete",
     "rank_entries",
@@ -72,6 +83,7 @@ __all__ = [
     "split_identity",
     "identity_differences",
     "step_of",
+    "write_digests",
     "write_index",
     "write_json_atomic",
     "load_checkpoint",
@@ -92,7 +104,8 @@ def _quiet_dcp():
         yield
 
 
-def _barrier() -> None:
+def barrier() -> None:
+    """Wait for every rank (no-op without a process group)."""
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
 
@@ -108,7 +121,8 @@ def save_checkpoint(
     rank: int,
     before_marker=None,
 ) -> Path:
-    """Collective: save model + optimizer shards, each rank's state, then meta and the marker (rank 0, last).
+    """Collective: save model + optimizer shards, each rank's state, then meta, the digests of every file and
+    the marker (rank 0, last).
 
     One barrier only: DCP's own save already synchronises (rank 0 returns after every rank's shards are
     written); the barrier makes every rank's state file precede the marker. ``before_marker`` is a test
@@ -131,10 +145,12 @@ def save_checkpoint(
     os.replace(tmp, path / f"rank{rank}.pt")
     if before_marker is not None:
         before_marker()
-    _barrier()
+    barrier()
     if rank == 0:
         write_json_atomic(path / META_FILE, meta)
-        (path / COMPLETE_MARKER).write_text(f"{step}\n")
+        # Hashed once every rank's files are written (the barrier): resume and selection verify them.
+        write_digests(path)
+        atomic_write_text(path / COMPLETE_MARKER, f"{step}\n")
     return path
 
 

@@ -7,7 +7,9 @@ soak (benchmarks/soak.py); it is never part of a user config, and unset it costs
 STEP, ``exit@STEP:RANK`` kills RANK abruptly at STEP, ``kill@STEP:RANK`` sends RANK a SIGKILL at STEP (as
 the OOM killer does), ``save_crash@STEP:RANK`` kills RANK in the middle of the checkpoint save of STEP
 (after its shards, before the completion marker), ``marked_crash@STEP:RANK`` kills RANK just after the
-save of STEP is marked complete (before retention and index.json). Without ``:RANK`` every rank is hit.
+save of STEP is marked complete (before retention and index.json), ``tracking_lost@STEP:RANK`` points RANK's
+MLflow tracker at a closed port once training ended at STEP (an MLflow outage after training: every later
+call is refused, as by a stopped server). Without ``:RANK`` every rank is hit.
 """
 
 from __future__ import annotations
@@ -64,6 +66,23 @@ class Fault:
         """``marked_crash``: die once the save of ``step`` is complete, before its retention and index."""
         if self.hits("marked_crash", step, rank):
             os._exit(19)
+
+
+    def tracking_lost(self, step: int, rank: int, tracker: object) -> None:
+        """``tracking_lost``: from here on, the tracker's MLflow calls meet a server that is down."""
+        if self.hits("tracking_lost", step, rank) and hasattr(tracker, "client"):
+            import mlflow
+
+            tracker.client = mlflow.MlflowClient(tracking_uri=f"http://127.0.0.1:{_closed_port()}")
+
+
+def _closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released): connections to it are refused."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _nan_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

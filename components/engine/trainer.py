@@ -53,6 +53,7 @@ class Trainer:
         self.global_batch = self.t.batch_size * d.world_size * self.t.grad_accum_steps
         self.progress = Progress()
         self.resumed_from: int | None = None
+        self.warnings: list[str] = []  # for the result: damaged checkpoints skipped at resume
         self.saved_step: int | None = None
         self.window = Window()
         # Timings of this process's share of the run (not carried over a resume).
@@ -125,8 +126,26 @@ class Trainer:
         return float(peak) / self.d.world_size
 
     def resume(self) -> None:
-        """Continue from the latest complete checkpoint, if any; partial saves are ignored."""
-        path = ckpt.latest_complete(self.root)
+        """Continue from the latest complete checkpoint whose bytes match their digests, if any; partial
+        saves are ignored, damaged ones named and dropped (the steps after the newest intact one are trained
+        again, bit for bit as the first time)."""
+        # Rank 0 reads and hashes the files once for the job; every rank gets its verdict.
+        found = [ckpt.damaged_checkpoints(self.root) if self.d.rank == 0 else None]
+        dist.broadcast_object_list(found, src=0)
+        damaged: dict[Path, str] = found[0]
+        path = max((p for p in ckpt.checkpoint_dirs(self.root) if ckpt.is_complete(p) and p not in damaged),
+                   key=ckpt.step_of, default=None)
+        for bad, what in damaged.items():
+            message = (f"checkpoint {bad} is damaged ({what}): skipped and removed, "
+                       + (f"resuming from {path.name}" if path is not None else "training from the start"))
+            self.warnings.append(message)
+            log_rank0(self.d, f"WARNING: {message}")
+        # Every rank has chosen (above, from the same verdict) before rank 0 un-marks them; retention then
+        # deletes them as partial saves.
+        ckpt.barrier()
+        if self.d.rank == 0:
+            for bad in damaged:
+                (bad / ckpt.COMPLETE_MARKER).unlink(missing_ok=True)
         if path is None:
             return
         ckpt.refuse_another_training(path, self._identity())  # every rank, before loading anything
@@ -381,7 +400,7 @@ class Trainer:
         best = ranked[0] if ranked else None
         samples_per_s = prog.samples / prog.train_seconds if prog.train_seconds > 0 else 0.0
         clip_rate = prog.clipped_steps / max(prog.step, 1)
-        warnings = []
+        warnings = list(self.warnings)
         if clip_rate > CLIP_WARNING_RATE:
             warnings.append(
                 f"gradient clipping fired on {clip_rate:.0%} of steps (train.grad_clip={self.t.grad_clip}): "

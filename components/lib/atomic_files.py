@@ -10,6 +10,8 @@ import errno
 import json
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +46,49 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     try:
         write_synced(tmp, text)
         tmp.replace(path)
+    except OSError as err:
+        # A failed write() names no file: name the one meant, so a full disk's report says where.
+        raise with_path(err, path) from err
     finally:
         tmp.unlink(missing_ok=True)  # left only when the write failed (a full disk)
     sync_dir(path.parent)
+
+
+def with_path(err: OSError, path: Path) -> OSError:
+    """``err`` as it is when it names a file already, else the same error naming ``path``."""
+    if err.filename is not None:
+        return err
+    # OSError(errno, ...) picks the subclass for the errno itself (FileNotFoundError, ...), as the OS call would.
+    return OSError(err.errno, err.strerror, str(path)) if err.errno is not None else err
+
+
+@contextmanager
+def naming_path(path: str | Path) -> Iterator[None]:
+    """Inside the block, an OS error that names no file (a failed ``write()`` never does) names ``path``: the
+    file or folder the block writes, so a full disk's report says where even when a library did the writing."""
+    try:
+        yield
+    except OSError as err:
+        named = with_path(err, Path(path))
+        if named is err:
+            raise
+        raise named from err
+
+
+def overwrite_in_place(path: str | Path, text: str) -> None:
+    """Overwrite an existing small file with ``text`` through its own blocks, then cut what is left.
+
+    The last resort of a record that must not keep saying "running" on a full disk, where the temporary
+    file of ``atomic_write_text`` cannot be written: rewriting the blocks the file already holds needs no
+    new space for its first block. Not atomic against a crash midway (a reader then sees torn JSON)."""
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json_atomic(path: str | Path, payload: Any) -> None:

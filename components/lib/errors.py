@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class UserError(Exception):
     """A problem with the user's input (data, config, command line) and how to fix it."""
@@ -21,3 +23,25 @@ class SanityCheckError(UserError):
 
 class TrainingError(RuntimeError):
     """Training failed (NaN/Inf, a rank died, the job failed); the message says where."""
+
+
+# OS errors of the machine, not of the input: a retry on a machine with room (or a mended disk) succeeds,
+# so they stay infrastructure failures (never UserError), which the watcher retries.
+_MACHINE_ERRNOS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded (no space left on device for this user)",
+    errno.EIO: "input/output error (the disk or its mount failed)",
+}
+
+
+def machine_error_message(step: str, err: OSError) -> str | None:
+    """The one-line report of a full or failing disk in ``step``: the step, the path, what happened, and
+    that it is retried; None for any other OS error."""
+    what = _MACHINE_ERRNOS.get(err.errno) if isinstance(err.errno, int) else None
+    if what is None:
+        return None
+    where = f"'{err.filename}'" if err.filename else "a file (the OS did not say which)"
+    return (
+        f"step '{step}' could not write {where}: {what} [Errno {err.errno}]. This is the machine, not the input: "
+        "free space (or mend the disk) and run again; the watcher retries it (an infrastructure failure)"
+    )

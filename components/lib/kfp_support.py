@@ -16,11 +16,12 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ctpipe.components.lib.atomic_files import atomic_write_text
+from ctpipe.components.lib.atomic_files import atomic_write_text, overwrite_in_place
+from ctpipe.components.lib.step_faults import injected_step_fault
 
 # The project image; `ctpipe compile --image` rewrites it in the compiled spec.
 COMPONENT_IMAGE = "ghcr.io/ctpipe/ctpipe:0.1.0"
@@ -44,7 +45,18 @@ def _write_status(name: str, payload: dict[str, Any]) -> None:
     status_dir = os.environ.get(STATUS_DIR_ENV)
     if not status_dir:
         return
-    atomic_write_text(Path(status_dir) / f"{name}.json", json.dumps(payload, indent=2, default=str))
+    path = Path(status_dir) / f"{name}.json"
+    try:
+        atomic_write_text(path, json.dumps(payload, indent=2, default=str))
+    except OSError as err:
+        if payload.get("status") == "running" or not path.is_file():
+            raise
+        # A full disk: the record must not keep saying "running". Its own blocks hold the short outcome.
+        short = {k: v for k, v in payload.items() if k not in ("traceback", "timing", "result")}
+        try:
+            overwrite_in_place(path, json.dumps(short, default=str))
+        except OSError:
+            print(f"ctpipe: the {name} step could not record its outcome in '{path}': {err}", file=sys.stderr)
 
 
 def in_kfp_executor() -> bool:
@@ -80,7 +92,7 @@ def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_ru
     ``mlflow_run`` (tracking URI, run id): the pipeline run's MLflow run, which a failing step ends as FAILED
     (KILLED when interrupted) and the last step (``ends_run``) ends as FINISHED when it passes.
     """
-    from ctpipe.components.lib.errors import UserError
+    from ctpipe.components.lib.errors import UserError, machine_error_message
     from ctpipe.components.lib.timing import (
         import_clock,
         loaded_heavy_libraries,
@@ -108,11 +120,18 @@ def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_ru
             return {**split, "warm_start": True, "libraries": None, "slowest_imports": imports.slowest()}
         return {**split, "warm_start": False, "libraries": loaded_heavy_libraries(), "slowest_imports": imports.slowest()}
 
+    # The test-only fault hook (step_faults.py) holds until the outcome is recorded, as a full disk would.
+    fault = ExitStack()
+    fault.enter_context(injected_step_fault(name))
     try:
         with import_clock() as imports:
             yield record
     except BaseException as err:
         user_error = isinstance(err, UserError)
+        # A full or failing disk: one line naming the step, the path and what happened (retried, not a user error).
+        machine = machine_error_message(name, err) if isinstance(err, OSError) else None
+        if machine:
+            print(f"ctpipe: {machine}", file=sys.stderr, flush=True)
         if mlflow_run:
             from ctpipe.components.lib.tracking import RetryPolicy, end_pipeline_run
 
@@ -128,7 +147,7 @@ def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_ru
                 "started": started,
                 "seconds": round(time.time() - started, 3),
                 "timing": timing(),
-                "error": str(err) or type(err).__name__,
+                "error": machine or str(err) or type(err).__name__,
                 "error_type": type(err).__name__,
                 "user_error": user_error,
                 "traceback": None if user_error else traceback.format_exc(),
@@ -136,6 +155,8 @@ def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_ru
             },
         )
         raise
+    finally:
+        fault.close()
     if ends_run and mlflow_run:
         from ctpipe.components.lib.tracking import end_pipeline_run
 

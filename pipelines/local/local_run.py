@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import shlex
 import sys
@@ -21,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import TRIGGERS, Config
 from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import ConfigError
@@ -30,7 +30,7 @@ from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.local.demo_setup import demo_data_and_config
 from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_output_decoded_leniently
 from ctpipe.pipelines.local.progress import StepProgress, output_to
-from ctpipe.pipelines.local.run_summary import build_summary
+from ctpipe.pipelines.local.run_summary import build_summary, write_summary
 from ctpipe.pipelines.local.sigterm import sigterm_stops_the_steps
 
 
@@ -92,12 +92,10 @@ def run_local(
             total_seconds=time.time() - (process_started or called),
             setup_seconds=setup,
         )
-        summary_path = run_dir / "summary.json"
-        summary["summary_path"] = str(summary_path.resolve())
-        summary_path.write_text(json.dumps(summary, indent=2, default=str))
+        write_summary(run_dir, summary)
         server_log = warm.log_text() if warm is not None else ""
         if server_log:
-            (run_dir / "warm_start.log").write_text(server_log)
+            atomic_write_text(run_dir / "warm_start.log", server_log)
     return summary
 
 

@@ -11,7 +11,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """Write the run's ``summary.json`` whole (a full disk leaves none, never an empty one); return its path."""
+    path = Path(run_dir) / "summary.json"
+    summary["summary_path"] = str(path.resolve())
+    atomic_write_text(path, json.dumps(summary, indent=2, default=str))
+    return path
 
 
 def read_step_records(status_dir: Path) -> dict[str, dict[str, Any]]:

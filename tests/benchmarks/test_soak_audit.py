@@ -129,3 +129,21 @@ def test_the_checkpoint_audit_reads_metadata_through_the_safe_reader_and_never_r
     assert not marker.exists()
     assert found["complete_loaded"] == 1 and len(found["unreadable"]) == 1
     assert "TrainingError" in found["unreadable"][0] and "the checkpoint's DCP metadata" in found["unreadable"][0]
+
+
+def test_the_checkpoint_audit_reports_a_checkpoint_whose_bytes_disagree_with_its_digests(tmp_path):
+    """A file that was changed after the save may still load (flipped bytes in a shard load into other weights):
+    the audit checks the digests saved with the checkpoint too."""
+    import torch
+    from torch import nn
+
+    from ctpipe.components.engine import checkpointing as ckpt
+
+    root = tmp_path / "home" / "pipeline_root" / "run1" / "train" / "checkpoints"
+    model = nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    ckpt.save_checkpoint(root, 1, model=model, optimizer=opt, rank_state={}, meta={"step": 1}, rank=0)
+    (ckpt.checkpoint_path(root, 1) / "meta.json").write_text('{"step": 2}')  # readable, but not what was saved
+    found = audit.audit_checkpoints(tmp_path / "home")
+    assert found["complete_loaded"] == 0 and len(found["unreadable"]) == 1
+    assert "meta.json does not match its SHA-256" in found["unreadable"][0]

@@ -234,3 +234,19 @@ def test_missing_label_column_is_named(home, data, tmp_path):
     assert result.returncode != 0
     assert "Traceback" not in result.stdout + result.stderr
     assert "'target'" in result.stdout + result.stderr
+
+
+def test_a_full_disk_in_the_register_step_fails_the_run_named_and_retryable(data, tmp_path):
+    """Before: a raw `OSError: [Errno 28]` traceback naming no step, the register record "running" for ever, the
+    MLflow run RUNNING, and summary.json left at 0 bytes. The full disk is the test-only step fault."""
+    home = tmp_path / "h"
+    result = ctpipe("run", "--data", str(data), *sets(), home=home, CTPIPE_TEST_STEP_FAULT="disk_full@register")
+    assert result.returncode != 0
+    summary = _summary(result)
+    assert summary["status"] == "failed" and summary["steps"]["register"] == "failed"
+    error = summary["error"]
+    assert error["step"] == "register" and error["user_error"] is False  # infrastructure: the watcher retries it
+    assert "step 'register' could not write '" in error["message"] and "no space left on device" in error["message"]
+    record = json.loads((Path(summary["run_dir"]) / "steps" / "register.json").read_text())
+    assert record["status"] == "failed"
+    assert registry(home).get_run(summary["mlflow_run_id"]).info.status == "FAILED"

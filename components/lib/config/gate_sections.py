@@ -156,11 +156,13 @@ class RegistryConfig:
     tracking_uri: str | None = None
     champion_alias: str = "champion"
     challenger_alias: str = "challenger"
-    # Transient MLflow failures (server down, database locked) are retried this many times with
-    # exponential backoff starting at retry_backoff_seconds and capped at retry_max_backoff_seconds.
-    retries: int = 5
+    # Transient MLflow failures (server down, database locked) are retried with exponential backoff starting at
+    # retry_backoff_seconds and capped at retry_max_backoff_seconds, until retry_budget_seconds have passed
+    # (3 minutes: a server's restart) or `retries` retries are spent, whichever comes first.
+    retries: int = 50
     retry_backoff_seconds: float = 1.0
     retry_max_backoff_seconds: float = 15.0
+    retry_budget_seconds: float = 180.0
     # A promotion lock older than this is considered abandoned (its holder crashed) and broken.
     lock_ttl_seconds: float = 120.0
 
@@ -178,6 +180,8 @@ class RegistryConfig:
         check_range(self.retries, "registry.retries", 0, 1000)
         check_range(self.retry_backoff_seconds, "registry.retry_backoff_seconds", 0, MAX_WAIT_SECONDS)
         check_range(self.retry_max_backoff_seconds, "registry.retry_max_backoff_seconds", 0, MAX_WAIT_SECONDS)
+        check(0 <= self.retry_budget_seconds <= 86400, "registry.retry_budget_seconds",
+              f"{self.retry_budget_seconds} must be between 0 and 86400 (a day); the default 180 outlasts a server restart")
         check(self.retry_max_backoff_seconds >= self.retry_backoff_seconds, "registry.retry_max_backoff_seconds",
               f"{self.retry_max_backoff_seconds} must be >= registry.retry_backoff_seconds ({self.retry_backoff_seconds}): "
               "the cap would silently shorten every wait")

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.data.stream_stats import NumericStats, TableStats, row_priority
 
 
@@ -129,7 +130,7 @@ def compute_reference_stats(frame: pd.DataFrame, schema: Schema, *, seed: int = 
 
 def write_reference_stats(path: str | Path, stats: dict[str, Any]) -> None:
     """Write ``stats`` as JSON (NaN-free: the format holds only finite numbers and nulls)."""
-    Path(path).write_text(json.dumps(stats, allow_nan=False))
+    atomic_write_text(path, json.dumps(stats, allow_nan=False))
 
 
 def read_reference_stats(path: str | Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.data.batches import read_csv
 from ctpipe.components.lib.data.concat import concat_partitions
 from ctpipe.components.lib.data.encoding import (
@@ -263,8 +264,8 @@ class SnapshotWriter:
         if self.writers["train"].rows == 0:
             raise DataValidationError("the train split is empty: the data has too few rows to split")
         state = self._state()
-        (self.root / "schema.json").write_text(json.dumps(asdict(self.schema), indent=2))
-        (self.root / "preprocessing.json").write_text(json.dumps(state, indent=2))
+        atomic_write_text(self.root / "schema.json", json.dumps(asdict(self.schema), indent=2))
+        atomic_write_text(self.root / "preprocessing.json", json.dumps(state, indent=2))
         write_reference_stats(self.root / "reference_stats.json", reference_stats_of(self.stats))
         meta = {
             "fingerprint": fingerprint,
@@ -274,7 +275,7 @@ class SnapshotWriter:
         }
         if self.window is not None:
             meta["train_window"] = self.window
-        (self.root / "fingerprint.json").write_text(json.dumps(meta, indent=2))
+        atomic_write_text(self.root / "fingerprint.json", json.dumps(meta, indent=2))
         return Snapshot(self.root, self.schema, state, fingerprint, data_uri, files)
 
     def _state(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.atomic_files import atomic_write_text, naming_path
 from ctpipe.components.lib.tracking.retry import RetryPolicy, bounded_mlflow_http
 
 
@@ -58,7 +59,7 @@ def log_step(
         if metric_list or tag_list:
             client.log_batch(run_id, metrics=metric_list, tags=tag_list)
         if present or documents:
-            with tempfile.TemporaryDirectory(prefix="ctpipe-log-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="ctpipe-log-") as tmp, naming_path(tmp):
                 _stage(Path(tmp), present, documents or {})
                 client.log_artifacts(run_id, tmp)
 
@@ -83,4 +84,4 @@ def _stage(root: Path, files: Mapping[str, Path], documents: Mapping[str, Any]) 
     for name, value in documents.items():
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(value, indent=2, default=str))
+        atomic_write_text(target, json.dumps(value, indent=2, default=str))

@@ -43,23 +43,40 @@ class RegistryUnavailableError(RuntimeError):
     """MLflow stayed unreachable through every retry; the message says what was (not) done."""
 
 
+# How long a transient MLflow failure is retried by default: a tracking server's restart (a pod rescheduled,
+# a rollout) takes from ~10 s to a minute or two; a step that gives up sooner throws its work away.
+DEFAULT_BUDGET_SECONDS = 180.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how patiently an MLflow call is retried (``registry.retries`` and its backoffs)."""
+    """How often and how patiently an MLflow call is retried (``registry.retries``, ``registry.retry_budget_seconds``
+    and the backoffs): until it succeeds, ``retries`` retries are spent, or the next wait would end past
+    ``budget_seconds`` from the first attempt, whichever comes first."""
 
-    retries: int = 5
+    retries: int = 50
     backoff_seconds: float = 1.0
     max_backoff_seconds: float = 15.0
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS
 
     @classmethod
     def of(cls, registry: RegistryConfig) -> RetryPolicy:
         """The policy the config's ``registry`` section sets."""
-        return cls(registry.retries, registry.retry_backoff_seconds, registry.retry_max_backoff_seconds)
+        return cls(registry.retries, registry.retry_backoff_seconds, registry.retry_max_backoff_seconds,
+                   registry.retry_budget_seconds)
 
-    def call(self, fn: Callable[[], T], what: str, *, sleep: Callable[[float], None] = time.sleep) -> T:
+    def call(
+        self,
+        fn: Callable[[], T],
+        what: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> T:
         """``fn()``, retried on transient failures; ``what`` completes "MLflow was unavailable while trying to …"."""
         return call_with_retries(fn, what=what, retries=self.retries, backoff_seconds=self.backoff_seconds,
-                                 max_backoff_seconds=self.max_backoff_seconds, sleep=sleep)
+                                 max_backoff_seconds=self.max_backoff_seconds, budget_seconds=self.budget_seconds,
+                                 sleep=sleep, clock=clock)
 
 
 def is_transient(err: BaseException) -> bool:
@@ -91,29 +108,36 @@ def call_with_retries(
     retries: int,
     backoff_seconds: float,
     max_backoff_seconds: float = 15.0,
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
-    """Call ``fn``; on a transient failure wait backoff, 2×backoff, … (capped) and retry ``retries`` times."""
-    started = time.monotonic()
+    """Call ``fn``; on a transient failure wait backoff, 2×backoff, … (capped) and retry, at most ``retries``
+    times and while the next wait ends within ``budget_seconds`` of the first attempt."""
+    started = clock()
     for attempt in range(retries + 1):
         try:
             return fn()
         except Exception as err:
             if not is_transient(err):
                 raise
-            if attempt == retries:
-                raise RegistryUnavailableError(
-                    f"MLflow was unavailable while trying to {what}: {retries + 1} attempts over "
-                    f"{time.monotonic() - started:.1f}s failed; last error: {str(err)[:300]}"
-                ) from err
             delay = min(backoff_seconds * (2**attempt), max_backoff_seconds)
+            elapsed = clock() - started
+            if attempt == retries or elapsed + delay > budget_seconds:
+                raise RegistryUnavailableError(
+                    f"MLflow was unavailable while trying to {what}: {attempt + 1} attempts over "
+                    f"{elapsed:.1f}s failed (retry budget {budget_seconds:g}s: registry.retry_budget_seconds); "
+                    f"last error: {str(err)[:300]}"
+                ) from err
             log.warning(
-                "MLflow unavailable (%s) while trying to %s; retry %d/%d in %.1fs",
+                "MLflow unavailable (%s) while trying to %s; waiting %.1fs before retry %d (%.0fs of the %gs "
+                "retry budget left)",
                 type(err).__name__,
                 what,
-                attempt + 1,
-                retries,
                 delay,
+                attempt + 1,
+                budget_seconds - elapsed,
+                budget_seconds,
             )
             sleep(delay)
     raise AssertionError("unreachable")

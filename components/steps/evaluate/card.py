@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.snapshot import Snapshot
 from ctpipe.components.lib.handoffs import NOT_RECORDED, SanityOutcome, ValidationOutcome
@@ -205,4 +206,4 @@ def write_model_card(
     ]
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("\n".join(lines))
+    atomic_write_text(target, "\n".join(lines))

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.data.snapshot import load_snapshot
@@ -272,7 +273,7 @@ def _lineage(
 def _write_json(path: str | Path, payload: dict[str, Any]) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(payload, indent=2, default=_json_default))
+    atomic_write_text(target, json.dumps(payload, indent=2, default=_json_default))
 
 
 def _json_default(value: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ctpipe.components.lib.atomic_files import naming_path
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.data.snapshot import Snapshot, load_snapshot
@@ -307,7 +308,7 @@ def log_run_artifacts(
     retry: RetryPolicy,
 ) -> None:
     """Everything the version needs, on its source run (re-logging on retry overwrites the same paths)."""
-    with tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp, naming_path(tmp):
         model_file = Path(tmp) / MODEL_FILE
         shutil.copyfile(model_path, model_file)  # the pyfunc model keeps the file's name
         pyfunc_dir = build_pyfunc_model(model_file, snapshot, Path(tmp))

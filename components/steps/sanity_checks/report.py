@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.tasks.protocol import CheckResult
 
@@ -94,7 +95,7 @@ def log_to_mlflow(tracking_uri: str, run_id: str, result: SanityResult, paths: l
 def write_text(path: str, text: str) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text)
+        atomic_write_text(path, text)
 
 
 # The most specific diagnosis first: a NaN or a missing gradient also breaks every training-based check.

@@ -38,5 +38,6 @@ def select_checkpoint(
             "value": selected.metric_value,
             "sha256": selected.sha256,
             "model_path": model.path,
+            "warnings": selected.warnings,
         }
     return namedtuple("Selection", ["step", "metric"])(selected.step, selected.metric_value)

@@ -8,7 +8,7 @@ again on the validation split, so a broken consolidation cannot go unnoticed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ctpipe.components.engine import checkpoint_index as index_files
@@ -32,11 +32,16 @@ class Selected:
     metric_name: str
     metric_value: float
     sha256: str
+    # Better-ranked checkpoints skipped because their bytes no longer match their digests.
+    warnings: list[str] = field(default_factory=list)
 
 
-def select_best_checkpoint(checkpoint_dir: str | Path, metric: str, mode: str) -> index_files.IndexEntry:
-    """The best complete checkpoint in index.json by ``metric`` in direction ``mode`` (max/min); ties go to
-    the lower validation loss, then the earlier step."""
+def best_intact_checkpoint(
+    checkpoint_dir: str | Path, metric: str, mode: str
+) -> tuple[index_files.IndexEntry, list[str]]:
+    """The best complete checkpoint in index.json by ``metric`` in direction ``mode`` (max/min) whose files
+    match the digests its index entry was committed with, and a warning for each better one skipped as
+    damaged. Ties go to the lower validation loss, then the earlier step."""
     index = index_files.read_index(checkpoint_dir)
     entries = [index_files.IndexEntry.from_dict(e) for e in index["checkpoints"]]
     usable = [
@@ -49,7 +54,23 @@ def select_best_checkpoint(checkpoint_dir: str | Path, metric: str, mode: str) -
             f"no complete checkpoint under '{checkpoint_dir}' has the metric '{metric}' "
             f"(metrics indexed: {', '.join(known) or 'none'}); set select.metric to one of them"
         )
-    return ranked[0]
+    committed = index.get("digests") or {}  # absent in older indexes: each checkpoint's own record is used
+    skipped = []
+    for entry in ranked:
+        path = index_files.checkpoint_path(checkpoint_dir, entry.step)
+        damage = index_files.checkpoint_damage(path, committed.get(str(entry.step)))
+        if damage is None:
+            return entry, skipped
+        skipped.append(f"checkpoint {path} ({metric}={entry.metrics[metric]}) is damaged ({damage}): not exported")
+    raise TrainingError(
+        f"every checkpoint under '{checkpoint_dir}' with the metric '{metric}' is damaged, none is exported: "
+        + "; ".join(skipped) + ". Train again into a new checkpoint directory."
+    )
+
+
+def select_best_checkpoint(checkpoint_dir: str | Path, metric: str, mode: str) -> index_files.IndexEntry:
+    """The best intact checkpoint (``best_intact_checkpoint``) without the warnings."""
+    return best_intact_checkpoint(checkpoint_dir, metric, mode)[0]
 
 
 def score_export(model_path: str | Path, snapshot_dir: str | Path) -> dict[str, float]:
@@ -88,7 +109,9 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
     from ctpipe.components.tasks.export import build_exported_network, save_model_export
 
     metric, mode = config.select.metric, config.select.direction
-    best = select_best_checkpoint(checkpoint_dir, metric, mode)
+    best, skipped = best_intact_checkpoint(checkpoint_dir, metric, mode)
+    for warning in skipped:
+        print(f"[select] WARNING: {warning}", flush=True)
     index = index_files.read_index(checkpoint_dir)
     # The index records the task and model the checkpoints were trained with; rebuild exactly that one.
     model_config = ModelConfig(**index["model_config"])
@@ -131,4 +154,5 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
     # Record the re-scored metrics in the export itself, then hash the final file.
     metadata["export_val_metrics"] = rescored
     sha256 = save_model_export(model_path, state, model_config, record, snapshot.state, metadata, build_config)
-    return Selected(step=best.step, metric_name=metric, metric_value=best.metrics[metric], sha256=sha256)
+    return Selected(step=best.step, metric_name=metric, metric_value=best.metrics[metric], sha256=sha256,
+                    warnings=skipped)

@@ -33,11 +33,12 @@ from ctpipe.components.engine import checkpointing as ckpt
 from ctpipe.components.engine.device import Dist, choose_device, gpus_per_rank
 from ctpipe.components.engine.tracker import NullTracker, flatten, make_tracker
 from ctpipe.components.engine.trainer import Trainer
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import TrainingError, UserError
 from ctpipe.components.lib.processes import exit_without_teardown
 from ctpipe.components.lib.timing import process_start_time
-from ctpipe.components.lib.tracking.retry import RetryPolicy
+from ctpipe.components.lib.tracking.retry import RegistryUnavailableError, RetryPolicy
 from ctpipe.components.steps.train.launchers.base import (
     ERROR_FILE_ENV,
     PERMANENT_FAILURE_EXIT_CODE,
@@ -95,11 +96,21 @@ def train(
         result["worker_startup_seconds"] = startup_seconds
         if d.rank == 0:
             ckpt.write_json_atomic(Path(checkpoint_dir) / RESULT_FILE, result)
-            tracker.log_artifact(Path(checkpoint_dir) / ckpt.INDEX_FILE, "training")
-            tracker.set_tags(
-                {"ctpipe.train.status": "finished"}
-                | ({"ctpipe.train.warnings": "; ".join(result["warnings"])} if result["warnings"] else {})
-            )
+            trainer.fault.tracking_lost(result["steps"], d.rank, tracker)
+            try:
+                tracker.log_artifact(Path(checkpoint_dir) / ckpt.INDEX_FILE, "training")
+                tracker.set_tags(
+                    {"ctpipe.train.status": "finished"}
+                    | ({"ctpipe.train.warnings": "; ".join(result["warnings"])} if result["warnings"] else {})
+                )
+            except RegistryUnavailableError as err:
+                # The training is finished and on disk (checkpoints, index, result): an MLflow outage that
+                # outlasts the retry budget costs its run the final tags, never the training.
+                result["warnings"].append(
+                    f"MLflow stayed unavailable after training finished, so its run lacks the training's final tags "
+                    f"and index; the finished training is kept ({RESULT_FILE}, the checkpoints): {err}"
+                )
+                ckpt.write_json_atomic(Path(checkpoint_dir) / RESULT_FILE, result)
             for w in result["warnings"]:
                 print(f"[train] WARNING: {w}", flush=True)
         return result
@@ -138,7 +149,7 @@ def _write_error(err: BaseException, *, permanent: bool = False) -> None:
             continue
         try:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
-            Path(target).write_text(json.dumps(message))
+            atomic_write_text(target, json.dumps(message))
         except OSError:
             pass
     print(

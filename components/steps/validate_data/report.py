@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.steps.validate_data.findings import SCHEMA_ANOMALY, Finding, errors, warnings
 
 
@@ -178,4 +179,4 @@ def write_reports(s: ValidationSummary, *, data_docs_path: str, report_path: str
     for path, text in ((data_docs_path, render_html(s)), (report_path, render_markdown(s))):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text)
+            atomic_write_text(path, text)

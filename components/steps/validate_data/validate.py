@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data import scan as stream
 from ctpipe.components.lib.data.batches import count_rows
@@ -102,7 +103,7 @@ def validate_data(
         _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task)
         summary.seconds["write_snapshot"] = time.perf_counter() - t
         # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
-        (Path(snapshot_dir) / VALIDATION_FILE).write_text(json.dumps(summary_json(summary), default=str))
+        atomic_write_text(Path(snapshot_dir) / VALIDATION_FILE, json.dumps(summary_json(summary), default=str))
     write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
     suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
     # Named with the extensions a browser and MLflow's artifact viewer need: KFP names an output file after
@@ -351,7 +352,7 @@ def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerp
                                   inputs.schema, data_uri=data_uri, files=inputs.files, fingerprint=fingerprint,
                                   window=inputs.window, task=task)
     root = Path(snapshot_dir)
-    (root / "suite.json").write_text(json.dumps(outcome.suite, indent=2, default=str))
+    atomic_write_text(root / "suite.json", json.dumps(outcome.suite, indent=2, default=str))
     add_task_drift_stats(snapshot, task)
 
 

@@ -24,6 +24,7 @@ from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 from ctpipe.components.steps.train.launchers.local import LocalLauncher
 from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.tasks.export import load_model_export
+from tests.fixtures.damage import a_model_shard, flip_bytes
 
 TINY = [
     "data.key=customer_id",
@@ -146,6 +147,45 @@ def test_crash_in_a_save_then_a_kill_then_resume_is_bit_identical(
     resumed = _train(snapshot_dir, tmp_path)
     assert resumed.resumed_from_step == 4 and resumed.steps == 8
     assert resumed.final_weights_sha256 == reference[0].final_weights_sha256
+
+
+def test_a_damaged_checkpoint_is_skipped_with_a_warning_and_resume_falls_back_bit_exactly(
+    reference, snapshot_dir, tmp_path, capfd
+):
+    """Before: 256 flipped bytes in a shard of the latest complete checkpoint, then a restart on the same
+    directory: resumed from it silently, ended with other weights, and the index kept its old metric."""
+    _train(snapshot_dir, tmp_path, "train.keep_best=2")
+    damaged = ckpt.checkpoint_path(tmp_path, 8)
+    intact = max(ckpt.step_of(p) for p in ckpt.checkpoint_dirs(tmp_path) if p != damaged)
+    flip_bytes(a_model_shard(damaged))
+    capfd.readouterr()
+
+    resumed = _train(snapshot_dir, tmp_path, "train.keep_best=2")
+    assert resumed.resumed_from_step == intact and resumed.steps == 8
+    assert resumed.final_weights_sha256 == reference[0].final_weights_sha256  # trained again, bit for bit
+    assert any(str(damaged) in w and "damaged" in w for w in resumed.warnings)
+    assert str(damaged) in capfd.readouterr().out  # the worker's log names it
+    # Step 8 was saved again: the index and the bytes it points to agree.
+    index = json.loads((tmp_path / "index.json").read_text())
+    for step in {e["step"] for e in index["checkpoints"] if e["kept"]}:
+        assert index["digests"][str(step)] == ckpt.file_digests(ckpt.checkpoint_path(tmp_path, step))
+
+
+def test_an_mlflow_outage_after_training_keeps_the_finished_training(snapshot_dir, tmp_path, monkeypatch):
+    """Before: when MLflow went down once training had finished, rank 0's last calls (the index artifact, the
+    final tags) failed after their retries and with them the whole training step. Now the finished training
+    is kept, with a warning that says what its MLflow run lacks."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = mlflow.MlflowClient(uri).create_run(ensure_experiment(uri, "ctpipe-test")).info.run_id
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "tracking_lost@8:0")
+    config = tiny_config("registry.retry_budget_seconds=2", "registry.retry_backoff_seconds=0.2",
+                         "registry.retry_max_backoff_seconds=0.5")
+    result = train_model(snapshot_dir, str(tmp_path / "ckpt"), config, tracking_uri=uri, mlflow_run_id=run_id,
+                         job_name="t")
+    assert result.steps == 8 and result.best_step is not None
+    assert any("MLflow stayed unavailable after training finished" in w and "kept" in w for w in result.warnings)
+    saved = json.loads((tmp_path / "ckpt" / "train_result.json").read_text())
+    assert saved["warnings"] == result.warnings
 
 
 def test_nan_loss_stops_at_once_with_the_step(snapshot_dir, tmp_path, monkeypatch):

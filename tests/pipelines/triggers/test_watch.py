@@ -28,6 +28,7 @@ from ctpipe.pipelines.triggers.ledger import Ledger
 from ctpipe.pipelines.triggers.new_data import data_state
 from ctpipe.pipelines.triggers.start import FunctionStarter
 from ctpipe.pipelines.triggers.watch import check_once
+from tests.fixtures.damage import flip_bytes
 
 MODEL = "ctpipe-classifier"
 
@@ -115,6 +116,24 @@ def test_cached_fingerprint_equals_the_validation_fingerprint_and_skips_unchange
     assert changed.fingerprint == fingerprint_files(list_data_files(str(tmp_path / "data")))
     assert first.partitions()[-1] == "date=2026-01-03" and len(first.window(2)) == 2
     assert [f.path.split("/")[0] for f in first.window(1, days=2)] == ["date=2026-01-02", "date=2026-01-03"]
+
+
+def test_a_rewrite_that_keeps_size_and_mtime_is_detected(tmp_path):
+    """Before: the hash cache was keyed by (size, mtime) only, so a partition rewritten with other bytes of
+    the same size and its old mtime put back (cp -p, rsync -t, touch -d) kept its old hash and fingerprint."""
+    write_demo_data(tmp_path / "data", days=3, rows_per_day=50)
+    cache = tmp_path / "cache.json"
+    first = data_state(str(tmp_path / "data"), cache)
+    part = next((tmp_path / "data").glob("date=2026-01-02/*.parquet"))
+    before = part.stat()
+    flip_bytes(part)
+    os.utime(part, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (part.stat().st_size, part.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    changed = data_state(str(tmp_path / "data"), cache)
+    assert changed.hashed == 1 and changed.fingerprint != first.fingerprint
+    assert changed.fingerprint == fingerprint_files(list_data_files(str(tmp_path / "data")))
+    again = data_state(str(tmp_path / "data"), cache)  # and the cache serves it again once re-hashed
+    assert (again.fingerprint, again.hashed) == (changed.fingerprint, 0)
 
 
 def test_nothing_new_starts_nothing_and_needs_no_registry_call_the_second_time(site, monkeypatch):

@@ -17,6 +17,7 @@ from ctpipe.components.lib.models.tabular import InputSpec, build_model
 from ctpipe.components.steps.select_checkpoint.select import select_and_export
 from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.tasks.export import load_model_export
+from tests.fixtures.damage import a_model_shard, flip_bytes
 from tests.fixtures.registry import tabular_arrays, tabular_preprocessing
 
 CONFIG = ["data.key=customer_id", "model.hidden=16", "model.depth=1", "model.embedding_dim=4"]
@@ -132,6 +133,35 @@ def test_unknown_metric_and_incomplete_checkpoints_are_refused(checkpoints, snap
         str(ckpt_dir), str(snapshot_dir), load_config(None, CONFIG), str(tmp_path / "m.pt")
     )
     assert selected.step != 20
+
+
+def test_a_damaged_best_checkpoint_is_never_exported(checkpoints, snapshot_dir, tmp_path, capsys):
+    """Before: 256 flipped bytes in a shard of the best checkpoint went unnoticed; selection exported it (or
+    failed re-scoring it). Now its bytes are checked against the digests its index entry was committed with:
+    it is skipped with a warning naming it, and the next best intact one is exported."""
+    ckpt_dir, _ = checkpoints
+    damaged = ckpt.checkpoint_path(ckpt_dir, 20)
+    flip_bytes(a_model_shard(damaged))
+    selected = select_and_export(str(ckpt_dir), str(snapshot_dir), load_config(None, CONFIG), str(tmp_path / "m.pt"))
+    assert selected.step == 10  # the second best
+    assert len(selected.warnings) == 1 and str(damaged) in selected.warnings[0]
+    assert str(damaged) in capsys.readouterr().out
+    assert load_model_export(tmp_path / "m.pt").metadata["step"] == 10
+
+    # The checkpoint's own record re-written to match the damage: the index entry still disagrees, still skipped.
+    ckpt.write_digests(damaged)
+    selected = select_and_export(str(ckpt_dir), str(snapshot_dir), load_config(None, CONFIG), str(tmp_path / "m.pt"))
+    assert selected.step == 10
+
+
+def test_when_every_checkpoint_is_damaged_none_is_exported(checkpoints, snapshot_dir, tmp_path):
+    ckpt_dir, _ = checkpoints
+    for step in (10, 20, 30):
+        flip_bytes(a_model_shard(ckpt.checkpoint_path(ckpt_dir, step)))
+    with pytest.raises(TrainingError, match="damaged") as err:
+        select_and_export(str(ckpt_dir), str(snapshot_dir), load_config(None, CONFIG), str(tmp_path / "m.pt"))
+    assert all(str(ckpt.checkpoint_path(ckpt_dir, s)) in str(err.value) for s in (10, 20, 30))
+    assert not (tmp_path / "m.pt").exists()
 
 
 # --- the metric's direction ---------------------------------------------------------------------

@@ -49,6 +49,28 @@ def test_train_writes_summary_and_resumes(tmp_path, capsys):
     assert again["final_weights_sha256"] == summary["final_weights_sha256"]
 
 
+def test_a_damaged_checkpoint_is_named_and_skipped_by_the_next_train_with_the_same_out(tmp_path, capfd):
+    """The issue's case: 256 flipped bytes inside a shard of a complete checkpoint, then `ctpipe train` with the
+    same --out. Before: exit 0, no warning, resumed from it, other final weights."""
+    from ctpipe.components.engine import checkpointing as ckpt
+    from tests.fixtures.damage import a_model_shard, flip_bytes
+
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=150, seed=3)
+    out = tmp_path / "out"
+    assert main(_args(tmp_path / "data", out)) == 0
+    first = json.loads((out / "train_summary.json").read_text())
+    damaged = ckpt.checkpoint_path(out / "checkpoints", 6)
+    flip_bytes(a_model_shard(damaged))
+    capfd.readouterr()
+
+    assert main(_args(tmp_path / "data", out)) == 0
+    again = json.loads((out / "train_summary.json").read_text())
+    assert again["resumed_from_step"] == 3  # the previous intact checkpoint
+    assert again["final_weights_sha256"] == first["final_weights_sha256"]
+    assert any(str(damaged) in w for w in again["warnings"])
+    assert str(damaged) in capfd.readouterr().out
+
+
 def test_user_errors_are_one_paragraph_without_traceback(tmp_path, capsys):
     assert main(_args(tmp_path / "missing", tmp_path / "out")) == 2
     err = capsys.readouterr().err
