@@ -14,8 +14,8 @@ import mlflow
 import pytest
 
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV, step_status
-from ctpipe.components.lib.tracking import ensure_experiment, log_step
 from ctpipe.components.lib.step_faults import STEP_FAULT_ENV, injected_step_fault
+from ctpipe.components.lib.tracking import ensure_experiment, log_step
 from ctpipe.pipelines.local.run_summary import write_summary
 from ctpipe.pipelines.triggers.retry import failure_kind
 from tests.fixtures.step_records import summary_of
