@@ -13,6 +13,7 @@ from kfp import dsl
 from ctpipe.components.lib.config import Config, KubernetesConfig
 from ctpipe.components.steps.evaluate.component import evaluate
 from ctpipe.components.steps.prepare_run.component import prepare_run
+from ctpipe.components.steps.prepare_run.run_form import defaults_of
 from ctpipe.components.steps.register.component import register
 from ctpipe.components.steps.sanity_checks.component import sanity_checks
 from ctpipe.components.steps.select_checkpoint.component import select_checkpoint
@@ -23,6 +24,8 @@ PIPELINE_NAME = "ctpipe-continuous-training"
 DEFAULT_CLUSTER_DATA_URI = "/mnt/ctpipe/data"
 # The MLflow Service of manifests/ in the namespace the run is in (a relative name: the pods' DNS search path).
 DEFAULT_CLUSTER_TRACKING_URI = "http://mlflow:5000"
+# Reused by KFP's cache while the data's fingerprint, the resolved config and the image are unchanged.
+CACHED_STEPS = ("validate_data", "sanity_checks", "train", "select_checkpoint")
 STEP_NAMES = ("prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register")
 
 
@@ -31,13 +34,28 @@ def build_pipeline(
     *,
     default_config_json: str = "",
     default_tracking_uri: str = DEFAULT_CLUSTER_TRACKING_URI,
+    caching: bool | None = None,
 ):
-    """The pipeline; with ``cluster`` its tasks carry kfp-kubernetes settings (secrets, SA, placement, limits)."""
+    """The pipeline; with ``cluster`` its tasks carry kfp-kubernetes settings (secrets, SA, placement, limits).
+
+    The typed run parameters default to ``default_config_json``'s values (components/steps/prepare_run/run_form.py);
+    ``caching`` (default: that config's ``pipeline.caching``) lets KFP reuse the steps in ``CACHED_STEPS``.
+    """
+
+    compiled = Config.from_json(default_config_json) if default_config_json.strip() else Config()
+    form = defaults_of(compiled)
+    caching = compiled.pipeline.caching if caching is None else caching
 
     @dsl.pipeline(name=PIPELINE_NAME, description="Validate data, sanity-check, train with FSDP, select, evaluate, register.")
     def continuous_training(
         data_uri: str = DEFAULT_CLUSTER_DATA_URI,
         trigger: str = "manual",
+        training_steps: int = form.training_steps,
+        workers: int = form.workers,
+        learning_rate: float = form.learning_rate,
+        batch_size: int = form.batch_size,
+        blessing_allowed_change: float = form.blessing_allowed_change,
+        training_window_days: int = form.training_window_days,
         config_json: str = default_config_json,
         config_overrides: str = "",
         mlflow_tracking_uri: str = default_tracking_uri,
@@ -47,8 +65,14 @@ def build_pipeline(
         Args:
             data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
             trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model.
+            training_steps: Optimizer steps of training (train.max_steps); must exceed train.warmup_steps. The default is this pipeline version's config; a value left at its default keeps what config_json says.
+            workers: Training processes, one per GPU or node (train.workers): the job's Master plus Workers; 1 to 1024.
+            learning_rate: Peak AdamW learning rate after warmup (train.lr); in (0, 10).
+            batch_size: Examples per worker per step (train.batch_size); the global batch is batch_size x workers.
+            blessing_allowed_change: Allowed change against the champion on every blessing rule (evaluate.thresholds.<metric>.change_abs, in the metric's units, better direction positive): 0 blocks any evidence of a regression, -0.01 allows 0.01 of regression.
+            training_window_days: Train on the newest N days of partitions (data.window_days); 0 trains on every partition. Validation, val and test always cover all of them.
             config_json: The full ctpipe config as JSON; empty means the defaults of this pipeline version.
-            config_overrides: KEY=VALUE overrides applied as ctpipe run --set applies them, one per line or separated by ';' (a ';' in a value, e.g. in a URI, stays when no SECTION.FIELD= follows it), e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
+            config_overrides: KEY=VALUE overrides applied after the typed parameters, as ctpipe run --set applies them, one per line or separated by ';' (a ';' in a value, e.g. in a URI, stays when no SECTION.FIELD= follows it), e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
             mlflow_tracking_uri: MLflow tracking and registry URI; credentials come from Kubernetes secrets, never from here.
         """
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
@@ -61,30 +85,41 @@ def build_pipeline(
             data_uri=data_uri,
             # A constant of this version: a run that clears config_json gets it, not the laptop defaults.
             default_config_json=default_config_json,
+            training_steps=training_steps,
+            workers=workers,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            blessing_allowed_change=blessing_allowed_change,
+            training_window_days=training_window_days,
         ).set_display_name("prepare run")
         config = prepared.outputs["config_json"]
         mlflow_run = prepared.outputs["mlflow_run_id"]
+        # The cached steps take nothing of this run (its id, its MLflow run): only the data's fingerprint,
+        # the resolved config and the MLflow run of that content, so KFP reuses them while those hold.
+        training_run = prepared.outputs["training_run_id"]
 
         validated = validate_data(
-            data_uri=data_uri, config_json=config, mlflow_tracking_uri=mlflow_tracking_uri, mlflow_run_id=mlflow_run
+            data_uri=data_uri, config_json=config, mlflow_tracking_uri=mlflow_tracking_uri, mlflow_run_id=training_run,
+            data_fingerprint=prepared.outputs["data_fingerprint"],
         ).set_display_name("validate data")
         sane = sanity_checks(
             snapshot=validated.outputs["snapshot"],
             config_json=config,
             mlflow_tracking_uri=mlflow_tracking_uri,
-            mlflow_run_id=mlflow_run,
+            mlflow_run_id=training_run,
         ).set_display_name("sanity checks")
         trained = train(
             snapshot=validated.outputs["snapshot"],
             config_json=config,
             mlflow_tracking_uri=mlflow_tracking_uri,
-            mlflow_run_id=mlflow_run,
-            job_name=run_id,
+            mlflow_run_id=training_run,
+            # Without caching, one per pipeline run (its own MLflow run): a retried task re-attaches to its job.
+            job_name=training_run,
             sanity_summary=sane.outputs["Output"],
         ).set_display_name("train (FSDP)")
         selected = select_checkpoint(
             checkpoints=trained.outputs["checkpoints"], snapshot=validated.outputs["snapshot"], config_json=config,
-            mlflow_tracking_uri=mlflow_tracking_uri, mlflow_run_id=mlflow_run,
+            mlflow_tracking_uri=mlflow_tracking_uri, mlflow_run_id=training_run,
         ).set_display_name("select checkpoint")
         evaluated = evaluate(
             model=selected.outputs["model"],
@@ -119,9 +154,9 @@ def build_pipeline(
             "register": registered,
         }
         for step, task in tasks.items():
-            # Never cached: validate_data reads a data root that moves under the same URI, so a cached step
-            # would hand a retrain the old snapshot. No retries: a step that failed on bad input fails again.
-            task.set_caching_options(False)
+            # prepare_run fingerprints the data (which moves under the same URI) and evaluate/register judge
+            # against the champion of now: never cached. No retries: a step that failed on bad input fails again.
+            task.set_caching_options(caching and step in CACHED_STEPS)
             if cluster is not None:
                 from ctpipe.pipelines.cluster_settings import apply_cluster_settings
 

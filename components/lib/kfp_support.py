@@ -133,12 +133,15 @@ def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_ru
         if machine:
             print(f"ctpipe: {machine}", file=sys.stderr, flush=True)
         if mlflow_run:
-            from ctpipe.components.lib.tracking import RetryPolicy, end_pipeline_run
+            from ctpipe.components.lib.tracking import RetryPolicy, end_linked_pipeline_runs, end_pipeline_run
 
             interrupted = isinstance(err, KeyboardInterrupt | SystemExit)
             # One quick retry: a failing step must not wait long on an MLflow that may be the reason it failed.
             end_pipeline_run(*mlflow_run, "KILLED" if interrupted else "FAILED",
                              retry=RetryPolicy(retries=1, backoff_seconds=0.5, max_backoff_seconds=0.5))
+            # A cached step logs to the run of its content (components/lib/tracking/training_runs.py): the
+            # pipeline runs waiting on it failed too.
+            end_linked_pipeline_runs(*mlflow_run, "KILLED" if interrupted else "FAILED")
         _write_status(
             name,
             {
@@ -158,9 +161,10 @@ def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_ru
     finally:
         fault.close()
     if ends_run and mlflow_run:
-        from ctpipe.components.lib.tracking import end_pipeline_run
+        from ctpipe.components.lib.tracking import end_pipeline_run, finish_training_run_of
 
         end_pipeline_run(*mlflow_run, "FINISHED")
+        finish_training_run_of(*mlflow_run)  # the run its cached steps logged to, when it names one
     _write_status(
         name,
         {

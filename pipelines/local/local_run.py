@@ -32,6 +32,7 @@ from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_ou
 from ctpipe.pipelines.local.progress import StepProgress, output_to
 from ctpipe.pipelines.local.run_summary import build_summary, write_summary
 from ctpipe.pipelines.local.sigterm import sigterm_stops_the_steps
+from ctpipe.pipelines.local.local_cache import cache_hits_recorded
 
 
 def run_local(
@@ -43,8 +44,12 @@ def run_local(
     trigger: str = "manual",
     verbosity: int = 0,
     process_started: float | None = None,
+    parameters: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline locally end to end and return its summary (also written to summary.json).
+
+    ``parameters``: values of the pipeline's typed run parameters (the Kubeflow UI's run form, e.g.
+    ``{"training_steps": 200}``), applied over the config as on a cluster.
 
     ``process_started`` (the ``ctpipe`` process's start, from the CLI) is where the summary's
     ``timing.total_seconds`` counts from; without it, from this call.
@@ -79,7 +84,8 @@ def run_local(
         status_dir = run_dir / "steps"
         status_dir.mkdir()
         started = time.time()
-        outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity, warm)
+        outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity, warm,
+                                parameters)
         summary = build_summary(
             status_dir,
             run_dir=run_dir,
@@ -109,13 +115,15 @@ def _run_pipeline(
     trigger: str,
     verbosity: int,
     warm: WarmServer | None = None,
+    parameters: dict[str, Any] | None = None,
 ) -> str | None:
     """Run the KFP pipeline with the local runner; its logs go to run_dir/pipeline.log."""
     from kfp import local
 
     from ctpipe.pipelines.continuous_training import build_pipeline
 
-    pipeline = build_pipeline(None)
+    caching = config.pipeline.caching
+    pipeline = build_pipeline(None, caching=caching)
     previous = os.environ.get(STATUS_DIR_ENV)
     os.environ[STATUS_DIR_ENV] = str(status_dir.resolve())
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -130,11 +138,14 @@ def _run_pipeline(
                 _steps_start_warm(warm),
                 step_output_decoded_leniently(),
                 log_without_colour(),
+                cache_hits_recorded(status_dir),
             ):
                 local.init(
                     local.SubprocessRunner(use_venv=False),
                     pipeline_root=str((home / "pipeline_root").resolve()),
                     raise_on_error=False,
+                    # The same cache as on a cluster: validate..select reused while data, config and code hold.
+                    enable_caching=caching,
                 )
                 try:
                     pipeline(
@@ -143,6 +154,7 @@ def _run_pipeline(
                         config_json=config.to_json(),
                         config_overrides="",
                         mlflow_tracking_uri=tracking_uri,
+                        **(parameters or {}),
                     )
                 except Exception as err:  # the local runner raising is a failed run, reported in the summary
                     error = f"{type(err).__name__}: {err}"

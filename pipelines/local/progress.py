@@ -106,6 +106,8 @@ class StepProgress:
             label = f"[{index}/{len(STEP_NAMES)}] {STEP_TITLES[step]}"
             if status == "running":
                 self._emit(f"{label} ...")
+            elif status == "cached":
+                self._emit(f"{label}: reused from cache (data, config and code unchanged)")
             else:
                 if step == "train":
                     self._show_progress(final=True)

@@ -57,10 +57,10 @@ def build_summary(
     steps = {}
     for step in STEP_NAMES:
         status = records.get(step, {}).get("status")
-        steps[step] = {"passed": "passed", "failed": "failed", "running": "failed"}.get(status, "skipped")
+        steps[step] = {"passed": "passed", "failed": "failed", "running": "failed", "cached": "cached"}.get(status, "skipped")
     result = {step: records.get(step, {}).get("result", {}) for step in STEP_NAMES}
     failed = [s for s in STEP_NAMES if steps[s] == "failed"]
-    succeeded = all(steps[s] == "passed" for s in STEP_NAMES) and runner_error is None
+    succeeded = all(steps[s] in ("passed", "cached") for s in STEP_NAMES) and runner_error is None
     error = None
     if failed:
         rec = records[failed[0]]
@@ -80,6 +80,9 @@ def build_summary(
         "trigger": trigger,
         "data_uri": data_uri,
         "data_fingerprint": result["validate_data"].get("fingerprint"),
+        # prepare_run's cheap one (listing and footers), the input of KFP's cache key.
+        "quick_fingerprint": result["prepare_run"].get("data_fingerprint"),
+        "cached_steps": [s for s in STEP_NAMES if steps[s] == "cached"],
         "rows": result["validate_data"].get("rows"),
         "validation_warnings": result["validate_data"].get("warnings", []),
         "steps": steps,
@@ -108,9 +111,13 @@ def build_summary(
         "model_version": registration.get("version"),
         "aliases": registration.get("aliases", []),
         "promoted": registration.get("promoted"),
+        # False when this candidate (the same model file) was already a version: nothing new was registered.
+        "registered_new_version": registration.get("created"),
         "mlflow_tracking_uri": tracking_uri,
         "mlflow_run_id": result["prepare_run"].get("mlflow_run_id"),
         "mlflow_experiment_id": result["prepare_run"].get("mlflow_experiment_id"),
+        # Where validate..select logged (with caching: the run of this data, config and code).
+        "training_mlflow_run_id": result["prepare_run"].get("training_run_id"),
         "error": error,
     }
 
@@ -150,6 +157,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"  orchestration      {timing['orchestration_seconds']:.1f}s of {timing['total_seconds']:.1f}s "
             f"({timing['orchestration_share']:.0%}: process starts, imports, KFP runner, MLflow set-up)"
         )
+    if summary.get("cached_steps"):
+        lines.append(f"  from cache         {', '.join(summary['cached_steps'])} (data, config and code unchanged; "
+                     "--set pipeline.caching=false reruns them)")
     if summary.get("data_fingerprint"):
         lines.append(f"  data fingerprint   {summary['data_fingerprint'][:16]}…  rows {summary.get('rows')}")
     if summary.get("selected_checkpoint_step") is not None:
@@ -170,7 +180,11 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"    - {reason}")
     if summary.get("model_version"):
         aliases = ", ".join(summary.get("aliases") or []) or "none"
-        lines.append(f"  registered         {summary['model_name']} version {summary['model_version']} (aliases: {aliases})")
+        if summary.get("registered_new_version") is False:
+            lines.append(f"  registered         nothing new: this model is already {summary['model_name']} version "
+                         f"{summary['model_version']} (aliases: {aliases})")
+        else:
+            lines.append(f"  registered         {summary['model_name']} version {summary['model_version']} (aliases: {aliases})")
     if summary.get("error"):
         where = f" in step {summary['error']['step']}" if summary["error"]["step"] else ""
         lines.append(f"\nerror{where}: {summary['error']['message']}")

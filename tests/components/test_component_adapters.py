@@ -62,17 +62,21 @@ def steps(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def prepared(steps):
-    return prepare_run.python_func(config_json="", config_overrides="\n".join(OVERRIDES),
-                                   mlflow_tracking_uri=steps.uri, pipeline_run_id="p1", trigger="ci",
-                                   data_uri="demo")
+def data(steps):
+    return write_clean(steps.root / "data")
 
 
 @pytest.fixture(scope="module")
-def validated(steps, prepared):
+def prepared(steps, data):
+    return prepare_run.python_func(config_json="", config_overrides="\n".join(OVERRIDES),
+                                   mlflow_tracking_uri=steps.uri, pipeline_run_id="p1", trigger="ci",
+                                   data_uri=str(data))
+
+
+@pytest.fixture(scope="module")
+def validated(steps, prepared, data):
     outputs = {"snapshot": steps.artifact(Dataset, "snapshot"), "data_docs": steps.artifact(HTML, "data_docs"),
                "validation_report": steps.artifact(Markdown, "validation_report")}
-    data = write_clean(steps.root / "data")
     returned = validate_data.python_func(data_uri=str(data), config_json=prepared.config_json,
                                          mlflow_tracking_uri=steps.uri, mlflow_run_id=prepared.mlflow_run_id,
                                          **outputs)
@@ -124,7 +128,11 @@ def test_prepare_run_returns_the_resolved_config_and_the_run_it_opened(steps, pr
     assert json.loads(prepared.config_json) == config.to_dict()
     run = mlflow.MlflowClient(tracking_uri=steps.uri).get_run(prepared.mlflow_run_id)
     assert run.data.tags["ctpipe.pipeline_run_id"] == "p1" and run.data.tags["ctpipe.trigger"] == "ci"
-    assert steps.record("prepare_run")["result"] == {"mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": "p1"}
+    assert steps.record("prepare_run")["result"] == {
+        "mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": "p1",
+        "data_fingerprint": prepared.data_fingerprint, "training_run_id": prepared.training_run_id,
+    }
+    assert len(prepared.data_fingerprint) == 64 and prepared.training_run_id != prepared.mlflow_run_id
 
 
 def test_validate_data_marks_the_snapshot_and_counts_the_warnings(steps, prepared, validated):

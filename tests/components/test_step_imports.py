@@ -31,12 +31,13 @@ def _loaded_after(code: str, tmp_path: Path) -> list[str]:
 
 
 def test_prepare_run_opens_the_mlflow_run_without_torch_or_great_expectations(tmp_path):
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=20, seed=0)  # it fingerprints the data (caching on)
     loaded = _loaded_after(
         f"""
         from ctpipe.components.steps.prepare_run.prepare import prepare_run
         prepared = prepare_run("", "train.max_steps=100", tracking_uri="sqlite:///{tmp_path}/mlflow.db",
                                pipeline_run_id="p1", trigger="manual", data_uri="{tmp_path}/data")
-        assert prepared.mlflow_run_id
+        assert prepared.mlflow_run_id and prepared.data_fingerprint
         """,
         tmp_path,
     )

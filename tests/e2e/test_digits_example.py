@@ -34,8 +34,8 @@ def ctpipe(*args: str, home: Path) -> subprocess.CompletedProcess:
                           timeout=900)
 
 
-def run(data: Path, home: Path) -> dict:
-    sets = [x for item in SETS for x in ("--set", item)]
+def run(data: Path, home: Path, *extra: str) -> dict:
+    sets = [x for item in (*SETS, *extra) for x in ("--set", item)]
     result = ctpipe("run", "--data", str(data), *sets, home=home)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(Path(result.stdout.strip().splitlines()[-1]).read_text())
@@ -48,7 +48,8 @@ def runs(tmp_path_factory):
                               "--rows", "900"], capture_output=True, text=True, check=True)
     assert len(written.stdout.split()) == 3
     home = root / "home"
-    return home, run(root / "data", home), run(root / "data", home)
+    # The second without the cache: the same data and config would otherwise reuse the first run's model.
+    return home, run(root / "data", home), run(root / "data", home, "pipeline.caching=false")
 
 
 def test_every_step_passes_and_the_sanity_gate_ran_on_the_cnn(runs):

@@ -164,16 +164,41 @@ def test_first_run_records_each_steps_time_split_and_starts_them_warm(first_run)
     assert summary["step_timing"]["prepare_run"]["setup_seconds"] > 0  # the MLflow database, created there
 
 
-def test_second_run_is_compared_with_the_first_model(first_run, home, data):
+def test_a_rerun_on_unchanged_data_reuses_the_cached_steps_and_registers_nothing_new(first_run, home, data):
+    """Same data, config and code: KFP's local cache hands back validate..select; evaluate and register run
+    (the champion may have moved), and the model KFP reused is not registered a second time."""
     assert first_run.returncode == 0
     second = ctpipe("run", "--data", str(data), *sets(), home=home)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     summary = _summary(second)
+    assert summary["status"] == "succeeded"
+    assert summary["cached_steps"] == ["validate_data", "sanity_checks", "train", "select_checkpoint"]
+    assert summary["steps"]["evaluate"] == summary["steps"]["register"] == "passed"
     assert summary["compared_with_champion_version"] == "1"
-    assert summary["metrics"]["champion"] is not None
-    assert summary["model_version"] == "2"
-    # Same data, same seeds: the second candidate scores exactly as the first on the same test split.
+    # The candidate is the champion's own model file: it scores exactly as the champion on the same test split.
     assert summary["metrics"]["candidate"]["accuracy"] == pytest.approx(summary["metrics"]["champion"]["accuracy"])
+    assert summary["model_version"] == "1" and summary["registered_new_version"] is False
+    assert "reused from cache" in second.stdout and "registered         nothing new" in second.stdout
+    assert [str(v) for v in _versions(home, summary["model_name"])] == ["1"]
+    # Both pipeline runs name the one MLflow run their cached steps logged to, which ended with them.
+    first = _summary(first_run)
+    assert summary["training_mlflow_run_id"] == first["training_mlflow_run_id"] != summary["mlflow_run_id"]
+    assert registry(home).get_run(summary["mlflow_run_id"]).info.status == "FINISHED"
+    assert registry(home).get_run(summary["training_mlflow_run_id"]).info.status == "FINISHED"
+
+
+def test_caching_off_reruns_every_step_and_compares_with_the_first_model(first_run, home, data):
+    assert first_run.returncode == 0
+    third = ctpipe("run", "--data", str(data), *sets(["pipeline.caching=false"]), home=home)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    summary = _summary(third)
+    assert summary["cached_steps"] == [] and all(v == "passed" for v in summary["steps"].values())
+    assert summary["training_mlflow_run_id"] == summary["mlflow_run_id"]  # the steps log to the run's own
+    assert summary["compared_with_champion_version"] == "1"
+    # Same data, same seeds: the retrained candidate scores exactly as the first on the same test split; its
+    # export is another file (a new version).
+    assert summary["metrics"]["candidate"]["accuracy"] == pytest.approx(summary["metrics"]["champion"]["accuracy"])
+    assert summary["model_version"] == "2" and summary["registered_new_version"] is True
 
 
 def _versions(home: Path, name: str) -> list[str]:

@@ -24,6 +24,12 @@ def test_compiled_spec_loads_back(compiled):
     assert set(loaded.component_spec.inputs) == {
         "data_uri",
         "trigger",
+        "training_steps",
+        "workers",
+        "learning_rate",
+        "batch_size",
+        "blessing_allowed_change",
+        "training_window_days",
         "config_json",
         "config_overrides",
         "mlflow_tracking_uri",
@@ -38,15 +44,31 @@ def test_every_parameter_has_a_default_and_a_description(compiled):
         assert param.get("description"), f"parameter {name} has no description"
 
 
-def test_no_step_is_cached_or_retried(compiled):
-    """A cached step would hand a retrain the old outputs (validate_data reads a data root that moves under the
-    same URI); a retried step that failed on bad input would fail the same way."""
+def test_only_the_steps_keyed_on_the_data_fingerprint_are_cached_and_none_retried(compiled):
+    """validate..select take the data's fingerprint (prepare_run's output) and no per-run input, so KFP's
+    cache reuses them; prepare_run (which fingerprints the moving data root), evaluate and register (judged
+    against the champion of now) always run. A retried step that failed on bad input would fail the same way."""
     spec = next(yaml.safe_load_all(compiled.read_text()))
     tasks = spec["root"]["dag"]["tasks"]
     assert {name.replace("-", "_") for name in tasks} == set(STEP_NAMES)
+    cached = {name.replace("-", "_") for name, task in tasks.items() if task.get("cachingOptions", {}).get("enableCache")}
+    assert cached == {"validate_data", "sanity_checks", "train", "select_checkpoint"}
     for name, task in tasks.items():
-        assert task.get("cachingOptions", {}).get("enableCache", False) is False, name
         assert "retryPolicy" not in task, name
+    fingerprint = tasks["validate-data"]["inputs"]["parameters"]["data_fingerprint"]["taskOutputParameter"]
+    assert fingerprint == {"producerTask": "prepare-run", "outputParameterKey": "data_fingerprint"}
+    for name in ("validate-data", "sanity-checks", "train", "select-checkpoint"):
+        inputs = tasks[name]["inputs"]["parameters"]
+        per_run = [k for k, v in inputs.items() if "PIPELINE_JOB_ID" in str(v) or "mlflow_run_id'" in str(v)
+                   or v.get("taskOutputParameter", {}).get("outputParameterKey") == "mlflow_run_id"]
+        assert not per_run, f"{name} takes per-run inputs {per_run}: its cache would never hit"
+
+
+def test_a_config_with_caching_off_compiles_a_pipeline_without_cache(tmp_path):
+    out = tmp_path / "p.yaml"
+    compile_pipeline(out, None, ["pipeline.caching=false"], image=None)
+    tasks = next(yaml.safe_load_all(out.read_text()))["root"]["dag"]["tasks"]
+    assert not any(task.get("cachingOptions", {}).get("enableCache") for task in tasks.values())
 
 
 def test_an_empty_config_json_runs_the_compiled_config_not_the_laptop_defaults(compiled):

@@ -27,6 +27,7 @@ from ctpipe.components.lib.config.loading import (
     parse_set_value,
 )
 from ctpipe.components.lib.config.retention_section import RetentionConfig
+from ctpipe.components.lib.config.pipeline_section import PipelineConfig
 from ctpipe.components.lib.config.run_sections import (
     DataConfig,
     ModelConfig,
@@ -46,6 +47,7 @@ __all__ = [
     "EvaluationConfig",
     "KubernetesConfig",
     "ModelConfig",
+    "PipelineConfig",
     "RegistryConfig",
     "RetentionConfig",
     "SanityConfig",

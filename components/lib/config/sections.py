@@ -18,6 +18,7 @@ from ctpipe.components.lib.config.cluster_sections import KubernetesConfig, Watc
 from ctpipe.components.lib.config.coerce import build_dataclass
 from ctpipe.components.lib.config.gate_sections import EvaluationConfig, RegistryConfig, SelectionConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
+from ctpipe.components.lib.config.pipeline_section import PipelineConfig
 from ctpipe.components.lib.config.run_sections import (
     DataConfig,
     ModelConfig,
@@ -46,6 +47,7 @@ class Config:
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def __post_init__(self) -> None:
         resolve_aliases(self)

@@ -45,7 +45,8 @@ def to_dns1035(text: str, *, max_length: int = MAX_JOB_NAME) -> str:
 def training_job_name(launch_name: str) -> str:
     """The PyTorchJob name for a launch: kept when already a ctpipe job name, else derived for task "train".
 
-    The train step passes the pipeline run id; a retried attempt passes the same id, so the name repeats.
+    The train step passes the MLflow run id its steps log to (the pipeline run's own, or with caching the
+    run of its data, config and code); a retried attempt passes the same id, so the name repeats.
     """
     if launch_name.startswith("ctpipe-") and is_dns1035_label(launch_name) and len(launch_name) <= MAX_JOB_NAME:
         return launch_name

@@ -41,8 +41,22 @@ from ctpipe.components.lib.tracking.store import (  # noqa: E402
     tags_of_runs_tagged,
     use_tracking,
 )
+from ctpipe.components.lib.tracking.training_runs import (  # noqa: E402
+    CONTENT_KEY_TAG,
+    TRAINING_RUN_TAG,
+    end_linked_pipeline_runs,
+    finish_training_run_of,
+    running_runs_linked_to,
+    set_run_tag,
+)
 
 __all__ = [
+    "CONTENT_KEY_TAG",
+    "TRAINING_RUN_TAG",
+    "end_linked_pipeline_runs",
+    "finish_training_run_of",
+    "running_runs_linked_to",
+    "set_run_tag",
     "RegistryUnavailableError",
     "RetryPolicy",
     "artifact_location",

@@ -4,7 +4,8 @@
 
 It listens first, then imports ``PRELOAD`` one module at a time in the order the pipeline needs them
 (KFP's executor, pandas and MLflow for the first step, Great Expectations, then torch), serving requests
-between two imports, so that a step never waits for a library it does not use. A request (from
+between two imports and importing first the module a waiting request needs, so that a step never waits
+for a library it does not use (a cached rerun starts evaluate right after prepare_run). A request (from
 ``client.py``) brings ``python``'s arguments, an environment, a working directory and three file
 descriptors; the child takes them over and runs the arguments as ``python`` would (``-m module`` or a
 script), then exits with their code.
@@ -138,11 +139,18 @@ class Server:
                 elif fd in self.by_conn:
                     self._from_client(self.by_conn[fd])
             if pending:
-                _preload(pending.pop(0))
+                _preload(pending.pop(self._next_preload()))
                 if not pending:
                     gc.freeze()  # the children share these objects' pages instead of copying them
                     gc.enable()
                 self._start_ready()
+
+    def _next_preload(self) -> int:
+        """Where in ``pending`` the next import is: the module the first waiting request needs (importing it
+        brings its own libraries), else the next in order. A run whose steps KFP took from its cache goes on
+        at evaluate, which would otherwise wait for Great Expectations and the training modules it never uses."""
+        needed = next((w.needs for w in self.waiting if w.needs in self.pending), None)
+        return self.pending.index(needed) if needed is not None else 0
 
     def stop_children(self) -> None:
         """Stop the children still running: SIGTERM, then SIGKILL after a grace period. A request still

@@ -103,7 +103,8 @@ def register_candidate(
     with bounded_mlflow_http():
         registry = Registry(tracking_uri, reg_cfg)
         registry.ensure_registered_model()
-        version = registry.find_by_key(mlflow_run_id, key)
+        # Never the same model twice: this run's own earlier attempt, or any run's version of the same file.
+        version = registry.find_by_key(mlflow_run_id, key) or registry.find_by_model_sha256(sha)
         created = False
         if version is None:
             t = time.perf_counter()

@@ -214,6 +214,18 @@ class Registry:
         )
         return sorted(versions, key=lambda v: int(v.version))
 
+    def find_by_model_sha256(self, sha256: str):
+        """The oldest complete version made from the model file with this SHA-256, if any: a cached rerun
+        (KFP reused the selected model) is not registered a second time."""
+        found = self.call(
+            lambda: list(self.client.search_model_versions(
+                f"name = '{self.name}' and tags.`ctpipe.model_sha256` = '{sha256}'", max_results=1000
+            )),
+            f"search versions of '{self.name}' by model digest",
+        )
+        matches = [v for v in found if (v.tags or {}).get(COMPLETE_TAG) == "complete"]
+        return min(matches, key=lambda v: int(v.version)) if matches else None
+
     def find_by_key(self, run_id: str, key: str, *, retry: bool = True):
         """The version this run already registered for ``key``, if any (idempotent registration)."""
 

@@ -23,6 +23,7 @@ def train(
 
     ``sanity_summary`` is the sanity step's output: it orders training after the gate.
     """
+    import json
     from collections import namedtuple
 
     from ctpipe.components.lib.config import Config
@@ -41,7 +42,13 @@ def train(
         )
         # The ranks' interpreter start, imports and rendezvous: start-up inside the step, not its compute.
         record.setup_seconds = float(result.raw.get("worker_startup_seconds") or 0.0)
-        for name, value in result.metrics().items():
+        metrics = result.metrics()
+        for name, value in metrics.items():
             train_metrics.log_metric(name, value)
+        # log_metric fills only the artifact's metadata; KFP's local cache treats an output artifact without
+        # its file as missing and reruns the step, so the metrics are also the artifact's content.
+        from ctpipe.components.lib.atomic_files import atomic_write_text
+
+        atomic_write_text(train_metrics.path, json.dumps(metrics, sort_keys=True))
         record.result = result.summary()
     return namedtuple("Training", ["best_step", "steps"])(result.best_step, result.steps)

@@ -17,8 +17,12 @@ def validate_data(
     snapshot: Output[Dataset],
     data_docs: Output[HTML],
     validation_report: Output[Markdown],
+    data_fingerprint: str = "",
 ) -> NamedTuple("Validation", [("fingerprint", str), ("warnings", int)]):
-    """Fingerprint and split the data, run the Great Expectations suite, write Data Docs."""
+    """Fingerprint and split the data, run the Great Expectations suite, write Data Docs.
+
+    ``data_fingerprint`` is prepare_run's cheap fingerprint of ``data_uri``: unused here, it is what makes
+    KFP's cache key change when the data behind the same URI does."""
     from collections import namedtuple
 
     from ctpipe.components.lib.config import Config

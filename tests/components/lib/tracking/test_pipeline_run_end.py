@@ -42,3 +42,22 @@ def test_an_unreachable_mlflow_does_not_replace_the_steps_error(tmp_path):
         "train", mlflow_run=("http://127.0.0.1:9", "0123456789abcdef")
     ):
         raise ValueError("the step's own error")
+
+
+def test_a_failing_cached_step_ends_the_pipeline_runs_that_wait_on_its_training_run(tmp_path):
+    """With caching, validate..select log to the run of their content; the pipeline run that names it (and
+    only a RUNNING one) ends FAILED with them, as it did when the steps logged to it directly."""
+    from ctpipe.components.lib.tracking import TRAINING_RUN_TAG, set_run_tag
+
+    uri = local_tracking_uri(tmp_path)
+    experiment = ensure_experiment(uri, "ctpipe")
+    training, _ = find_or_create_run(uri, experiment, key_tag="ctpipe.content_key", key="k1", run_name="t", tags={})
+    waiting, _ = find_or_create_run(uri, experiment, key_tag="ctpipe.pipeline_run_id", key="p2", run_name="p2", tags={})
+    done, _ = find_or_create_run(uri, experiment, key_tag="ctpipe.pipeline_run_id", key="p1", run_name="p1", tags={})
+    other, _ = find_or_create_run(uri, experiment, key_tag="ctpipe.pipeline_run_id", key="p3", run_name="p3", tags={})
+    for run_id in (waiting, done):
+        set_run_tag(uri, run_id, TRAINING_RUN_TAG, training)
+    mlflow.MlflowClient(uri).set_terminated(done, "FINISHED")
+    with pytest.raises(ValueError), step_status("train", mlflow_run=(uri, training)):
+        raise ValueError("the job failed")
+    assert [_status(uri, r) for r in (training, waiting, done, other)] == ["FAILED", "FAILED", "FINISHED", "RUNNING"]

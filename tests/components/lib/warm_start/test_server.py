@@ -290,6 +290,27 @@ def test_a_process_whose_module_is_still_to_be_preloaded_waits_for_it_instead_of
     assert '"imported_by_the_server": true' in out, out + err
 
 
+def test_a_waiting_process_has_its_module_imported_next_ahead_of_the_rest(workdir, monkeypatch):
+    """A cached rerun goes on at evaluate: its module comes before the validation and training libraries still
+    to be preloaded (here blocking_lib, which would block until released), not after them."""
+    (workdir / "needed_lib.py").write_text("import os\nIMPORTED_IN = os.getpid()\n")
+    (workdir / "needs_probe.py").write_text(NEEDS_PROBE)
+    gate, blocker = _gated(workdir, "gate_lib"), _gated(workdir, "blocking_lib")
+    monkeypatch.setenv("PYTHONPATH", str(workdir))
+    with running_server(preload=("gate_lib", "blocking_lib", "needs_probe", "ctpipe.components.lib.warm_start.server")):
+        try:
+            proc = subprocess.Popen(warm_command([sys.executable, "-m", "needs_probe"]), cwd=workdir,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            _wait_until_connected(proc)
+            gate.touch()
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0, err
+            assert '"imported_by_the_server": true' in out, out + err
+            assert not blocker.exists()  # served while blocking_lib was still to be imported
+        finally:
+            blocker.touch()
+
+
 def test_the_caller_gets_the_exit_code_while_the_server_is_inside_a_long_import(workdir, monkeypatch):
     gate, blocker = _gated(workdir, "gate_lib"), _gated(workdir, "blocking_lib")
     monkeypatch.setenv("PYTHONPATH", str(workdir))

@@ -212,3 +212,17 @@ def test_a_retry_after_a_promotion_cut_off_after_the_alias_moved_completes_its_r
     assert registry.champion_stack() == ["1", "2"]
     assert [(e["version"], e["previous"]) for e in registry.champion_history()] == [("1", None), ("2", "1")]
     assert registry.rollback(reason="bad canary", by="ops").champion == "1"
+
+
+def test_the_same_model_from_another_pipeline_run_is_not_registered_twice(models, tmp_path):
+    """A cached rerun hands register the model KFP reused: it finds that model's version and says it created none."""
+    config = fast_config()
+    first = _cycle(models, tmp_path, "a", "p1", config)[2]()
+    again = _cycle(models, tmp_path, "a", "p2", config)[2]()
+    assert first.created and not again.created
+    assert again.version == first.version == "1"
+    assert "champion" in again.aliases
+    client = mlflow.MlflowClient(local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path))
+    assert len(client.search_model_versions(f"name='{config.registry.model_name}'")) == 1
+    other = _cycle(models, tmp_path, "b", "p3", config)[2]()  # another file is a new version
+    assert other.created and other.version == "2"

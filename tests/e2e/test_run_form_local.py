@@ -1,0 +1,38 @@
+"""The run form locally: the pipeline function run by KFP's local runner with typed values set."""
+
+import json
+
+import mlflow
+import pytest
+
+from ctpipe.components.lib.data.demo import write_demo_data
+from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.pipelines.local.local_run import run_local
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_typed_values_reach_the_resolved_config_and_the_mlflow_params(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    data = tmp_path / "data"
+    write_demo_data(data, days=3, rows_per_day=300, seed=3)
+    home = tmp_path / "home"
+    summary = run_local(
+        home=home,
+        data_uri=str(data),
+        overrides=["train.max_steps=60", "train.warmup_steps=5", "train.eval_every=10", "train.checkpoint_every=10",
+                   "evaluate.thresholds.accuracy.value=0.3", "data.key=customer_id"],
+        quiet=True,
+        parameters={"training_steps": 30, "learning_rate": 0.004, "batch_size": 32, "training_window_days": 2},
+    )
+    assert summary["status"] == "succeeded", summary["error"]
+    client = mlflow.MlflowClient(local_tracking_uri(home))
+    local = client.download_artifacts(summary["mlflow_run_id"], "config/config.json", str(tmp_path))
+    resolved = json.loads(open(local).read())
+    # The knobs won over --set's train.max_steps=60; the rest of config_json stayed.
+    assert resolved["train"]["max_steps"] == 30 and resolved["train"]["lr"] == 0.004
+    assert resolved["train"]["batch_size"] == 32 and resolved["data"]["window_days"] == 2
+    assert resolved["train"]["eval_every"] == 10
+    params = client.get_run(summary["training_mlflow_run_id"]).data.params
+    assert (params["train.max_steps"], params["train.lr"], params["train.batch_size"]) == ("30", "0.004", "32")
+    assert params["data.window_days"] == "2"
