@@ -29,10 +29,10 @@ from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_
 from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.local.demo_setup import demo_data_and_config
 from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_output_decoded_leniently
+from ctpipe.pipelines.local.local_cache import cache_hits_recorded
 from ctpipe.pipelines.local.progress import StepProgress, output_to
 from ctpipe.pipelines.local.run_summary import build_summary, write_summary
 from ctpipe.pipelines.local.sigterm import sigterm_stops_the_steps
-from ctpipe.pipelines.local.local_cache import cache_hits_recorded
 
 
 def run_local(

@@ -5,8 +5,8 @@ import json
 from kfp import dsl, local
 
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV, step_status
-from ctpipe.pipelines.local.run_summary import format_summary
 from ctpipe.pipelines.local.local_cache import cache_hits_recorded
+from ctpipe.pipelines.local.run_summary import format_summary
 from tests.fixtures.step_records import summary_of
 
 

@@ -26,8 +26,8 @@ from ctpipe.components.lib.config.loading import (
     merge_values,
     parse_set_value,
 )
-from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.config.pipeline_section import PipelineConfig
+from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.config.run_sections import (
     DataConfig,
     ModelConfig,

@@ -17,8 +17,8 @@ from ctpipe.components.lib.config.aliases import resolve_aliases
 from ctpipe.components.lib.config.cluster_sections import KubernetesConfig, WatchConfig
 from ctpipe.components.lib.config.coerce import build_dataclass
 from ctpipe.components.lib.config.gate_sections import EvaluationConfig, RegistryConfig, SelectionConfig
-from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.config.pipeline_section import PipelineConfig
+from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.config.run_sections import (
     DataConfig,
     ModelConfig,
