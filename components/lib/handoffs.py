@@ -1,17 +1,27 @@
-"""Read the results validation and sanity hand on as files: ``validation.json`` and the sanity summary JSON.
+"""The files one step hands to the next: one typed record per file, written and read here only.
 
-Validation writes ``validation.json`` into the snapshot it produces; sanity writes its summary JSON
-beside its report (the ``sanity_summary`` artifact). Evaluation (for the model card) and registration
-(for the lineage tags) read them here: never back from MLflow, never from a Markdown table.
+| file | written by | read by | record |
+|---|---|---|---|
+| ``validation.json`` in the snapshot | validate data | evaluate (card), register (tags) | ``ValidationVerdict`` |
+| the ``sanity_summary`` artifact | sanity checks | evaluate (card), register (tags) | ``SanitySummary`` |
+| ``blessing.json`` | evaluate | register | ``Blessing`` (``steps/evaluate``'s fields) |
+
+Every file carries ``format_version``: a reader refuses a newer format than it knows (a step of an older
+image reading a newer step's file) instead of misreading it. Never read back from MLflow, never from a
+Markdown table.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from ctpipe.components.lib.atomic_files import atomic_write_text
+
+FORMAT_VERSION = 1
 
 # The validation verdict, inside the snapshot directory (components/steps/validate_data/validate.py writes it).
 VALIDATION_FILE = "validation.json"
@@ -41,11 +51,65 @@ class SanityOutcome:
         return {k: float(v) for k, v in sorted(values.items()) if v is not None and math.isfinite(float(v))}
 
 
+@dataclass(frozen=True)
+class ValidationVerdict:
+    """``validation.json``: the data's verdict, every finding with its severity, figures and examples."""
+
+    passed: bool
+    data_uri: str
+    fingerprint: str
+    rows: dict[str, int]
+    errors: list[str]
+    warnings: list[str]
+    findings: list[dict[str, Any]]
+    suite_source: str = ""
+    judged_on: str = "every row"
+    seconds: dict[str, float] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+
+@dataclass(frozen=True)
+class SanitySummary:
+    """The ``sanity_summary`` artifact: the gate's verdict and each check's figure, threshold and message."""
+
+    passed: bool
+    skipped: bool = False
+    seconds: float = 0.0
+    sample: dict[str, Any] | None = None
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+
+def write_record(path: str | Path, record: Any) -> None:
+    """A hand-off record as JSON, written whole (a reader never sees half a file)."""
+    atomic_write_text(path, json.dumps(asdict(record), indent=1, default=str))
+
+
+def record_from(cls: type, value: dict[str, Any], path: str | Path) -> Any:
+    """``value`` as record ``cls``; a format newer than this code knows, or a missing field, is refused."""
+    version = value.get("format_version", 0)  # 0: written before records were versioned
+    if version > FORMAT_VERSION:
+        raise ValueError(f"step result '{path}' has format {version}; this ctpipe reads up to {FORMAT_VERSION}: "
+                         "run every step of a pipeline from the same image")
+    known = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: v for k, v in value.items() if k in known})
+    except TypeError as err:
+        raise ValueError(f"step result '{path}' is not a {cls.__name__}: {err}") from None
+
+
+def write_validation(snapshot_dir: str | Path, verdict: ValidationVerdict) -> None:
+    """``<snapshot_dir>/validation.json``."""
+    write_record(Path(snapshot_dir) / VALIDATION_FILE, verdict)
+
+
 def read_validation(snapshot_dir: str | Path) -> ValidationOutcome:
     """The verdict in ``<snapshot_dir>/validation.json``; ``not recorded`` when the snapshot has none."""
-    summary = _read_json(Path(snapshot_dir) / VALIDATION_FILE)
-    if summary is None:
+    path = Path(snapshot_dir) / VALIDATION_FILE
+    value = _read_json(path)
+    if value is None:
         return ValidationOutcome(NOT_RECORDED)
+    summary = asdict(record_from(ValidationVerdict, value, path))
     warnings = [
         f"{f['column']}: {f['message']}" if f.get("column") else f["message"]
         for f in summary.get("findings", [])
@@ -55,12 +119,13 @@ def read_validation(snapshot_dir: str | Path) -> ValidationOutcome:
 
 
 def read_sanity(summary_path: str | Path | None) -> SanityOutcome:
-    """The sanity summary at ``summary_path`` (``SanityResult.summary()``); ``not recorded`` without one."""
-    summary = _read_json(Path(summary_path)) if summary_path else None
-    if summary is None:
+    """The sanity summary at ``summary_path`` (a ``SanitySummary``); ``not recorded`` without one."""
+    value = _read_json(Path(summary_path)) if summary_path else None
+    if value is None:
         return SanityOutcome(NOT_RECORDED)
-    status = "skipped" if summary.get("skipped") else ("passed" if summary["passed"] else "failed")
-    return SanityOutcome(status, dict(summary.get("checks", {})), summary.get("seconds"))
+    summary = record_from(SanitySummary, value, summary_path)
+    status = "skipped" if summary.skipped else ("passed" if summary.passed else "failed")
+    return SanityOutcome(status, dict(summary.checks), summary.seconds)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

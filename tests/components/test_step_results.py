@@ -105,3 +105,31 @@ def test_the_pipeline_hands_the_sanity_summary_file_to_evaluation_and_registrati
     for consumer in ("evaluate", "register"):
         source = tasks[consumer]["inputs"]["artifacts"]["sanity_summary"]["taskOutputArtifact"]
         assert source == {"outputArtifactKey": "sanity_summary", "producerTask": "sanity-checks"}, consumer
+
+
+def test_each_hand_off_file_is_a_versioned_record_and_a_newer_format_is_refused(tmp_path):
+    """One typed record per file, with its format version; a step of an older image refuses a newer file
+    instead of misreading it, and a file that is not the record it should be is named."""
+    from ctpipe.components.lib.handoffs import (
+        FORMAT_VERSION,
+        SanitySummary,
+        ValidationVerdict,
+        write_record,
+        write_validation,
+    )
+
+    verdict = ValidationVerdict(passed=True, data_uri="d", fingerprint="f" * 64, rows={"train": 3}, errors=[],
+                                warnings=["age: 2% nulls"], findings=[])
+    write_validation(tmp_path, verdict)
+    written = json.loads((tmp_path / "validation.json").read_text())
+    assert written["format_version"] == FORMAT_VERSION
+    assert read_validation(tmp_path).status == "passed"
+    write_record(tmp_path / "sanity.json", SanitySummary(passed=False, checks={"loss_at_init": {"value": 9.0}}))
+    assert read_sanity(tmp_path / "sanity.json").status == "failed"
+
+    (tmp_path / "validation.json").write_text(json.dumps({**written, "format_version": FORMAT_VERSION + 1}))
+    with pytest.raises(ValueError, match="format"):
+        read_validation(tmp_path)
+    (tmp_path / "sanity.json").write_text(json.dumps({"checks": {}}))  # no verdict at all
+    with pytest.raises(ValueError, match="not a SanitySummary"):
+        read_sanity(tmp_path / "sanity.json")

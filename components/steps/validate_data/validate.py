@@ -40,7 +40,7 @@ from ctpipe.components.lib.data.snapshot import (
 from ctpipe.components.lib.data.splits import SplitSettings
 from ctpipe.components.lib.data.window import TrainWindow, partition_date
 from ctpipe.components.lib.errors import DataValidationError, UserError
-from ctpipe.components.lib.handoffs import VALIDATION_FILE
+from ctpipe.components.lib.handoffs import ValidationVerdict, write_validation
 from ctpipe.components.lib.tracking import RetryPolicy, log_step
 from ctpipe.components.steps.validate_data import checks, feature_checks
 from ctpipe.components.steps.validate_data.exact import exact_overrides, exact_profile
@@ -103,7 +103,7 @@ def validate_data(
         _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task)
         summary.seconds["write_snapshot"] = time.perf_counter() - t
         # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
-        atomic_write_text(Path(snapshot_dir) / VALIDATION_FILE, json.dumps(summary_json(summary), default=str))
+        write_validation(snapshot_dir, ValidationVerdict(**summary_json(summary)))
     write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
     suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
     # Named with the extensions a browser and MLflow's artifact viewer need: KFP names an output file after
