@@ -197,6 +197,15 @@ class TaskBase:
     # ``data.label`` is not required, the schema has no label, and validation reports its label checks as
     # not applicable instead of failing on a missing label column.
     needs_label: bool = True
+    # What the label is: "classes" (a class per distinct value) or "continuous" (a real number). It decides how
+    # validation profiles and checks the label, before any training: a continuous-looking label given to a
+    # "classes" task stops there, naming the regression task.
+    label_kind: Literal["classes", "continuous"] = "classes"
+    # The column that identifies an example in this task's data (causal_lm: ``doc_id``): the split key of a
+    # local run whose data has it and whose config sets no data.key (``components/tasks/task_key.py``).
+    key_column: str | None = None
+    # What ``baseline`` predicts, in words, for the blessing's reasons and the model card.
+    baseline_name: str = "the prior predictor"
     # True when ``encode`` of a frame equals the concatenation of ``encode`` of its row chunks (one example
     # per row, no packing): the data loader may then encode a split record batch by record batch.
     rowwise_encoding: bool = False
@@ -218,10 +227,11 @@ class TaskBase:
     def describe_model(self, config: Config, state: TaskState) -> dict[str, Any]:
         """What model this task builds for ``config`` and ``state``, as plain JSON values (the sanity report's
         model line, the run's ``system.model.*`` params, the model card). A ``kind`` key, when given, names it.
-        The default: the ``config.model`` section, which the tabular models are built from."""
-        from dataclasses import asdict
+        The default: the model ``build_model`` returns, built on the meta device (no memory, no weights): its
+        class, its parameter count and the task's options (``task.options``, the user's model settings)."""
+        from ctpipe.components.tasks.model_description import describe_built_model
 
-        return asdict(config.model)
+        return describe_built_model(self, config, state)
 
     def flops_per_token(self) -> float | None:
         """Training FLOPs per token of the configured model (a sequence task's MFU), or None: unknown."""
@@ -327,5 +337,6 @@ OPTIONAL_PARTS: tuple[str, ...] = (
     "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "drift_histograms",
     "target_columns", "strata", "baseline", "paired_bootstrap", "class_names", "describe_batch",
     "batch_mismatches", "extra_checks", "fit_streamed", "describe_model", "write_demo_data", "demo_settings",
-    "model_config", "flops_per_token", "parameter_count",
+    "model_config", "flops_per_token", "parameter_count", "label_kind",
+    "baseline_name", "key_column",
 )

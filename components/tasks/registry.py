@@ -30,6 +30,7 @@ from ctpipe.components.tasks.protocol import (
 BUILTIN_TASKS: dict[str, str] = {
     "tabular_classification": "ctpipe.components.tasks.tabular:make_task",
     "causal_lm": "ctpipe.components.tasks.causal_lm:make_task",
+    "tabular_regression": "ctpipe.components.tasks.regression:make_task",
 }
 DEFAULT_TASK = "tabular_classification"
 
@@ -137,6 +138,8 @@ def complete_task(task: Any, where: str = "the task") -> Task:
             f"{where}: 'config_defaults' must be a tuple of 'section.key=value' strings (as for --set), "
             f"got {settings!r}"
         )
+    if getattr(task, "label_kind", "classes") not in ("classes", "continuous"):
+        raise TaskError(f"{where}: 'label_kind' must be 'classes' or 'continuous', got {task.label_kind!r}")
     for part in OPTIONAL_PARTS:
         if not hasattr(task, part):
             default = getattr(TaskBase, part)  # a method, bound to the task; or a value (None, a tuple)

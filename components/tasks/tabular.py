@@ -110,6 +110,12 @@ class TabularClassification(TaskBase):
     def shard_units(self, model: nn.Module) -> list[nn.Module]:
         return list(model.blocks)
 
+    def describe_model(self, config: Any, state: TaskState) -> dict[str, Any]:
+        """The ``model`` config section, which the tabular models are built from."""
+        from dataclasses import asdict
+
+        return asdict(config.model)
+
     # -- objective --------------------------------------------------------------------------------
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         import torch.nn.functional as F

@@ -27,6 +27,7 @@ from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_server
 from ctpipe.components.tasks.run_config import load_run_config
+from ctpipe.components.tasks.task_key import with_task_key
 from ctpipe.pipelines.local.demo_setup import demo_data_and_config
 from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_output_decoded_leniently
 from ctpipe.pipelines.local.local_cache import cache_hits_recorded
@@ -70,8 +71,10 @@ def run_local(
             clock = time.time()
             data_uri, config = demo_data_and_config(home_dir, config, config_path, overrides)
             setup["demo_data_seconds"] = round(time.time() - clock, 3)
-        elif "://" not in data_uri:
-            data_uri = str(Path(data_uri).resolve())
+        else:
+            if "://" not in data_uri:
+                data_uri = str(Path(data_uri).resolve())
+            config = with_task_key(config, data_uri, config_path, overrides)
         _preflight(config, data_uri)
 
         from ctpipe.components.lib.tracking import local_tracking_uri

@@ -194,8 +194,10 @@ class _KeyLabels:
 
 
 def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, key: str | None, features: list[str],
-         settings: SplitSettings, sample_rows: int, seed: int = 0) -> Scan:
-    """Pass 1: exact figures and a stratified sample (see the module docstring)."""
+         settings: SplitSettings, sample_rows: int, seed: int = 0, stratify_by_label: bool = True) -> Scan:
+    """Pass 1: exact figures and a stratified sample (see the module docstring). ``stratify_by_label`` False (a
+    real-valued label, ``Task.label_kind`` "continuous"): by partition only, since every distinct value of such
+    a label would be a class with its floor of rows, and the sample would grow to every row."""
     if grouped_by_partition(files) != list(files):  # each partition's sample, and pass 2's windows, are one run
         raise ValueError("scan needs the files grouped by partition, as list_data_files lists them")
     partitions = sorted({partition_of(f.path) for f in files})
@@ -236,7 +238,8 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
             key_labels.add(keys, labels, position, part, out.rows[part] - len(batch))
         priority = row_priority(batch.drop(columns=[PARTITION_COLUMN]), seed=seed, first_row=position).copy()
         priority[_stray_text(batch)] = 0  # rows the type checks must see are always in the sample
-        sampler.add(batch, labels, priority, np.arange(position, position + len(batch)))
+        strata = labels if stratify_by_label else pd.Series(None, index=batch.index, dtype=object)
+        sampler.add(batch, strata, priority, np.arange(position, position + len(batch)))
         position += len(batch)
     if sampler is not None:
         samples.append(sampler.rows())

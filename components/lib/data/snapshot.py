@@ -120,11 +120,11 @@ class Schema:
 
 
 def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, features: list[str],
-                 categorical: list[str], text_column: str | None = None) -> Schema:
+                 categorical: list[str], text_column: str | None = None, label_kind: str = "classes") -> Schema:
     """Resolve feature columns and their kinds from config, inferring what is not configured.
 
     ``label`` None: the task needs no label (``ctpipe.components.tasks.registry.label_column``), so there is none
-    to find and no classes."""
+    to find and no classes; ``label_kind`` "continuous" (``Task.label_kind``, a regression): no classes either."""
     columns = [c for c in data.columns if c != PARTITION_COLUMN]
     if label is not None and label not in columns:
         raise UserError(
@@ -159,7 +159,7 @@ def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, feat
             numeric.append(col)
     if not chosen:
         raise UserError("the data has no feature columns besides the label and key; configure data.features")
-    classes = sorted(set(label_text(data[label]).dropna())) if label is not None else []
+    classes = sorted(set(label_text(data[label]).dropna())) if label is not None and label_kind == "classes" else []
     return Schema(label=label, key=key, numeric=numeric, categorical=cats, classes=classes, text_column=text_column)
 
 

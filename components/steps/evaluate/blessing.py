@@ -115,9 +115,10 @@ def _ci(interval: Interval) -> str:
 
 def value_check(
     metric: str, rule: Threshold, evidence: Evidence, *, where: str | None = None,
-    directions: dict[str, bool] | None = None,
+    directions: dict[str, bool] | None = None, baseline_name: str = "the prior predictor",
 ) -> Check | None:
-    """The floor: an absolute bound on the value, or beating the prior predictor with evidence."""
+    """The floor: an absolute bound on the value, or beating the task's input-blind predictor (``baseline_name``:
+    the prior predictor of a classifier, the mean predictor of a regression) with evidence."""
     if rule.value is None:
         return None
     higher = higher_is_better(metric, rule, directions)
@@ -125,11 +126,11 @@ def value_check(
     value = evidence.candidate.value
     if rule.value == "baseline":
         if evidence.vs_baseline is None or evidence.baseline is None:
-            return Check(metric, "value_baseline", False, f"{prefix}{metric}: no interval against the prior predictor", where)
+            return Check(metric, "value_baseline", False, f"{prefix}{metric}: no interval against {baseline_name}", where)
         gain = _improvement(evidence.vs_baseline, higher)
         ok = math.isfinite(gain.low) and gain.low > 0
         # The input-blind baseline is the task's: the class prior for a classifier, a unigram model for a LM.
-        figures = (f"{metric} {value:.4f} vs the prior predictor's {evidence.baseline:.4f} (the task's input-blind baseline) on these test rows: "
+        figures = (f"{metric} {value:.4f} vs {baseline_name}'s {evidence.baseline:.4f} (the task's input-blind baseline) on these test rows: "
                    f"gain {gain.value:+.4f}, {_ci(gain)} [{gain.low:+.4f}, {gain.high:+.4f}]")
         verdict = ("beats the trivial baseline with evidence" if ok else
                    "fails value threshold 'baseline': the interval of the gain does not lie above 0")
@@ -171,7 +172,7 @@ def change_checks(
 
 def judge(
     thresholds: dict[str, Threshold], evidence: dict[str, Evidence], *, where: str | None = None,
-    directions: dict[str, bool] | None = None,
+    directions: dict[str, bool] | None = None, baseline_name: str = "the prior predictor",
 ) -> list[Check]:
     """Every check of ``thresholds`` on ``evidence``; a metric without evidence fails (a typo never blesses).
 
@@ -184,7 +185,8 @@ def judge(
                     Check(metric, "value", False, f"{metric} was not computed for this model (roc_auc needs two classes)")
                 )
             continue
-        check = value_check(metric, rule, evidence[metric], where=where, directions=directions)
+        check = value_check(metric, rule, evidence[metric], where=where, directions=directions,
+                            baseline_name=baseline_name)
         if check is not None:
             checks.append(check)
         checks.extend(change_checks(metric, rule, evidence[metric], where=where, directions=directions))

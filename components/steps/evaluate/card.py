@@ -35,6 +35,22 @@ def _interval_text(d: dict[str, Any] | None) -> str:
     return f"{_num(d['value'])} [{_num(d['low'])}, {_num(d['high'])}]" if d else ""
 
 
+def _baseline_words(blessing: dict[str, Any]) -> str:
+    """What the baseline column is: the task's input-blind predictor, named by the task."""
+    name = blessing.get("baseline_name") or "the prior predictor"
+    if name == "the prior predictor":
+        return "the prior predictor, the class frequencies of these test rows (its argmax is the majority class)"
+    return name
+
+
+def _label_line(schema: Any) -> str:
+    if schema.label is None:
+        return "- label: none (the task needs no label)"
+    if not schema.classes:
+        return f"- label: `{schema.label}`, a real number (no classes)"
+    return f"- label: `{schema.label}`; classes: {', '.join(schema.classes)}"
+
+
 def _metrics_table(blessing: dict[str, Any], confidence: float) -> list[str]:
     cand = blessing["candidate_metrics"]
     champ = blessing.get("champion_metrics") or {}
@@ -44,8 +60,8 @@ def _metrics_table(blessing: dict[str, Any], confidence: float) -> list[str]:
     base_diffs = blessing.get("baseline_differences") or {}
     ci = f"{confidence:.0%} CI"
     lines = [
-        f"| metric | candidate [{ci}] | champion | cand − champ [{ci}, paired] | prior predictor | "
-        f"cand − prior [{ci}, paired] | vs champion |",
+        f"| metric | candidate [{ci}] | champion | cand − champ [{ci}, paired] | baseline | "
+        f"cand − baseline [{ci}, paired] | vs champion |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, value in cand.items():
@@ -150,8 +166,7 @@ def write_model_card(
         "",
         "## Metrics on the test split",
         f"{blessing['test_rows']} test rows; candidate and champion each scored with the preprocessing statistics "
-        "it was trained with; the prior predictor is the class frequencies of these test rows (its argmax is the "
-        "majority class). Intervals by paired bootstrap (the same "
+        f"it was trained with; the baseline is {_baseline_words(blessing)}. Intervals by paired bootstrap (the same "
         f"{config.evaluate.bootstrap_samples} resamples of the rows for every model); the rules are in README.md, "
         "\"Gates and their statistics\".",
         "",
@@ -167,8 +182,7 @@ def write_model_card(
         f"- data URI: `{snapshot.data_uri}`",
         f"- fingerprint: `{snapshot.fingerprint}`",
         f"- rows per split: {fingerprint_meta.get('rows', {})}",
-        (f"- label: `{snapshot.schema.label}`; classes: {', '.join(snapshot.schema.classes)}"
-         if snapshot.schema.label is not None else "- label: none (the task needs no label)"),
+        _label_line(snapshot.schema),
         *([f"- text column: `{snapshot.schema.text_column}`"] if snapshot.schema.text_column else []),
         *_split_lines(meta.get("split"), blessing.get("champion_split_check")),
         f"- numeric features: {', '.join(snapshot.schema.numeric) or '-'}",

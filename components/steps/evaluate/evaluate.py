@@ -176,6 +176,7 @@ def evaluate_candidate(
         "slices": slices,
         "checks": result.checks,
         "class_names": classes,
+        "baseline_name": task.baseline_name,
         "confusion_matrix": result.confusion_matrix,
         "thresholds": {k: vars(v) for k, v in ev.thresholds.items()},
         "champion_error": champion.error,

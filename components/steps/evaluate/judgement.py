@@ -66,7 +66,7 @@ def judge_candidate(
         scorer=scorer,
     )
     directions = metric_directions_of(scorer)
-    checks = judge(ev.thresholds, evidence, directions=directions)
+    checks = judge(ev.thresholds, evidence, directions=directions, baseline_name=baseline_name_of(scorer))
     slices, slice_checks = evaluate_slices(frame, y, p_candidate, p_champion, config, numeric_columns,
                                            scorer=scorer, baseline=baseline)
     # A first model under change-only rules meets no rule at all: that is not a blessing either.
@@ -141,7 +141,8 @@ def evaluate_slices(
             # reported, not read as a regression. A candidate alone with NaN is still judged (and fails).
             undefined = sorted(m for m in rules if m in evidence and _undefined_for_all(evidence[m]))
             judged_evidence = {m: e for m, e in evidence.items() if m not in undefined}
-            slice_checks = judge(rules, judged_evidence, where=name, directions=metric_directions_of(scorer))
+            slice_checks = judge(rules, judged_evidence, where=name, directions=metric_directions_of(scorer),
+                                 baseline_name=baseline_name_of(scorer))
         checks.extend(slice_checks)
         rows.append(
             {
@@ -166,6 +167,11 @@ def _undefined_for_all(evidence: Evidence) -> bool:
     """The metric is NaN for the candidate and for every reference it is compared with on these rows."""
     values = [evidence.candidate.value, evidence.champion, evidence.baseline]
     return all(v is None or not np.isfinite(v) for v in values)
+
+
+def baseline_name_of(scorer: Scorer) -> str:
+    """What the scorer's input-blind baseline is, in words (a task's ``baseline_name``; the prior predictor)."""
+    return getattr(scorer, "baseline_name", None) or "the prior predictor"
 
 
 def metric_directions_of(scorer: Scorer) -> dict[str, bool] | None:

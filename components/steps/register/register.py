@@ -45,6 +45,7 @@ LINEAGE_TAGS = (
     "ctpipe.pipeline_run_id", "ctpipe.trigger", "ctpipe.blessed", "ctpipe.blessing_reasons", "ctpipe.compared_with",
     "ctpipe.validation_warnings", "ctpipe.sanity", "ctpipe.config", "ctpipe.evaluation", "ctpipe.model_sha256",
     KEY_TAG, COMPLETE_TAG, "ctpipe.checkpoint_step", "ctpipe.split", "ctpipe.train_keys_sha256", "ctpipe.task_code",
+    "ctpipe.model",
 )  # fmt: skip
 
 
@@ -284,6 +285,9 @@ def version_tags(
         # later by other code is reported as such (components/steps/evaluate/champion_task.py).
         "ctpipe.task_code": _clip(json.dumps(blessing["task_code"])) if blessing.get("task_code") else "not recorded",
         "ctpipe.model_sha256": model_sha256,
+        # The model as its task describes it (a user's network: class, parameters, options), with the task.
+        "ctpipe.model": _clip(json.dumps({"task": (blessing.get("task") or {}).get("name"),
+                                          **(blessing.get("model_config") or {})})),
         KEY_TAG: key,
         COMPLETE_TAG: "complete",
     }

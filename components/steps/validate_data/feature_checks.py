@@ -174,11 +174,14 @@ def check_id_like_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
             where = "" if len(values) == len(train) else f" ({len(values)} of {len(train)} have a value)"
             others = [c for c in schema.features if c != col]
             kind = "numeric" if col in schema.numeric else "categorical"
+            # A text identifier cannot be a categorical feature at all (every new row is a value the suite never
+            # saw): an error that names the fix, before the suite's "values to be in set" says it obscurely.
+            severity = ERROR if kind == "categorical" and len(values) == len(train) and unique_share == 1.0 else WARNING
             findings.append(Finding(
-                check="id_like_column", passed=False, severity=WARNING, column=col,
+                check="id_like_column", passed=False, severity=severity, column=col,
                 message=(f"{kind} feature '{col}' has a distinct value on {unique_share:.0%} of the train rows where it "
                          f"is present{where}, like an identifier: a model can memorise it or learn from the order ids "
-                         f"were issued in. If it identifies rows set data.key={col}; otherwise leave it out of the "
+                         f"were issued in. If it identifies rows, --set data.key={col}; otherwise leave it out of the "
                          f"features (data.features={','.join(others[:6])}{',…' if len(others) > 6 else ''})"),
                 observed=f"{unique_share:.2%} distinct", expected=f"< {ID_LIKE_SHARE:.0%} distinct"))
     return findings

@@ -35,6 +35,9 @@ TOLERATED_UNEXPECTED = 0.01
 # The error range is the observed range widened by this share of its width on each side.
 ERROR_RANGE_MARGIN = 1.0
 LABEL_KL_WARNING = 0.05
+# A continuous label's drift: its deciles and median may move by this share of its train std (a warning).
+LABEL_QUANTILES = (0.1, 0.5, 0.9)
+LABEL_QUANTILE_SHIFT = 0.25
 EXAMPLE_ROWS = 5
 MAX_VALUE_SET = 1000
 
@@ -89,9 +92,31 @@ def _label_expectations(train: pd.DataFrame, label: str) -> list[dict[str, Any]]
     ]
 
 
+def _continuous_label_expectations(train: pd.DataFrame, label: str, range_margin: float) -> list[dict[str, Any]]:
+    """A real-valued label's expectations: no nulls, numbers, the profiled range (a warning, and an error
+    range as for features), and its distribution (deciles and median within a share of its std: drift)."""
+    values = pd.to_numeric(train[label], errors="coerce").dropna()
+    values = values[np.isfinite(values.to_numpy(dtype="float64"))]
+    exps = [_expectation("expect_column_values_to_not_be_null", ERROR, column=label),
+            _expectation("expect_column_values_to_be_in_type_list", ERROR, column=label, type_list=NUMERIC_TYPES)]
+    if not len(values):
+        return exps
+    for severity, margin, mostly in ((WARNING, range_margin, 1.0),
+                                     (ERROR, max(range_margin, ERROR_RANGE_MARGIN), 1.0 - TOLERATED_UNEXPECTED)):
+        low, high = _range_with_margin(values, margin)
+        exps.append(_expectation("expect_column_values_to_be_between", severity, column=label,
+                                 min_value=low, max_value=high, mostly=mostly))
+    spread = LABEL_QUANTILE_SHIFT * (float(values.std()) if len(values) > 1 else 1.0)
+    quantiles = list(LABEL_QUANTILES)
+    ranges = [[float(q) - spread, float(q) + spread] for q in values.quantile(quantiles)]
+    exps.append(_expectation("expect_column_quantile_values_to_be_between", WARNING, column=label,
+                             quantile_ranges={"quantiles": quantiles, "value_ranges": ranges}))
+    return exps
+
+
 def profile_suite(
     train: pd.DataFrame, partitions: pd.DataFrame, schema: Schema, *, range_margin: float,
-    null_fraction_allowance: float, min_rows: int, name: str = "ctpipe-profiled",
+    null_fraction_allowance: float, min_rows: int, name: str = "ctpipe-profiled", label_kind: str = "classes",
 ) -> dict[str, Any]:
     """A GX suite JSON profiled from the train split: columns, types, nulls, ranges, sets, rows, labels."""
     exps: list[dict[str, Any]] = []
@@ -126,7 +151,9 @@ def profile_suite(
         for severity, mostly in ((WARNING, 1.0), (ERROR, 1.0 - TOLERATED_UNEXPECTED)):
             exps.append(_expectation("expect_column_values_to_be_in_set", severity, column=col,
                                      value_set=value_set, mostly=mostly))
-    if schema.label is not None:  # a task with no label: validation reports these as not applicable
+    if schema.label is not None and label_kind == "continuous":
+        exps += _continuous_label_expectations(train, schema.label, range_margin)
+    elif schema.label is not None:  # a task with no label: validation reports these as not applicable
         exps += _label_expectations(train, schema.label)
     if schema.key:
         exps.append(_expectation("expect_column_values_to_not_be_null", ERROR, column=schema.key))

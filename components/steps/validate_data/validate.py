@@ -52,6 +52,7 @@ from ctpipe.components.steps.validate_data.findings import (
     label_checks_not_applicable,
     warnings,
 )
+from ctpipe.components.steps.validate_data.label_kind import check_label_kind
 from ctpipe.components.steps.validate_data.report import ValidationSummary, write_reports
 from ctpipe.components.steps.validate_data.suite import (
     Reference,
@@ -138,14 +139,15 @@ def profile_data_suite(data_uri: str, config: Config) -> dict[str, Any]:
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-def _schema_for(data: pd.DataFrame, config: Config, reference: dict[str, Any] | None, label: str | None) -> Schema:
+def _schema_for(data: pd.DataFrame, config: Config, reference: dict[str, Any] | None, label: str | None,
+                label_kind: str = "classes") -> Schema:
     """Infer the schema from config; a reference suite's categorical columns stay categorical."""
     categorical = list(config.data.categorical)
     if reference and not config.data.categorical:
         categorical = [c for c in reference.get("categorical", []) if c in data.columns]
     features = list(config.data.features)
     return infer_schema(data, label=label, key=config.data.key, features=features, categorical=categorical,
-                        text_column=config.data.text_column)
+                        text_column=config.data.text_column, label_kind=label_kind)
 
 
 def _skew_findings(data: pd.DataFrame, schema: Schema, ref: Reference, partitions: list[str]) -> list[Finding]:
@@ -168,7 +170,7 @@ def _skew_findings(data: pd.DataFrame, schema: Schema, ref: Reference, partition
 
 
 def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, Any] | None,
-               parts: pd.DataFrame, label: str | None) -> list[Finding]:
+               parts: pd.DataFrame, label: str | None, task: Any) -> list[Finding]:
     found = checks.check_required_columns(data, reference_schema, label)
     found += checks.check_numeric_types(data, reference_schema, list(config.data.categorical))
     found += checks.check_empty_partitions(parts)
@@ -181,7 +183,11 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
             observed=f"{n} nulls", expected="no nulls",
             examples=example_rows(data, data[label].isna(), list(data.columns)[:8])))
     if label in data.columns:
-        found += checks.check_label_classes(data[label])
+        # The label's kind first: a continuous label given to a classifier is no matter of class counts.
+        kind = check_label_kind(data[label], task.label_kind, task.name)
+        found += kind
+        if task.label_kind == "classes" and not errors(kind):
+            found += checks.check_label_classes(data[label])
     return found
 
 
@@ -234,7 +240,8 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
         # Too large for one frame: exact figures in one streaming pass, the row checks on a sample.
         scanned = stream.scan(data_uri, files, config.data.format, label=label, key=config.data.key,
                               features=list(config.data.features), settings=SplitSettings.from_config(config.data),
-                              sample_rows=config.validation.sample_rows)
+                              sample_rows=config.validation.sample_rows,
+                              stratify_by_label=task.label_kind == "classes")
         data = scanned.sample
         summary.judged_on = scanned.judged_on()
     else:
@@ -253,13 +260,13 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     if scanned is not None:
         parts["rows"] = [scanned.rows.get(p, 0) for p in partitions]
     summary.partitions = parts.to_dict("records")
-    summary.findings += _structure(data, config, reference_schema, parts, label)
+    summary.findings += _structure(data, config, reference_schema, parts, label, task)
     if label is None:
         summary.findings += label_checks_not_applicable(task.name)
     summary.findings += _window_findings(config, partitions)
     if errors(summary.findings):
         return _Outcome(None, None)
-    schema = _schema_for(data, config, reference_schema, label)
+    schema = _schema_for(data, config, reference_schema, label, task.label_kind)
     schema = schema.with_task_columns(task.own_columns(schema))
     summary.findings += checks.check_schema_changes(data, reference_schema, schema)
     if errors(summary.findings):
@@ -277,7 +284,8 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     train = data[data[SPLIT_COLUMN] == "train"]
     suite = ref.suite or profile_suite(
         train, parts, schema, range_margin=config.validation.range_margin,
-        null_fraction_allowance=config.validation.null_fraction_allowance, min_rows=config.validation.min_rows)
+        null_fraction_allowance=config.validation.null_fraction_allowance, min_rows=config.validation.min_rows,
+        label_kind=task.label_kind)
     if scanned is not None and ref.suite is None:
         v = config.validation
         suite = exact_profile(suite, scanned, schema.label, range_margin=v.range_margin,

@@ -43,6 +43,9 @@ class CausalLM(TaskBase):
     sanity = SanitySpec(example_dim=0, sequence_dim=1)
     # The targets are the text's own next tokens: the data needs no label column.
     needs_label = False
+    # A document's id keys its split (all of a document's windows in one split) wherever the data has one.
+    key_column = "doc_id"
+    baseline_name = "the unigram model"
     # The task's own settings for any data: select checkpoints by validation loss, bless on beating the
     # unigram baseline with no regression against the champion (loss and bits per byte, lower is better).
     config_defaults = (

@@ -1,0 +1,30 @@
+"""The blessing's reasons name each task's own input-blind baseline, not a classifier's prior predictor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ctpipe.components.steps.evaluate.judgement import judge_candidate
+from ctpipe.components.tasks import load_task
+from ctpipe.components.tasks.run_config import load_run_config
+
+
+@pytest.mark.parametrize(("name", "words"), [("tabular_regression", "the mean predictor's"),
+                                             ("causal_lm", "the unigram model's")])
+def test_the_baseline_is_named_by_the_task(name, words):
+    task = load_task({"name": name, "entrypoint": None, "options": {}})
+    assert task.baseline_name in words
+
+
+def test_a_regression_reason_names_the_mean_predictor():
+    task = load_task({"name": "tabular_regression", "entrypoint": None, "options": {}})
+    rng = np.random.default_rng(0)
+    y = rng.normal(10.0, 2.0, 300)
+    # The task's own rules (its config_defaults): RMSE and MAE against the baseline.
+    config = load_run_config(None, ["task.name=tabular_regression", "evaluate.bootstrap_samples=200"])
+    judgement = judge_candidate(y, y + rng.normal(0, 0.5, 300), None, config, None, [], scorer=task,
+                                baseline=np.full(300, 10.0))
+    reasons = [c.message for c in judgement.checks]
+    assert reasons and all("vs the mean predictor's" in r and "prior predictor" not in r for r in reasons)
+    assert judgement.passed
