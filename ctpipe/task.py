@@ -8,7 +8,6 @@ when the modules behind it move.
 """
 
 from ctpipe.components.lib.metrics import compute_metrics, paired_bootstrap, prior_probabilities
-from ctpipe.components.tasks.public import Inputs, TaskMetric, tabular_task
 from ctpipe.components.tasks import (
     Batch,
     CheckResult,
@@ -19,6 +18,7 @@ from ctpipe.components.tasks import (
     TaskBase,
     TaskState,
 )
+from ctpipe.components.tasks.public import Inputs, TaskMetric, tabular_task
 
 __all__ = [
     # the minimal API: a model factory for a task family (classification, regression)
