@@ -113,6 +113,8 @@ def build_summary(
         "promoted": registration.get("promoted"),
         # False when this candidate (the same model file) was already a version: nothing new was registered.
         "registered_new_version": registration.get("created"),
+        # register's one sentence for the decision (promoted or kept, on which interval): as the registry has it
+        "decision": registration.get("decision"),
         "mlflow_tracking_uri": tracking_uri,
         "mlflow_run_id": result["prepare_run"].get("mlflow_run_id"),
         "mlflow_experiment_id": result["prepare_run"].get("mlflow_experiment_id"),
@@ -174,6 +176,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             )
         else:
             lines.append("  champion           none yet (first model: judged on value thresholds only)")
+    if summary.get("decision"):
+        lines.append(f"  decision           {summary['decision']}")
     if summary.get("blessed") is not None:
         lines.append(f"  blessed            {'yes' if summary['blessed'] else 'no'}")
         for reason in summary.get("blessing_reasons", []):
