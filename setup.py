@@ -7,7 +7,7 @@ else about the distribution is in pyproject.toml.
 
 from setuptools import find_packages, setup
 
-FOLDERS = {"ctpipe.components": "components", "ctpipe.pipelines": "pipelines"}
+FOLDERS = {"ctpipe.components": "components", "ctpipe.pipelines": "pipelines"}  # ctpipe.PARTS, each its folder
 
 packages = ["ctpipe"]
 package_dir = {"ctpipe": "ctpipe"}

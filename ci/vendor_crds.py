@@ -1,9 +1,9 @@
-"""Vendor upstream Kubeflow CRDs into the package: the schemas ctpipe validates generated jobs against.
+"""Vendor upstream Kubeflow and KServe CRDs into the package: the schemas ctpipe validates generated jobs against.
 
-    python ci/vendor_crds.py /path/to/kubeflow/trainer      # a git clone; by hand, when upstream moves
+    python ci/vendor_crds.py kubeflow/trainer=/path/to/trainer kserve/kserve=/path/to/kserve   # git clones; by hand
 
 Not run by CI. Reads each upstream CustomResourceDefinition named in ``UPSTREAM`` at its pinned commit from
-a git clone of kubeflow/trainer (``git show COMMIT:PATH``: several releases of one file side by side),
+a git clone of its repository (``git show COMMIT:PATH``: several releases of one file side by side),
 checks its sha256 against the pinned one, drops the ``description`` texts (about 60 % of the
 bytes; validation never reads them), records where each came from in the CRD's own annotations, and
 writes it as JSON under ``components/lib/kube/crd_schemas/`` with a ``PROVENANCE.md`` beside. Update the
@@ -23,35 +23,47 @@ from typing import Any
 import yaml
 
 TARGET = Path(__file__).resolve().parents[1] / "components" / "lib" / "kube" / "crd_schemas"
-REPOSITORY = "kubeflow/trainer"
-# vendored file -> (upstream path, tag, commit, sha256 of the upstream file). TrainJob: the release ctpipe
+TRAINER = "kubeflow/trainer"
+# vendored file -> (repository, upstream path, tag, commit, sha256 of the upstream file). TrainJob: the release ctpipe
 # builds against (v2.3.0) under the plain name, plus the oldest supported release and the development line of
 # the next one (master, v2.4 in development: no v2.4 tag upstream yet), which generated TrainJobs must also pass.
 _TRAINJOBS = "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"
 UPSTREAM = {
     "kubeflow.org_pytorchjobs.json": (
+        TRAINER,
         "manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
         "v1.9.4",
         "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7",
         "8b8a8a719cc94173169290251e817f7ac2bb425c20b6c2fa813397bcf4e932ed",
     ),
     "trainer.kubeflow.org_trainjobs.json": (
+        TRAINER,
         _TRAINJOBS,
         "v2.3.0",
         "658725bdae5c7e3a0854d93ac6ff492e109a22ab",
         "a742cafc5b5582640c7e0b7467c024fc237256fbca5ba0a9f0531dfb66d64416",
     ),
     "trainer.kubeflow.org_trainjobs.v2.2.1.json": (
+        TRAINER,
         _TRAINJOBS,
         "v2.2.1",
         "c505fc7ccec98bb326cee56144bc5ee92be5048d",
         "4e0ef90484ed1bbb60e4b6eb43a1bfffe033fd92e3d22504e0317324ce965c29",
     ),
     "trainer.kubeflow.org_trainjobs.master.json": (
+        TRAINER,
         _TRAINJOBS,
         "master",
         "8c0f5059bd51ec3ba6d6a6a7b2e1471de7bc13b3",
         "b04c5e3f7480ea3b38e9b557cf4f5817be19dceb2f52ae580397184f9f95468f",
+    ),
+    # The champion's hand-off (manifests/components/kserve): KServe v0.20, what the Kubeflow distribution installs.
+    "serving.kserve.io_inferenceservices.json": (
+        "kserve/kserve",
+        "config/crd/full/serving.kserve.io_inferenceservices.yaml",
+        "v0.20.0",
+        "1fb781055dd1567164358233e1125142ca6ef1fe",
+        "57c3bf13f77de94678bf2ae3748056ec071ad2b9e88d6a28f44fb4710758fcff",
     ),
 }
 
@@ -65,17 +77,20 @@ def strip_descriptions(node: Any) -> Any:
     return node
 
 
-def vendor(clone: Path) -> list[tuple[str, str, str, str, str, str]]:
+def vendor(clones: dict[str, Path]) -> list[tuple[str, str, str, str, str, str, str]]:
     rows = []
     TARGET.mkdir(parents=True, exist_ok=True)
-    for name, (path, tag, commit, sha256) in UPSTREAM.items():
-        raw = subprocess.run(["git", "-C", str(clone), "show", f"{commit}:{path}"], check=True, capture_output=True).stdout
+    for name, (repository, path, tag, commit, sha256) in UPSTREAM.items():
+        if repository not in clones:
+            sys.exit(f"no clone of {repository} given (REPOSITORY=PATH)")
+        raw = subprocess.run(["git", "-C", str(clones[repository]), "show", f"{commit}:{path}"], check=True,
+                             capture_output=True).stdout
         actual = hashlib.sha256(raw).hexdigest()
         if actual != sha256:
             sys.exit(f"{commit}:{path}: sha256 {actual} is not the pinned {sha256}; update UPSTREAM for a new release")
         crd = strip_descriptions(yaml.safe_load(raw))
         crd["metadata"].setdefault("annotations", {}).update({
-            "ctpipe.io/upstream": f"https://github.com/{REPOSITORY}/blob/{commit}/{path}",
+            "ctpipe.io/upstream": f"https://github.com/{repository}/blob/{commit}/{path}",
             "ctpipe.io/upstream-tag": tag,
             "ctpipe.io/upstream-sha256": sha256,
             "ctpipe.io/trimmed": "description texts removed",
@@ -83,17 +98,18 @@ def vendor(clone: Path) -> list[tuple[str, str, str, str, str, str]]:
         text = json.dumps(crd, sort_keys=True, separators=(",", ":")) + "\n"
         out = TARGET / name
         out.write_text(text)
-        rows.append((out.name, path, tag, commit, sha256, hashlib.sha256(text.encode()).hexdigest()))
+        rows.append((out.name, repository, path, tag, commit, sha256, hashlib.sha256(text.encode()).hexdigest()))
     return rows
 
 
-def write_provenance(rows: list[tuple[str, str, str, str, str, str]]) -> None:
+def write_provenance(rows: list[tuple[str, str, str, str, str, str, str]]) -> None:
     lines = [
         "# Provenance of the vendored CRD schemas",
         "",
-        "Upstream Kubernetes CustomResourceDefinitions of Kubeflow's training jobs, trimmed and kept in the",
-        "package so that every install (wheel, images, a fork's CI) validates generated jobs strictly against",
-        "them. Written by `python ci/vendor_crds.py TRAINER_CLONE`; do not edit by hand",
+        "Upstream Kubernetes CustomResourceDefinitions of Kubeflow's training jobs and KServe's InferenceService,",
+        "trimmed and kept in the package so that every install (wheel, images, a fork's CI) validates generated",
+        "jobs and the serving manifests strictly against them. Written by",
+        "`python ci/vendor_crds.py kubeflow/trainer=CLONE kserve/kserve=CLONE`; do not edit by hand",
         "(`tests/components/lib/kube/test_crds_vendored.py` checks the hashes below).",
         "",
         "Trimming: every `description` text is removed and the CRD is stored as JSON with sorted keys; nothing",
@@ -104,8 +120,8 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str]]) -> None:
         "| file | repository | upstream path | tag | commit | upstream sha256 | vendored sha256 |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, path, tag, commit, upstream_sha, vendored_sha in rows:
-        lines.append(f"| {name} | {REPOSITORY} | {path} | {tag} | {commit} | {upstream_sha} | {vendored_sha} |")
+    for name, repository, path, tag, commit, upstream_sha, vendored_sha in rows:
+        lines.append(f"| {name} | {repository} | {path} | {tag} | {commit} | {upstream_sha} | {vendored_sha} |")
     lines += [
         "",
         "PyTorchJob (`kubeflow.org/v1`) is the Training Operator v1 API, kept upstream on the release-1.9 branch;",
@@ -113,6 +129,8 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str]]) -> None:
         "validated against v2.3.0 (the release ctpipe builds against), v2.2.1 (the oldest supported) and master at",
         "the pinned commit (v2.4 in development; upstream has no v2.4 tag yet). Name rules (a DNS-1035 label of at",
         "most 63 characters, CEL rules on `metadata.name`) are the same in all three.",
+        "InferenceService (`serving.kserve.io/v1beta1`) is KServe v0.20's, the release the Kubeflow distribution",
+        "installs; the champion's predictor (`manifests/components/kserve/`) is validated against it.",
         "",
         "What the schemas do not say (and `components/lib/kube/` checks itself):",
         "- They do not forbid unknown fields: a field at the wrong level (`spec.ttlSecondsAfterFinished` instead of",
@@ -129,8 +147,10 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("source", type=Path, help="a git clone of kubeflow/trainer holding the pinned commits")
-    write_provenance(vendor(parser.parse_args().source))
+    parser.add_argument("clones", nargs="+", metavar="REPOSITORY=PATH",
+                        help="a git clone of each repository in UPSTREAM holding the pinned commits")
+    clones = dict(item.split("=", 1) for item in parser.parse_args().clones)
+    write_provenance(vendor({repo: Path(path) for repo, path in clones.items()}))
 
 
 if __name__ == "__main__":

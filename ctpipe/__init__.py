@@ -12,6 +12,9 @@ Importing ``ctpipe`` imports nothing heavy: ``ctpipe --version`` stays fast.
 import time
 from importlib.metadata import PackageNotFoundError, version
 
+# The package's parts: the repository's top-level folders of the same names (setup.py maps them in).
+PARTS = ("components", "pipelines")
+
 # The earliest moment ctpipe's own code runs in a ``ctpipe`` process: the CLI's start-up is measured from
 # here when the process itself is older than its interpreter (a shell that exec'd ``ctpipe``).
 LOADED_AT = time.time()

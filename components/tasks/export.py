@@ -16,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np  # noqa: F401  (the annotation below)
+import numpy as np
 import pandas as pd
 import torch
 from torch import nn
@@ -31,6 +32,8 @@ from ctpipe.components.tasks.code_identity import task_code_identity
 from ctpipe.components.tasks.registry import DEFAULT_TASK
 
 EXPORT_FORMAT = "ctpipe.model/v1"
+# The served column naming each row's most probable class (a classifier's output, before its probabilities).
+PREDICTED_CLASS = "predicted_class"
 
 
 @dataclass
@@ -63,11 +66,25 @@ class ExportedModel:
         self.model.eval()
         served = self.task.serve(self.model, frame, self.state)
         check_served_rows(self.task, served, len(frame))
-        return served.set_axis(frame.index, axis=0)
+        return with_predicted_class(served, self.classes).set_axis(frame.index, axis=0)
 
     def predict_proba(self, frame: pd.DataFrame) -> np.ndarray:
         """The served output as an array: class probabilities in this model's own class order for a classifier."""
-        return self.serve(frame).to_numpy()
+        served = self.serve(frame)
+        return served[self.classes].to_numpy() if self.classes else served.to_numpy()
+
+
+def with_predicted_class(served: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
+    """A classifier's served probabilities (one column per class) with the most probable class in front.
+
+    Only when the task serves exactly its class probabilities; another task's output (a language model's
+    losses and continuations; a regression's ``prediction``) is returned as its task serves it."""
+    if not classes or [str(c) for c in served.columns] != [str(c) for c in classes] or PREDICTED_CLASS in classes:
+        return served
+    probabilities = served.to_numpy()
+    picked = np.asarray(classes, dtype=object)[probabilities.argmax(axis=1)] if len(served) else []
+    return pd.concat([pd.DataFrame({PREDICTED_CLASS: pd.Series(picked, index=served.index, dtype=object)}), served],
+                     axis=1)
 
 
 def save_model_export(
@@ -119,8 +136,12 @@ def _recorded_build_config(payload: dict[str, Any], path: str | Path) -> Config:
         raise ValueError(f"'{path}': the config its network was built from does not load with this ctpipe: {err}") from err
 
 
-def load_model_export(path: str | Path) -> ExportedModel:
-    """Load an export safely (weights_only) and rebuild the model in eval mode, fp32, on CPU."""
+def load_model_export(path: str | Path,
+                      check_task: Callable[[dict[str, Any]], None] | None = None) -> ExportedModel:
+    """Load an export safely (weights_only) and rebuild the model in eval mode, fp32, on CPU.
+
+    ``check_task`` sees the export's task record before its code is imported (a served model refuses task
+    code it does not ship: ``components/tasks/trusted_code.py``)."""
     try:
         payload = torch.load(Path(path), map_location="cpu", weights_only=True)
     except (EOFError, pickle.UnpicklingError) as err:  # empty, not a torch file, or objects weights_only refuses
@@ -131,6 +152,8 @@ def load_model_export(path: str | Path) -> ExportedModel:
         raise ValueError(f"'{path}' is not a ctpipe model export (format {payload.get('format')!r})")
     cfg = ModelConfig(**payload["model_config"])
     record = payload.get("task") or {"name": DEFAULT_TASK, "entrypoint": None, "options": {}}
+    if check_task is not None:
+        check_task(record)
     task = load_task(record)
     state = payload["preprocessing"]
     # An export written before build_config was recorded is rebuilt as it always was: from its model section.

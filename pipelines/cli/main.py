@@ -25,6 +25,7 @@ from ctpipe.pipelines.cli.commands import (
     models,
     render_job,
     run,
+    serve,
     submit,
     suite,
     train,
@@ -32,7 +33,7 @@ from ctpipe.pipelines.cli.commands import (
 )
 
 # In the order `ctpipe --help` lists them.
-COMMANDS = (run, demo_data, compile_command, deploy, gc, models, render_job, submit, suite, train, watch)
+COMMANDS = (run, demo_data, compile_command, deploy, gc, models, serve, render_job, submit, suite, train, watch)
 # The options that take a URI, in any command.
 URI_OPTIONS = ("data", "host", "tracking_uri")
 

@@ -115,6 +115,10 @@ def build_summary(
         "registered_new_version": registration.get("created"),
         # register's one sentence for the decision (promoted or kept, on which interval): as the registry has it
         "decision": registration.get("decision"),
+        "promotion_reason": registration.get("promotion_reason"),
+        # Whether the logged model served its test rows as evaluated in a fresh process (infra validation).
+        "servable": registration.get("servable"),
+        "serving_check": registration.get("serving_check"),
         "mlflow_tracking_uri": tracking_uri,
         "mlflow_run_id": result["prepare_run"].get("mlflow_run_id"),
         "mlflow_experiment_id": result["prepare_run"].get("mlflow_experiment_id"),
@@ -189,6 +193,9 @@ def format_summary(summary: dict[str, Any]) -> str:
                          f"{summary['model_version']} (aliases: {aliases})")
         else:
             lines.append(f"  registered         {summary['model_name']} version {summary['model_version']} (aliases: {aliases})")
+        if summary.get("servable") is not None:
+            verdict = "yes" if summary["servable"] else "NO: the champion was not moved to it"
+            lines.append(f"  servable           {verdict} ({summary.get('serving_check')})")
     if summary.get("error"):
         where = f" in step {summary['error']['step']}" if summary["error"]["step"] else ""
         lines.append(f"\nerror{where}: {summary['error']['message']}")

@@ -63,3 +63,15 @@ def test_a_task_entrypoint_that_does_not_resolve_stops_the_run_before_any_step(t
     with pytest.raises(UserError, match=named):
         run_local(home=home, overrides=[f"task.entrypoint={entrypoint}"], quiet=True)
     assert not (home / "runs").exists() and not (home / "data").exists() and not (home / "mlflow.db").exists()
+
+
+def test_the_summary_says_when_the_candidate_is_not_servable(tmp_path, monkeypatch):
+    # Before: a candidate that failed the serving check read "registered ... (aliases: challenger)" with no why.
+    monkeypatch.setenv(STATUS_DIR_ENV, str(tmp_path))
+    why = "served predictions differ from the evaluated ones: column 'stay' differs on 16 of 16 rows"
+    with step_status("register") as record:
+        record.result = {"version": "2", "aliases": ["challenger"], "promoted": False, "servable": False,
+                         "serving_check": why, "promotion_reason": f"not promoted: blessed, but not servable ({why})"}
+    summary = summary_of(tmp_path)
+    assert summary["servable"] is False and summary["serving_check"] == why
+    assert f"servable           NO: the champion was not moved to it ({why})" in format_summary(summary)

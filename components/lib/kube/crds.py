@@ -25,6 +25,7 @@ TRAINJOB_CRDS = {
     "v2.3.0": TRAINJOB_CRD,
     "master": "trainer.kubeflow.org_trainjobs.master.json",
 }
+INFERENCESERVICE_CRD = "serving.kserve.io_inferenceservices.json"
 
 
 def crd_file(filename: str) -> Traversable:

@@ -28,7 +28,9 @@ from ctpipe.components.lib.data.snapshot import Snapshot, load_snapshot
 from ctpipe.components.lib.data.split_files import take_rows
 from ctpipe.components.lib.handoffs import SanityOutcome, ValidationOutcome, read_sanity, read_validation
 from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http, log_step
+from ctpipe.components.steps.register.model_files import MANIFEST_FILE, PYFUNC_DIGEST_TAG
 from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry, fault_point
+from ctpipe.components.steps.register.serving_check import SERVABLE_TAG, SERVING_CHECK_TAG, ServingCheck
 
 MODEL_ARTIFACT_DIR = "ctpipe"
 MODEL_FILE = "model.pt"
@@ -45,7 +47,7 @@ LINEAGE_TAGS = (
     "ctpipe.pipeline_run_id", "ctpipe.trigger", "ctpipe.blessed", "ctpipe.blessing_reasons", "ctpipe.compared_with",
     "ctpipe.validation_warnings", "ctpipe.sanity", "ctpipe.config", "ctpipe.evaluation", "ctpipe.model_sha256",
     KEY_TAG, COMPLETE_TAG, "ctpipe.checkpoint_step", "ctpipe.split", "ctpipe.train_keys_sha256", "ctpipe.task_code",
-    "ctpipe.model",
+    "ctpipe.model", PYFUNC_DIGEST_TAG, SERVABLE_TAG, SERVING_CHECK_TAG,
 )  # fmt: skip
 
 
@@ -61,6 +63,9 @@ class RegistrationResult:
     champion: str | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    # Whether the logged model served its test rows as evaluated in a fresh process (serving_check.py).
+    servable: bool = True
+    serving_check: str = ""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -70,6 +75,8 @@ class RegistrationResult:
             "promotion_reason": self.promotion_reason,
             "created": self.created,
             "champion": self.champion,
+            "servable": self.servable,
+            "serving_check": self.serving_check,
             "seconds": round(self.seconds, 3),
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
@@ -109,9 +116,10 @@ def register_candidate(
         created = False
         if version is None:
             t = time.perf_counter()
-            log_run_artifacts(tracking_uri, mlflow_run_id, model_path, snapshot, reports, blessing_path,
-                              RetryPolicy.of(reg_cfg))
-            timings["log_artifacts"] = time.perf_counter() - t
+            pyfunc_sha256, serving = log_run_artifacts(tracking_uri, mlflow_run_id, model_path, snapshot, reports,
+                                                       blessing_path, RetryPolicy.of(reg_cfg))
+            timings["log_artifacts"] = time.perf_counter() - t - serving.seconds
+            timings["serving_check"] = serving.seconds
             fault_point("after_artifacts")
             run = registry.call(
                 lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
@@ -129,18 +137,22 @@ def register_candidate(
                 key=key,
                 model_sha256=sha,
             )
+            tags.update({PYFUNC_DIGEST_TAG: pyfunc_sha256, **serving.tags()})
             source = f"{run.info.artifact_uri.rstrip('/')}/{PYFUNC_ARTIFACT_PATH}"
             t = time.perf_counter()
             version, created = _create_once(registry, mlflow_run_id, key, source, tags)
             timings["create_version"] = time.perf_counter() - t
             fault_point("after_create")
+        else:  # a retried step: the check that ran before this version was created stands
+            recorded = version.tags or {}
+            serving = ServingCheck(recorded.get(SERVABLE_TAG) == "true", recorded.get(SERVING_CHECK_TAG, ""), 0.0)
         number = str(version.version)
         client = registry.client
         registry.call(
             lambda: client.set_registered_model_alias(reg_cfg.model_name, reg_cfg.challenger_alias, number),
             f"set alias '{reg_cfg.challenger_alias}' on version {number}",
         )
-        promotion = _promote(registry, number, blessing)
+        promotion = _promote(registry, number, blessing, serving)
         registry.call(
             lambda: client.set_model_version_tag(
                 reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason
@@ -157,6 +169,8 @@ def register_candidate(
         champion=promotion.champion,
         seconds=time.perf_counter() - started,
         timings=timings,
+        servable=serving.servable,
+        serving_check=serving.reason,
     )
 
 
@@ -212,11 +226,19 @@ def _first_rows(snapshot: Snapshot, rows: int) -> pd.DataFrame:
 
 
 def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> Path:
-    """Save the pyfunc wrapper with signature and input example into ``out_dir/model``."""
+    """Save the pyfunc wrapper into ``out_dir/model``: the export, the code it imports (``code_paths``), pinned
+    requirements, signature, input example, the export's digest in its config, and the manifest of its files."""
     import mlflow.pyfunc
     from mlflow.models import infer_signature
 
     from ctpipe.components.steps.register import pyfunc_entry
+    from ctpipe.components.steps.register.model_files import (
+        sha256_file,
+        shipped_sources,
+        stage_code,
+        write_manifest,
+    )
+    from ctpipe.components.steps.register.pyfunc_model import EXPORT_DIGEST
     from ctpipe.components.tasks.export import load_model_export
     from ctpipe.components.tasks.outputs import check_served_order, check_served_rows
 
@@ -226,16 +248,21 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
     # The pyfunc's callers pair its output rows with their input rows: refused before any version exists.
     check_served_rows(exported.task, output, len(example))
     check_served_order(exported.task, output, exported.serve(example.iloc[::-1]))
+    staged = stage_code(shipped_sources(exported.task_record), out_dir / "code-staging")
     target = out_dir / PYFUNC_ARTIFACT_PATH
     mlflow.pyfunc.save_model(
         path=str(target),
         python_model=pyfunc_entry.__file__,
         artifacts={"export": str(model_file)},
+        code_paths=[str(path) for path in staged],
+        # Read by the loader before it unpickles the export (pyfunc_model.check_export_digest).
+        model_config={EXPORT_DIGEST: sha256_file(model_file)},
         signature=infer_signature(example, output),
         input_example=example,
         pip_requirements=pip_requirements(),
         metadata={"ctpipe_format": exported.metadata.get("format", "ctpipe.model/v1")},
     )
+    write_manifest(target)
     return target
 
 
@@ -311,20 +338,29 @@ def log_run_artifacts(
     reports: dict[str, str],
     blessing_path: str,
     retry: RetryPolicy,
-) -> None:
-    """Everything the version needs, on its source run (re-logging on retry overwrites the same paths)."""
+) -> tuple[str, ServingCheck]:
+    """Everything the version needs, on its source run (re-logging on retry overwrites the same paths): the export
+    and the pyfunc first, then the serving check of the pyfunc as logged, then the reports, the model card with
+    the check's verdict. Returns the pyfunc manifest's SHA-256 and the check."""
+    from ctpipe.components.steps.register.model_files import sha256_file
+    from ctpipe.components.steps.register.register_serving import card_with_serving_check, check_logged_model
+
     with tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp, naming_path(tmp):
         model_file = Path(tmp) / MODEL_FILE
         shutil.copyfile(model_path, model_file)  # the pyfunc model keeps the file's name
         pyfunc_dir = build_pyfunc_model(model_file, snapshot, Path(tmp))
+        pyfunc_sha256 = sha256_file(pyfunc_dir / MANIFEST_FILE)
+        log_step(tracking_uri, run_id, "registration", retry=retry,
+                 files={f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}": model_file, PYFUNC_ARTIFACT_PATH: pyfunc_dir})
+        serving = check_logged_model(tracking_uri, run_id, PYFUNC_ARTIFACT_PATH, pyfunc_sha256, model_file, snapshot)
+        card = card_with_serving_check(reports.get("model_card"), serving, Path(tmp) / "model_card.md")
         files = {
-            f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}": model_file,
-            PYFUNC_ARTIFACT_PATH: pyfunc_dir,
             **{f"reference/{name}": snapshot.root / name for name in REFERENCE_FILES},
-            **{f"reports/{name}.md": path for name, path in reports.items()},
+            **{f"reports/{name}.md": path for name, path in {**reports, "model_card": card}.items()},
             "reports/blessing.json": blessing_path,
         }
         log_step(tracking_uri, run_id, "registration", files=files, retry=retry)
+    return pyfunc_sha256, serving
 
 
 def _create_once(registry: Registry, run_id: str, key: str, source: str, tags: dict[str, str]):
@@ -344,7 +380,11 @@ def _create_once(registry: Registry, run_id: str, key: str, source: str, tags: d
         return registry.call(attempt, f"create a version of '{registry.name}'")
 
 
-def _promote(registry: Registry, version: str, blessing: dict[str, Any]) -> Promotion:
+def _promote(registry: Registry, version: str, blessing: dict[str, Any], serving: ServingCheck) -> Promotion:
+    if blessing.get("blessed") and not serving.servable:
+        current = registry.alias_version(registry.config.champion_alias)
+        return Promotion(False, current, blessing.get("champion_version"),
+                         f"not promoted: blessed, but not servable ({serving.reason})")
     if not blessing.get("blessed"):
         first = (blessing.get("reasons") or ["no reason recorded"])[0]
         current = registry.alias_version(registry.config.champion_alias)

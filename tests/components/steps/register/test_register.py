@@ -68,9 +68,11 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
     run_id, _, register = _cycle(models, tmp_path, "a", "p1", config)
     started = time.perf_counter()
     result = register()
-    seconds = time.perf_counter() - started
-    assert seconds < 10, f"register took {seconds:.1f}s"
+    # The serving check is a fresh interpreter importing mlflow and torch (seconds on a loaded machine): apart.
+    seconds = time.perf_counter() - started - result.timings["serving_check"]
+    assert seconds < 10, f"register took {seconds:.1f}s besides its serving check"
     assert result.version == "1" and result.aliases == ["challenger", "champion"] and result.promoted
+    assert result.servable and mv_servable(tmp_path, config) == "true"
     client = mlflow.MlflowClient(local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path))
     mv = client.get_model_version(config.registry.model_name, "1")
     assert mv.run_id == run_id
@@ -93,9 +95,15 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
 
     snap = load_snapshot(models["snap"])
     out = model.predict(snap.frame("test")[snap.schema.features].head(4))
-    assert list(out.columns) == snap.schema.classes and out.to_numpy().sum(axis=1) == pytest.approx(
-        1, abs=1e-5
-    )
+    assert list(out.columns) == ["predicted_class", *snap.schema.classes]
+    probabilities = out[snap.schema.classes].to_numpy()
+    assert probabilities.sum(axis=1) == pytest.approx(1, abs=1e-5)
+    assert list(out["predicted_class"]) == [snap.schema.classes[i] for i in probabilities.argmax(axis=1)]
+
+
+def mv_servable(home, config) -> str:
+    client = mlflow.MlflowClient(local_tracking_uri(home), registry_uri=local_tracking_uri(home))
+    return client.get_model_version(config.registry.model_name, "1").tags["ctpipe.servable"]
 
 
 def test_a_retried_register_returns_the_same_version(models, tmp_path):
