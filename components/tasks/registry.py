@@ -86,7 +86,7 @@ def _import_factory(entrypoint: str, where: str):
     except ModuleNotFoundError as err:
         raise TaskError(
             f"{where}: module '{module_name}' cannot be imported ({err}). Install the package that holds it "
-            "into the image (FROM ctpipe's image, see README 'Bring your own model') or put it on PYTHONPATH"
+            "into the image (FROM ctpipe's image, see docs/your-model.md) or put it on PYTHONPATH"
         ) from err
     except Exception as err:
         raise TaskError(f"{where}: importing module '{module_name}' raised {type(err).__name__}: {err}") from err

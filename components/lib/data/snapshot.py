@@ -32,7 +32,13 @@ from ctpipe.components.lib.data.files import (
     partition_of,
 )
 from ctpipe.components.lib.data.reference_stats import reference_stats_of, table_stats, write_reference_stats
-from ctpipe.components.lib.data.split_files import ROW_GROUP_ROWS, SplitWriter, iter_split_batches, split_rows
+from ctpipe.components.lib.data.split_files import (
+    ROW_GROUP_ROWS,
+    SplitWriter,
+    iter_split_batches,
+    split_rows,
+    take_rows,
+)
 from ctpipe.components.lib.data.splits import (
     PARTITION_COLUMN,
     SPLIT_COLUMN,
@@ -335,3 +341,10 @@ def training_split_record(snapshot: Snapshot, settings: SplitSettings) -> dict[s
         "train_rows": rows,
         "train_keys_sha256": digest,
     }
+
+
+def first_rows(snapshot: Snapshot, rows: int) -> pd.DataFrame:
+    """The first ``rows`` of the test split (of train when test is empty), reading only their row groups:
+    a split can be larger than the step's memory."""
+    split = "test" if snapshot.rows("test") else "train"
+    return take_rows(snapshot.root / f"{split}.parquet", np.arange(min(rows, snapshot.rows(split))))

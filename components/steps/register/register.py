@@ -18,14 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
 from ctpipe.components.lib.atomic_files import naming_path
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import sha256_local
-from ctpipe.components.lib.data.snapshot import Snapshot, load_snapshot
-from ctpipe.components.lib.data.split_files import take_rows
+from ctpipe.components.lib.data.snapshot import Snapshot, first_rows, load_snapshot
 from ctpipe.components.lib.handoffs import SanityOutcome, ValidationOutcome, read_sanity, read_validation
 from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http, log_step
 from ctpipe.components.steps.register.model_files import MANIFEST_FILE, PYFUNC_DIGEST_TAG
@@ -218,13 +214,6 @@ def pip_requirements() -> list[str]:
     ]
 
 
-def _first_rows(snapshot: Snapshot, rows: int) -> pd.DataFrame:
-    """The first ``rows`` of the test split (of train when test is empty), reading only their row groups:
-    a split can be larger than the step's memory."""
-    split = "test" if snapshot.rows("test") else "train"
-    return take_rows(snapshot.root / f"{split}.parquet", np.arange(min(rows, snapshot.rows(split))))
-
-
 def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> Path:
     """Save the pyfunc wrapper into ``out_dir/model``: the export, the code it imports (``code_paths``), pinned
     requirements, signature, input example, the export's digest in its config, and the manifest of its files."""
@@ -242,7 +231,7 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
     from ctpipe.components.tasks.export import load_model_export
     from ctpipe.components.tasks.outputs import check_served_order, check_served_rows
 
-    example = _first_rows(snapshot, EXAMPLE_ROWS)[snapshot.schema.all_features]
+    example = first_rows(snapshot, EXAMPLE_ROWS)[snapshot.schema.all_features]
     exported = load_model_export(model_file)
     output = exported.serve(example)
     # The pyfunc's callers pair its output rows with their input rows: refused before any version exists.

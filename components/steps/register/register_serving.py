@@ -26,11 +26,11 @@ def check_logged_model(tracking_uri: str, run_id: str, artifact_path: str, pyfun
     test rows as the export ``model_file`` does here."""
     import mlflow.artifacts
 
-    from ctpipe.components.steps.register.register import _first_rows
+    from ctpipe.components.lib.data.snapshot import first_rows
     from ctpipe.components.tasks.export import load_model_export
 
     exported = load_model_export(model_file)
-    rows = _first_rows(snapshot, SERVING_CHECK_ROWS)[snapshot.schema.all_features]
+    rows = first_rows(snapshot, SERVING_CHECK_ROWS)[snapshot.schema.all_features]
     expected = exported.serve(rows)
     shipped = [source.stem if source.is_file() else source.name for source in shipped_sources(exported.task_record)]
     with tempfile.TemporaryDirectory(prefix="ctpipe-logged-model-") as tmp:

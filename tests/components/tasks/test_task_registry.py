@@ -51,7 +51,7 @@ def test_entrypoint_must_look_like_module_colon_factory():
 
 def test_missing_module_is_named(user_module):
     config = load_config(None, ["task.entrypoint=nowhere_to_be_found.tasks:make_task"])
-    with pytest.raises(TaskError, match="module 'nowhere_to_be_found.tasks' cannot be imported.*Bring your own model"):
+    with pytest.raises(TaskError, match="module 'nowhere_to_be_found.tasks' cannot be imported.*docs/your-model.md"):
         load_task(config.task)
 
 

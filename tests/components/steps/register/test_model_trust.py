@@ -19,6 +19,7 @@ from ctpipe.components.steps.register.model_files import (
     UntrustedModelError,
     own_package,
     shipped_sources,
+    stage_code,
     verify_model_dir,
 )
 from ctpipe.components.steps.register.pyfunc_model import EXPORT_DIGEST
@@ -112,14 +113,18 @@ def test_the_shipped_code_is_ctpipe_and_the_user_task_package_found_from_the_mod
     import ctpipe.components.tasks.export as export_module
 
     ours = Path(sys.modules[own_package()].__file__).parent
-    assert Path(export_module.__file__).is_relative_to(ours)
     assert shipped_sources({"entrypoint": None}) == [ours]
     assert shipped_sources({"entrypoint": "churn_task.task:make"}) == [ours, tmp_path / "churn_task"]
+    # Staged, the package is whole (a source checkout maps components/ and pipelines/ in from beside it).
+    staged = stage_code(shipped_sources({"entrypoint": None}), tmp_path / "code")
+    relative = Path(export_module.__file__).relative_to(Path(sys.modules["ctpipe.components"].__file__).parent)
+    assert (staged[0] / "components" / relative).is_file()
 
 
 def test_the_built_model_ships_its_code_and_lists_every_file_in_its_manifest(pyfunc_dir):
     code = pyfunc_dir / "code" / own_package()
-    assert (code / "registration" / "pyfunc_model.py").is_file() and (code / "tasks" / "tabular.py").is_file()
+    assert (code / "components" / "steps" / "register" / "pyfunc_model.py").is_file()
+    assert (code / "components" / "tasks" / "tabular.py").is_file()
     assert not list(code.rglob("__pycache__"))
     requirements = (pyfunc_dir / "requirements.txt").read_text().split()
     assert all("==" in line for line in requirements if not line.startswith("-"))
@@ -137,7 +142,7 @@ def test_shipped_code_rewritten_in_the_artifact_store_is_refused_before_anything
     stored = Path(mlflow.artifacts.download_artifacts(artifact_uri=version.source, dst_path=str(tmp_path / "peek"),
                                                       tracking_uri=champion.tracking_uri))
     assert stored.is_dir()
-    in_store = Path(version.source.removeprefix("file://")) / "code" / own_package() / "registration" / "pyfunc_model.py"
+    in_store = Path(version.source.removeprefix("file://")) / "code" / own_package() / "components" / "steps" / "register" / "pyfunc_model.py"
     original, marker = in_store.read_bytes(), tmp_path / "ran"
     try:
         in_store.write_bytes(original + f"\nimport pathlib; pathlib.Path({str(marker)!r}).touch()\n".encode())

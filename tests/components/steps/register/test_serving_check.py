@@ -37,7 +37,7 @@ def _shipping(monkeypatch, broken) -> None:
 
 
 def _skew(code_dir) -> None:
-    tabular = code_dir / "tasks" / "tabular.py"
+    tabular = code_dir / "components" / "tasks" / "tabular.py"
     tabular.write_text(tabular.read_text() + SKEWED_SERVE)
 
 
@@ -69,13 +69,13 @@ def test_a_model_missing_a_module_it_imports_does_not_serve_though_ctpipe_is_ins
         models, tmp_path, monkeypatch):  # noqa: F811
     # The fresh process has nothing of ctpipe but what the model ships: the installed (editable) ctpipe, which
     # has the file, cannot stand in for it.
-    _shipping(monkeypatch, lambda code_dir: (code_dir / "tasks" / "tabular.py").unlink())
+    _shipping(monkeypatch, lambda code_dir: (code_dir / "components" / "tasks" / "tabular.py").unlink())
     snapshot = load_snapshot(models["snap"])
     model_dir = build_pyfunc_model(models["a"], snapshot, tmp_path / "pyfunc")
     rows = snapshot.frame("test")[snapshot.schema.all_features].head(4)
     check = check_serving(model_dir, rows, pd.DataFrame(), [own_package()])
     assert not check.servable
-    assert f"No module named '{own_package()}.tasks.tabular'" in check.reason
+    assert f"No module named '{own_package()}.components.tasks.tabular'" in check.reason
 
 
 def test_compare_served_names_the_column_and_the_rows_that_differ():
