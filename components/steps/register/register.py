@@ -22,6 +22,7 @@ from ctpipe.components.lib.atomic_files import naming_path
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.data.snapshot import Snapshot, first_rows, load_snapshot
+from ctpipe.components.lib.decision import decision_sentence
 from ctpipe.components.lib.handoffs import SanityOutcome, ValidationOutcome, read_sanity, read_validation
 from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http, log_step
 from ctpipe.components.steps.register.model_files import MANIFEST_FILE, PYFUNC_DIGEST_TAG
@@ -62,6 +63,9 @@ class RegistrationResult:
     # Whether the logged model served its test rows as evaluated in a fresh process (serving_check.py).
     servable: bool = True
     serving_check: str = ""
+    # One sentence for the decision, as the version's description, the card and the run summary have it.
+    decision: str = ""
+    description_error: str = ""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -73,6 +77,8 @@ class RegistrationResult:
             "champion": self.champion,
             "servable": self.servable,
             "serving_check": self.serving_check,
+            "decision": self.decision,
+            "description_error": self.description_error,
             "seconds": round(self.seconds, 3),
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
@@ -156,6 +162,10 @@ def register_candidate(
             f"record the promotion decision on version {number}",
         )
         aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
+        decision = decision_sentence(blessing, version=number, promoted=promotion.promoted,
+                                     champion=promotion.champion, why_not_promoted=promotion.reason)
+        # After the commit point (the alias), so best-effort: a failure here is reported, never undoes the move.
+        described = _describe_version(registry, number, decision, blessing, mlflow_run_id, reports)
     return RegistrationResult(
         version=number,
         aliases=aliases,
@@ -167,7 +177,39 @@ def register_candidate(
         timings=timings,
         servable=serving.servable,
         serving_check=serving.reason,
+        decision=decision,
+        description_error=described,
     )
+
+
+def _describe_version(registry: Registry, number: str, decision: str, blessing: dict[str, Any], run_id: str,
+                      reports: dict[str, str]) -> str:
+    """The version's description (the decision sentence, key metrics, the card) and the card on the run with
+    the sentence first, so the registry, the card and the summary say the same. Returns '' or what failed."""
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted((blessing.get("candidate_metrics") or {}).items())
+                        if isinstance(v, int | float))
+    try:
+        run = registry.call(lambda: registry.client.get_run(run_id), f"read MLflow run {run_id}")
+        card_link = f"#/experiments/{run.info.experiment_id}/runs/{run_id}/artifacts/reports/model_card.md"
+        description = "\n\n".join([
+            decision,
+            f"Test metrics: {metrics}." if metrics else "",
+            f"[Model card]({card_link}) (verdict, reasons, intervals, lineage): `runs:/{run_id}/reports/model_card.md`.",
+        ]).strip()
+        cfg = registry.config
+        registry.call(lambda: registry.client.update_model_version(cfg.model_name, number, description=description),
+                      f"describe version {number}")
+        card = reports.get("model_card")
+        if card and Path(card).is_file():
+            with tempfile.TemporaryDirectory(prefix="ctpipe-card-") as tmp:
+                decided = Path(tmp) / "model_card.md"
+                lines = Path(card).read_text().split("\n", 1)
+                decided.write_text(lines[0] + f"\n\n**Decision:** {decision}\n" + (lines[1] if len(lines) > 1 else ""))
+                registry.call(lambda: registry.client.log_artifact(run_id, str(decided), "reports"),
+                              "log the model card with its decision")
+        return ""
+    except Exception as err:  # the promotion stands; the summary says what is missing
+        return f"the version's description or card was not written: {type(err).__name__}: {err}"
 
 
 # --- helpers of the step -----------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -234,3 +235,24 @@ def test_the_same_model_from_another_pipeline_run_is_not_registered_twice(models
     assert len(client.search_model_versions(f"name='{config.registry.model_name}'")) == 1
     other = _cycle(models, tmp_path, "b", "p3", config)[2]()  # another file is a new version
     assert other.created and other.version == "2"
+
+
+def test_each_version_is_described_by_its_decision_sentence_as_the_summary_and_the_card_have_it(models, tmp_path):
+    """Before: an empty description, and the decision only in ~30 truncated tags. Now the version's description,
+    the step's result (the run summary) and the model card logged on the run open with the same sentence."""
+    config = fast_config()
+    run_id, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    first = register()
+    assert first.decision.startswith("Promoted v1: first model; beats") and not first.description_error
+    config.evaluate.thresholds["accuracy"].value = 0.999
+    second = _cycle(models, tmp_path, "b", "p2", config)[2]()
+    assert second.decision.startswith("Kept v1: v2 was not blessed (")
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    for result in (first, second):
+        description = registry.get_version(result.version).description
+        assert description.startswith(result.decision), description
+        assert "Test metrics: " in description and "reports/model_card.md" in description
+        assert result.summary()["decision"] == result.decision
+    card = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="reports/model_card.md",
+                                                    tracking_uri=local_tracking_uri(tmp_path)))
+    assert f"**Decision:** {first.decision}" in card.read_text()
