@@ -80,9 +80,69 @@ class SanitySummary:
     format_version: int = FORMAT_VERSION
 
 
+@dataclass(frozen=True)
+class Blessing:
+    """``blessing.json``: evaluation's decision, the evidence it rests on, and what registration records."""
+
+    blessed: bool
+    reasons: list[str] = field(default_factory=list)
+    candidate_metrics: dict[str, float] = field(default_factory=dict)
+    champion_metrics: dict[str, float] | None = None
+    champion_version: str | None = None
+    intervals: dict[str, dict[str, float]] = field(default_factory=dict)
+    differences: dict[str, dict[str, float]] | None = None
+    baseline_metrics: dict[str, float] = field(default_factory=dict)
+    baseline_differences: dict[str, dict[str, float]] = field(default_factory=dict)
+    failed_slices: list[dict[str, Any]] = field(default_factory=list)
+    test_rows: int = 0
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    class_names: list[str] | None = None
+    baseline_name: str = "the prior predictor"
+    confusion_matrix: list[list[int]] | None = None
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    champion_error: str | None = None
+    champion_split_check: dict[str, Any] | None = None
+    model_sha256: str = ""
+    data_fingerprint: str = ""
+    model_metadata: dict[str, Any] = field(default_factory=dict)
+    model_config: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=dict)
+    task_code: dict[str, Any] | None = None
+    champion_task_code: dict[str, Any] | None = None
+    mlflow_run_id: str = ""
+    evaluated_at: str = ""
+    seconds: float = 0.0
+    format_version: int = FORMAT_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write_blessing(path: str | Path, blessing: Blessing) -> None:
+    write_record(path, blessing)
+
+
+def read_blessing(path: str | Path) -> Blessing:
+    """The blessing evaluation wrote at ``path``."""
+    value = _read_json(Path(path))
+    if value is None:
+        raise ValueError(f"step result '{path}' does not exist: evaluation did not finish")
+    return record_from(Blessing, value, path)
+
+
 def write_record(path: str | Path, record: Any) -> None:
     """A hand-off record as JSON, written whole (a reader never sees half a file)."""
-    atomic_write_text(path, json.dumps(asdict(record), indent=1, default=str))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(asdict(record), indent=1, default=_json_value))
+
+
+def _json_value(value: Any) -> Any:
+    """numpy scalars and arrays as plain numbers and lists (and anything else as its text)."""
+    for convert in ("to_dict", "tolist", "item"):
+        if hasattr(value, convert):
+            return getattr(value, convert)()
+    return str(value)
 
 
 def record_from(cls: type, value: dict[str, Any], path: str | Path) -> Any:

@@ -8,22 +8,19 @@ champion is the code it was trained with (``champion_task.py``).
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import DataValidationError
-from ctpipe.components.lib.handoffs import read_sanity, read_validation
-from ctpipe.components.lib.metrics import Interval, confusion_matrix, roc_curve
+from ctpipe.components.lib.handoffs import Blessing, read_sanity, read_validation, write_blessing
+from ctpipe.components.lib.metrics import confusion_matrix, roc_curve
 from ctpipe.components.steps.evaluate.blessing import Check
 from ctpipe.components.steps.evaluate.card import Lineage, write_model_card
 from ctpipe.components.steps.evaluate.champion_task import champion_task_code, other_task_error
@@ -193,7 +190,7 @@ def evaluate_candidate(
         "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 3),
     }
-    _write_json(blessing_path, blessing)
+    write_blessing(blessing_path, Blessing(**blessing))
     write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config,
                      lineage=_lineage(tracking_uri, mlflow_run_id, config, snapshot_dir, sanity_summary_path))
     _log_to_run(tracking_uri, mlflow_run_id, config, result, blessing_path, card_path)
@@ -269,20 +266,6 @@ def _lineage(
         tags = RetryPolicy.of(config.registry).call(lambda: run_tags(tracking_uri, run_id), f"read MLflow run {run_id}")
     return Lineage(mlflow_run_id=run_id, tags={k: v for k, v in tags.items() if k.startswith("ctpipe.")},
                    validation=read_validation(snapshot_dir), sanity=read_sanity(sanity_summary_path))
-
-
-def _write_json(path: str | Path, payload: dict[str, Any]) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(target, json.dumps(payload, indent=2, default=_json_default))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Interval):
-        return value.to_dict()
-    if isinstance(value, np.generic):
-        return value.item()
-    return str(value)
 
 
 def _log_to_run(

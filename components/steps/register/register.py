@@ -23,7 +23,14 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.data.snapshot import Snapshot, first_rows, load_snapshot
 from ctpipe.components.lib.decision import decision_sentence
-from ctpipe.components.lib.handoffs import SanityOutcome, ValidationOutcome, read_sanity, read_validation
+from ctpipe.components.lib.handoffs import (
+    Blessing,
+    SanityOutcome,
+    ValidationOutcome,
+    read_blessing,
+    read_sanity,
+    read_validation,
+)
 from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http, log_step
 from ctpipe.components.steps.register.model_files import MANIFEST_FILE, PYFUNC_DIGEST_TAG
 from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry, fault_point
@@ -104,7 +111,7 @@ def register_candidate(
     """
     started = time.perf_counter()
     timings: dict[str, float] = {}
-    blessing = json.loads(Path(blessing_path).read_text())
+    blessing = read_blessing(blessing_path)
     snapshot = load_snapshot(snapshot_dir)
     sha = sha256_local(model_path)
     key = registration_key(pipeline_run_id, sha)
@@ -162,7 +169,7 @@ def register_candidate(
             f"record the promotion decision on version {number}",
         )
         aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
-        decision = decision_sentence(blessing, version=number, promoted=promotion.promoted,
+        decision = decision_sentence(blessing.to_dict(), version=number, promoted=promotion.promoted,
                                      champion=promotion.champion, why_not_promoted=promotion.reason)
         # After the commit point (the alias), so best-effort: a failure here is reported, never undoes the move.
         described = _describe_version(registry, number, decision, blessing, mlflow_run_id, reports)
@@ -182,11 +189,11 @@ def register_candidate(
     )
 
 
-def _describe_version(registry: Registry, number: str, decision: str, blessing: dict[str, Any], run_id: str,
+def _describe_version(registry: Registry, number: str, decision: str, blessing: Blessing, run_id: str,
                       reports: dict[str, str]) -> str:
     """The version's description (the decision sentence, key metrics, the card) and the card on the run with
     the sentence first, so the registry, the card and the summary say the same. Returns '' or what failed."""
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted((blessing.get("candidate_metrics") or {}).items())
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in sorted(blessing.candidate_metrics.items())
                         if isinstance(v, int | float))
     try:
         run = registry.call(lambda: registry.client.get_run(run_id), f"read MLflow run {run_id}")
@@ -301,7 +308,7 @@ def version_tags(
     *,
     snapshot: Snapshot,
     snapshot_dir: str,
-    blessing: dict[str, Any],
+    blessing: Blessing,
     config: Config,
     run_tags: dict[str, str],
     validation: ValidationOutcome,
@@ -322,36 +329,36 @@ def version_tags(
         "ctpipe.image": current_image(),
         "ctpipe.pipeline_run_id": pipeline_run_id,
         "ctpipe.trigger": trigger,
-        "ctpipe.blessed": "true" if blessing.get("blessed") else "false",
-        "ctpipe.blessing_reasons": _clip(json.dumps(blessing.get("reasons", []))),
-        "ctpipe.compared_with": str(blessing.get("champion_version") or ""),
+        "ctpipe.blessed": "true" if blessing.blessed else "false",
+        "ctpipe.blessing_reasons": _clip(json.dumps(blessing.reasons)),
+        "ctpipe.compared_with": str(blessing.champion_version or ""),
         "ctpipe.validation_warnings": _clip(json.dumps(validation.warnings)),
         "ctpipe.sanity": _clip(json.dumps({"status": sanity.status, "checks": sanity.figures()})),
         "ctpipe.config": _clip(config.to_json()),
         "ctpipe.evaluation": _clip(
             json.dumps(
                 {
-                    "intervals": blessing.get("intervals"),
-                    "differences": blessing.get("differences"),
-                    "champion_metrics": blessing.get("champion_metrics"),
-                    "failed_slices": [s["slice"] for s in blessing.get("slices", []) if s.get("blocking")],
-                    "test_rows": blessing.get("test_rows"),
+                    "intervals": blessing.intervals,
+                    "differences": blessing.differences,
+                    "champion_metrics": blessing.champion_metrics,
+                    "failed_slices": [s["slice"] for s in blessing.slices if s.get("blocking")],
+                    "test_rows": blessing.test_rows,
                 }
             )
         ),
         # Which task code made the model (entrypoint, distribution version, source digest): a champion scored
         # later by other code is reported as such (components/steps/evaluate/champion_task.py).
-        "ctpipe.task_code": _clip(json.dumps(blessing["task_code"])) if blessing.get("task_code") else "not recorded",
+        "ctpipe.task_code": _clip(json.dumps(blessing.task_code)) if blessing.task_code else "not recorded",
         "ctpipe.model_sha256": model_sha256,
         # The model as its task describes it (a user's network: class, parameters, options), with the task.
-        "ctpipe.model": _clip(json.dumps({"task": (blessing.get("task") or {}).get("name"),
-                                          **(blessing.get("model_config") or {})})),
+        "ctpipe.model": _clip(json.dumps({"task": blessing.task.get("name"),
+                                          **blessing.model_config})),
         KEY_TAG: key,
         COMPLETE_TAG: "complete",
     }
-    for name, value in (blessing.get("candidate_metrics") or {}).items():
+    for name, value in blessing.candidate_metrics.items():
         tags[f"ctpipe.metric.{name}"] = f"{float(value):.6g}"
-    meta = blessing.get("model_metadata") or {}
+    meta = blessing.model_metadata
     if "step" in meta:
         tags["ctpipe.checkpoint_step"] = str(meta["step"])
     if meta.get("split"):
@@ -411,19 +418,19 @@ def _create_once(registry: Registry, run_id: str, key: str, source: str, tags: d
         return registry.call(attempt, f"create a version of '{registry.name}'")
 
 
-def _promote(registry: Registry, version: str, blessing: dict[str, Any], serving: ServingCheck) -> Promotion:
-    if blessing.get("blessed") and not serving.servable:
+def _promote(registry: Registry, version: str, blessing: Blessing, serving: ServingCheck) -> Promotion:
+    if blessing.blessed and not serving.servable:
         current = registry.alias_version(registry.config.champion_alias)
-        return Promotion(False, current, blessing.get("champion_version"),
+        return Promotion(False, current, blessing.champion_version,
                          f"not promoted: blessed, but not servable ({serving.reason})")
-    if not blessing.get("blessed"):
-        first = (blessing.get("reasons") or ["no reason recorded"])[0]
+    if not blessing.blessed:
+        first = (blessing.reasons or ["no reason recorded"])[0]
         current = registry.alias_version(registry.config.champion_alias)
         return Promotion(
-            False, current, blessing.get("champion_version"), f"not promoted: not blessed ({first})"
+            False, current, blessing.champion_version, f"not promoted: not blessed ({first})"
         )
     return registry.promote_if_unchanged(
         version,
-        blessing.get("champion_version"),
-        reason="blessed by evaluation: " + "; ".join(blessing.get("reasons", []))[:2000],
+        blessing.champion_version,
+        reason="blessed by evaluation: " + "; ".join(blessing.reasons)[:2000],
     )
