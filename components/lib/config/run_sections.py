@@ -122,6 +122,10 @@ class SanityConfig:
     # The lower bound of the held-out loss gain over the baseline (the same model fed zeroed inputs),
     # relative to the baseline's loss, must exceed this; 0 asks for a gain beyond noise, however small.
     baseline_min_improvement: float = 0.0
+    # The smallest useful held-out gain over that baseline (relative): when the upper bound of the gain lies
+    # below it, the labels carry no useful information (shuffled, or a join that scrambles them) and the run
+    # stops ("no signal", an equivalence test); at or under baseline_min_improvement it never fires.
+    useful_gain_min: float = 0.0025
 
     def __post_init__(self) -> None:
         check(0 < self.init_loss_tolerance < 10, "sanity.init_loss_tolerance", f"{self.init_loss_tolerance!r} must be in (0, 10)")
@@ -135,6 +139,8 @@ class SanityConfig:
         check(-1 < self.loss_decrease_min < 1, "sanity.loss_decrease_min", f"{self.loss_decrease_min} must be in (-1, 1)")
         check(-1 < self.baseline_min_improvement < 1, "sanity.baseline_min_improvement",
                f"{self.baseline_min_improvement} must be in (-1, 1)")
+        check(0 <= self.useful_gain_min < 1, "sanity.useful_gain_min",
+              f"{self.useful_gain_min} must be in [0, 1) (0: no equivalence test)")
 
 
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")

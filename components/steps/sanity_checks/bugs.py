@@ -97,6 +97,13 @@ class ReturnsProbabilities(_Wrapper):
         return self.inner(x_num, x_cat).softmax(dim=-1)
 
 
+class DropoutAtEvaluation(_Wrapper):
+    """Dropout on the inputs that ignores eval mode (``F.dropout(x, training=True)``): evaluations are random."""
+
+    def forward(self, x_num, x_cat):
+        return self.inner(nn.functional.dropout(x_num, p=0.5, training=True), x_cat)
+
+
 class IgnoresInput(nn.Module):
     """Learns only a bias: its output is the same for every example."""
 

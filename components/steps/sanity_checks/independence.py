@@ -188,9 +188,16 @@ def check_batch_independence(model: Any, examples: Any, batch_rows: int = INDEPE
                      f"{len(wide)}, relative = {resized:.3g} (<= {BATCH_SIZE_RTOL:g})")
         if train_mode and batch_norms:
             text += " (BatchNorm layers in eval mode: they mix rows in train mode by design)"
-        if not ok:
+        if leak > INDEPENDENCE_TOL:
             text += ("; information flows between examples of a batch (a batch statistic such as a batch mean, a "
                      "BatchNorm forced into training mode, or indexing the batch dimension, e.g. x[0] where x[:, 0] "
                      "was meant): predictions would depend on batch composition")
+        elif not ok:
+            # No row moves another: the evidence that failed is the batch size alone. Lead with it.
+            text = (f"batch size changes the outputs: the first {half} rows' outputs move by {resized:.3g} (relative, "
+                    f"<= {BATCH_SIZE_RTOL:g}) when run as a batch of {half} rows instead of {len(wide)}, while no row's "
+                    "input moves another's output: randomness active at evaluation (dropout left on, a random "
+                    "augmentation) or a statistic over the batch size (a sum meant as a mean); " + text)
+            leak = resized
         out.append(CheckResult(name, ok, leak, f"<= {INDEPENDENCE_TOL:g}", text))
     return out

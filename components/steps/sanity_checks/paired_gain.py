@@ -31,11 +31,14 @@ class PairedGain:
     def upper(self) -> float:
         return self._relative(self.mean + self.half_width)
 
-    def verdict(self, margin: float) -> str:
-        """pass: the interval lies above ``margin``; fail: at or below it; inconclusive: it straddles it."""
+    def verdict(self, margin: float, useful: float | None = None) -> str:
+        """pass: the interval lies above ``margin``; fail: at or below it; no_signal: below ``useful`` (the smallest
+        useful gain: an equivalence test, the gain is shown to be too small to matter); inconclusive: otherwise."""
         if not (math.isfinite(self.upper) and math.isfinite(self.lower)) or self.upper <= margin:
             return "fail"
-        return "pass" if self.lower > margin else "inconclusive"
+        if self.lower > margin:
+            return "pass"
+        return "no_signal" if useful is not None and self.upper < useful else "inconclusive"
 
 
 def paired_gain(reference_rows, model_rows, confidence: float) -> PairedGain:

@@ -131,6 +131,26 @@ def check_label_leakage(data: pd.DataFrame, schema: Schema, threshold: float) ->
     return findings
 
 
+def check_label_leakage_per_partition(data: pd.DataFrame, schema: Schema, threshold: float,
+                                      partition_column: str, *, pooled_leaks: set[str]) -> list[Finding]:
+    """Label leakage judged within each partition as well: a label copied into a feature on one day of many is
+    diluted in the pooled judgement (the other days' values predict nothing) but exact within its day.
+
+    Only leaks are reported (one finding per partition and column), and not for the columns the pooled check
+    already found leaking (``pooled_leaks``); a partition with too few present rows is not judged.
+    """
+    findings = []
+    for partition, rows in data.groupby(partition_column, sort=True, observed=True):
+        for found in check_label_leakage(rows, schema, threshold):
+            if found.passed or found.column in pooled_leaks:
+                continue
+            found.message = (f"label leakage in partition '{partition}' alone (judged within it, not pooled over "
+                             f"all partitions): {found.message.removeprefix('label leakage: ')}; check how that "
+                             "partition was exported")
+            findings.append(found)
+    return findings
+
+
 def check_constant_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
     """Features with at most one distinct value on the train rows where they are present."""
     findings = []

@@ -307,7 +307,9 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     timer.lap("great_expectations")
     v = config.validation
     if label is not None:
-        summary.findings += feature_checks.check_label_leakage(data, schema, v.leakage_threshold)
+        pooled = feature_checks.check_label_leakage(data, schema, v.leakage_threshold)
+        summary.findings += pooled + feature_checks.check_label_leakage_per_partition(
+            data, schema, v.leakage_threshold, PARTITION_COLUMN, pooled_leaks={f.column for f in pooled if not f.passed})
     summary.findings += feature_checks.check_constant_columns(train, schema)
     summary.findings += feature_checks.check_id_like_columns(train, schema)
     summary.findings += feature_checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)

@@ -39,12 +39,22 @@ TOKEN_TOL = 1e-5  # a causal model's earlier logits are bit-identical; allow ker
 
 def _embedding_grads(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor):
     """The model's output and the token embeddings' output (a leaf that gradients reach)."""
+    out, leaves = _sequence_leaves(model, tokens, doc_ids)
+    return out, leaves[0]
+
+
+def _sequence_leaves(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor):
+    """The model's output and, as leaves that gradients reach, the output of every ``nn.Embedding`` that maps a
+    sequence-aligned input ``[batch, seq]`` to vectors: the token embedding first, then any other (positions
+    or segments computed per row from ``doc_ids``), so a leak through an input other than the ids shows too."""
     captured: list[torch.Tensor] = []
+    of_tokens: list[bool] = []
 
     def hook(module, args, output):
-        if output.shape[:2] == tokens.shape and not captured:
+        if output.shape[:2] == tokens.shape:
             output = output.detach().requires_grad_(True)
             captured.append(output)
+            of_tokens.append(bool(args) and args[0].shape == tokens.shape and bool(torch.equal(args[0], tokens)))
             return output
         return None
 
@@ -58,7 +68,9 @@ def _embedding_grads(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tens
     if not captured:
         raise ValueError("no nn.Embedding in the model maps the tokens [batch, seq] to vectors: the causality "
                          "checks need the token embedding's output to take gradients at")
-    return out, captured[0]
+    # The embedding of the token ids themselves first (else the first called), whatever order forward() takes.
+    first = of_tokens.index(True) if any(of_tokens) else 0
+    return out, [captured[first]] + captured[:first] + captured[first + 1 :]
 
 
 def _probe_positions(seq: int) -> list[int]:
@@ -88,25 +100,32 @@ def check_next_token_targets(inputs: torch.Tensor, targets: torch.Tensor) -> Che
 
 
 def check_causal_gradient(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult:
-    """d output[t] / d embedding[s] is zero for every s > t, and non-zero at s = t."""
-    out, emb = _embedding_grads(model, tokens, doc_ids)
+    """d output[t] / d embedding[s] is zero for every s > t, for every sequence-aligned embedding (tokens,
+    positions or segments), and non-zero at s = t for the token embedding."""
+    out, leaves = _sequence_leaves(model, tokens, doc_ids)
     seq = tokens.shape[1]
-    future, worst, own_min = 0.0, (0, 0), float("inf")
+    future, worst, own_min = 0.0, (0, 0, 0), float("inf")
     for t in _probe_positions(seq):
-        (grad,) = torch.autograd.grad(out[:, t].sum(), emb, retain_graph=True)
-        per_pos = grad.abs().amax(dim=(0, 2))  # [seq]
-        own_min = min(own_min, float(per_pos[t]))
-        if t + 1 < seq:
-            s = t + 1 + int(per_pos[t + 1 :].argmax())
-            if float(per_pos[s]) > future:
-                future, worst = float(per_pos[s]), (t, s)
+        grads = torch.autograd.grad(out[:, t].sum(), leaves, retain_graph=True, allow_unused=True)
+        for k, grad in enumerate(grads):
+            if grad is None:
+                continue
+            per_pos = grad.abs().amax(dim=(0, 2))  # [seq]
+            if k == 0:
+                own_min = min(own_min, float(per_pos[t]))
+            if t + 1 < seq:
+                s = t + 1 + int(per_pos[t + 1 :].argmax())
+                if float(per_pos[s]) > future:
+                    future, worst = float(per_pos[s]), (t, s, k)
     ok = future <= LEAK_TOL and own_min > LEAK_TOL
     text = f"largest |d output[t] / d input[s]| over s > t is {future:.3g}"
     if future > LEAK_TOL:
-        t, s = worst
-        text += (f" (output at position {t} depends on the input at position {s}): the model sees FUTURE tokens, "
-                 "so it can read the token it must predict. A missing or wrong causal mask (is_causal=True / a "
-                 "lower-triangular mask) or an off-by-one in the shift; this trains 'beautifully' and is useless")
+        t, s, k = worst
+        through = "the token embedding" if k == 0 else f"embedding {k} of the sequence (positions or segments)"
+        text += (f" (output at position {t} depends on the input at position {s}, through {through}): the model sees "
+                 "FUTURE tokens, so it can read the token it must predict. A missing or wrong causal mask "
+                 "(is_causal=True / a lower-triangular mask), an off-by-one in the shift, or positions counted "
+                 "from the end of the document; this trains 'beautifully' and is useless")
     elif own_min <= LEAK_TOL:
         text += "; the output at a position does not depend on the input at that position: the model ignores its input"
     return CheckResult("causal_gradient", ok, future, f"<= {LEAK_TOL:g} for s > t", text)
@@ -124,38 +143,55 @@ def _changed_ids(tokens: torch.Tensor, where: torch.Tensor, generator: torch.Gen
     return torch.where(where, (tokens + shift) % tokenizer.BYTE_TOKENS, tokens)
 
 
+def _changed_doc_ids(doc_ids: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """``doc_ids`` with every id at ``where`` made a new document's (an id no earlier position holds)."""
+    fresh = doc_ids.max() + 1 + doc_ids - doc_ids.min()
+    return torch.where(where, fresh, doc_ids)
+
+
 @torch.no_grad()
 def check_future_tokens(model: nn.Module, tokens: torch.Tensor, doc_ids: torch.Tensor) -> CheckResult:
-    """Outputs before m are unchanged when the ids from m on change, for every split m, in eval and train mode."""
+    """Outputs before m are unchanged when the ids from m on change, for every split m, in eval and train mode;
+    and when the document ids from m on change (a new document starts at m): every sequence-aligned input."""
     generator = torch.Generator().manual_seed(0)
-    worst: dict[str, tuple[float, int, int]] = {}
+    worst: dict[str, tuple[float, int, int, str]] = {}
     for mode in ("eval", "train"):
         model.train(mode == "train")
         torch.manual_seed(0)  # the same dropout masks in every forward of this mode
         base = model(tokens, doc_ids).float()
-        worst[mode] = (0.0, 0, 0)
+        worst[mode] = (0.0, 0, 0, "tokens")
         for m in _split_points(tokens.shape[1]):
             later = torch.zeros_like(tokens, dtype=torch.bool)
             later[:, m:] = True
-            changed = _changed_ids(tokens, later, generator)
-            torch.manual_seed(0)
-            diff = (model(changed, doc_ids).float()[:, :m] - base[:, :m]).abs().amax(dim=(0, 2))
-            t = int(diff.argmax())
-            if float(diff[t]) > worst[mode][0]:
-                worst[mode] = (float(diff[t]), t, m)
+            for changed, what in (((_changed_ids(tokens, later, generator), doc_ids), "tokens"),
+                                  ((tokens, _changed_doc_ids(doc_ids, later)), "document ids")):
+                torch.manual_seed(0)
+                diff = (model(*changed).float()[:, :m] - base[:, :m]).abs().amax(dim=(0, 2))
+                t = int(diff.argmax())
+                if float(diff[t]) > worst[mode][0]:
+                    worst[mode] = (float(diff[t]), t, m, what)
     model.eval()
     mode = max(worst, key=lambda k: worst[k][0])
-    leak, t, m = worst[mode]
+    leak, t, m, what = worst[mode]
     ok = leak <= TOKEN_TOL
-    text = f"largest change of an output before position m when the tokens from m on change: {leak:.3g}"
-    if not ok:
+    text = f"largest change of an output before position m when the tokens or document ids from m on change: {leak:.3g}"
+    batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    if not ok and worst["eval"][0] <= TOKEN_TOL and batch_norm:
+        text = (f"BatchNorm in train mode mixes positions: the output at position {t} changes when the {what} from "
+                f"position {m} on change (by {leak:.3g}) only in TRAIN mode, and the model has a BatchNorm layer, whose "
+                "batch statistics are taken over every position of every sequence, future ones included; use "
+                "LayerNorm (per position) in a causal model. " + text)
+    elif not ok:
         only_train = worst["eval"][0] <= TOKEN_TOL
-        text += (f" (in {mode} mode, the output at position {t} changes when the tokens from position {m} on "
-                 "change): the model sees FUTURE tokens"
-                 + (" only in TRAIN mode: it is causal when evaluated but reads what it must predict while "
-                    "it trains (an attention path or mask taken only when self.training)" if only_train else "")
-                 + ". Look for a shift of the token ids inside the model, a causal mask wrong at some "
-                 "positions, or a mask missing in one mode; this trains 'beautifully' and is useless")
+        text = (f"future {what} leak: the output at position {t} changes when the {what} from position {m} on change "
+                f"(by {leak:.3g}, in {mode} mode): the model sees FUTURE "
+                + ("tokens" if what == "tokens" else "document ids, so each token learns how many tokens remain in "
+                   "its document (positions or segments counted with the wrong triangle)")
+                + (" only in TRAIN mode: it is causal when evaluated but reads what it must predict while "
+                   "it trains (an attention path or mask taken only when self.training)" if only_train else "")
+                + ". Look for a shift of the inputs inside the model, a causal mask wrong at some positions, a "
+                "mask missing in one mode, or per-document positions counted from the end; this trains "
+                "'beautifully' and is useless")
     return CheckResult("future_tokens", ok, leak, f"<= {TOKEN_TOL:g} for every split, eval and train mode", text)
 
 
