@@ -14,6 +14,7 @@ from typing import Any
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import SanityCheckError
+from ctpipe.components.lib.handoffs import SanitySummary, write_record
 from ctpipe.components.steps.sanity_checks.checks import check_model
 from ctpipe.components.steps.sanity_checks.first_batch import check_first_batch_roundtrip
 from ctpipe.components.steps.sanity_checks.report import (
@@ -44,7 +45,7 @@ def run_sanity_checks(
         result = SanityResult(skipped=True)
         write_text(report_path, render_report(result, None))
         write_text(first_batch_path, json.dumps({"skipped": True}))
-        write_text(summary_path, json.dumps(result.summary(), indent=1))
+        write_summary(summary_path, result)
         log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path], config)
         return result
     import torch
@@ -81,11 +82,17 @@ def run_sanity_checks(
     result = SanityResult(checks=checks, seconds=time.perf_counter() - started, sample=data.drawn)
     model = task.describe_model(config, snapshot.state)
     write_text(report_path, render_report(result, dump, model, task.name))
-    write_text(summary_path, json.dumps(result.summary(), indent=1))
+    write_summary(summary_path, result)
     log_to_mlflow(tracking_uri, mlflow_run_id, result, [report_path, first_batch_path], config)
     if not result.passed:
         raise SanityCheckError(failure_message(result, report_path))
     return result
+
+
+def write_summary(summary_path: str, result: SanityResult) -> None:
+    """The summary evaluation and registration read (``lib/handoffs.SanitySummary``), when a path is given."""
+    if summary_path:
+        write_record(summary_path, SanitySummary(**result.summary()))
 
 
 def check_selection_metric(model: Any, batch: Any, config: Config, task: Any) -> None:
