@@ -87,7 +87,7 @@ def test_validation_and_sanity_write_the_files_the_later_steps_read(tmp_path):
     result = run_sanity_checks(str(tmp_path / "snapshot"), config, report_path=str(tmp_path / "sanity.md"),
                                first_batch_path=str(tmp_path / "first_batch.json"),
                                summary_path=str(tmp_path / "sanity_summary"), tracking_uri="", mlflow_run_id="")
-    assert json.loads((tmp_path / "sanity_summary").read_text()) == json.loads(json.dumps(result.summary()))
+    assert json.loads((tmp_path / "sanity_summary").read_text()) == {**json.loads(json.dumps(result.summary())), "format_version": 1}
     gate = read_sanity(tmp_path / "sanity_summary")
     assert gate.status == "passed" and set(gate.checks) == {c.name for c in result.checks}
 
