@@ -4,6 +4,7 @@
 |---|---|---|---|
 | ``validation.json`` in the snapshot | validate data | evaluate (card), register (tags) | ``ValidationVerdict`` |
 | the ``sanity_summary`` artifact | sanity checks | evaluate (card), register (tags) | ``SanitySummary`` |
+| the ``model`` artifact's metadata | select checkpoint | the KFP UI, the run summary | ``SelectionRecord`` |
 | ``blessing.json`` | evaluate | register | ``Blessing`` (``steps/evaluate``'s fields) |
 
 Every file carries ``format_version``: a reader refuses a newer format than it knows (a step of an older
@@ -78,6 +79,21 @@ class SanitySummary:
     sample: dict[str, Any] | None = None
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+
+
+@dataclass(frozen=True)
+class SelectionRecord:
+    """The chosen checkpoint, as the exported model artifact's metadata: its step, the metric that chose it,
+    that metric's value and the export's SHA-256 (the file itself carries the model and its split)."""
+
+    step: int
+    metric: str
+    value: float
+    sha256: str
+    format_version: int = FORMAT_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

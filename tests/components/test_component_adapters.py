@@ -171,6 +171,7 @@ def test_select_checkpoint_describes_the_model_it_exports(steps, selected):
     returned, model = selected
     assert model.metadata["step"] == returned.step and model.metadata["value"] == returned.metric
     assert model.metadata["metric"] == "val_accuracy" and len(model.metadata["sha256"]) == 64
+    assert model.metadata["format_version"] == 1  # lib/handoffs.SelectionRecord
     assert steps.record("select_checkpoint")["result"]["model_path"] == model.path and Path(model.path).is_file()
 
 

@@ -29,15 +29,9 @@ def select_checkpoint(
         # Imported inside the step, so its record counts the import time (components/lib/kfp_support.py).
         from ctpipe.components.steps.select_checkpoint.select import select_and_export
         selected = select_and_export(checkpoints.path, snapshot.path, Config.from_json(config_json), model.path)
-        model.metadata.update(
-            {"step": selected.step, "metric": selected.metric_name, "value": selected.metric_value, "sha256": selected.sha256}
-        )
-        record.result = {
-            "step": selected.step,
-            "metric": selected.metric_name,
-            "value": selected.metric_value,
-            "sha256": selected.sha256,
-            "model_path": model.path,
-            "warnings": selected.warnings,
-        }
+        from ctpipe.components.lib.handoffs import SelectionRecord
+
+        chosen = SelectionRecord(selected.step, selected.metric_name, selected.metric_value, selected.sha256)
+        model.metadata.update(chosen.to_dict())
+        record.result = {**chosen.to_dict(), "model_path": model.path, "warnings": selected.warnings}
     return namedtuple("Selection", ["step", "metric"])(selected.step, selected.metric_value)
