@@ -81,11 +81,13 @@ def page_urls(summary: dict, base: str) -> dict[str, str]:
 
     view = "workflowType=machine_learning"
     experiment, run = summary["mlflow_experiment_id"], summary["mlflow_run_id"]
+    # validate..select log to the run of this data, config and code (shared by cached reruns)
+    training = summary.get("training_mlflow_run_id") or run
     return {
         "runs": mlflow_ui_url(summary, base),
         "run": f"{base}/#/experiments/{experiment}/runs/{run}?{view}",
         "version": f"{base}/#/models/{summary['model_name']}/versions/{summary['model_version']}?{view}",
-        "validation": f"{base}/#/experiments/{experiment}/runs/{run}/artifacts/validation/data_docs.html?{view}",
+        "validation": f"{base}/#/experiments/{experiment}/runs/{training}/artifacts/validation/data_docs.html?{view}",
     }
 
 
