@@ -180,8 +180,8 @@ class RegistryConfig:
         check_range(self.retries, "registry.retries", 0, 1000)
         check_range(self.retry_backoff_seconds, "registry.retry_backoff_seconds", 0, MAX_WAIT_SECONDS)
         check_range(self.retry_max_backoff_seconds, "registry.retry_max_backoff_seconds", 0, MAX_WAIT_SECONDS)
-        check(0 <= self.retry_budget_seconds <= 86400, "registry.retry_budget_seconds",
-              f"{self.retry_budget_seconds} must be between 0 and 86400 (a day); the default 180 outlasts a server restart")
+        check_range(self.retry_budget_seconds, "registry.retry_budget_seconds", 0, 86400,
+                    why=" (at most a day; the default 180 outlasts a server restart)")
         check(self.retry_max_backoff_seconds >= self.retry_backoff_seconds, "registry.retry_max_backoff_seconds",
               f"{self.retry_max_backoff_seconds} must be >= registry.retry_backoff_seconds ({self.retry_backoff_seconds}): "
               "the cap would silently shorten every wait")
