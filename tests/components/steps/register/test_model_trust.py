@@ -146,7 +146,7 @@ def test_shipped_code_rewritten_in_the_artifact_store_is_refused_before_anything
     original, marker = in_store.read_bytes(), tmp_path / "ran"
     try:
         in_store.write_bytes(original + f"\nimport pathlib; pathlib.Path({str(marker)!r}).touch()\n".encode())
-        with pytest.raises(UntrustedModelError, match=r"changed: code/.*/registration/pyfunc_model\.py"):
+        with pytest.raises(UntrustedModelError, match=r"changed: code/.*/register/pyfunc_model\.py"):
             download_verified(champion.uri, tmp_path / "download", tracking_uri=champion.tracking_uri)
         assert not marker.exists() and not (tmp_path / "download").exists()  # a refused model leaves nothing
     finally:

@@ -129,7 +129,7 @@ def test_champion_suite_is_the_reference_and_results_go_to_mlflow(tmp_path, clea
     assert logged.data.metrics["validation.errors"] >= 1
     assert logged.data.tags["ctpipe.validation"] == "failed"
     artifacts = {a.path for a in client.list_artifacts(run_id, "validation")}
-    assert {"validation/docs.html", "validation/report.md", "validation/summary.json"} <= artifacts
+    assert {"validation/data_docs.html", "validation/validation_report.md", "validation/summary.json"} <= artifacts
 
 
 def test_a_champion_of_another_task_is_named_instead_of_its_columns(tmp_path, clean_run):
