@@ -131,6 +131,7 @@ def test_prepare_run_returns_the_resolved_config_and_the_run_it_opened(steps, pr
     assert steps.record("prepare_run")["result"] == {
         "mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": "p1",
         "data_fingerprint": prepared.data_fingerprint, "training_run_id": prepared.training_run_id,
+        "mlflow_experiment_id": run.info.experiment_id,
     }
     assert len(prepared.data_fingerprint) == 64 and prepared.training_run_id != prepared.mlflow_run_id
 

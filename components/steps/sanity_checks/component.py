@@ -24,6 +24,7 @@ def sanity_checks(
     import json
 
     from ctpipe.components.lib.config import Config
+    from ctpipe.components.lib.handoffs import SanitySummary
     from ctpipe.components.lib.kfp_support import step_status
 
     with step_status("sanity_checks", mlflow_run=(mlflow_tracking_uri, mlflow_run_id)) as record:
@@ -38,5 +39,7 @@ def sanity_checks(
             tracking_uri=mlflow_tracking_uri,
             mlflow_run_id=mlflow_run_id,
         )
-        record.result = result.summary()
-    return json.dumps(result.summary(), sort_keys=True)
+        # What the sanity_summary file holds (lib/handoffs.SanitySummary), also as the step's result and output.
+        summary = SanitySummary(**result.summary()).to_dict()
+        record.result = summary
+    return json.dumps(summary, sort_keys=True)
