@@ -79,7 +79,7 @@ def test_models_lists_the_user_tasks_versions(runs):
 
 def test_render_job_shows_the_entrypoint_reaching_the_trainer_pods(tmp_path):
     rendered = ctpipe("render-job", "--set", "task.entrypoint=digits_task:make_task", "--set", "task.options.width=8",
-                      home=tmp_path)
+                      "--set", "train.backend=pytorchjob", home=tmp_path)  # auto would print both jobs
     assert rendered.returncode == 0, rendered.stderr
     import yaml
 

@@ -22,7 +22,7 @@ def test_typed_values_reach_the_resolved_config_and_the_mlflow_params(tmp_path, 
         data_uri=str(data),
         overrides=["train.max_steps=60", "train.warmup_steps=5", "train.eval_every=10", "train.checkpoint_every=10",
                    "evaluate.thresholds.accuracy.value=0.3", "data.key=customer_id"],
-        quiet=True,
+        verbosity=-1,
         parameters={"training_steps": 30, "learning_rate": 0.004, "batch_size": 32, "training_window_days": 2},
     )
     assert summary["status"] == "succeeded", summary["error"]

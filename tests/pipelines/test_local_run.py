@@ -61,7 +61,7 @@ def test_a_task_entrypoint_that_does_not_resolve_stops_the_run_before_any_step(t
     monkeypatch.setenv("CTPIPE_WARM_START", "0")
     home = tmp_path / "home"
     with pytest.raises(UserError, match=named):
-        run_local(home=home, overrides=[f"task.entrypoint={entrypoint}"], quiet=True)
+        run_local(home=home, overrides=[f"task.entrypoint={entrypoint}"], verbosity=-1)
     assert not (home / "runs").exists() and not (home / "data").exists() and not (home / "mlflow.db").exists()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -206,12 +207,18 @@ def _describe_version(registry: Registry, number: str, decision: str, blessing: 
         cfg = registry.config
         registry.call(lambda: registry.client.update_model_version(cfg.model_name, number, description=description),
                       f"describe version {number}")
-        card = reports.get("model_card")
-        if card and Path(card).is_file():
+        if reports.get("model_card"):  # the card as logged on the run (with its serving check), decision first
+            import mlflow.artifacts
+
             with tempfile.TemporaryDirectory(prefix="ctpipe-card-") as tmp:
-                decided = Path(tmp) / "model_card.md"
-                lines = Path(card).read_text().split("\n", 1)
-                decided.write_text(lines[0] + f"\n\n**Decision:** {decision}\n" + (lines[1] if len(lines) > 1 else ""))
+                logged = Path(registry.call(lambda: mlflow.artifacts.download_artifacts(
+                    run_id=run_id, artifact_path="reports/model_card.md", dst_path=tmp,
+                    tracking_uri=registry.uri), "read the logged model card"))
+                title, _, rest = logged.read_text().partition("\n")
+                rest = re.sub(r"\A\n\*\*Decision:\*\* [^\n]*\n", "", rest)  # a retry's earlier sentence
+                decided = Path(tmp) / "decided" / "model_card.md"
+                decided.parent.mkdir()
+                decided.write_text(f"{title}\n\n**Decision:** {decision}\n{rest}")
                 registry.call(lambda: registry.client.log_artifact(run_id, str(decided), "reports"),
                               "log the model card with its decision")
         return ""

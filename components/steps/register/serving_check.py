@@ -102,7 +102,8 @@ def serve_in_fresh_process(model_dir: Path, rows: pd.DataFrame, shipped: list[st
         command = [sys.executable, "-I", "-c", PROBE, str(Path(model_dir).resolve()), str(rows_path),
                    str(out_path), ",".join(shipped)]
         try:
-            done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, errors="replace",
+                                  timeout=timeout)
         except subprocess.TimeoutExpired as err:
             raise ServingFailed(f"it did not answer within {timeout:.0f} s") from err
         if done.returncode != 0:

@@ -371,9 +371,10 @@ def test_a_checkpoint_of_other_task_code_is_refused_not_resumed(snapshot_dir, tm
         _train(snapshot_dir, ckpt_dir, *change)
     assert "task_code.source_sha256: checkpoint " in str(err.value)
 
-    meta = ckpt.read_meta(latest)  # a checkpoint saved before the task code was recorded
+    meta = ckpt.read_meta(latest)  # a checkpoint saved before the task code (and digests) were recorded
     del meta["identity"]["task_code"]
     ckpt.write_json_atomic(latest / ckpt.META_FILE, meta)
+    (latest / ckpt.DIGESTS_FILE).unlink()  # its edited meta would otherwise read as damage
     assert _train(snapshot_dir, ckpt_dir, *change).summary()["resumed_from_step"] == 4
     sys.modules.pop("user_scaled_task", None)
     _CACHE.clear()
