@@ -161,16 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rerun:
         return rerun_benchmark(args)
 
-    tmp = None if args.keep else tempfile.mkdtemp(prefix="ctpipe-pipeline-bench-")
-    home = Path(args.keep) if args.keep else Path(tmp) / "home"
+    tmp, home, command, env = run_setup(args, "ctpipe-pipeline-bench-")
     if home.exists():
         parser.error(f"--keep {home}: the directory exists; the benchmark needs a fresh home")
-    command = ctpipe_command() + ["run", "--home", str(home)]
-    for override in args.overrides:
-        command += ["--set", override]
-    env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true"}
-    if args.cold:
-        env["CTPIPE_WARM_START"] = "0"
     load_before = os.getloadavg()
     try:
         with CpuSampler() as cpu:
@@ -249,19 +242,25 @@ def change_one_partition(data_root: Path) -> Path:
     return part
 
 
-def rerun_benchmark(args: argparse.Namespace) -> int:
-    """First run, rerun on unchanged data, rerun after a changed partition, on one home; one JSON line."""
-    tmp = None if args.keep else tempfile.mkdtemp(prefix="ctpipe-rerun-bench-")
+def run_setup(args: argparse.Namespace, prefix: str) -> tuple[str | None, Path, list[str], dict[str, str]]:
+    """The scratch folder (None with --keep), the home, the ``ctpipe run`` command line and its environment."""
+    tmp = None if args.keep else tempfile.mkdtemp(prefix=prefix)
     home = Path(args.keep) if args.keep else Path(tmp) / "home"
-    if home.exists():
-        print(f"--keep {home}: the directory exists; the benchmark needs a fresh home", file=sys.stderr)
-        return 2
     command = ctpipe_command() + ["run", "--home", str(home)]
     for override in args.overrides:
         command += ["--set", override]
     env = {**os.environ, "CTPIPE_HOME": str(home), "MLFLOW_DISABLE_TELEMETRY": "true"}
     if args.cold:
         env["CTPIPE_WARM_START"] = "0"
+    return tmp, home, command, env
+
+
+def rerun_benchmark(args: argparse.Namespace) -> int:
+    """First run, rerun on unchanged data, rerun after a changed partition, on one home; one JSON line."""
+    tmp, home, command, env = run_setup(args, "ctpipe-rerun-bench-")
+    if home.exists():
+        print(f"--keep {home}: the directory exists; the benchmark needs a fresh home", file=sys.stderr)
+        return 2
     load_before = os.getloadavg()
     try:
         first = timed_run(command, env)
