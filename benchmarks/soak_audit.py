@@ -78,7 +78,8 @@ def audit_registry(uri: str) -> dict[str, Any]:
     """Every model version complete (lineage tags, artifacts, model hash); the champion history consistent."""
     import mlflow
 
-    from ctpipe.components.steps.register.register import LINEAGE_TAGS  # the one list registration guarantees
+    from ctpipe.components.lib.tracking.lineage import LINEAGE_FIELDS, version_lineage
+    from ctpipe.components.steps.register.register import VERSION_TAGS  # the one list registration guarantees
 
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     versions = sorted(client.search_model_versions(f"name = '{MODEL}'", max_results=10000), key=lambda v: int(v.version))
@@ -86,8 +87,15 @@ def audit_registry(uri: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for v in versions:
             tags, missing = v.tags or {}, []
-            # Every tag is set in the call that creates the version; only compared_with is empty (first model).
-            missing += [f"tag {t}" for t in LINEAGE_TAGS if t not in tags or (not tags[t] and t != "ctpipe.compared_with")]
+            # Every tag is set in the call that creates the version; the rest of the lineage is its digest-checked
+            # artifact, where only compared_with is empty (first model).
+            missing += [f"tag {t}" for t in VERSION_TAGS if not tags.get(t)]
+            try:
+                lineage = version_lineage(client, v)
+                missing += [f"lineage {f}" for f in LINEAGE_FIELDS
+                            if lineage.get(f) in (None, "") and f != "compared_with"]
+            except Exception as err:  # a lineage that cannot be read or does not match its digest is a problem
+                missing.append(f"lineage unreadable: {type(err).__name__}: {err}"[:300])
             if tags.get("ctpipe.registration") != "complete":
                 missing.append("ctpipe.registration != complete")
             try:

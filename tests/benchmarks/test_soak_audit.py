@@ -11,6 +11,7 @@ import mlflow
 import pytest
 
 from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.components.lib.tracking.lineage import LINEAGE_DIGEST_TAG, version_lineage, write_lineage
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
 from ctpipe.components.steps.register.register import register_candidate
 from tests.fixtures.paths import REPO_ROOT
@@ -45,21 +46,41 @@ def registered(tmp_path):
     return uri, mlflow.MlflowClient(uri, registry_uri=uri), config.registry.model_name
 
 
-def test_a_complete_version_passes_and_a_version_without_its_split_lineage_does_not(registered):
+def test_a_complete_version_passes_and_a_version_without_its_split_lineage_does_not(registered, tmp_path):
     uri, client, name = registered
     clean = audit.audit_registry(uri)
     assert (clean["model_versions"], clean["inconsistent_registry_entries"]) == (1, 0), clean["registry_problems"]
     assert clean["champion_violations"] == [] and clean["champion"] == "1"
 
     # What the model was trained on (issue 10's split record) is lineage too: without it the version is half there.
-    client.delete_model_version_tag(name, "1", "ctpipe.train_keys_sha256")
+    _relog_lineage(client, name, tmp_path, train_keys_sha256=None)
     broken = audit.audit_registry(uri)
     assert broken["inconsistent_registry_entries"] == 1
-    assert "tag ctpipe.train_keys_sha256" in broken["registry_problems"]["1"]
+    assert "lineage train_keys_sha256" in broken["registry_problems"]["1"]
 
     # So is the identity of the task code that made it.
-    client.delete_model_version_tag(name, "1", "ctpipe.task_code")
-    assert "tag ctpipe.task_code" in audit.audit_registry(uri)["registry_problems"]["1"]
+    _relog_lineage(client, name, tmp_path, task_code=None)
+    assert "lineage task_code" in audit.audit_registry(uri)["registry_problems"]["1"]
+
+    # A lineage file changed after registration (its digest no longer matches) is a problem, named.
+    _relog_lineage(client, name, tmp_path, update_digest=False, data_uri="elsewhere")
+    problems = audit.audit_registry(uri)["registry_problems"]["1"]
+    assert any(p.startswith("lineage unreadable: LineageError") and "changed after registration" in p
+               for p in problems), problems
+    # And so is a tag of the version missing.
+    client.delete_model_version_tag(name, "1", "ctpipe.data_fingerprint")
+    assert "tag ctpipe.data_fingerprint" in audit.audit_registry(uri)["registry_problems"]["1"]
+
+
+def _relog_lineage(client, name, tmp_path, update_digest=True, **changes):
+    """Log version 1's lineage again with ``changes`` (and, unless told otherwise, its new digest in the tag)."""
+    version = client.get_model_version(name, "1")
+    lineage = {**version_lineage(client, version), **changes}
+    folder = tmp_path / f"relog-{len(list(tmp_path.glob('relog-*')))}"
+    digest = write_lineage(folder / "lineage.json", lineage)
+    client.log_artifact(version.run_id, str(folder / "lineage.json"), "ctpipe")
+    if update_digest:
+        client.set_model_version_tag(name, "1", LINEAGE_DIGEST_TAG, digest)
 
 
 def test_a_champion_alias_the_history_does_not_explain_is_a_violation(registered):

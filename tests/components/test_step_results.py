@@ -13,6 +13,7 @@ from ctpipe.components.lib.handoffs import read_sanity, read_validation
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
 from ctpipe.components.steps.register.register import register_candidate
+from ctpipe.components.steps.register.registry import Registry
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 from ctpipe.components.steps.sanity_checks.report import SanityResult
 from ctpipe.components.steps.validate_data.findings import WARNING, Finding
@@ -60,10 +61,11 @@ def test_the_card_and_the_version_take_the_gates_from_the_step_files_not_from_ml
     result = register_candidate(str(model), str(snap), str(blessing), config, tracking_uri=uri, mlflow_run_id=run_id,
                                 pipeline_run_id="p1", trigger="manual", reports={"model_card": str(card)},
                                 sanity_summary_path=str(sanity_path))
-    tags = client.get_model_version(config.registry.model_name, result.version).tags
-    assert json.loads(tags["ctpipe.validation_warnings"]) == [
+    registry = Registry(uri, config.registry)
+    lineage = registry.lineage(registry.get_version(result.version))
+    assert lineage["validation_warnings"] == [
         "sessions_last_30d: null fraction above profile", "a | in the message"]
-    assert json.loads(tags["ctpipe.sanity"]) == {
+    assert lineage["sanity"] == {
         "status": "passed", "checks": {"finite": 0.0, "overfit_one_batch": 0.01, "seconds": 2.5}}
 
 

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, Registry
+from ctpipe.components.lib.tracking.lineage import METRIC_TAG_PREFIX
+from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Registry
 
-METRIC_PREFIX = "ctpipe.metric."
-
-
-def _parse_json(text: str | None, default: Any) -> Any:
-    if not text:
-        return default
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+METRIC_PREFIX = METRIC_TAG_PREFIX
 
 
 def _blessed(tags: dict[str, str]) -> bool | None:
@@ -25,8 +16,15 @@ def _blessed(tags: dict[str, str]) -> bool | None:
     return None if value is None else value == "true"
 
 
+def _run_of_key(key: str | None) -> str | None:
+    """The pipeline run a registration key names (``PIPELINE_RUN/SHA256_PREFIX``, ``register.registration_key``)."""
+    return key.rpartition("/")[0] or None if key else None
+
+
 def version_record(mv, aliases_by_version: dict[str, list[str]]) -> dict[str, Any]:
-    """The summary of one version that `ctpipe models list --json` prints."""
+    """The summary of one version that `ctpipe models list --json` prints, from its tags alone (one registry call
+    for every version): its metrics are the headline one (every one on a version registered before the lineage
+    artifact); ``show_version`` reads them all."""
     tags = dict(mv.tags or {})
     number = str(mv.version)
     return {
@@ -38,7 +36,7 @@ def version_record(mv, aliases_by_version: dict[str, list[str]]) -> dict[str, An
         "metrics": {
             k[len(METRIC_PREFIX) :]: float(v) for k, v in sorted(tags.items()) if k.startswith(METRIC_PREFIX)
         },
-        "pipeline_run_id": tags.get("ctpipe.pipeline_run_id"),
+        "pipeline_run_id": tags.get("ctpipe.pipeline_run_id") or _run_of_key(tags.get(KEY_TAG)),
         "run_id": mv.run_id,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((mv.creation_timestamp or 0) / 1000)),
         "promotion": tags.get("ctpipe.promotion"),
@@ -61,23 +59,27 @@ def list_versions(registry: Registry) -> list[dict[str, Any]]:
 
 
 def show_version(registry: Registry, version: str) -> dict[str, Any]:
-    """Everything recorded about one version (UserError when it does not exist)."""
+    """Everything recorded about one version: its tags and its lineage (UserError when it does not exist)."""
     mv = registry.get_version(version)
     tags = dict(mv.tags or {})
+    lineage = registry.lineage(mv)
     record = version_record(mv, _aliases_by_version(registry))
     record.update(
         {
             "source": mv.source,
             "status": str(mv.status),
-            "blessing_reasons": _parse_json(tags.get("ctpipe.blessing_reasons"), []),
-            "compared_with": tags.get("ctpipe.compared_with") or None,
-            "evaluation": _parse_json(tags.get("ctpipe.evaluation"), {}),
+            # Every metric scored (the tags hold the headline one).
+            "metrics": lineage.get("metrics") or record["metrics"],
+            "blessing_reasons": lineage.get("blessing_reasons", []),
+            "compared_with": lineage.get("compared_with") or None,
+            "evaluation": lineage.get("evaluation", {}),
             "promotion_decision": tags.get("ctpipe.promotion_decision"),
             "promoted_by": tags.get("ctpipe.promoted_by"),
             "promotion_reason": tags.get("ctpipe.promotion_reason"),
             "promoted_at": tags.get("ctpipe.promoted_at"),
             "tags": {k: v for k, v in sorted(tags.items()) if k != "ctpipe.config"},
-            "config": _parse_json(tags.get("ctpipe.config"), {}),
+            "lineage": {k: v for k, v in sorted(lineage.items()) if k not in ("config", "metrics")},
+            "config": lineage.get("config", {}),
             "champion_history": [
                 e for e in registry.champion_history() if str(e.get("version")) == str(mv.version)
             ],

@@ -33,9 +33,16 @@ from ctpipe.components.lib.handoffs import (
     read_validation,
 )
 from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http, log_step
+from ctpipe.components.lib.tracking.lineage import (
+    LINEAGE_DIGEST_TAG,
+    LINEAGE_PATH,
+    METRIC_TAG_PREFIX,
+    version_lineage,
+    write_lineage,
+)
 from ctpipe.components.steps.register.model_files import MANIFEST_FILE, PYFUNC_DIGEST_TAG
 from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry, fault_point
-from ctpipe.components.steps.register.serving_check import SERVABLE_TAG, SERVING_CHECK_TAG, ServingCheck
+from ctpipe.components.steps.register.serving_check import SERVABLE_TAG, ServingCheck
 
 MODEL_ARTIFACT_DIR = "ctpipe"
 MODEL_FILE = "model.pt"
@@ -43,17 +50,25 @@ PYFUNC_ARTIFACT_PATH = "model"
 # Rows of the input example stored with the pyfunc (its signature is inferred from them).
 EXAMPLE_ROWS = 5
 REFERENCE_FILES = ("suite.json", "reference_stats.json")
-# Tag values are text; keep the long ones readable in the UI and under backend limits.
-MAX_TAG_CHARS = 20000
-# The lineage every version registered from an export of this ctpipe carries, set in the call that creates
-# it (``lineage_tags``; plus ``ctpipe.metric.*``): the soak's audit and the tests hold versions to this list.
-LINEAGE_TAGS = (
-    "ctpipe.data_fingerprint", "ctpipe.data_uri", "ctpipe.snapshot_uri", "ctpipe.git_commit", "ctpipe.image",
-    "ctpipe.pipeline_run_id", "ctpipe.trigger", "ctpipe.blessed", "ctpipe.blessing_reasons", "ctpipe.compared_with",
-    "ctpipe.validation_warnings", "ctpipe.sanity", "ctpipe.config", "ctpipe.evaluation", "ctpipe.model_sha256",
-    KEY_TAG, COMPLETE_TAG, "ctpipe.checkpoint_step", "ctpipe.split", "ctpipe.train_keys_sha256", "ctpipe.task_code",
-    "ctpipe.model", PYFUNC_DIGEST_TAG, SERVABLE_TAG, SERVING_CHECK_TAG,
+# The version's tags: only what a person filters on or a program looks up, each short (at most
+# MAX_TAG_CHARS), set in the call that creates it, plus ``ctpipe.metric.<headline>`` (``headline_metric``) and,
+# after the decision, ``ctpipe.promotion_decision``. Everything else is the lineage artifact (``lineage_record``,
+# ``components/lib/tracking/lineage.py``) whose digest is LINEAGE_DIGEST_TAG. The soak's audit and the tests hold
+# versions to this list.
+VERSION_TAGS = (
+    KEY_TAG, COMPLETE_TAG, "ctpipe.model_sha256", PYFUNC_DIGEST_TAG, LINEAGE_DIGEST_TAG, "ctpipe.data_fingerprint",
+    "ctpipe.git_commit", "ctpipe.trigger", "ctpipe.blessed", SERVABLE_TAG,
 )  # fmt: skip
+MAX_TAGS = 12  # VERSION_TAGS, the headline metric and the promotion decision (a champion adds its promotion record)
+MAX_TAG_CHARS = 250
+DECISION_TAG = "ctpipe.promotion_decision"
+# A long decision's tag ends so; the decision sentence in the version's description holds it whole.
+CLIPPED = " …[whole in the description]"
+
+
+def short_tag(text: str) -> str:
+    """``text``, or its start and CLIPPED when it is longer than MAX_TAG_CHARS."""
+    return text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - len(CLIPPED)] + CLIPPED
 
 
 @dataclass
@@ -134,20 +149,13 @@ def register_candidate(
             run = registry.call(
                 lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
             )
-            tags = version_tags(
-                snapshot=snapshot,
-                snapshot_dir=snapshot_dir,
-                blessing=blessing,
-                config=config,
-                run_tags=dict(run.data.tags),
-                validation=validation,
-                sanity=sanity,
-                pipeline_run_id=pipeline_run_id,
-                trigger=trigger,
-                key=key,
-                model_sha256=sha,
-            )
-            tags.update({PYFUNC_DIGEST_TAG: pyfunc_sha256, **serving.tags()})
+            record = lineage_record(snapshot=snapshot, snapshot_dir=snapshot_dir, blessing=blessing, config=config,
+                                    validation=validation, sanity=sanity, pipeline_run_id=pipeline_run_id,
+                                    serving_check=serving.reason)
+            lineage_sha256 = log_lineage(tracking_uri, mlflow_run_id, record, RetryPolicy.of(reg_cfg))
+            tags = version_tags(blessing=blessing, run_tags=dict(run.data.tags), trigger=trigger, key=key,
+                                model_sha256=sha, data_fingerprint=snapshot.fingerprint, pyfunc_sha256=pyfunc_sha256,
+                                lineage_sha256=lineage_sha256, servable=serving.servable)
             source = f"{run.info.artifact_uri.rstrip('/')}/{PYFUNC_ARTIFACT_PATH}"
             t = time.perf_counter()
             version, created = _create_once(registry, mlflow_run_id, key, source, tags)
@@ -155,7 +163,9 @@ def register_candidate(
             fault_point("after_create")
         else:  # a retried step: the check that ran before this version was created stands
             recorded = version.tags or {}
-            serving = ServingCheck(recorded.get(SERVABLE_TAG) == "true", recorded.get(SERVING_CHECK_TAG, ""), 0.0)
+            reason = str(version_lineage(registry.client, version, retry=RetryPolicy.of(reg_cfg)).get("serving_check")
+                         or "")
+            serving = ServingCheck(recorded.get(SERVABLE_TAG) == "true", reason, 0.0)
         number = str(version.version)
         client = registry.client
         registry.call(
@@ -165,7 +175,7 @@ def register_candidate(
         promotion = _promote(registry, number, blessing, serving)
         registry.call(
             lambda: client.set_model_version_tag(
-                reg_cfg.model_name, number, "ctpipe.promotion_decision", promotion.reason
+                reg_cfg.model_name, number, DECISION_TAG, short_tag(promotion.reason)
             ),
             f"record the promotion decision on version {number}",
         )
@@ -245,10 +255,6 @@ def current_image() -> str:
     return "local (no container image)"
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_TAG_CHARS else text[: MAX_TAG_CHARS - 20] + " …[truncated]"
-
-
 def pip_requirements() -> list[str]:
     """Pinned requirements of the pyfunc model, given explicitly (inference would cost ~10 s)."""
     import fsspec
@@ -311,68 +317,76 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
     return target
 
 
-def version_tags(
+def headline_metric(blessing: Blessing) -> str | None:
+    """The metric a person sorts versions by: the first one evaluation gates on, else the first one scored."""
+    scored = blessing.candidate_metrics
+    return next((m for m in blessing.thresholds if m in scored), None) or next(iter(sorted(scored)), None)
+
+
+def version_tags(*, blessing: Blessing, run_tags: dict[str, str], trigger: str, key: str, model_sha256: str,
+                 data_fingerprint: str, pyfunc_sha256: str, lineage_sha256: str, servable: bool) -> dict[str, str]:
+    """The version's tags (``VERSION_TAGS`` and the headline metric), set in the same call that creates it."""
+    tags = {
+        KEY_TAG: key,
+        COMPLETE_TAG: "complete",
+        "ctpipe.model_sha256": model_sha256,
+        PYFUNC_DIGEST_TAG: pyfunc_sha256,
+        LINEAGE_DIGEST_TAG: lineage_sha256,
+        "ctpipe.data_fingerprint": data_fingerprint,
+        "ctpipe.git_commit": run_tags.get("ctpipe.git_commit", "")[:MAX_TAG_CHARS] or "unknown",
+        "ctpipe.trigger": trigger[:MAX_TAG_CHARS],
+        "ctpipe.blessed": "true" if blessing.blessed else "false",
+        SERVABLE_TAG: "true" if servable else "false",
+    }
+    metric = headline_metric(blessing)
+    if metric is not None:
+        tags[f"{METRIC_TAG_PREFIX}{metric}"] = f"{float(blessing.candidate_metrics[metric]):.6g}"
+    return tags
+
+
+def lineage_record(
     *,
     snapshot: Snapshot,
     snapshot_dir: str,
     blessing: Blessing,
     config: Config,
-    run_tags: dict[str, str],
     validation: ValidationOutcome,
     sanity: SanityOutcome,
     pipeline_run_id: str,
-    trigger: str,
-    key: str,
-    model_sha256: str,
-) -> dict[str, str]:
-    """Every lineage tag of the version (set in the same call that creates it)."""
-    tags = {
-        "ctpipe.data_fingerprint": snapshot.fingerprint,
-        "ctpipe.data_uri": snapshot.data_uri,
-        "ctpipe.snapshot_uri": str(Path(snapshot_dir).resolve())
-        if "://" not in snapshot_dir
-        else snapshot_dir,
-        "ctpipe.git_commit": run_tags.get("ctpipe.git_commit", "") or "unknown",
-        "ctpipe.image": current_image(),
-        "ctpipe.pipeline_run_id": pipeline_run_id,
-        "ctpipe.trigger": trigger,
-        "ctpipe.blessed": "true" if blessing.blessed else "false",
-        "ctpipe.blessing_reasons": _clip(json.dumps(blessing.reasons)),
-        "ctpipe.compared_with": str(blessing.champion_version or ""),
-        "ctpipe.validation_warnings": _clip(json.dumps(validation.warnings)),
-        "ctpipe.sanity": _clip(json.dumps({"status": sanity.status, "checks": sanity.figures()})),
-        "ctpipe.config": _clip(config.to_json()),
-        "ctpipe.evaluation": _clip(
-            json.dumps(
-                {
-                    "intervals": blessing.intervals,
-                    "differences": blessing.differences,
-                    "champion_metrics": blessing.champion_metrics,
-                    "failed_slices": [s["slice"] for s in blessing.slices if s.get("blocking")],
-                    "test_rows": blessing.test_rows,
-                }
-            )
-        ),
+    serving_check: str,
+) -> dict[str, Any]:
+    """Everything else the version records (``ctpipe/lineage.json`` on its run; see ``LINEAGE_FIELDS``)."""
+    meta = blessing.model_metadata
+    split = meta.get("split") or None
+    return {
+        "data_uri": snapshot.data_uri,
+        "snapshot_uri": str(Path(snapshot_dir).resolve()) if "://" not in snapshot_dir else snapshot_dir,
+        "image": current_image(),
+        "pipeline_run_id": pipeline_run_id,
+        "compared_with": str(blessing.champion_version or ""),
+        "blessing_reasons": blessing.reasons,
+        "validation_warnings": validation.warnings,
+        "sanity": {"status": sanity.status, "checks": sanity.figures()},
+        "config": json.loads(config.to_json()),
+        "evaluation": {
+            "intervals": blessing.intervals,
+            "differences": blessing.differences,
+            "champion_metrics": blessing.champion_metrics,
+            "failed_slices": [s["slice"] for s in blessing.slices if s.get("blocking")],
+            "test_rows": blessing.test_rows,
+        },
         # Which task code made the model (entrypoint, distribution version, source digest): a champion scored
         # later by other code is reported as such (components/steps/evaluate/champion_task.py).
-        "ctpipe.task_code": _clip(json.dumps(blessing.task_code)) if blessing.task_code else "not recorded",
-        "ctpipe.model_sha256": model_sha256,
+        "task_code": blessing.task_code,
         # The model as its task describes it (a user's network: class, parameters, options), with the task.
-        "ctpipe.model": _clip(json.dumps({"task": blessing.task.get("name"),
-                                          **blessing.model_config})),
-        KEY_TAG: key,
-        COMPLETE_TAG: "complete",
-    }
-    for name, value in blessing.candidate_metrics.items():
-        tags[f"ctpipe.metric.{name}"] = f"{float(value):.6g}"
-    meta = blessing.model_metadata
-    if "step" in meta:
-        tags["ctpipe.checkpoint_step"] = str(meta["step"])
-    if meta.get("split"):
+        "model": {"task": blessing.task.get("name"), **blessing.model_config},
+        "metrics": {name: float(value) for name, value in sorted(blessing.candidate_metrics.items())},
+        "checkpoint_step": str(meta["step"]) if "step" in meta else None,
         # How the training rows were chosen and which they were (digest), beside the data fingerprint.
-        tags["ctpipe.split"] = _clip(json.dumps({k: v for k, v in meta["split"].items() if k != "partitions"}))
-        tags["ctpipe.train_keys_sha256"] = str(meta["split"].get("train_keys_sha256", ""))
-    return tags
+        "split": {k: v for k, v in split.items() if k != "partitions"} if split else None,
+        "train_keys_sha256": str(split.get("train_keys_sha256", "")) if split else None,
+        "serving_check": serving_check,
+    }
 
 
 def log_run_artifacts(
@@ -406,6 +420,15 @@ def log_run_artifacts(
         }
         log_step(tracking_uri, run_id, "registration", files=files, retry=retry)
     return pyfunc_sha256, serving
+
+
+def log_lineage(tracking_uri: str, run_id: str, record: dict[str, Any], retry: RetryPolicy) -> str:
+    """Log the lineage record as ``ctpipe/lineage.json`` on the run (before the version exists); its SHA-256."""
+    with tempfile.TemporaryDirectory(prefix="ctpipe-lineage-") as tmp:
+        path = Path(tmp) / Path(LINEAGE_PATH).name
+        digest = write_lineage(path, record)
+        log_step(tracking_uri, run_id, "registration", files={LINEAGE_PATH: path}, retry=retry)
+    return digest
 
 
 def _create_once(registry: Registry, run_id: str, key: str, source: str, tags: dict[str, str]):

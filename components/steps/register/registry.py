@@ -22,6 +22,7 @@ from ctpipe.components.lib.tracking import (  # also sets MLFLOW_DISABLE_TELEMET
     RetryPolicy,
     error_code,
 )
+from ctpipe.components.lib.tracking.lineage import version_lineage
 from ctpipe.components.steps.register.history import (
     MAX_BY_CHARS,
     MAX_HISTORY,
@@ -44,6 +45,9 @@ HISTORY_TAG = "ctpipe.champion_history"
 COMPLETE_TAG = "ctpipe.registration"  # "complete" on every version ctpipe created
 KEY_TAG = "ctpipe.registration_key"
 MAX_STACK = 100
+# What a champion move records on the version it moves to (``_move_champion``): its kind, when, who and why.
+PROMOTION_RECORD_TAGS = ("ctpipe.promotion", "ctpipe.promoted_at", "ctpipe.promoted_by", "ctpipe.promotion_reason",
+                         "ctpipe.promotion_reason_uri")
 
 
 # TEST-ONLY fault hook (tests/components/steps/register/test_faults.py, benchmarks/soak.py), never part of a user config:
@@ -60,14 +64,11 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def recorded_champion_alias(version: Any) -> str | None:
-    """The champion alias in the config a version was registered with (``ctpipe.config``), if readable."""
-    try:
-        config = json.loads((version.tags or {}).get("ctpipe.config", ""))
-    except ValueError:  # absent, or clipped to the tag limit
-        return None
+def recorded_champion_alias(lineage: dict[str, Any]) -> str | None:
+    """The champion alias in the config a version was registered with (its lineage's ``config``), if readable."""
+    config = lineage.get("config")
     alias = config.get("registry", {}).get("champion_alias") if isinstance(config, dict) else None
-    return alias if isinstance(alias, str) else None
+    return alias if isinstance(alias, str) else None  # absent, or (an older version's tag) clipped
 
 
 def _now_iso() -> str:
@@ -205,6 +206,10 @@ class Registry:
                 "Run 'ctpipe models list' to see them."
             )
         return found
+
+    def lineage(self, version: Any) -> dict[str, Any]:
+        """The lineage of a version: its digest-checked ``ctpipe/lineage.json``, or an older version's tags."""
+        return version_lineage(self.client, version, retry=RetryPolicy.of(self.config))
 
     def versions(self) -> list:
         """Every version of the model, oldest first."""
@@ -442,7 +447,8 @@ class Registry:
                 f"{COMPLETE_TAG}=complete missing), so it cannot become champion; register it again."
             )
         alias = self.config.champion_alias
-        recorded = recorded_champion_alias(mv)
+        lineage = self.lineage(mv)
+        recorded = recorded_champion_alias(lineage)
         in_use = self.aliases() if recorded is not None and recorded != alias else {}
         if recorded in in_use and alias not in in_use:
             # Its pipeline reads another alias, in use here: moving this unused one would change nothing it serves
@@ -465,9 +471,10 @@ class Registry:
             tags = mv.tags or {}
             unblessed = ""
             if tags.get("ctpipe.blessed") != "true":  # allowed (a human's call), but said, with evaluation's reason
-                try:
-                    why = (json.loads(tags.get("ctpipe.blessing_reasons") or "[]") or ["no reason recorded"])[0]
-                except ValueError:  # clipped to the tag limit
+                reasons = lineage.get("blessing_reasons")
+                if isinstance(reasons, list):
+                    why = (reasons or ["no reason recorded"])[0]
+                else:  # an older version's tag, clipped to the tag limit
                     why = "see 'ctpipe models show'"
                 unblessed = f" (note: evaluation did not bless version {mv.version}: {why})"
             said = clip_text(reason, MAX_REASON_CHARS_IN_TAG, "ctpipe models show " + str(mv.version))

@@ -30,9 +30,9 @@ SERVING_CHECK_ROWS = 16
 SERVING_CHECK_TIMEOUT_SECONDS = 300.0
 # Served numbers may differ in the last bits between processes (thread counts change kernel blocking).
 RTOL, ATOL = 1e-5, 1e-6
-# The version's tags that say whether it passed, and why not.
+# The version's tag that says whether it passed (why not: the lineage's ``serving_check``; a tag of its own on
+# versions registered before ``ctpipe/lineage.json``).
 SERVABLE_TAG = "ctpipe.servable"
-SERVING_CHECK_TAG = "ctpipe.serving_check"
 
 # Run as `python -I -c PROBE model_dir rows.parquet out.parquet pkg[,pkg...]`.
 PROBE = r"""
@@ -65,9 +65,6 @@ class ServingCheck:
     servable: bool
     reason: str
     seconds: float
-
-    def tags(self) -> dict[str, str]:
-        return {SERVABLE_TAG: "true" if self.servable else "false", SERVING_CHECK_TAG: self.reason[:5000]}
 
 
 def check_serving(model_dir: Path, rows: pd.DataFrame, expected: pd.DataFrame, shipped: list[str],

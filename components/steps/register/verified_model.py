@@ -17,12 +17,13 @@ import tempfile
 from pathlib import Path
 
 from ctpipe.components.lib.errors import UserError
+from ctpipe.components.lib.tracking.lineage import version_lineage
 from ctpipe.components.steps.register.model_files import (
     PYFUNC_DIGEST_TAG,
     UntrustedModelError,
     verify_model_dir,
 )
-from ctpipe.components.steps.register.serving_check import SERVABLE_TAG, SERVING_CHECK_TAG
+from ctpipe.components.steps.register.serving_check import SERVABLE_TAG
 
 
 def download_verified(model_uri: str, dst: str | Path, *, tracking_uri: str, allow_unservable: bool = False) -> Path:
@@ -49,7 +50,8 @@ def download_verified(model_uri: str, dst: str | Path, *, tracking_uri: str, all
         raise UntrustedModelError(f"{name} version {version} has no '{PYFUNC_DIGEST_TAG}' tag (registered by an older "
                                   "ctpipe): its files cannot be verified; re-register it")
     if tags.get(SERVABLE_TAG) == "false" and not allow_unservable:
-        raise UserError(f"{name} version {version} is marked not servable: {tags.get(SERVING_CHECK_TAG, '')}")
+        why = version_lineage(client, registered).get("serving_check", "")
+        raise UserError(f"{name} version {version} is marked not servable: {why}")
     target = Path(dst)
     if target.exists() and any(target.iterdir()):
         raise UserError(f"'{target}' is not empty: download a model into a new folder, so that no other file "

@@ -197,24 +197,24 @@ def load_suite_file(path: str | Path) -> dict[str, Any]:
 def champion_suite(
     tracking_uri: str, config
 ) -> tuple[dict[str, Any], dict[str, Any] | None, str, dict[str, Any] | None] | None:
-    """The champion's stored suite and reference stats, its version and the task that made it (its
-    ``ctpipe.task_code`` tag: name, entrypoint; None when not recorded); None without a champion."""
+    """The champion's stored suite and reference stats, its version and the task that made it (its lineage's
+    ``task_code``: name, entrypoint; None when not recorded); None without a champion."""
     from ctpipe.components.lib.tracking import fetch_champion_files
+    from ctpipe.components.lib.tracking.lineage import LINEAGE_PATH, lineage_from
 
     if not tracking_uri:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         found = fetch_champion_files(tracking_uri, config.registry,
-                                     ["reference/suite.json", "reference/reference_stats.json"], tmp)
+                                     ["reference/suite.json", "reference/reference_stats.json", LINEAGE_PATH], tmp)
         if found is None or found.files["reference/suite.json"] is None:
             return None
         suite = load_suite_file(found.files["reference/suite.json"])
         stats_file = found.files["reference/reference_stats.json"]
         stats = json.loads(Path(stats_file).read_text()) if stats_file else None
-    try:
-        task = json.loads(found.tags.get("ctpipe.task_code") or "null")
-    except json.JSONDecodeError:
-        task = None
+        lineage = lineage_from(found.tags, found.files[LINEAGE_PATH],
+                               f"champion {config.registry.model_name} v{found.version}")
+    task = lineage.get("task_code")
     return suite, stats, found.version, task if isinstance(task, dict) else None
 
 

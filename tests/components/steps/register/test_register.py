@@ -11,13 +11,23 @@ import pytest
 
 from ctpipe.components.lib.config import Threshold
 from ctpipe.components.lib.tracking import local_tracking_uri, use_tracking
+from ctpipe.components.lib.tracking.lineage import (
+    LINEAGE_DIGEST_TAG,
+    LINEAGE_FIELDS,
+    LineageError,
+    write_lineage,
+)
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
-from ctpipe.components.steps.register.register import LINEAGE_TAGS as REGISTERED_LINEAGE
-from ctpipe.components.steps.register.register import register_candidate
-from ctpipe.components.steps.register.registry import Registry
+from ctpipe.components.steps.register.catalog import show_version
+from ctpipe.components.steps.register.register import (
+    CLIPPED,
+    MAX_TAG_CHARS,
+    MAX_TAGS,
+    VERSION_TAGS,
+    register_candidate,
+)
+from ctpipe.components.steps.register.registry import PROMOTION_RECORD_TAGS, Registry
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
-
-LINEAGE_TAGS = (*REGISTERED_LINEAGE, "ctpipe.metric.accuracy")
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +87,29 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
     client = mlflow.MlflowClient(local_tracking_uri(tmp_path), registry_uri=local_tracking_uri(tmp_path))
     mv = client.get_model_version(config.registry.model_name, "1")
     assert mv.run_id == run_id
-    for tag in LINEAGE_TAGS:  # every one set; only compared_with is empty for a first model
-        assert mv.tags.get(tag) or (tag == "ctpipe.compared_with" and tag in mv.tags), tag
+    # A person sees a dozen short tags; everything else is the run's lineage.json, checked against its digest.
+    own = {k: v for k, v in mv.tags.items() if k not in PROMOTION_RECORD_TAGS}  # a champion adds who/when/why
+    assert set(VERSION_TAGS) <= set(own) and len(own) <= MAX_TAGS, sorted(own)
+    assert own["ctpipe.metric.accuracy"] and not any(k.startswith("ctpipe.metric.log_loss") for k in own)
+    assert max(len(v) for v in own.values()) <= MAX_TAG_CHARS, own
     assert mv.tags["ctpipe.blessed"] == "true" and mv.tags["ctpipe.trigger"] == "new_data"
-    assert json.loads(mv.tags["ctpipe.config"])["registry"]["model_name"] == config.registry.model_name
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    lineage = registry.lineage(mv)
+    assert set(lineage) == set(LINEAGE_FIELDS) and lineage["compared_with"] == ""  # a first model
+    assert all(lineage[f] not in (None, "") for f in LINEAGE_FIELDS if f != "compared_with"), lineage
+    assert lineage["config"]["registry"]["model_name"] == config.registry.model_name
+    assert set(lineage["metrics"]) >= {"accuracy", "log_loss"} and lineage["pipeline_run_id"] == "p1"
     # Which task code made it: the built-in tabular task, ctpipe's version, a digest of the module's source.
-    code = json.loads(mv.tags["ctpipe.task_code"])
+    code = lineage["task_code"]
     assert code["entrypoint"] == "ctpipe.components.tasks.tabular:make_task" and code["distribution"] == "ctpipe"
     assert len(code["source_sha256"]) == 64
+    # The record round-trips: written again, it is the same bytes, so the same digest the version holds.
+    assert write_lineage(tmp_path / "again.json", lineage) == mv.tags["ctpipe.lineage_sha256"]
+    # Whoever can write the artifact store cannot change it unnoticed: the registry holds its digest.
+    write_lineage(tmp_path / "changed" / "lineage.json", {**lineage, "blessing_reasons": ["trust me"]})
+    client.log_artifact(run_id, str(tmp_path / "changed" / "lineage.json"), "ctpipe")
+    with pytest.raises(LineageError, match=r"version 1 of 'ctpipe-classifier'.*changed after registration"):
+        show_version(registry, "1")
     files = {f.path for f in client.list_artifacts(run_id, "ctpipe")} | {
         f.path for f in client.list_artifacts(run_id, "reference")
     }
@@ -146,7 +171,11 @@ def test_champion_moves_only_if_it_is_still_the_one_compared_against(models, tmp
     registry = Registry(local_tracking_uri(tmp_path), config.registry)
     assert registry.alias_version("champion") == "2"
     assert registry.champion_stack() == ["1", "2"]
-    assert registry.get_version("3").tags["ctpipe.promotion_decision"] == late.promotion_reason
+    # A short tag; the description's decision sentence says it whole.
+    recorded = registry.get_version("3")
+    decision = recorded.tags["ctpipe.promotion_decision"]
+    assert len(decision) <= MAX_TAG_CHARS and late.promotion_reason.startswith(decision.removesuffix(CLIPPED))
+    assert late.promotion_reason in recorded.description
     # Rollback returns to the previous champion and records why.
     outcome = registry.rollback(reason="bad canary", by="ops")
     assert (outcome.champion, outcome.previous) == ("1", "2")
@@ -256,3 +285,37 @@ def test_each_version_is_described_by_its_decision_sentence_as_the_summary_and_t
     card = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="reports/model_card.md",
                                                     tracking_uri=local_tracking_uri(tmp_path)))
     assert f"**Decision:** {first.decision}" in card.read_text()
+
+
+def _as_older_layout(registry: Registry, number: str) -> None:
+    """Make a version look as the older layout registered it: every lineage field its own tag, no artifact digest."""
+    mv = registry.get_version(number)
+    lineage = registry.lineage(mv)
+    client, name = registry.client, registry.name
+    client.delete_model_version_tag(name, number, LINEAGE_DIGEST_TAG)
+    for field, value in lineage.items():
+        if field == "metrics":
+            for metric, figure in value.items():
+                client.set_model_version_tag(name, number, f"ctpipe.metric.{metric}", f"{figure:.6g}")
+        else:
+            client.set_model_version_tag(name, number, f"ctpipe.{field}",
+                                         value if isinstance(value, str) else json.dumps(value))
+
+
+def test_a_champion_registered_with_every_field_as_a_tag_is_still_compared_shown_and_promoted(models, tmp_path):
+    config = fast_config()
+    config.evaluate.thresholds = {"accuracy": Threshold(value="baseline")}  # any candidate over the floor is blessed
+    _cycle(models, tmp_path, "a", "p1", config)[2]()
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    _as_older_layout(registry, "1")
+    assert LINEAGE_DIGEST_TAG not in registry.get_version("1").tags
+    # The next run is evaluated against the older champion and promoted over it.
+    assert _cycle(models, tmp_path, "b", "p2", config)[2]().promoted
+    assert registry.lineage(registry.get_version("2"))["compared_with"] == "1"
+    shown = show_version(registry, "1")
+    assert shown["config"]["registry"]["model_name"] == config.registry.model_name
+    assert set(shown["metrics"]) >= {"accuracy", "log_loss"} and shown["blessing_reasons"]
+    # Its recorded config (the champion alias a manual promotion checks) is read from its tags.
+    assert registry.promote_manual("1", reason="back to the older one", by="ops").promoted
+    assert registry.alias_version("champion") == "1"
+
