@@ -3,9 +3,10 @@
     with output_to(run_dir / "pipeline.log") as terminal, StepProgress(status_dir, terminal, log_path=...):
         ...  # run the pipeline
 
-Everything the steps print goes to the run's ``pipeline.log``; the terminal gets the step lines and the
-training progress line that rank 0 prints each logging window (``ProgressLine``), rewritten in place on a
-terminal and printed every ``PRINT_EVERY_SECONDS`` (or each quarter of the steps) otherwise. ``--verbose``
+Everything the steps print goes to the run's ``pipeline.log``; the terminal gets the step lines, the
+training progress line that rank 0 prints each logging window (``ProgressLine``) and a long validation's
+progress line (``WorkLine``: its streaming passes over many rows), rewritten in place on a terminal and
+printed every ``PRINT_EVERY_SECONDS`` (or each quarter of the work) otherwise. ``--verbose``
 echoes the whole log too; ``--quiet`` prints nothing until the summary.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ctpipe.components.engine.progress import ProgressLine
+from ctpipe.components.lib.work_progress import WorkLine
 from ctpipe.pipelines.local.kfp_local_patches import ANSI_CODES
 from ctpipe.pipelines.local.run_summary import read_step_records
 
@@ -48,8 +50,8 @@ class StepProgress:
         self.seen: dict[str, str] = {}
         self._log = LogTail(log_path) if log_path is not None else None
         self._tty = bool(getattr(out, "isatty", lambda: False)())
-        self._progress: ProgressLine | None = None
-        self._progress_shown: tuple[float, int] | None = None  # (when, step) the line was last printed
+        self._progress: ProgressLine | WorkLine | None = None
+        self._progress_shown: tuple[float, tuple[str, int]] | None = None  # (when, _position) last printed
         self._in_place = False  # a progress line is on the terminal without its newline
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -63,23 +65,24 @@ class StepProgress:
             self.out.flush()
 
     def _show_progress(self, final: bool = False) -> None:
-        """The training line: in place on a TTY; otherwise every PRINT_EVERY_SECONDS or quarter of the steps."""
+        """The progress line: in place on a TTY; otherwise every PRINT_EVERY_SECONDS or quarter of the work."""
         line = self._progress
         if line is None or self.quiet:
             return
         now, last = time.monotonic(), self._progress_shown
+        position = _position(line)
         if self._tty:
-            if last is None or line.step != last[1]:
+            if last is None or position != last[1]:
                 self.out.write("\r" + line.text() + "\x1b[K")
                 self.out.flush()
                 self._in_place = True
-                self._progress_shown = (now, line.step)
+                self._progress_shown = (now, position)
             return
-        due = (last is None or final or now - last[0] >= PRINT_EVERY_SECONDS
-               or line.step - last[1] >= max(line.total // 4, 1))
-        if due and (last is None or line.step != last[1]):
+        due = (last is None or final or now - last[0] >= PRINT_EVERY_SECONDS or position[0] != last[1][0]
+               or position[1] - last[1][1] >= max(line.total // 4, 1))
+        if due and (last is None or position != last[1]):
             self._emit(line.text())
-            self._progress_shown = (now, line.step)
+            self._progress_shown = (now, position)
 
     def _read_log(self) -> None:
         if self._log is None:
@@ -88,7 +91,7 @@ class StepProgress:
             line = ANSI_CODES.sub("", raw)
             if self.verbose:
                 self._emit("  | " + line)
-            progress = ProgressLine.parse(line)
+            progress = ProgressLine.parse(line) or WorkLine.parse(line)
             if progress is not None:
                 self._progress = progress
                 self._show_progress()
@@ -109,7 +112,7 @@ class StepProgress:
             elif status == "cached":
                 self._emit(f"{label}: reused from cache (data, config and code unchanged)")
             else:
-                if step == "train":
+                if self._progress is not None and _position(self._progress)[0].split(":")[0] == step:
                     self._show_progress(final=True)
                 seconds = records[step].get("seconds", 0.0)
                 mark = "passed" if status == "passed" else "FAILED"
@@ -127,6 +130,13 @@ class StepProgress:
         self._stop.set()
         self._thread.join()
         self.poll()
+
+
+def _position(line: ProgressLine | WorkLine) -> tuple[str, int]:
+    """Which step's which pass a progress line reports, and how far it is (a line already shown is not again)."""
+    if isinstance(line, ProgressLine):
+        return "train", line.step
+    return f"{line.step}:{line.doing}", line.done
 
 
 class LogTail:

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from ctpipe.components.engine.progress import ProgressLine
+from ctpipe.components.lib.work_progress import WorkLine
 from ctpipe.pipelines.local import progress as terminal_progress
 from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, run_step_process
 from ctpipe.pipelines.local.progress import LogTail, StepProgress
@@ -100,3 +101,28 @@ def test_kfp_local_output_carries_no_colour_codes(capsys):
     assert logging_utils.Color.CYAN != ""  # put back afterwards
     assert run_step_process(["bash", "-c", r"printf '\033[92mSUCCESS\033[0m\n'"]) == 0
     assert "\x1b[" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_a_long_validation_shows_its_progress_line_like_training(tmp_path, monkeypatch, tty):
+    monkeypatch.setattr(terminal_progress, "PRINT_EVERY_SECONDS", 3600.0)
+    log, status = tmp_path / "pipeline.log", tmp_path / "status"
+    log.write_text("")
+    write_status(status, "validate_data", "running")
+    out = Terminal(tty)
+    shown = StepProgress(status, out, log_path=log)
+    for done in range(100, 1001, 100):
+        with open(log, "a") as f:
+            f.write(WorkLine("validate_data", "scanning", done, 1000, "rows", 50.0, (1000 - done) / 50,
+                             done // 250, 4).text() + "\n")
+        shown.poll()
+    write_status(status, "validate_data", "passed")
+    shown.poll()
+    text = out.getvalue()
+    printed = [w.done for w in map(WorkLine.parse, text.replace("\r", "\n").splitlines()) if w]
+    if tty:  # each line rewritten in place
+        assert printed == list(range(100, 1001, 100)) and text.count("\r") == 10
+    else:  # a quarter of the rows apart (the period is an hour here), and the last
+        assert printed == [100, 400, 700, 1000], printed
+        assert "\r" not in text
+    assert text.rstrip().endswith("validate data (fingerprint, splits, Great Expectations): passed in 1.0s")

@@ -87,9 +87,12 @@ class ValidationConfig:
     # duplicates over every row, the row checks and the GX suite on a stratified sample of sample_rows.
     in_memory_rows: int = 500_000
     sample_rows: int = 200_000
+    # A streaming pass prints its progress line (rows, partitions, rate, ETA) to the log this often.
+    progress_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         check_range(self.in_memory_rows, "validation.in_memory_rows", 0, MAX_ROWS)
+        check_range(self.progress_seconds, "validation.progress_seconds", 0, 3600.0)
         check_range(self.sample_rows, "validation.sample_rows", 1000, MAX_ROWS)
         # The margin widens each profiled range by this multiple of its width: more than 100x accepts anything.
         check_range(self.range_margin, "validation.range_margin", 0, 100.0)

@@ -22,6 +22,7 @@ reads the batches again and writes the snapshot's split files row group by row g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,9 @@ class Scan:
     def judged_on(self) -> str:
         return (f"a stratified sample of {len(self.sample)} of {self.total} rows (per partition and label, seeded; "
                 "exact: partition rows, row count, label nulls, split sizes, cross-split duplicates, keys with two labels)")
+
+# Told of each batch a pass finished: its rows and its partition.
+BatchDone = Callable[[int, str], None]
 
 
 def content_hashes(batch: pd.DataFrame, columns: list[str]) -> np.ndarray:
@@ -194,10 +198,12 @@ class _KeyLabels:
 
 
 def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, key: str | None, features: list[str],
-         settings: SplitSettings, sample_rows: int, seed: int = 0, stratify_by_label: bool = True) -> Scan:
+         settings: SplitSettings, sample_rows: int, seed: int = 0, stratify_by_label: bool = True,
+         on_batch: BatchDone | None = None) -> Scan:
     """Pass 1: exact figures and a stratified sample (see the module docstring). ``stratify_by_label`` False (a
     real-valued label, ``Task.label_kind`` "continuous"): by partition only, since every distinct value of such
-    a label would be a class with its floor of rows, and the sample would grow to every row."""
+    a label would be a class with its floor of rows, and the sample would grow to every row. ``on_batch(rows,
+    partition)`` is told of every batch done (a progress line)."""
     if grouped_by_partition(files) != list(files):  # each partition's sample, and pass 2's windows, are one run
         raise ValueError("scan needs the files grouped by partition, as list_data_files lists them")
     partitions = sorted({partition_of(f.path) for f in files})
@@ -241,6 +247,8 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
         strata = labels if stratify_by_label else pd.Series(None, index=batch.index, dtype=object)
         sampler.add(batch, strata, priority, np.arange(position, position + len(batch)))
         position += len(batch)
+        if on_batch is not None:
+            on_batch(len(batch), str(part or ""))
     if sampler is not None:
         samples.append(sampler.rows())
     if key is not None and label is not None:
@@ -282,8 +290,10 @@ def window_quota(scan_result: Scan, partitions: list[str], window: TrainWindow) 
 
 
 def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fmt: str, scan_result: Scan,
-                          schema: Schema, *, fingerprint: str, window: TrainWindow, task: Any) -> Snapshot:
-    """Pass 2: the split files written batch by batch, in the sample's column order and dtypes."""
+                          schema: Schema, *, fingerprint: str, window: TrainWindow, task: Any,
+                          on_batch: BatchDone | None = None) -> Snapshot:
+    """Pass 2: the split files written batch by batch, in the sample's column order and dtypes (``on_batch`` as
+    ``scan``'s)."""
     partitions = list(scan_result.rows)
     quota = window_quota(scan_result, partitions, window) if not window.is_all else None
     train_seen = dict.fromkeys(partitions, 0)
@@ -310,6 +320,8 @@ def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fm
             excluded += int(drop.sum())
             split = np.where(drop, "outside_window", split)
         writer.add(batch, pd.Series(split, index=batch.index))
+        if on_batch is not None:
+            on_batch(len(batch), str(batch[PARTITION_COLUMN].iloc[0]) if len(batch) else "")
     if quota is not None:
         writer.window = {**window.to_dict(), "excluded_train_rows": excluded,
                          "partitions": sorted(p for p, n in quota.items() if n > 0)}

@@ -42,6 +42,7 @@ from ctpipe.components.lib.data.window import TrainWindow, partition_date
 from ctpipe.components.lib.errors import DataValidationError, UserError
 from ctpipe.components.lib.handoffs import ValidationVerdict, write_validation
 from ctpipe.components.lib.tracking import RetryPolicy, log_step
+from ctpipe.components.lib.work_progress import WorkMeter
 from ctpipe.components.steps.validate_data import checks, feature_checks
 from ctpipe.components.steps.validate_data.exact import exact_overrides, exact_profile
 from ctpipe.components.steps.validate_data.findings import (
@@ -101,7 +102,7 @@ def validate_data(
         outcome = _Outcome(None, None)
     if not errors(summary.findings) and outcome.inputs is not None:
         t = time.perf_counter()
-        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task)
+        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task, config)
         summary.seconds["write_snapshot"] = time.perf_counter() - t
         # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
         write_validation(snapshot_dir, ValidationVerdict(**summary_json(summary)))
@@ -238,10 +239,12 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     scanned = None
     if total is not None and total > config.validation.in_memory_rows:
         # Too large for one frame: exact figures in one streaming pass, the row checks on a sample.
+        meter = _meter("scanning", total, files, config)
         scanned = stream.scan(data_uri, files, config.data.format, label=label, key=config.data.key,
                               features=list(config.data.features), settings=SplitSettings.from_config(config.data),
                               sample_rows=config.validation.sample_rows,
-                              stratify_by_label=task.label_kind == "classes")
+                              stratify_by_label=task.label_kind == "classes", on_batch=meter.advance)
+        meter.finish()
         data = scanned.sample
         summary.judged_on = scanned.judged_on()
     else:
@@ -351,12 +354,21 @@ def _partition(rel_path: str) -> str:
     return "/".join(parts) if parts else rel_path
 
 
-def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str, task: Any) -> None:
+def _meter(doing: str, rows: int, files: list, config: Config) -> WorkMeter:
+    """The progress line of a streaming pass over ``rows`` rows of ``files``."""
+    return WorkMeter("validate_data", doing, rows, "rows", parts_total=len({_partition(f.path) for f in files}),
+                     every_seconds=config.validation.progress_seconds)
+
+
+def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str, task: Any,
+                    config: Config) -> None:
     inputs = outcome.inputs
     if inputs.scan is not None:  # streamed: a second pass writes the split files batch by batch
+        meter = _meter("writing the snapshot", sum(inputs.scan.rows.values()), inputs.files, config)
         snapshot = stream.write_snapshot_stream(snapshot_dir, data_uri, inputs.files, inputs.format, inputs.scan,
                                                 inputs.schema, fingerprint=fingerprint, window=inputs.window,
-                                                task=task)
+                                                task=task, on_batch=meter.advance)
+        meter.finish()
     else:
         snapshot = write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), inputs.data[SPLIT_COLUMN],
                                   inputs.schema, data_uri=data_uri, files=inputs.files, fingerprint=fingerprint,
