@@ -111,6 +111,12 @@ def _print_record(record: dict) -> None:
     for key, value in record.items():
         if key in ("tags", "config", "evaluation"):
             continue
+        if key == "lineage":  # one line per field (the long ones, config and evaluation, only with --json)
+            print("lineage (ctpipe/lineage.json):")
+            for name, field in value.items():
+                if name != "evaluation":
+                    print(f"  {name}: {json.dumps(field) if isinstance(field, dict | list) else field}")
+            continue
         print(f"{key}: {json.dumps(value) if isinstance(value, dict | list) else value}")
 
 

@@ -70,6 +70,9 @@ def test_show_prints_lineage_and_reasons(home, capsys):
     assert any("fails value threshold" in r for r in record["blessing_reasons"])
     assert record["lineage"]["pipeline_run_id"] == "p2" and record["config"]["evaluate"]
     assert set(record["metrics"]) >= {"accuracy", "macro_f1", "log_loss"}
+    code, out, _ = _run(capsys, "models", "show", "2", "--home", str(home))
+    assert code == 0 and "\nlineage (ctpipe/lineage.json):\n" in out and "\n  pipeline_run_id: p2\n" in out
+    assert "\n  intervals" not in out and '"intervals"' not in out  # the evaluation's detail: --json only
 
 
 def test_promote_by_hand_is_recorded_and_rollback_returns_to_the_previous_champion(home, capsys):
