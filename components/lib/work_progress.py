@@ -77,12 +77,13 @@ class WorkMeter:
         self.started = self.last_printed = clock()
         self.last_done: int | None = None  # done when the last line was printed; None: none printed
 
-    def line(self, *, finished: bool = False) -> WorkLine:
+    def line(self) -> WorkLine:
         elapsed = max(self.clock() - self.started, 1e-9)
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
         parts_done = None
         if self.parts_total is not None:
+            finished = self.total > 0 and self.done >= self.total  # every row counted: every part done
             parts_done = self.parts_total if finished else max(len(self.parts_seen) - 1, 0)
         return WorkLine(self.step, self.doing, self.done, self.total, self.unit, rate, eta,
                         parts_done, self.parts_total, self.part_unit)
@@ -96,10 +97,10 @@ class WorkMeter:
             self._print(self.line())
 
     def finish(self) -> None:
-        """The last line (all done), if the pass was long enough to print any."""
-        if self.last_done is not None:
+        """The last line (all done), if the pass was long enough to print any and its last line was not that."""
+        if self.last_done is not None and self.last_done != self.total:
             self.done = self.total
-            self._print(self.line(finished=True))
+            self._print(self.line())
 
     def _print(self, line: WorkLine) -> None:
         self.out(line.text())

@@ -34,6 +34,13 @@ def test_the_meter_prints_once_a_period_and_the_last_line_only_when_it_printed_a
     assert all(w.total == 100 and w.parts_total == 4 and w.rate > 0 for w in lines)
     assert lines[-1].eta_seconds == 0
 
+    every: list[str] = []  # a line per batch: the last one is the whole pass, not printed twice
+    meter = WorkMeter("validate_data", "scanning", 24, "rows", parts_total=2, every_seconds=0.0, out=every.append)
+    meter.advance(12, "a")
+    meter.advance(12, "b")
+    meter.finish()
+    assert [(w.done, w.parts_done) for w in map(WorkLine.parse, every)] == [(12, 0), (24, 2)], every
+
     quiet: list[str] = []
     short = WorkMeter("validate_data", "scanning", 10, "rows", every_seconds=3600.0, out=quiet.append)
     short.advance(10, "a")
