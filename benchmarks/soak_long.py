@@ -232,8 +232,13 @@ def home_bytes(home: Path) -> int:
     return sum(p.stat().st_size for p in home.rglob("*") if p.is_file())
 
 
-def audit(registry: Registry, records: list[dict[str, Any]], fingerprints: dict[int, str]) -> dict[str, Any]:
-    """Lost data versions, inconsistent registry entries, duplicate runs, the largest registry tag."""
+def audit(
+    registry: Registry, records: list[dict[str, Any]], fingerprints: dict[int, str], retired: set[str]
+) -> dict[str, Any]:
+    """Lost data versions, inconsistent registry entries, duplicate runs, the largest registry tag.
+
+    ``retired``: the versions ``ctpipe gc`` deleted under the version policy. A day whose version was retired
+    was trained and registered, not lost; a retired version must be in no alias and not in the rollback stack."""
     from soak_audit import full_champion_history
 
     versions = registry.versions()
@@ -242,8 +247,14 @@ def audit(registry: Registry, records: list[dict[str, Any]], fingerprints: dict[
     succeeded: dict[int, int] = {}
     for r in records:
         succeeded[r["day"]] = succeeded.get(r["day"], 0) + (r["status"] == "succeeded")
-    lost = [d for d, fp in fingerprints.items() if not succeeded.get(d) or fp not in registered]
-    problems = []
+    retired_days = {r["day"] for r in records if r["status"] == "succeeded" and r["version"] in retired}
+    lost = [d for d, fp in fingerprints.items()
+            if not succeeded.get(d) or (fp not in registered and d not in retired_days)]  # fmt: skip
+    # whether each version was blessed, as the run that made it said (a retired version's tags are gone)
+    blessed = {r["version"]: r["day"] % 3 != 2 for r in records if r["status"] == "succeeded"}
+    problems = [f"version {v} was deleted but is still registered" for v in retired if v in by_number]
+    in_use = {*registry.aliases().values(), *registry.champion_stack()}
+    problems += [f"version {v} is aliased or in the rollback stack but was deleted" for v in in_use if v not in by_number]
     with tempfile.TemporaryDirectory() as tmp:
         for v in versions:
             try:
@@ -255,8 +266,7 @@ def audit(registry: Registry, records: list[dict[str, Any]], fingerprints: dict[
     history = full_champion_history(registry.uri, registry.name)
     previous = None
     for entry in history:
-        if (by_number.get(str(entry["version"])) is None
-                or (by_number[str(entry["version"])].tags or {}).get("ctpipe.blessed") != "true"):
+        if not blessed.get(str(entry["version"])):
             problems.append(f"champion moved to version {entry['version']}, not a blessed version")
         if str(entry.get("previous")) != str(previous):
             problems.append(f"move to {entry['version']} replaced {entry.get('previous')}, the champion was {previous}")
@@ -276,6 +286,7 @@ def audit(registry: Registry, records: list[dict[str, Any]], fingerprints: dict[
         "largest_registry_tag_bytes": max(len(t.encode()) for t in tags),
         "registry_tag_limit_bytes": MAX_REGISTRY_TAG_BYTES,
         "model_versions": len(versions),
+        "model_versions_retired": len(retired),
         "champion_moves": len(history),
     }
 
@@ -295,7 +306,7 @@ def run_fast(days: int, seed: int, workdir: str | None, outage_seconds: float) -
     registry.ensure_registered_model()
     killed_day, disk_day, outage_day = max(2, days // 7), max(3, days // 5), max(4, days // 3)
     faults, pid = Faults(), dead_pid()
-    records, fingerprints, sizes, split, blessed, gc_freed = [], {}, {}, {}, [], 0
+    records, fingerprints, sizes, split, blessed, gc_freed, retired = [], {}, {}, {}, [], 0, set()
     started = time.monotonic()
     print(f"soak --fast: {days} days, work folder {work}; killed run day {killed_day}, full disk day {disk_day}, "
           f"MLflow outage of {outage_seconds:.0f} s day {outage_day}", flush=True)
@@ -321,6 +332,7 @@ def run_fast(days: int, seed: int, workdir: str | None, outage_seconds: float) -
             weekly_and_monthly(registry, day, blessed)
             report = collect_garbage(home, config.retention, config.registry, uri, now=START + (day + 1) * DAY)
             gc_freed += report.bytes_freed
+            retired |= set(report.model_versions_deleted)
             registry.complete_champion_record()
             if day + 1 in MEASURE_DAYS or (day + 1) % 10 == 0 or day + 1 == days:
                 sizes[str(day + 1)] = home_bytes(home)
@@ -328,7 +340,7 @@ def run_fast(days: int, seed: int, workdir: str | None, outage_seconds: float) -
                 split[str(day + 1)] = {"local": sizes[str(day + 1)] - mlflow_bytes, "mlflow": mlflow_bytes}
                 print(json.dumps({"day": day + 1, "home_bytes": sizes[str(day + 1)], **split[str(day + 1)],
                                   "seconds": round(time.monotonic() - started, 1)}), flush=True)
-    result = audit(registry, records, fingerprints)
+    result = audit(registry, records, fingerprints, retired)
     summary = {
         "benchmark": "soak_long_fast",
         "days": days,
@@ -341,6 +353,7 @@ def run_fast(days: int, seed: int, workdir: str | None, outage_seconds: float) -
         "day365_over_day30": round(sizes["365"] / sizes["30"], 3) if "365" in sizes and "30" in sizes else None,
         "registry_tag_limit_bytes": result["registry_tag_limit_bytes"],
         "model_versions": result["model_versions"],
+        "model_versions_retired": result["model_versions_retired"],
         "champion_moves": result["champion_moves"],
         "attempts_failed": sum(r["status"] != "succeeded" for r in records),
         "faults": {"killed_run_day": killed_day, "full_disk_day": disk_day, "outage_day": outage_day,

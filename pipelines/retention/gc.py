@@ -30,6 +30,14 @@ from typing import Any
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.processes import pid_alive
+from ctpipe.components.steps.register.lock import RegistryBusyError
+from ctpipe.pipelines.retention.purge import (
+    CACHE_DIR,
+    prune_kfp_cache,
+    purge_deleted_runs,
+    purge_deleted_version_tags,
+)
+from ctpipe.pipelines.retention.versions import retire_versions
 
 CHECKPOINTS = Path("train") / "checkpoints"
 # Local folders kept for the champion's lineage: the champion and the champion a rollback restores (every
@@ -64,6 +72,11 @@ class GcReport:
     checkpoints_deleted: list[str] = field(default_factory=list)
     mlflow_runs_deleted: list[str] = field(default_factory=list)
     mlflow_runs_killed: list[str] = field(default_factory=list)
+    model_versions_deleted: list[str] = field(default_factory=list)
+    mlflow_runs_purged: list[str] = field(default_factory=list)  # deleted runs' rows removed for good
+    version_tags_purged: int = 0
+    cache_entries_deleted: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # what waits for the next gc, and why
     bytes_freed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,13 +157,20 @@ def collect_garbage(
     home = Path(home)
     report = GcReport(dry_run=dry_run)
     client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    protected, lineage = _registered_runs(client, registry_config)
     folders = sorted((p for p in (home / "runs").glob("*-*") if p.is_dir()), key=lambda p: p.name)
     runs = [read_run_folder(p) for p in folders]
     report.runs_seen = len(runs)
     newest = {r.path for r in runs[-retention.keep_last_runs :]}
     failed_horizon = now - retention.keep_failed_days * 86_400
     running = {r.mlflow_run_id for r in runs if r.status == "running"}
+    # Versions first: a version deleted here leaves an unregistered run, which the rules below delete.
+    try:
+        report.model_versions_deleted = retire_versions(
+            tracking_uri, registry_config, retention, {r for r in running if r}, dry_run=dry_run
+        )
+    except RegistryBusyError as err:  # a promotion is under way: the versions wait for the next gc
+        report.skipped.append(f"model versions: {err}")
+    protected, lineage = _registered_runs(client, registry_config)
     known_roots = {r.root_name for r in runs if r.root_name}
     kept_mlflow: set[str | None] = set()
     for run in runs:
@@ -172,8 +192,15 @@ def collect_garbage(
         if run.mlflow_run_id and run.mlflow_run_id not in protected:
             _delete_mlflow_run(client, run.mlflow_run_id, report, dry_run)
     _delete_orphan_roots(home / "pipeline_root", known_roots, failed_horizon, report, dry_run)
+    report.cache_entries_deleted = prune_kfp_cache(home / "pipeline_root", failed_horizon, dry_run=dry_run)
     _prune_mlflow_runs(client, registry_config, retention, protected | kept_mlflow, failed_horizon, report, dry_run)
     _kill_stale_mlflow_runs(client, registry_config, retention, now, running, report, dry_run)
+    experiment = client.get_experiment_by_name(registry_config.experiment)
+    if experiment is not None:
+        report.mlflow_runs_purged = purge_deleted_runs(client, tracking_uri, experiment.experiment_id, dry_run=dry_run)
+    report.version_tags_purged = purge_deleted_version_tags(
+        client, tracking_uri, registry_config.model_name, dry_run=dry_run
+    )
     return report
 
 
@@ -181,6 +208,8 @@ def _delete_orphan_roots(root: Path, known: set[str], horizon: float, report: Gc
     """Pipeline-root folders of no run folder (their run was deleted, or never wrote one), untouched since
     ``horizon``: nothing refers to them."""
     for path in sorted(root.glob("*")) if root.is_dir() else []:
+        if path.name == CACHE_DIR:
+            continue  # kfp.local's cache: pruned entry by entry (prune_kfp_cache)
         if path.is_dir() and path.name not in known and path.stat().st_mtime < horizon:
             report.runs_deleted.append(f"pipeline_root/{path.name}")
             report.bytes_freed += _bytes_under(path)

@@ -89,6 +89,15 @@ def home(tmp_path):
     return home, uri, client, runs
 
 
+def _gone(client, run_id: str) -> bool:
+    """The MLflow run was deleted for good (its rows hard-deleted, as `mlflow gc` does)."""
+    try:
+        client.get_run(run_id)
+    except mlflow.exceptions.MlflowException as err:
+        return err.error_code == "RESOURCE_DOES_NOT_EXIST"
+    return False
+
+
 def _bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -113,8 +122,8 @@ def test_gc_keeps_what_the_policy_names_and_deletes_the_rest(home):
     # Deleted whole: an old unregistered run, an old failure, and the orphaned pipeline-root folder.
     for name in ("old", "failed_old"):
         assert not runs[name]["folder"].exists() and not runs[name]["root"].exists()
-        assert client.get_run(runs[name]["mlflow"]).info.lifecycle_stage == "deleted"
-        assert client.list_artifacts(runs[name]["mlflow"]) == []
+        assert _gone(client, runs[name]["mlflow"])
+        assert not (home / "mlartifacts" / "ctpipe" / runs[name]["mlflow"]).exists()
     assert not (home / "pipeline_root" / "orphan-from-a-deleted-run").exists()
     # Every registered version's MLflow run stays with its artifacts; the champion's local folders stay too,
     # less the checkpoints (its export stays); another registered version's local folders go.
@@ -182,10 +191,11 @@ def test_mlflow_runs_of_cluster_runs_follow_the_same_policy(tmp_path):
     client.create_model_version("ctpipe-classifier", f"runs:/{ids[0]}/model", run_id=ids[0])
     report = collect_garbage(home, RetentionConfig(keep_last_runs=2, keep_failed_days=7), RegistryConfig(), uri)
     assert sorted(report.mlflow_runs_deleted) == sorted([ids[1], ids[2], ids[3]])  # the failure is 9 days old
+    assert sorted(report.mlflow_runs_purged) == sorted(report.mlflow_runs_deleted)
     for run_id in ids:
-        deleted = client.get_run(run_id).info.lifecycle_stage == "deleted"
-        assert deleted == (run_id in report.mlflow_runs_deleted)
-        assert (client.list_artifacts(run_id) == []) == deleted
+        deleted = run_id in report.mlflow_runs_deleted
+        assert _gone(client, run_id) == deleted
+        assert (home / "mlartifacts" / "ctpipe" / run_id).exists() != deleted
 
 
 def test_the_champions_lineage_keeps_its_folders_older_champions_only_their_mlflow_runs(tmp_path):
