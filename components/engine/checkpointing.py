@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ctpipe.components.engine.checkpoint_index import (
@@ -104,6 +105,25 @@ def _quiet_dcp():
         yield
 
 
+@contextlib.contextmanager
+def _disk_errors_named(where: Path):
+    """A full or failing disk during a save raises the OSError itself, naming ``where`` when it names no file (a
+    failed ``write`` never does), as every other write of a step does. DCP wraps a writer's error in its
+    ``CheckpointException`` (a BaseException whose message is a traceback), which no step reports as a disk."""
+    try:
+        yield
+    except CheckpointException as err:
+        failures = [f[0] if isinstance(f, tuple) else f for f in err.failures.values()]
+        cause = next((f for f in failures if isinstance(f, OSError) and f.errno), None)
+        if cause is None:
+            raise
+        raise OSError(cause.errno, cause.strerror, cause.filename or str(where)) from err
+    except OSError as err:
+        if err.filename or not err.errno:
+            raise
+        raise OSError(err.errno, err.strerror, str(where)) from err
+
+
 def barrier() -> None:
     """Wait for every rank (no-op without a process group)."""
     if dist.is_available() and dist.is_initialized():
@@ -135,13 +155,14 @@ def save_checkpoint(
         # collective, which rank 0 joins only after this, so no torn directory ever carries a marker.
         (path / COMPLETE_MARKER).unlink(missing_ok=True)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    with _quiet_dcp():
+    with _quiet_dcp(), _disk_errors_named(path):
         # overwrite=True: a stale partial save of this step is replaced file by file.
         dcp.save(
             {"model": model_sd, "optim": optim_sd}, storage_writer=FileSystemWriter(path, overwrite=True)
         )
     tmp = path / f"rank{rank}.pt.tmp"
-    torch.save(rank_state, tmp)
+    with _disk_errors_named(tmp):
+        torch.save(rank_state, tmp)
     os.replace(tmp, path / f"rank{rank}.pt")
     if before_marker is not None:
         before_marker()

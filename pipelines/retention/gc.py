@@ -13,7 +13,8 @@ What is kept, in order of precedence:
 
 Everything else is deleted: the run folder, the pipeline-root folder, and the MLflow run with its artifacts.
 A run whose process is gone without a summary was killed: its MLflow run, if still RUNNING, is marked
-KILLED (as is any MLflow run RUNNING for ``killed_after_hours``). With ``dry_run`` nothing is changed and the
+KILLED (as is any MLflow run RUNNING for ``killed_after_hours``); a failed run's MLflow run still RUNNING (its
+step could not end it: MLflow's store on the same full disk) is ended FAILED. With ``dry_run`` nothing is changed and the
 plan is returned.
 """
 
@@ -72,6 +73,7 @@ class GcReport:
     checkpoints_deleted: list[str] = field(default_factory=list)
     mlflow_runs_deleted: list[str] = field(default_factory=list)
     mlflow_runs_killed: list[str] = field(default_factory=list)
+    mlflow_runs_failed: list[str] = field(default_factory=list)  # a failed run's MLflow run left RUNNING
     model_versions_deleted: list[str] = field(default_factory=list)
     mlflow_runs_purged: list[str] = field(default_factory=list)  # deleted runs' rows removed for good
     version_tags_purged: int = 0
@@ -176,6 +178,9 @@ def collect_garbage(
     for run in runs:
         if run.status == "killed" and run.mlflow_run_id:
             _mark_killed(client, run.mlflow_run_id, report, dry_run)
+        elif run.status == "failed" and run.mlflow_run_id:
+            # Its step could not end it (the MLflow store on the same full disk, or down at that moment).
+            _mark_killed(client, run.mlflow_run_id, report, dry_run, status="FAILED")
         young_failure = run.status in ("failed", "killed") and run.ended_at >= failed_horizon
         if run.status == "running" or run.mlflow_run_id in lineage or run.path in newest or young_failure:
             report.runs_kept.append(run.path.name)
@@ -228,7 +233,8 @@ def _delete_checkpoints(run: RunFolder, report: GcReport, dry_run: bool) -> None
         shutil.rmtree(checkpoints)
 
 
-def _mark_killed(client, run_id: str, report: GcReport, dry_run: bool) -> None:
+def _mark_killed(client, run_id: str, report: GcReport, dry_run: bool, status: str = "KILLED") -> None:
+    """End the MLflow run of a run that is over (killed, or failed) as ``status`` if it still says RUNNING."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -236,9 +242,9 @@ def _mark_killed(client, run_id: str, report: GcReport, dry_run: bool) -> None:
     except MlflowException:
         return  # already gone
     if info.status == "RUNNING":
-        report.mlflow_runs_killed.append(run_id)
+        (report.mlflow_runs_killed if status == "KILLED" else report.mlflow_runs_failed).append(run_id)
         if not dry_run:
-            client.set_terminated(run_id, status="KILLED")
+            client.set_terminated(run_id, status=status)
 
 
 def _delete_mlflow_run(client, run_id: str, report: GcReport, dry_run: bool) -> None:

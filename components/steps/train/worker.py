@@ -35,7 +35,7 @@ from ctpipe.components.engine.tracker import NullTracker, flatten, make_tracker
 from ctpipe.components.engine.trainer import Trainer
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
-from ctpipe.components.lib.errors import TrainingError, UserError
+from ctpipe.components.lib.errors import TrainingError, UserError, machine_error_message
 from ctpipe.components.lib.processes import exit_without_teardown
 from ctpipe.components.lib.timing import process_start_time
 from ctpipe.components.lib.tracking.retry import RegistryUnavailableError, RetryPolicy
@@ -141,7 +141,8 @@ def _write_error(err: BaseException, *, permanent: bool = False) -> None:
     message = {
         "rank": int(os.environ.get("RANK", "0")),
         "type": type(err).__name__,
-        "message": str(err),
+        # A full or failing disk: the step, the path and the cause, as every step reports it.
+        "message": (machine_error_message("train", err) if isinstance(err, OSError) else None) or str(err),
         "time": time.time(),
     }
     for target in (path, marker):

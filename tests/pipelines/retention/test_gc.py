@@ -214,3 +214,14 @@ def test_the_champions_lineage_keeps_its_folders_older_champions_only_their_mlfl
     collect_garbage(home, RetentionConfig(keep_last_runs=1), RegistryConfig(), uri)
     assert [r["folder"].exists() for r in runs] == [False, True, True, True]  # 2: what a rollback restores
     assert [client.get_run(r["mlflow"]).info.lifecycle_stage for r in runs[:3]] == ["active"] * 3
+
+
+def test_a_failed_run_whose_mlflow_run_could_not_be_ended_is_ended_failed_by_the_next_gc(home):
+    # The SQLite store on the full disk too: the step's summary says failed, its MLflow run stayed RUNNING.
+    home, uri, client, _ = home
+    experiment = client.get_experiment_by_name("ctpipe").experiment_id
+    run = _make_run(home, client, experiment, 9, None, age_days=0.1, pid=_dead_pid())
+    (run["folder"] / "summary.json").write_text(json.dumps({"status": "failed", "mlflow_run_id": run["mlflow"]}))
+    report = collect_garbage(home, RetentionConfig(), RegistryConfig(), uri)
+    assert client.get_run(run["mlflow"]).info.status == "FAILED" and run["mlflow"] in report.mlflow_runs_failed
+    assert run["folder"].exists() and (run["root"] / "train" / "checkpoints").exists()  # a recent failure: whole
