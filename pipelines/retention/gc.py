@@ -32,13 +32,14 @@ from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.processes import pid_alive
 from ctpipe.components.steps.register.lock import RegistryBusyError
+from ctpipe.components.steps.register.registry import Registry
 from ctpipe.pipelines.retention.purge import (
     CACHE_DIR,
     prune_kfp_cache,
     purge_deleted_runs,
     purge_deleted_version_tags,
 )
-from ctpipe.pipelines.retention.versions import retire_versions
+from ctpipe.pipelines.retention.versions import history_page_runs, retire_versions, strip_to_history_pages
 
 CHECKPOINTS = Path("train") / "checkpoints"
 # Local folders kept for the champion's lineage: the champion and the champion a rollback restores (every
@@ -78,6 +79,7 @@ class GcReport:
     mlflow_runs_purged: list[str] = field(default_factory=list)  # deleted runs' rows removed for good
     version_tags_purged: int = 0
     cache_entries_deleted: list[str] = field(default_factory=list)
+    history_runs_stripped: list[str] = field(default_factory=list)  # kept for their history pages alone
     skipped: list[str] = field(default_factory=list)  # what waits for the next gc, and why
     bytes_freed: int = 0
 
@@ -173,6 +175,11 @@ def collect_garbage(
     except RegistryBusyError as err:  # a promotion is under way: the versions wait for the next gc
         report.skipped.append(f"model versions: {err}")
     protected, lineage = _registered_runs(client, registry_config)
+    # The runs holding the champion history's pages stay; once unregistered, with those pages alone.
+    for run_id in sorted(history_page_runs(Registry(tracking_uri, registry_config)) - protected):
+        if strip_to_history_pages(client, run_id, dry_run=dry_run):
+            report.history_runs_stripped.append(run_id)
+        protected.add(run_id)
     known_roots = {r.root_name for r in runs if r.root_name}
     kept_mlflow: set[str | None] = set()
     for run in runs:

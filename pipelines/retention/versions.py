@@ -8,13 +8,14 @@ ever. A version of the pipeline's model is kept while any of these holds:
 - an alias points at it, or it is in the rollback stack (which ``gc`` trims to ``retention.keep_champions``
   entries, so a rollback can go back that far and never to a deleted version);
 - it is among the last ``retention.keep_champions`` champions of the champion history;
-- its run holds a page of the champion history (``ctpipe models history --pages`` follows those pages);
 - its run is still running (a registration in progress).
 
 Any other version is deleted with MLflow's model-version delete (it disappears from the registry; MLflow
 keeps a redacted row so that its number is never reused). Its run is then an unregistered run, which the
 rest of ``gc`` deletes with its artifacts. What the champion history says of it (version, previous, kind,
-by, reason clipped to 500 characters, time) stays in the history tag and its pages.
+by, reason clipped to 500 characters, time) stays in the history tag and its pages. A run that holds a page
+of the champion history (``ctpipe models history --pages`` follows them) is kept, but once its version is
+deleted it keeps only those pages (``strip_to_history_pages``).
 
 The whole decision and the deletions happen under the promotion lock, so no promotion, rollback or
 registration can pick a version while it is being deleted. A killed ``gc`` leaves each version either
@@ -28,7 +29,7 @@ from typing import Any
 
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
-from ctpipe.components.steps.register.history import HistoryTag
+from ctpipe.components.steps.register.history import PAGE_DIR, HistoryTag
 from ctpipe.components.steps.register.registry import HISTORY_TAG, STACK_TAG, Registry
 
 
@@ -62,15 +63,26 @@ def versions_to_keep(
     aliases: dict[str, str],
     stack: list[str],
     champions: list[str],
-    page_runs: set[str],
     running_runs: set[str],
     keep_versions: int,
 ) -> set[str]:
     """The version numbers the policy keeps (see the module docstring)."""
     newest = sorted((str(v.version) for v in versions), key=int)[-keep_versions:]
     keep = set(newest) | {str(v) for v in aliases.values()} | set(stack) | set(champions)
-    keep |= {str(v.version) for v in versions if v.run_id in page_runs or v.run_id in running_runs}
+    keep |= {str(v.version) for v in versions if v.run_id in running_runs}
     return keep
+
+
+def strip_to_history_pages(client: Any, run_id: str, *, dry_run: bool) -> list[str]:
+    """Delete every artifact of ``run_id`` but the champion history's records (``PAGE_DIR``): what was deleted."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    others = [a.path for a in client.list_artifacts(run_id) if a.path != PAGE_DIR]
+    if others and not dry_run:
+        repo = get_artifact_repository(client.get_run(run_id).info.artifact_uri)
+        for path in others:
+            repo.delete_artifacts(path)
+    return others
 
 
 def retire_versions(
@@ -110,7 +122,7 @@ def retire_versions(
         }
         keep = versions_to_keep(
             versions, registry.aliases(), stack, last_champions(registry, retention.keep_champions),
-            history_page_runs(registry), running, retention.keep_versions,
+            running, retention.keep_versions,
         )  # fmt: skip
         doomed = sorted((str(v.version) for v in versions if str(v.version) not in keep), key=int)
         for number in doomed if not dry_run else []:

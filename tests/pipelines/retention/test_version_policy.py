@@ -81,16 +81,19 @@ def _tag_rows(home: Path, version: str) -> int:
 def test_versions_outside_the_bounds_leave_the_registry_with_their_runs_and_rows(registry_home):
     home, uri, client, runs = registry_home
     dry = collect_garbage(home, POLICY, RegistryConfig(), uri, dry_run=True)
-    assert dry.model_versions_deleted == ["1", "8"] and len(_registered(client)) == 11
+    assert dry.model_versions_deleted == ["1", "6", "8"] and len(_registered(client)) == 11
     report = collect_garbage(home, POLICY, RegistryConfig(), uri)
-    # 1: out of the trimmed stack, not among the last 3 champions, not newest; 8: just older than the newest 3.
-    # Kept: 2 (an alias), 3, 4, 5 (stack and last champions), 6 (holds a history page), 7 (running), 9-11.
-    assert report.model_versions_deleted == ["1", "8"]
-    assert _registered(client) == ["2", "3", "4", "5", "6", "7", "9", "10", "11"]
+    # 1: out of the trimmed stack, not among the last 3 champions, not newest; 6 and 8: older than the newest 3.
+    # Kept: 2 (an alias), 3, 4, 5 (stack and last champions), 7 (running), 9-11.
+    assert report.model_versions_deleted == ["1", "6", "8"]
+    assert _registered(client) == ["2", "3", "4", "5", "7", "9", "10", "11"]
     for gone in ("1", "8"):
         assert _gone(client, runs[gone]) and not (home / "mlartifacts" / "ctpipe" / runs[gone]).exists()
         assert _tag_rows(home, gone) == 0  # MLflow's delete keeps them; gc removes them for good
     assert _tag_rows(home, "9") == 2
+    # Version 6's run holds the history's older page: the run stays with that page alone.
+    assert report.history_runs_stripped == [runs["6"]]
+    assert [a.path for a in client.list_artifacts(runs["6"])] == ["ctpipe-registry"]
     assert client.get_run(runs["7"]).info.status == "RUNNING"
     # The stack is bounded to keep_champions; the history still tells of version 1.
     registry = Registry(uri, RegistryConfig())
@@ -99,6 +102,7 @@ def test_versions_outside_the_bounds_leave_the_registry_with_their_runs_and_rows
     assert registry.champion_history_pages(5) == [[{"version": "0"}]]
     again = collect_garbage(home, POLICY, RegistryConfig(), uri)
     assert (again.model_versions_deleted, again.mlflow_runs_purged, again.version_tags_purged) == ([], [], 0)
+    assert again.history_runs_stripped == [] and registry.champion_history_pages(5) == [[{"version": "0"}]]
 
 
 def test_rollback_works_within_the_bound_and_stops_at_its_end(registry_home):
