@@ -6,9 +6,10 @@ What is kept, in order of precedence:
 
 1. runs still going (their process alive), whatever their age;
 2. the MLflow runs of every registered model version, with their artifacts (what serving, ``models show`` and
-   a promotion read); of the champion's lineage (the versions an alias points at, and the previous champion,
+   a promotion read; ``versions.py`` bounds which versions stay registered); of the champion's lineage (the versions an alias points at, and the previous champion,
    which a rollback restores) the local folders too: only their checkpoints go;
-3. the newest ``keep_last_runs`` runs: their checkpoints go once they finished;
+3. the newest ``keep_last_runs`` runs: their checkpoints go once they finished (but the newest succeeded
+   run's, which its cached train step names: a rerun on unchanged data reuses it);
 4. failed or killed runs younger than ``keep_failed_days``: kept whole (a retry resumes from them).
 
 Everything else is deleted: the run folder, the pipeline-root folder, and the MLflow run with its artifacts.
@@ -165,6 +166,9 @@ def collect_garbage(
     runs = [read_run_folder(p) for p in folders]
     report.runs_seen = len(runs)
     newest = {r.path for r in runs[-retention.keep_last_runs :]}
+    # The newest succeeded run keeps its checkpoints: kfp.local's cache entry of its train step names them, and
+    # a rerun on unchanged data reuses train (and select) only while they exist.
+    cache_run = next((r.path for r in reversed(runs) if r.status == "succeeded"), None)
     failed_horizon = now - retention.keep_failed_days * 86_400
     running = {r.mlflow_run_id for r in runs if r.status == "running"}
     # Versions first: a version deleted here leaves an unregistered run, which the rules below delete.
@@ -192,7 +196,8 @@ def collect_garbage(
         if run.status == "running" or run.mlflow_run_id in lineage or run.path in newest or young_failure:
             report.runs_kept.append(run.path.name)
             kept_mlflow.add(run.mlflow_run_id)
-            if retention.delete_checkpoints and run.status != "running" and not young_failure:
+            finished = run.status != "running" and not young_failure and run.path != cache_run
+            if retention.delete_checkpoints and finished:
                 _delete_checkpoints(run, report, dry_run)
             continue
         report.runs_deleted.append(run.path.name)

@@ -225,3 +225,24 @@ def test_a_failed_run_whose_mlflow_run_could_not_be_ended_is_ended_failed_by_the
     report = collect_garbage(home, RetentionConfig(), RegistryConfig(), uri)
     assert client.get_run(run["mlflow"]).info.status == "FAILED" and run["mlflow"] in report.mlflow_runs_failed
     assert run["folder"].exists() and (run["root"] / "train" / "checkpoints").exists()  # a recent failure: whole
+
+
+def test_the_newest_finished_run_keeps_its_checkpoints_and_cache_entries_so_a_rerun_reuses_train(home):
+    # Issue 32: a rerun on unchanged data reuses validate/sanity/train/select from kfp.local's cache; train's
+    # entry names the checkpoints folder, so deleting the newest run's checkpoints would make it a miss.
+    from kfp import dsl
+    from kfp.local.cache import LocalCache
+
+    home, uri, _, runs = home
+    cache = LocalCache(str(home / "pipeline_root" / ".kfp_cache"))
+    for name in ("newest_b", "newest_a", "old"):
+        for step, output in (("train", "train/checkpoints"), ("select", "select_checkpoint/model")):
+            cache.put(f"{name}-{step}", {"out": dsl.Artifact(name="out", uri=str(runs[name]["root"] / output))})
+    report = collect_garbage(home, RetentionConfig(keep_last_runs=3), RegistryConfig(), uri)
+    assert (runs["newest_b"]["root"] / "train" / "checkpoints").exists()
+    assert not (runs["newest_a"]["root"] / "train" / "checkpoints").exists()
+    assert all(cache.get(f"newest_b-{step}") is not None for step in ("train", "select"))
+    assert cache.get("newest_a-select") is not None
+    assert sorted(report.cache_entries_deleted) == ["newest_a-train.json", "old-select.json", "old-train.json"]
+    assert sorted(p.name for p in (home / "pipeline_root" / ".kfp_cache").iterdir()) == [
+        "newest_a-select.json", "newest_b-select.json", "newest_b-train.json"]  # fmt: skip
