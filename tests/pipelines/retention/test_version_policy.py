@@ -19,6 +19,7 @@ from ctpipe.components.lib.errors import ConfigError, UserError
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.steps.register.lock import RegistryBusyError
 from ctpipe.components.steps.register.registry import HISTORY_TAG, STACK_TAG, Registry
+from ctpipe.pipelines.cli.main import main
 from ctpipe.pipelines.retention.gc import collect_garbage
 from ctpipe.pipelines.retention.purge import prune_kfp_cache
 from ctpipe.pipelines.retention.versions import retire_versions
@@ -78,7 +79,7 @@ def _tag_rows(home: Path, version: str) -> int:
         ).fetchone()[0]
 
 
-def test_versions_outside_the_bounds_leave_the_registry_with_their_runs_and_rows(registry_home):
+def test_versions_outside_the_bounds_leave_the_registry_with_their_runs_and_rows(registry_home, capsys):
     home, uri, client, runs = registry_home
     dry = collect_garbage(home, POLICY, RegistryConfig(), uri, dry_run=True)
     assert dry.model_versions_deleted == ["1", "6", "8"] and len(_registered(client)) == 11
@@ -100,6 +101,10 @@ def test_versions_outside_the_bounds_leave_the_registry_with_their_runs_and_rows
     assert registry.champion_stack() == ["3", "4", "5"]
     assert [e["version"] for e in registry.champion_history()] == ["1", "3", "4", "5"]
     assert registry.champion_history_pages(5) == [[{"version": "0"}]]
+    capsys.readouterr()
+    assert main(["models", "history", "--home", str(home), "--pages", "1", "--json"]) == 0
+    moves = json.loads(capsys.readouterr().out)
+    assert [m["version"] for m in moves] == ["0", "1", "3", "4", "5"] and moves[1]["reason"] == "why 1"
     again = collect_garbage(home, POLICY, RegistryConfig(), uri)
     assert (again.model_versions_deleted, again.mlflow_runs_purged, again.version_tags_purged) == ([], [], 0)
     assert again.history_runs_stripped == [] and registry.champion_history_pages(5) == [[{"version": "0"}]]
