@@ -24,7 +24,9 @@ def _save(root, step: int):
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
     opt = torch.optim.AdamW(model.parameters())
-    return ckpt.save_checkpoint(root, step, model=model, optimizer=opt, rank_state={}, meta={"step": step}, rank=0)
+    return ckpt.save_checkpoint(
+        root, step, model=model, optimizer=opt, rank_state={}, meta={"step": step}, rank=0
+    )
 
 
 def test_a_full_disk_in_a_checkpoint_save_names_the_file_and_the_cause(tmp_path, monkeypatch, capfd):

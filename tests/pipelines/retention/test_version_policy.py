@@ -46,18 +46,26 @@ def registry_home(tmp_path):
     home.mkdir()
     uri = local_tracking_uri(home)
     client = mlflow.MlflowClient(uri, registry_uri=uri)
-    experiment = client.create_experiment("ctpipe", artifact_location=(home / "mlartifacts" / "ctpipe").as_uri())
+    experiment = client.create_experiment(
+        "ctpipe", artifact_location=(home / "mlartifacts" / "ctpipe").as_uri()
+    )
     client.create_registered_model(MODEL)
     runs = {}
     for n in range(1, 12):
-        run_id = client.create_run(experiment, start_time=int((time.time() - (20 - n) * 3600) * 1000)).info.run_id
+        run_id = client.create_run(
+            experiment, start_time=int((time.time() - (20 - n) * 3600) * 1000)
+        ).info.run_id
         client.log_text(run_id, f"model {n}", "ctpipe/model.pt")
         if n != 7:
             client.set_terminated(run_id, "FINISHED")
         client.create_model_version(MODEL, f"runs:/{run_id}/model", run_id=run_id,
                                     tags={"ctpipe.data_fingerprint": f"fp{n}", "ctpipe.blessed": "true"})  # fmt: skip
         runs[str(n)] = run_id
-    client.log_text(runs["6"], json.dumps({"entries": [{"version": "0"}], "older": None}), "ctpipe-registry/history-a.json")
+    client.log_text(
+        runs["6"],
+        json.dumps({"entries": [{"version": "0"}], "older": None}),
+        "ctpipe-registry/history-a.json",
+    )
     history = {"entries": [{"version": v, "previous": p, "kind": "manual", "by": "me", "reason": f"why {v}"}
                            for v, p in (("1", None), ("3", "1"), ("4", "3"), ("5", "4"))],
                "older": f"runs:/{runs['6']}/ctpipe-registry/history-a.json"}  # fmt: skip
