@@ -139,7 +139,7 @@ def _registered_runs(client, registry_config: RegistryConfig) -> tuple[set[str],
         model = client.get_registered_model(registry_config.model_name)
     except MlflowException:
         return registered, set()
-    # The rollback stack can hold 100 versions: keeping all their folders would grow the home for months.
+    # The rollback stack holds up to keep_champions versions: their MLflow runs stay, their folders need not.
     stack = [str(v) for v in json.loads((model.tags or {}).get(STACK_TAG, "[]"))]
     lineage = {str(v) for v in (model.aliases or {}).values()} | set(stack[-LINEAGE_DEPTH:])
     mine = {str(v.version): str(v.run_id) for v in versions if v.name == registry_config.model_name and v.run_id}
