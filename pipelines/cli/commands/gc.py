@@ -2,10 +2,11 @@
 
     ctpipe gc --home DIR [--dry-run] [--set retention.keep_last_runs=20] [--config FILE]
 
-Keeps the runs of every registered version (so the champion's lineage), the newest
-``retention.keep_last_runs`` runs and failed runs younger than ``retention.keep_failed_days``; deletes the
-checkpoints of finished runs (the exported model stays) and everything of older runs; marks the MLflow runs
-of killed runs KILLED. Prints one JSON line: what was (with --dry-run: would be) deleted. The watcher's
+Deregisters the versions outside ``retention.keep_versions`` / ``retention.keep_champions`` (never an aliased
+one, one in the rollback stack or a running one); keeps the runs of every registered version (so the
+champion's lineage), the newest ``retention.keep_last_runs`` runs and failed runs younger than
+``retention.keep_failed_days``; deletes the checkpoints of finished runs (the exported model stays) and
+everything of older runs, for good on a local SQLite store; marks the MLflow runs of killed runs KILLED. Prints one JSON line: what was (with --dry-run: would be) deleted. The watcher's
 CronJob runs it after each check (manifests/base/watcher-cronjob.yaml). See docs/retention.md.
 """
 
