@@ -183,7 +183,11 @@ def _identifier_values(series: pd.Series) -> pd.Series | None:
 
 
 def check_id_like_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
-    """Features unique on (almost) every train row where they are present look like identifiers, not signal."""
+    """Features unique on (almost) every train row where they are present look like identifiers, not signal.
+
+    An integer or text column unique on every train row is an error: a model memorises it (or the order the ids
+    were issued in), and a text one is a category no new row ever repeats. Integral floats (an integer id with
+    a null) and columns unique on most rows only warn: a measurement can be integral or nearly distinct."""
     findings = []
     for col in schema.features:
         values = _identifier_values(train[col])
@@ -194,9 +198,8 @@ def check_id_like_columns(train: pd.DataFrame, schema: Schema) -> list[Finding]:
             where = "" if len(values) == len(train) else f" ({len(values)} of {len(train)} have a value)"
             others = [c for c in schema.features if c != col]
             kind = "numeric" if col in schema.numeric else "categorical"
-            # A text identifier cannot be a categorical feature at all (every new row is a value the suite never
-            # saw): an error that names the fix, before the suite's "values to be in set" says it obscurely.
-            severity = ERROR if kind == "categorical" and len(values) == len(train) and unique_share == 1.0 else WARNING
+            exact_ids = not pd.api.types.is_float_dtype(train[col]) and len(values) == len(train) and unique_share == 1.0
+            severity = ERROR if exact_ids else WARNING
             findings.append(Finding(
                 check="id_like_column", passed=False, severity=severity, column=col,
                 message=(f"{kind} feature '{col}' has a distinct value on {unique_share:.0%} of the train rows where it "

@@ -281,10 +281,12 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     summary.rows = (scanned.split_rows() if scanned is not None
                     else {s: int((data[SPLIT_COLUMN] == s).sum()) for s in ("train", "val", "test")})
     summary.findings += _batch_size_findings(config, summary.rows.get("train", 0), task)
+    train = data[data[SPLIT_COLUMN] == "train"]
+    # Before the suite is profiled: an identifier read as a feature stops here, in seconds, naming data.key.
+    summary.findings += feature_checks.check_id_like_columns(train, schema)
     if errors(summary.findings):
         return _Outcome(None, None)
     timer.lap("schema_and_splits")
-    train = data[data[SPLIT_COLUMN] == "train"]
     suite = ref.suite or profile_suite(
         train, parts, schema, range_margin=config.validation.range_margin,
         null_fraction_allowance=config.validation.null_fraction_allowance, min_rows=config.validation.min_rows,
@@ -314,7 +316,6 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
         summary.findings += pooled + feature_checks.check_label_leakage_per_partition(
             data, schema, v.leakage_threshold, PARTITION_COLUMN, pooled_leaks={f.column for f in pooled if not f.passed})
     summary.findings += feature_checks.check_constant_columns(train, schema)
-    summary.findings += feature_checks.check_id_like_columns(train, schema)
     summary.findings += feature_checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
     summary.findings += _skew_findings(data, schema, ref, partitions)
     if scanned is not None:

@@ -65,3 +65,24 @@ def test_rare_positive_data_gives_no_false_leakage():
         frame["city"] = rng.choice([f"c{i}" for i in range(5000)], len(frame))  # ~4 rows a value
         failed = [f.message for f in check_label_leakage(frame, schema, 0.99) if not f.passed]
         assert [m.split("'")[1] for m in failed] == ["chargeback_flag"], (seed, failed)
+
+
+def test_an_integer_or_text_column_unique_on_every_row_is_an_error_naming_the_key_setting():
+    """Before: integer identifiers only warned, and the model trained on them. A float measurement with all
+    values distinct is no identifier; a column unique on most but not all rows stays a warning."""
+    from ctpipe.components.steps.validate_data.feature_checks import check_id_like_columns
+    from ctpipe.components.steps.validate_data.findings import ERROR, WARNING
+
+    rows = 400
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({
+        "order_id": rng.permutation(rows) + 10_000, "ticket": [f"t-{i}" for i in rng.permutation(rows)],
+        "spend": rng.gamma(2.0, 30.0, rows), "visits": rng.integers(0, 9, rows),
+        "mostly_unique": np.where(np.arange(rows) < 10, 0, np.arange(rows))})
+    schema = Schema(label=None, key=None, numeric=["order_id", "spend", "visits", "mostly_unique"],
+                    categorical=["ticket"], classes=[])
+    found = {f.column: f for f in check_id_like_columns(frame, schema)}
+    assert set(found) == {"order_id", "ticket", "mostly_unique"}
+    for column in ("order_id", "ticket"):
+        assert found[column].severity == ERROR and f"--set data.key={column}" in found[column].message
+    assert found["mostly_unique"].severity == WARNING

@@ -163,15 +163,18 @@ def test_drifted_partition_is_reported_as_skew_warning(tmp_path):
     assert any("'region'" in w for w in skewed) and any("'satisfaction'" in w for w in skewed)
 
 
-def test_constant_and_id_like_features_are_warnings(tmp_path):
+def test_a_constant_feature_is_a_warning_and_an_integer_identifier_an_error_naming_the_key(tmp_path):
     data = write_clean(tmp_path / "data")
     for part in sorted(data.glob("date=*/part-0.parquet")):
         frame = pd.read_parquet(part)
         frame["country"] = "nl"
         frame.to_parquet(part, index=False)
-    result = run(data, tmp_path / "out", Config.from_dict({"data": {"key": None}}))
+    result = run(data, tmp_path / "out")
     assert any("'country' is constant" in w for w in result.warnings)
-    assert any("'customer_id'" in w and "identifier" in w for w in result.warnings)
+    # Before: the integer customer_id read as a feature (data.key=null) was only a warning.
+    with pytest.raises(DataValidationError) as caught:
+        run(data, tmp_path / "out2", Config.from_dict({"data": {"key": None}}))
+    assert "'customer_id'" in str(caught.value) and "--set data.key=customer_id" in str(caught.value)
 
 
 @pytest.mark.parametrize(
