@@ -15,17 +15,17 @@ import numpy as np
 import pandas as pd
 
 from ctpipe.components.lib.data.demo_regression import DEMO_SETTINGS, write_regression_demo
-from ctpipe.components.lib.data.encoding import Preprocessing, encode_features, preprocessing_of
+from ctpipe.components.lib.data.encoding import Preprocessing, preprocessing_of
 from ctpipe.components.lib.data.reference_stats import table_stats
 from ctpipe.components.lib.data.snapshot import Schema
 from ctpipe.components.lib.errors import DataValidationError
-from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
+from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskState
+from ctpipe.components.tasks.tabular_common import TabularFamily, zero_unknown_category_slots
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-PREDICT_BATCH = 8192
 # Torch's default init gives outputs of their own spread around zero: a loose bound, reported only.
 DEFAULT_INIT_TOLERANCE = 0.5
 # Quantile bins of the label the sanity sample is stratified by (a continuous label has no classes).
@@ -75,7 +75,7 @@ def paired_regression_bootstrap(targets: np.ndarray, models: dict[str, np.ndarra
     return {name: {m: np.concatenate(v) for m, v in per.items()} for name, per in draws.items()}
 
 
-class TabularRegression(TaskBase):
+class TabularRegression(TabularFamily):
     """Regression of tabular rows by an MLP or an FT-Transformer (``model.kind``) with one output."""
 
     name = "tabular_regression"
@@ -112,9 +112,9 @@ class TabularRegression(TaskBase):
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
         import torch
 
-        x_num, x_cat = encode_features(frame, Preprocessing.from_dict(state))
         y = (label_values(frame, state["label"]) - state["target"]["mean"]) / state["target"]["std"]
-        return Batch((torch.tensor(x_num), torch.tensor(x_cat)), torch.tensor(y, dtype=torch.float32))
+        inputs = tuple(torch.tensor(a) for a in self.model_arrays(frame, state))  # copies: views may be read-only
+        return Batch(inputs, torch.tensor(y, dtype=torch.float32))
 
     def strata(self, frame: pd.DataFrame, schema: Schema) -> pd.Series | None:
         if schema.label not in frame.columns:
@@ -138,17 +138,7 @@ class TabularRegression(TaskBase):
             if hasattr(model, "head"):
                 model.head.weight.mul_(0.01)
                 model.head.bias.zero_()
-            for embedding in getattr(model, "embeddings", ()):
-                embedding.weight[0].zero_()
-
-    def shard_units(self, model: nn.Module) -> list[nn.Module]:
-        return list(model.blocks)
-
-    def describe_model(self, config: Any, state: TaskState) -> dict[str, Any]:
-        """The ``model`` config section, which the tabular models are built from."""
-        from dataclasses import asdict
-
-        return asdict(config.model)
+        zero_unknown_category_slots(model)
 
     # -- objective --------------------------------------------------------------------------------
     def row_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -200,20 +190,7 @@ class TabularRegression(TaskBase):
     def predict(self, model: nn.Module, frame: pd.DataFrame, state: TaskState, reference: TaskState) -> np.ndarray:
         """Predictions in the label's units (each model undoes its own standardisation, so a champion and a
         candidate fitted on different train splits score the same targets)."""
-        import torch
-
-        prep = Preprocessing.from_dict(state)
-        missing = [c for c in [*prep.numeric, *prep.categorical] if c not in frame.columns]
-        if missing:
-            raise DataValidationError(f"the rows to score lack feature column(s) {', '.join(missing)} that the model was trained on")
-        model.eval()
-        x_num, x_cat = encode_features(frame, prep)
-        out = []
-        with torch.no_grad():
-            for start in range(0, len(frame), PREDICT_BATCH):
-                z = model(torch.from_numpy(x_num[start : start + PREDICT_BATCH]),
-                          torch.from_numpy(x_cat[start : start + PREDICT_BATCH]))
-                out.append(z.float().reshape(-1).numpy().astype(np.float64))
+        out = [z.reshape(-1).astype(np.float64) for z in self.model_outputs(model, frame, state)]
         z = np.concatenate(out) if out else np.zeros(0, dtype=np.float64)
         return z * state["target"]["std"] + state["target"]["mean"]
 

@@ -14,21 +14,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ctpipe.components.lib.data.encoding import (
-    Preprocessing,
-    encode_features,
-    encode_labels,
-    preprocessing_of,
-)
+from ctpipe.components.lib.data.encoding import Preprocessing, encode_labels, preprocessing_of
 from ctpipe.components.lib.data.reference_stats import table_stats
 from ctpipe.components.lib.data.snapshot import Schema
-from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
+from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskState
+from ctpipe.components.tasks.tabular_common import TabularFamily, zero_unknown_category_slots
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
     import torch
     from torch import nn
 
-PREDICT_BATCH = 8192
 # Torch's default init leaves logits with a spread of their own: a loose bound, and a warning only.
 DEFAULT_INIT_TOLERANCE = 0.25
 
@@ -51,7 +46,7 @@ def align_probabilities(probs: np.ndarray, model_classes: list[str], target_clas
     return out
 
 
-class TabularClassification(TaskBase):
+class TabularClassification(TabularFamily):
     """Classification of tabular rows by an MLP or an FT-Transformer (``model.kind``)."""
 
     name = "tabular_classification"
@@ -72,11 +67,9 @@ class TabularClassification(TaskBase):
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
         import torch
 
-        prep = Preprocessing.from_dict(state)
-        x_num, x_cat = encode_features(frame, prep)
-        y = encode_labels(frame, state["label"], prep.classes)
+        y = encode_labels(frame, state["label"], list(state["classes"]))
         # copies: numpy views may be read-only
-        return Batch((torch.tensor(x_num), torch.tensor(x_cat)), torch.tensor(y))
+        return Batch(tuple(torch.tensor(a) for a in self.model_arrays(frame, state)), torch.tensor(y))
 
     # -- model ------------------------------------------------------------------------------------
     def build_model(self, config: Any, state: TaskState) -> nn.Module:
@@ -99,22 +92,7 @@ class TabularClassification(TaskBase):
         if hasattr(model, "head"):
             prior = torch.bincount(train_targets, minlength=len(state["classes"])).double() / len(train_targets)
             init_output_bias(model, prior.float())
-        # Slot 0 of each category embedding is "unknown" (missing, or unseen in serving). Without missing
-        # values in training it never gets a gradient, so its random initial vector would decide what an
-        # unseen category does to a prediction: it starts at zero, no information (trained where there are
-        # missing values). Zeroing draws no random numbers, so every other weight is as before.
-        with torch.no_grad():
-            for embedding in getattr(model, "embeddings", ()):
-                embedding.weight[0].zero_()
-
-    def shard_units(self, model: nn.Module) -> list[nn.Module]:
-        return list(model.blocks)
-
-    def describe_model(self, config: Any, state: TaskState) -> dict[str, Any]:
-        """The ``model`` config section, which the tabular models are built from."""
-        from dataclasses import asdict
-
-        return asdict(config.model)
+        zero_unknown_category_slots(model)
 
     # -- objective --------------------------------------------------------------------------------
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -172,21 +150,8 @@ class TabularClassification(TaskBase):
         """Class probabilities for every row, preprocessed with this model's own statistics."""
         import torch
 
-        from ctpipe.components.lib.errors import DataValidationError
-
-        prep = Preprocessing.from_dict(state)
-        missing = [c for c in [*prep.numeric, *prep.categorical] if c not in frame.columns]
-        if missing:
-            raise DataValidationError(f"the rows to score lack feature column(s) {', '.join(missing)} that the model was trained on")
-        model.eval()
-        x_num, x_cat = encode_features(frame, prep)
-        out = []
-        with torch.no_grad():
-            for start in range(0, len(frame), PREDICT_BATCH):
-                logits = model(torch.from_numpy(x_num[start : start + PREDICT_BATCH]),
-                               torch.from_numpy(x_cat[start : start + PREDICT_BATCH]))
-                out.append(torch.softmax(logits.float(), dim=1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, len(prep.classes)), dtype=np.float32)
+        out = [torch.softmax(torch.from_numpy(logits), dim=1).numpy() for logits in self.model_outputs(model, frame, state)]
+        return np.concatenate(out) if out else np.zeros((0, len(state["classes"])), dtype=np.float32)
 
     def predict(self, model: nn.Module, frame: pd.DataFrame, state: TaskState, reference: TaskState) -> np.ndarray:
         probs = self.probabilities(model, frame, state).astype(np.float64)

@@ -58,7 +58,7 @@ def test_the_image_column_is_the_tasks_own_and_the_state_is_fitted_on_train(digi
     schema = json.loads(Path(snapshot, "schema.json").read_text())
     assert schema["other"] == ["image"] and "image" not in schema["categorical"] + schema["numeric"]
     state = json.loads(Path(snapshot, "preprocessing.json").read_text())
-    assert state["classes"] == [str(d) for d in range(10)] and 0 < state["mean"] < 1
+    assert state["classes"] == [str(d) for d in range(10)] and 0 < state["images"]["image"]["mean"] < 1
 
 
 def test_sanity_gate_runs_on_the_cnn_and_passes(digits, tmp_path):
@@ -71,7 +71,7 @@ def test_sanity_gate_runs_on_the_cnn_and_passes(digits, tmp_path):
                  "first_batch_roundtrip", "task_outputs"):
         assert checks[name].passed, (name, checks[name].message)
     dump = json.loads((tmp_path / "first_batch.json").read_text())
-    assert dump["inputs"][0]["shape"] == [32, 1, 8, 8] and len(dump["rows"][0]["pixels"]) == 64
+    assert dump["image_inputs"][0]["shape"] == [32, 1, 8, 8] and len(dump["images"][0]["image"]) == 64
 
 
 class MixesExamples(nn.Module):
@@ -82,8 +82,8 @@ class MixesExamples(nn.Module):
         self.inner = inner
         self.head = inner.head
 
-    def forward(self, image):
-        return self.inner(image - image.mean(dim=0, keepdim=True))
+    def forward(self, x_num, x_cat, image):
+        return self.inner(x_num, x_cat, image - image.mean(dim=0, keepdim=True))
 
 
 class IgnoresInput(nn.Module):
@@ -94,7 +94,7 @@ class IgnoresInput(nn.Module):
         self.body = nn.Linear(4, 4)
         self.head = nn.Linear(4, n_classes)
 
-    def forward(self, image):
+    def forward(self, x_num, x_cat, image):
         return self.head(self.body(torch.ones(len(image), 4)))
 
 
@@ -102,8 +102,11 @@ def test_sanity_gate_stops_a_cnn_that_mixes_examples_across_the_batch(digits, tm
     config, snapshot = _snapshot(digits, tmp_path)
     from digits_task import DigitsCNN
 
+    from ctpipe.task import Inputs
+
+    inputs = Inputs(numeric=0, categorical=(), outputs=10, images=((1, 8, 8),))
     with pytest.raises(SanityCheckError) as caught:
-        _run_gate(config, snapshot, tmp_path, model_factory=lambda: MixesExamples(DigitsCNN(8, 2, 10)))
+        _run_gate(config, snapshot, tmp_path, model_factory=lambda: MixesExamples(DigitsCNN(inputs, 8, 2)))
     message = str(caught.value)
     assert message.startswith("sanity check 'batch_independence' failed") and "information flows between examples" in message
 
@@ -168,3 +171,11 @@ def test_the_example_registers_under_its_own_model_name(digits):
 
     assert load_run_config(None, TASK).registry.model_name == "ctpipe-digits"
     assert load_run_config(None, [*TASK, "registry.model_name=mine"]).registry.model_name == "mine"
+
+
+def test_the_example_is_written_on_the_minimal_api_in_at_most_80_lines():
+    """Before: 251 lines of the full task protocol (32 functions); the image column is now the public API's
+    ``Image``, and the example holds the model alone."""
+    lines = sum(len(p.read_text().splitlines()) for p in EXAMPLE.glob("*.py"))
+    assert lines <= 80, lines
+    assert "tabular_task(" in (EXAMPLE / "digits_task.py").read_text()

@@ -102,3 +102,60 @@ def test_the_regression_example_learns_the_diabetes_score_better_than_the_mean(m
     y = task.targets(test, state)
     found = task.compute_metrics(y, task.predict(model, test, state, state))
     assert found["rmse"] < task.compute_metrics(y, task.baseline(y, state))["rmse"] and found["r2"] > 0.3
+
+
+class WithImage(nn.Module):
+    """x_num and a 2x3 two-channel image, read together."""
+
+    def __init__(self, inputs: Inputs) -> None:
+        super().__init__()
+        channels, height, width = inputs.images[0]
+        self.head = nn.Linear(inputs.numeric + channels * height * width, inputs.outputs)
+
+    def forward(self, x_num, x_cat, image):
+        return self.head(torch.cat([x_num, image.flatten(1)], dim=1))
+
+
+@pytest.mark.parametrize(("family", "label"), [("classification", "label"), ("regression", "y")])
+def test_an_image_column_reaches_the_model_standardised_and_is_checked_drift_watched_and_dumped(family, label):
+    """Before: an image column needed the full protocol (the digits example's 251 lines)."""
+    from ctpipe.components.tasks.public import Image
+
+    data = rows(120).drop(columns=["kind", "y" if label == "label" else "label"])
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 256, (len(data), 12), dtype=np.uint8)
+    data["photo"] = [p.tobytes() for p in pixels]
+    task = complete_task(tabular_task("photos", family=family, model=WithImage,
+                                      images=[Image("photo", (2, 2, 3))]), "test")
+    schema = infer_schema(data, label=label, key=None, features=[], categorical=[], label_kind=task.label_kind)
+    schema = schema.with_task_columns(task.own_columns(schema))
+    assert schema.other == ["photo"] and schema.numeric == ["x"]
+    state = task.fit(data, schema)
+    assert state["images"]["photo"]["mean"] == pytest.approx((pixels / 255).mean(), rel=1e-5)
+    batch = task.encode(data, state)
+    x_num, x_cat, image = batch.inputs
+    assert image.shape == (120, 2, 2, 3) and image.dtype == torch.float32
+    assert abs(float(image.mean())) < 1e-4 and float(image.std()) == pytest.approx(1.0, rel=1e-3)
+    model = task.build_model(Config(), state)
+    assert model.head.in_features == 1 + 12
+    assert len(task.predict(model, data, state, state)) == len(data)
+    dump = task.describe_batch(batch.select(torch.arange(4)), data.head(4), state, schema)
+    assert dump["images"][0]["photo"] == pytest.approx(pixels[0].tolist(), abs=1e-2)
+    assert task.batch_mismatches(dump, data.head(4), schema) == []
+    shifted = data.head(4).assign(photo=[(p // 2).tobytes() for p in pixels[:4]])
+    assert any("photo" in m for m in task.batch_mismatches(dump, shifted, schema))
+    # Validation's derived columns and expectations; the watcher's drift statistics.
+    broken = data.head(3).assign(photo=[b"\x00" * 11, pixels[1].tobytes(), None])
+    checked = task.check_columns(broken, schema)
+    assert checked["photo__decodable"].tolist() == [False, True, False]
+    assert checked["photo__pixels"].tolist() == [11, 12, -1]
+    assert {e["kwargs"]["column"] for e in task.expectations(schema)} == {"photo__decodable", "photo__pixels"}
+    drift = task.drift_columns(data, schema)
+    assert drift["photo__mean_intensity"].to_numpy() == pytest.approx(pixels.mean(axis=1) / 255)
+
+
+def test_an_image_of_a_wrong_shape_is_refused_when_the_task_is_made():
+    from ctpipe.components.tasks.public import Image
+
+    with pytest.raises(ValueError, match=r"Image 'photo': shape must be \(height, width\) or \(channels, height, width\)"):
+        Image("photo", (64,))

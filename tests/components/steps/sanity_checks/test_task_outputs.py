@@ -13,7 +13,9 @@ from tests.components.tasks.test_digits_task import SMALL_SANITY, TASK, _run_gat
 
 BUGGY = '''
 import numpy as np
-from digits_task import DigitsTask
+from digits_task import make_task
+
+DigitsTask = type(make_task())  # the class tabular_task made: the buggy tasks below are its subclasses
 
 
 class SortsRows(DigitsTask):
@@ -52,27 +54,27 @@ class PredictRaises(DigitsTask):
 
 
 def sorts_rows(**options):
-    return SortsRows(**options)
+    return SortsRows()  # the class's model factory is make_task's default width
 
 
 def serves_one_row_less(**options):
-    return ServesOneRowLess(**options)
+    return ServesOneRowLess()  # the class's model factory is make_task's default width
 
 
 def serves_sorted(**options):
-    return ServesSorted(**options)
+    return ServesSorted()  # the class's model factory is make_task's default width
 
 
 def metrics_on_labels(**options):
-    return MetricsOnLabels(**options)
+    return MetricsOnLabels()  # the class's model factory is make_task's default width
 
 
 def predicts_labels(**options):
-    return PredictsLabels(**options)
+    return PredictsLabels()  # the class's model factory is make_task's default width
 
 
 def predict_raises(**options):
-    return PredictRaises(**options)
+    return PredictRaises()  # the class's model factory is make_task's default width
 '''
 
 

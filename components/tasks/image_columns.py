@@ -1,0 +1,138 @@
+"""Fixed-size image columns of a tabular task: decoding, normalisation, data checks, drift and the first batch.
+
+A column holds one image per row, as raw bytes (uint8, row-major, ``prod(shape)`` of them, what Parquet stores
+for ``np.ndarray.tobytes()``) or as a list/array of ``prod(shape)`` numbers. ``tabular_task(images=[...])``
+(``components/tasks/public.py``) reads each such column itself: the model gets it as one more input
+``[batch, channels, height, width]`` float32, scaled by ``max_value`` and standardised with the train split's
+pixel mean and std; validation checks every image decodes to its shape; the watcher judges each image's mean
+intensity and ink fraction (pixels above half of ``max_value``) for drift.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Image:
+    """A column of fixed-size images: ``shape`` is (height, width) or (channels, height, width); pixel values
+    lie in [0, ``max_value``] (16 for scikit-learn's digits, 255 for 8-bit images)."""
+
+    column: str
+    shape: tuple[int, ...]
+    max_value: float = 255.0
+
+    def __post_init__(self) -> None:
+        if len(self.shape) not in (2, 3) or not all(isinstance(n, int) and n >= 1 for n in self.shape):
+            raise ValueError(f"Image {self.column!r}: shape must be (height, width) or (channels, height, width) "
+                             f"of positive integers, got {self.shape!r}")
+        if not self.max_value > 0:
+            raise ValueError(f"Image {self.column!r}: max_value must be > 0, got {self.max_value!r}")
+
+    @property
+    def chw(self) -> tuple[int, int, int]:
+        """The tensor shape of one image: (channels, height, width)."""
+        return tuple(self.shape) if len(self.shape) == 3 else (1, *self.shape)  # type: ignore[return-value]
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+def decode_pixels(values: pd.Series, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pixels [rows, size] float32, decodable [rows] bool) from bytes or arrays; undecodable rows are zero."""
+    pixels = np.zeros((len(values), size), dtype=np.float32)
+    ok = np.zeros(len(values), dtype=bool)
+    for i, value in enumerate(values):
+        if isinstance(value, bytes | bytearray) and len(value) == size:
+            pixels[i], ok[i] = np.frombuffer(value, dtype=np.uint8), True
+        elif isinstance(value, list | tuple | np.ndarray) and len(value) == size:
+            pixels[i], ok[i] = np.asarray(value, dtype=np.float32), True
+    return pixels, ok
+
+
+def fit_images(train: pd.DataFrame, images: Sequence[Image]) -> dict[str, dict[str, float]]:
+    """Each image column's pixel mean and std (after scaling by ``max_value``) over the train split's images."""
+    fitted = {}
+    for image in images:
+        pixels, ok = decode_pixels(train[image.column], image.size)
+        scaled = pixels[ok] / image.max_value
+        std = float(scaled.std()) if scaled.size else 1.0
+        fitted[image.column] = {"mean": float(scaled.mean()) if scaled.size else 0.0, "std": std if std > 1e-12 else 1.0}
+    return fitted
+
+
+def image_arrays(frame: pd.DataFrame, images: Sequence[Image], fitted: dict[str, Any]) -> list[np.ndarray]:
+    """The model's image inputs for these rows: one [rows, C, H, W] float32 array per image column."""
+    out = []
+    for image in images:
+        pixels, _ = decode_pixels(frame[image.column], image.size)
+        stats = fitted[image.column]
+        normalised = (pixels / image.max_value - stats["mean"]) / stats["std"]
+        out.append(np.ascontiguousarray(normalised.reshape(len(frame), *image.chw), dtype=np.float32))
+    return out
+
+
+def check_columns(frame: pd.DataFrame, images: Sequence[Image]) -> pd.DataFrame:
+    """``COLUMN__decodable`` and ``COLUMN__pixels`` (the value count) per row, for ``expectations``."""
+    derived = {}
+    for image in images:
+        values = frame[image.column]
+        _, ok = decode_pixels(values, image.size)
+        derived[f"{image.column}__decodable"] = ok
+        derived[f"{image.column}__pixels"] = values.map(lambda v: len(v) if hasattr(v, "__len__") else -1).astype("int64")
+    return pd.DataFrame(derived, index=frame.index)
+
+
+def expectations(images: Sequence[Image]) -> list[dict[str, Any]]:
+    """Every image decodes, to exactly its shape's number of values (critical: a model cannot read it else)."""
+    out = []
+    for image in images:
+        shape = "x".join(map(str, image.shape))
+        out += [
+            {"type": "expect_column_values_to_be_in_set",
+             "kwargs": {"column": f"{image.column}__decodable", "value_set": [True]},
+             "meta": {"notes": f"every image in '{image.column}' decodes to {shape} pixels"}, "severity": "critical"},
+            {"type": "expect_column_values_to_be_between",
+             "kwargs": {"column": f"{image.column}__pixels", "min_value": image.size, "max_value": image.size},
+             "meta": {"notes": f"shape: {image.size} pixel values ({shape})"}, "severity": "critical"},
+        ]
+    return out
+
+
+def drift_columns(frame: pd.DataFrame, images: Sequence[Image]) -> pd.DataFrame:
+    """Each image's mean intensity (scaled to [0, 1]) and ink fraction (pixels above half of ``max_value``)."""
+    derived = {}
+    for image in images:
+        pixels, ok = decode_pixels(frame[image.column], image.size)
+        derived[f"{image.column}__mean_intensity"] = np.where(ok, pixels.mean(axis=1) / image.max_value, np.nan)
+        derived[f"{image.column}__ink_fraction"] = np.where(ok, (pixels > image.max_value / 2).mean(axis=1), np.nan)
+    return pd.DataFrame(derived, index=frame.index)
+
+
+def describe_images(tensors: Sequence[Any], images: Sequence[Image], fitted: dict[str, Any]) -> list[dict[str, Any]]:
+    """The image tensors of a first batch decoded back to raw pixel values, row by row."""
+    rows: list[dict[str, Any]] = [{} for _ in range(len(tensors[0]) if tensors else 0)]
+    for tensor, image in zip(tensors, images, strict=True):
+        stats = fitted[image.column]
+        pixels = (tensor.reshape(len(tensor), image.size).double() * stats["std"] + stats["mean"]) * image.max_value
+        for i, row in enumerate(rows):
+            row[image.column] = [round(float(v), 3) for v in pixels[i]]
+    return rows
+
+
+def image_mismatches(rows: Sequence[dict[str, Any]], raw: pd.DataFrame, images: Sequence[Image]) -> list[str]:
+    """Rows whose dumped image does not decode back to the raw row's pixels."""
+    out = []
+    for image in images:
+        raw_pixels, _ = decode_pixels(raw[image.column], image.size)
+        for i, row in enumerate(rows):
+            if not np.allclose(row[image.column], raw_pixels[i], atol=1e-2 * image.max_value / 255 + 1e-3):
+                out.append(f"row {i} {image.column}: the image tensor does not decode to the raw pixels")
+    return out
