@@ -147,6 +147,18 @@ def _confusion(blessing: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _prediction_drift_line(blessing: dict[str, Any], champion: str | None) -> str:
+    from ctpipe.components.steps.evaluate.prediction_drift import describe
+
+    drift = blessing.get("prediction_drift")
+    if blessing.get("prediction_reference") is None:
+        return "not judged: this task's predictions are neither class probabilities nor one value a row"
+    if drift is None:
+        return ("not judged: no champion" if champion is None else
+                f"not judged: champion version {champion} kept no summary of its own test predictions")
+    return describe(drift)
+
+
 def write_model_card(
     path: str | Path, *, blessing: dict[str, Any], snapshot: Snapshot, config: Config, lineage: Lineage
 ) -> None:
@@ -177,6 +189,9 @@ def write_model_card(
         "",
         "## Slices",
         *_slices_table(blessing.get("slices") or []),
+        "",
+        "## Drift of the predictions",
+        f"- {_prediction_drift_line(blessing, champion)}",
         "",
         "## Data",
         f"- data URI: `{snapshot.data_uri}`",

@@ -8,9 +8,11 @@ champion is the code it was trained with (``champion_task.py``).
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,11 +27,14 @@ from ctpipe.components.steps.evaluate.blessing import Check
 from ctpipe.components.steps.evaluate.card import Lineage, write_model_card
 from ctpipe.components.steps.evaluate.champion_task import champion_task_code, other_task_error
 from ctpipe.components.steps.evaluate.judgement import judge_candidate
+from ctpipe.components.steps.evaluate.prediction_drift import prediction_drift, prediction_reference
 from ctpipe.components.steps.evaluate.scoring import score_batches
 from ctpipe.components.tasks.export import ExportedModel, load_model_export
 from ctpipe.components.tasks.outputs import check_class_predictions
 
 MODEL_ARTIFACT_PATH = "ctpipe/model.pt"
+# What the champion predicted on its own test split (registration writes it from the blessing).
+PREDICTIONS_ARTIFACT_PATH = "reference/predictions.json"
 
 
 @dataclass
@@ -42,6 +47,7 @@ class ChampionScore:
     error: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     task_code: dict[str, Any] | None = None  # recorded vs scoring task code (``champion_task_code``)
+    prediction_reference: dict[str, Any] | None = None  # its own test predictions, summarised
 
 
 @dataclass
@@ -63,6 +69,7 @@ class EvaluationResult:
     slices: list[dict[str, Any]] = field(default_factory=list)
     checks: list[dict[str, Any]] = field(default_factory=list)
     test_rows: int = 0
+    prediction_drift: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -129,6 +136,9 @@ def evaluate_candidate(
         champion.error = split_check.message  # reported and compared, but nothing is blessed against it
 
     cand_metrics = task.compute_metrics(y, p_cand)
+    predictions = prediction_reference(p_cand, classes)
+    drift = (prediction_drift(champion.prediction_reference, predictions, config.watch)
+             if champion.prediction_reference and predictions else None)
     if p_champ is not None:
         champion.metrics = task.compute_metrics(y, p_champ)
     judgement = judge_candidate(y, p_cand, p_champ, config, scored.slice_columns, snapshot.schema.numeric, scorer=task,
@@ -167,6 +177,7 @@ def evaluate_candidate(
         slices=slices,
         checks=[c.to_dict() for c in all_checks],
         test_rows=scored.rows,
+        prediction_drift=drift,
     )
     blessing = {
         **result.summary(),
@@ -186,6 +197,8 @@ def evaluate_candidate(
         "task": candidate.task_record,
         "task_code": candidate.task_code,
         "champion_task_code": champion.task_code,
+        "prediction_reference": predictions,
+        "prediction_drift": drift,
         "mlflow_run_id": mlflow_run_id,
         "evaluated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 3),
@@ -205,7 +218,7 @@ def load_champion(tracking_uri: str, config: Config) -> tuple[ChampionScore, Exp
     from ctpipe.components.lib.tracking import fetch_champion_files
 
     with tempfile.TemporaryDirectory(prefix="ctpipe-champion-") as tmp:
-        found = fetch_champion_files(tracking_uri, config.registry, [MODEL_ARTIFACT_PATH], tmp)
+        found = fetch_champion_files(tracking_uri, config.registry, [MODEL_ARTIFACT_PATH, PREDICTIONS_ARTIFACT_PATH], tmp)
         if found is None:
             return ChampionScore(version=None), None
         path = found.files[MODEL_ARTIFACT_PATH]
@@ -232,10 +245,23 @@ def load_champion(tracking_uri: str, config: Config) -> tuple[ChampionScore, Exp
                 found.version, error=(f"champion version {found.version} cannot be loaded from its "
                                       f"'{MODEL_ARTIFACT_PATH}': {type(err).__name__}: {err}")
             ), None
-    return ChampionScore(found.version, metadata=dict(champion.metadata)), champion
+        predictions = _kept_predictions(found.files.get(PREDICTIONS_ARTIFACT_PATH))
+    return ChampionScore(found.version, metadata=dict(champion.metadata), prediction_reference=predictions), champion
 
 
 # --- helpers of the step --------------------------------------------------------------------------
+
+
+def _kept_predictions(path: str | None) -> dict[str, Any] | None:
+    """The champion's kept test predictions; None when it has none (registered before they were kept) or the
+    file is not such a summary (then prediction drift is not judged, and nothing else changes)."""
+    if path is None:
+        return None
+    try:
+        kept = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return kept if isinstance(kept, dict) and kept.get("kind") in ("classes", "values") else None
 
 
 def _reasons(blessed: bool, checks: list[Check], champion: ChampionScore, has_rules: bool) -> list[str]:
@@ -276,6 +302,8 @@ def _log_to_run(
 
     metrics = {f"test_{k}": v for k, v in result.candidate_metrics.items()}
     metrics |= {f"champion_test_{k}": v for k, v in (result.champion_metrics or {}).items()}
+    if (result.prediction_drift or {}).get("comparable"):
+        metrics[f"prediction_drift_{result.prediction_drift['statistic']}"] = result.prediction_drift["value"]
     log_step(tracking_uri, run_id, "evaluation", metrics=metrics,
              tags={"ctpipe.blessed": str(result.blessed).lower()},
              files={"evaluation/blessing.json": blessing_path, "evaluation/model_card.md": card_path},

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctpipe.components.lib.atomic_files import naming_path
+from ctpipe.components.lib.atomic_files import atomic_write_text, naming_path
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.data.snapshot import Snapshot, first_rows, load_snapshot
@@ -413,8 +413,12 @@ def log_run_artifacts(
                  files={f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}": model_file, PYFUNC_ARTIFACT_PATH: pyfunc_dir})
         serving = check_logged_model(tracking_uri, run_id, PYFUNC_ARTIFACT_PATH, pyfunc_sha256, model_file, snapshot)
         card = card_with_serving_check(reports.get("model_card"), serving, Path(tmp) / "model_card.md")
+        kept = read_blessing(blessing_path).prediction_reference
+        if kept is not None:  # what this model predicted on its test split: the next evaluation's prediction drift
+            atomic_write_text(Path(tmp) / "predictions.json", json.dumps(kept))
         files = {
             **{f"reference/{name}": snapshot.root / name for name in REFERENCE_FILES},
+            **({"reference/predictions.json": Path(tmp) / "predictions.json"} if kept is not None else {}),
             **{f"reports/{name}.md": path for name, path in {**reports, "model_card": card}.items()},
             "reports/blessing.json": blessing_path,
         }

@@ -147,6 +147,21 @@ def test_champion_is_scored_on_the_same_split_with_its_own_preprocessing(world, 
     blessing = json.loads((tmp_path / "blessing.json").read_text())
     assert blessing["champion_version"] == "1"
     assert blessing["differences"]["accuracy"]["high"] < 0
+    # Drift of the predictions: the champion's own test predictions, kept beside its reference statistics on
+    # registration, against the untrained candidate's (the prior's class on every row) on the new test split.
+    kept = mlflow.MlflowClient(uri).download_artifacts(run1, "reference/predictions.json", str(tmp_path / "kept"))
+    expected = blessing_of_champion_counts(load_model_export(champion_file), frame, prep.classes)
+    assert json.loads(open(kept).read())["counts"] == expected
+    drift = blessing["prediction_drift"]
+    assert drift["comparable"] and drift["statistic"] == "cramers_v" and drift["drifted"], drift
+    assert "## Drift of the predictions" in (tmp_path / "card.md").read_text()
+    assert mlflow.MlflowClient(uri).get_run(run2).data.metrics["prediction_drift_cramers_v"] == drift["value"]
+
+
+def blessing_of_champion_counts(champion, frame, classes) -> dict[str, int]:
+    """What the champion predicted on its test split, as class counts."""
+    predicted = champion.predict_proba(frame).argmax(axis=1)
+    return {name: int((predicted == i).sum()) for i, name in enumerate(classes)}
 
 
 def test_a_champion_that_cannot_be_scored_blocks_the_blessing_and_says_why(world, tmp_path):
@@ -214,7 +229,8 @@ def test_a_champion_download_that_fails_for_a_moment_is_retried_not_called_a_cha
 
     monkeypatch.setattr(mlflow.artifacts, "download_artifacts", unreachable_once)
     result = _evaluate(world, tmp_path, world["good"], config, make_run(uri, config, "p2"))
-    assert len(calls) == 2 and result.champion_version == "1" and result.champion_metrics is not None
+    # The model file: one failed try and its retry; then the champion's kept test predictions, once.
+    assert len(calls) == 3 and result.champion_version == "1" and result.champion_metrics is not None
     assert not any("has no 'ctpipe/model.pt'" in r for r in result.reasons)
 
 
