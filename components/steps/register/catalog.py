@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from ctpipe.components.lib.tracking.lineage import METRIC_TAG_PREFIX
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Registry
+from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Registry, promotion_record
 
 METRIC_PREFIX = METRIC_TAG_PREFIX
 
@@ -39,7 +39,7 @@ def version_record(mv, aliases_by_version: dict[str, list[str]]) -> dict[str, An
         "pipeline_run_id": tags.get("ctpipe.pipeline_run_id") or _run_of_key(tags.get(KEY_TAG)),
         "run_id": mv.run_id,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((mv.creation_timestamp or 0) / 1000)),
-        "promotion": tags.get("ctpipe.promotion"),
+        "promotion": (promotion_record(tags) or {}).get("kind"),
         "complete": tags.get(COMPLETE_TAG) == "complete",
     }
 
@@ -64,6 +64,7 @@ def show_version(registry: Registry, version: str) -> dict[str, Any]:
     tags = dict(mv.tags or {})
     lineage = registry.lineage(mv)
     record = version_record(mv, _aliases_by_version(registry))
+    promotion = promotion_record(tags) or {}
     record.update(
         {
             "source": mv.source,
@@ -74,9 +75,10 @@ def show_version(registry: Registry, version: str) -> dict[str, Any]:
             "compared_with": lineage.get("compared_with") or None,
             "evaluation": lineage.get("evaluation", {}),
             "promotion_decision": tags.get("ctpipe.promotion_decision"),
-            "promoted_by": tags.get("ctpipe.promoted_by"),
-            "promotion_reason": tags.get("ctpipe.promotion_reason"),
-            "promoted_at": tags.get("ctpipe.promoted_at"),
+            "promoted_by": promotion.get("by"),
+            "promotion_reason": promotion.get("reason"),
+            "promotion_reason_uri": promotion.get("reason_uri") or None,
+            "promoted_at": promotion.get("at"),
             "tags": {k: v for k, v in sorted(tags.items()) if k != "ctpipe.config"},
             "lineage": {k: v for k, v in sorted(lineage.items()) if k not in ("config", "metrics")},
             "config": lineage.get("config", {}),

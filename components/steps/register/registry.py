@@ -45,9 +45,36 @@ HISTORY_TAG = "ctpipe.champion_history"
 COMPLETE_TAG = "ctpipe.registration"  # "complete" on every version ctpipe created
 KEY_TAG = "ctpipe.registration_key"
 MAX_STACK = 100
-# What a champion move records on the version it moves to (``_move_champion``): its kind, when, who and why.
-PROMOTION_RECORD_TAGS = ("ctpipe.promotion", "ctpipe.promoted_at", "ctpipe.promoted_by", "ctpipe.promotion_reason",
+# What a champion move records on the version it moves to (``_move_champion``): one tag, a JSON object with its
+# kind, when, who and why (the reason clipped, with the address of the whole text), so a champion carries one
+# tag more than any version. Versions promoted before kept one tag per field (LEGACY_PROMOTION_TAGS): read alike.
+PROMOTION_TAG = "ctpipe.promotion"
+LEGACY_PROMOTION_TAGS = ("ctpipe.promoted_at", "ctpipe.promoted_by", "ctpipe.promotion_reason",
                          "ctpipe.promotion_reason_uri")
+PROMOTION_KINDS = ("auto", "manual", "rollback")
+
+
+def promotion_record(tags: dict[str, str]) -> dict[str, str] | None:
+    """The last champion move recorded on a version (``kind``, ``at``, ``by``, ``reason``, ``reason_uri``), or
+    None when ctpipe never moved the champion to it. Reads both the one-tag record and the older layout."""
+    value = tags.get(PROMOTION_TAG)
+    if not value:
+        return None
+    if value.startswith("{"):
+        try:
+            record = json.loads(value)
+        except ValueError:
+            return None  # not ours: a tag set by hand
+        if not isinstance(record, dict):
+            return None
+        return {field: str(record.get(field) or "") for field in ("kind", "at", "by", "reason", "reason_uri")}
+    return {
+        "kind": value,
+        "at": tags.get("ctpipe.promoted_at", ""),
+        "by": tags.get("ctpipe.promoted_by", ""),
+        "reason": tags.get("ctpipe.promotion_reason", ""),
+        "reason_uri": tags.get("ctpipe.promotion_reason_uri", ""),
+    }
 
 
 # TEST-ONLY fault hook (tests/components/steps/register/test_faults.py, benchmarks/soak.py), never part of a user config:
@@ -325,23 +352,17 @@ class Registry:
         update = append_entry(HistoryTag.parse(self.model_tags().get(HISTORY_TAG)), entry, page_file=page_file,
                               page_uri=f"runs:/{run_id}/{page_file}")
         history_value = checked_tag(HISTORY_TAG, update.tag.to_json())
-        tags = {
-            "ctpipe.promotion": kind,
-            "ctpipe.promoted_at": at,
-            "ctpipe.promoted_by": clip_text(by, MAX_BY_CHARS),
-            "ctpipe.promotion_reason": clip_text(reason, MAX_REASON_CHARS_IN_TAG, reason_uri),
-        }
-        if reason_uri:
-            tags["ctpipe.promotion_reason_uri"] = reason_uri
-        tags = {key: checked_tag(key, value) for key, value in tags.items()}
+        record = {"kind": kind, "at": at, "by": clip_text(by, MAX_BY_CHARS),
+                  "reason": clip_text(reason, MAX_REASON_CHARS_IN_TAG, reason_uri), "reason_uri": reason_uri or ""}
+        record_value = checked_tag(PROMOTION_TAG, json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+        stale = [key for key in LEGACY_PROMOTION_TAGS if key in (self.get_version(version).tags or {})]
         c = self.client
         self.lock.assert_held()
         # Record on the version first: if we die between the calls the alias never points at an unrecorded promotion.
-        for key, value in tags.items():
-            self.call(
-                lambda k=key, v=value: c.set_model_version_tag(self.name, version, k, v),
-                f"tag version {version}",
-            )
+        self.call(lambda: c.set_model_version_tag(self.name, version, PROMOTION_TAG, record_value),
+                  f"tag version {version}")
+        for key in stale:  # a version promoted in the older layout: its fields now live in the one record
+            self.call(lambda k=key: c.delete_model_version_tag(self.name, version, k), f"untag version {version}")
         self.lock.assert_held()  # again: those retried calls can outlast the lock's TTL on a slow MLflow
         self.call(
             lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version),
@@ -383,11 +404,11 @@ class Registry:
         history = self.champion_history()
         if history and str(history[-1].get("version")) == version:
             return
-        tags = self.get_version(version).tags or {}
-        kind = tags.get("ctpipe.promotion")
-        if kind not in ("auto", "manual", "rollback"):
+        record = promotion_record(self.get_version(version).tags or {})
+        kind = record["kind"] if record else None
+        if record is None or kind not in PROMOTION_KINDS:
             return  # the alias was set outside ctpipe: nothing of ours to complete
-        if history and tags.get("ctpipe.promoted_at", "") < str(history[-1].get("at", "")):
+        if history and record["at"] < str(history[-1].get("at", "")):
             return  # promoted before the last recorded move: the alias was set back to it outside ctpipe
         previous = previous if previous is not None else (str(history[-1]["version"]) if history else None)
         stack = self.champion_stack()
@@ -396,8 +417,8 @@ class Registry:
                 return  # the stack already popped (or was changed outside ctpipe): only a pop is ours to redo
         elif stack[-1:] == [version]:
             self._write_stack(stack[:-1])  # the cut-off attempt wrote the stack but not the history
-        self._move_champion(version, kind=kind, by=tags.get("ctpipe.promoted_by", "pipeline"),
-                            reason=tags.get("ctpipe.promotion_reason", ""), previous=previous, pop=kind == "rollback",
+        self._move_champion(version, kind=kind, by=record["by"] or "pipeline",
+                            reason=record["reason"], previous=previous, pop=kind == "rollback",
                             completing=True)
 
     def complete_champion_record(self) -> None:

@@ -22,7 +22,7 @@ from ctpipe.components.steps.register.history import (
     append_entry,
     checked_tag,
 )
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, HISTORY_TAG, Registry
+from ctpipe.components.steps.register.registry import COMPLETE_TAG, HISTORY_TAG, Registry, promotion_record
 from ctpipe.pipelines.cli.main import main
 
 LONG_REASON = ("canary looked fine on the EU slice; rolling forward after the incident review. " * 30)[:2000]
@@ -67,9 +67,10 @@ def test_a_100k_character_reason_is_kept_whole_and_clipped_in_the_registry(tmp_p
     assert code == 0 and out.strip().splitlines()[-1] == "2" and len(err) < 2_000
     assert registry.alias_version("champion") == "2"
     tags = registry.get_version("2").tags
-    pointer = tags["ctpipe.promotion_reason_uri"]
+    promotion = promotion_record(tags)
+    pointer = promotion["reason_uri"]
     assert registry.read_record(pointer) == reason  # the whole text, where the clipped one points
-    assert len(tags["ctpipe.promotion_reason"]) <= 500 and pointer in tags["ctpipe.promotion_reason"]
+    assert len(promotion["reason"]) <= 500 and pointer in promotion["reason"]
     assert registry.champion_history()[-1]["reason_uri"] == pointer
     assert _largest_tag_bytes(registry) < MAX_REGISTRY_TAG_BYTES
 

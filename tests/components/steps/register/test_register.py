@@ -19,6 +19,7 @@ from ctpipe.components.lib.tracking.lineage import (
 )
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
 from ctpipe.components.steps.register.catalog import show_version
+from ctpipe.components.steps.register.history import MAX_REASON_CHARS_IN_TAG
 from ctpipe.components.steps.register.register import (
     CLIPPED,
     MAX_TAG_CHARS,
@@ -26,7 +27,7 @@ from ctpipe.components.steps.register.register import (
     VERSION_TAGS,
     register_candidate,
 )
-from ctpipe.components.steps.register.registry import PROMOTION_RECORD_TAGS, Registry
+from ctpipe.components.steps.register.registry import PROMOTION_TAG, Registry, promotion_record
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 
@@ -88,8 +89,11 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
     mv = client.get_model_version(config.registry.model_name, "1")
     assert mv.run_id == run_id
     # A person sees a dozen short tags; everything else is the run's lineage.json, checked against its digest.
-    own = {k: v for k, v in mv.tags.items() if k not in PROMOTION_RECORD_TAGS}  # a champion adds who/when/why
-    assert set(VERSION_TAGS) <= set(own) and len(own) <= MAX_TAGS, sorted(own)
+    own = {k: v for k, v in mv.tags.items() if k != PROMOTION_TAG}  # a champion adds one record: who/when/why
+    assert set(VERSION_TAGS) <= set(own) and len(own) <= MAX_TAGS and len(mv.tags) <= MAX_TAGS + 1, sorted(mv.tags)
+    promotion = promotion_record(mv.tags)
+    assert promotion["kind"] == "auto" and promotion["by"] and promotion["at"] and promotion["reason"]
+    assert len(mv.tags[PROMOTION_TAG]) <= MAX_REASON_CHARS_IN_TAG + 400, mv.tags[PROMOTION_TAG]
     assert own["ctpipe.metric.accuracy"] and not any(k.startswith("ctpipe.metric.log_loss") for k in own)
     assert max(len(v) for v in own.values()) <= MAX_TAG_CHARS, own
     assert mv.tags["ctpipe.blessed"] == "true" and mv.tags["ctpipe.trigger"] == "new_data"
@@ -180,7 +184,7 @@ def test_champion_moves_only_if_it_is_still_the_one_compared_against(models, tmp
     outcome = registry.rollback(reason="bad canary", by="ops")
     assert (outcome.champion, outcome.previous) == ("1", "2")
     assert registry.alias_version("champion") == "1"
-    assert registry.get_version("1").tags["ctpipe.promotion"] == "rollback"
+    assert promotion_record(registry.get_version("1").tags)["kind"] == "rollback"
     assert registry.champion_stack() == ["1"]
 
 
@@ -309,6 +313,13 @@ def test_a_champion_registered_with_every_field_as_a_tag_is_still_compared_shown
     registry = Registry(local_tracking_uri(tmp_path), config.registry)
     _as_older_layout(registry, "1")
     assert LINEAGE_DIGEST_TAG not in registry.get_version("1").tags
+    # ... and its promotion one tag per field, as it was recorded then.
+    client, name = registry.client, registry.name
+    for key, value in {PROMOTION_TAG: "auto", "ctpipe.promoted_at": "2026-01-01T00:00:00Z",
+                       "ctpipe.promoted_by": "pipeline", "ctpipe.promotion_reason": "first model"}.items():
+        client.set_model_version_tag(name, "1", key, value)
+    assert promotion_record(registry.get_version("1").tags) == {
+        "kind": "auto", "at": "2026-01-01T00:00:00Z", "by": "pipeline", "reason": "first model", "reason_uri": ""}
     # The next run is evaluated against the older champion and promoted over it.
     assert _cycle(models, tmp_path, "b", "p2", config)[2]().promoted
     assert registry.lineage(registry.get_version("2"))["compared_with"] == "1"
@@ -318,4 +329,9 @@ def test_a_champion_registered_with_every_field_as_a_tag_is_still_compared_shown
     # Its recorded config (the champion alias a manual promotion checks) is read from its tags.
     assert registry.promote_manual("1", reason="back to the older one", by="ops").promoted
     assert registry.alias_version("champion") == "1"
+    # Promoted again, it carries the one record: the older fields are gone, not left to contradict it.
+    tags = registry.get_version("1").tags
+    assert promotion_record(tags)["kind"] == "manual" and promotion_record(tags)["by"] == "ops"
+    assert not {"ctpipe.promoted_at", "ctpipe.promoted_by", "ctpipe.promotion_reason"} & set(tags)
+    assert shown["promotion"] == "auto" and shown["promoted_at"] == "2026-01-01T00:00:00Z"
 

@@ -9,7 +9,7 @@ import pytest
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
 from ctpipe.components.steps.register.register import register_candidate
-from ctpipe.components.steps.register.registry import Registry
+from ctpipe.components.steps.register.registry import Registry, promotion_record
 from ctpipe.pipelines.cli.main import main
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
@@ -93,7 +93,8 @@ def test_promote_by_hand_is_recorded_and_rollback_returns_to_the_previous_champi
     assert "evaluation did not bless version 2" in err and "fails value threshold" in err
     registry = Registry(local_tracking_uri(home), fast_config().registry)
     tags = registry.get_version("2").tags
-    assert (tags["ctpipe.promotion"], tags["ctpipe.promoted_by"], tags["ctpipe.promotion_reason"]) == (
+    promotion = promotion_record(tags)
+    assert (promotion["kind"], promotion["by"], promotion["reason"]) == (
         "manual",
         "alice",
         "canary looked good",
