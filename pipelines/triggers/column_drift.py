@@ -79,6 +79,7 @@ def threshold_for(watch: WatchConfig, column: str, test: str) -> float:
         "cramers_v": watch.cramers_v_threshold,
         "unseen_share": watch.unseen_share_threshold,
         "null_fraction": watch.null_fraction_threshold,
+        "out_of_range": watch.out_of_range_threshold,
     }[test]
 
 

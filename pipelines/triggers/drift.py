@@ -6,6 +6,8 @@ only when both say so (effect above the threshold, p < ``watch.max_p_value``), s
 sampling noise does not pass an effect-size threshold:
 
 * numeric columns: PSI over the reference deciles and the two-sample Kolmogorov-Smirnov statistic D;
+  and the share of rows beyond one end of the reference sample's range (``out_of_range``: rows unlike any
+  reference row, which PSI and KS miss at a few percent; its p-value is the exact exceedance test);
 * categorical columns: PSI and the chi-square test (as Cramer's V) over the reference's categories,
   where categories expected fewer than 5 times in the window are merged into one bucket (the
   chi-square rule), and the share of rows whose category the reference never saw, on its own;
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special, stats
 
 from ctpipe.components.lib.config import WatchConfig
 from ctpipe.components.lib.data.concat import conform
@@ -123,6 +125,29 @@ def ks_two_sample(sorted_reference: np.ndarray, sorted_current: np.ndarray) -> t
     return d, float(np.clip(stats.kstwo.sf(d, max(1, effective_n)), 0.0, 1.0))
 
 
+def exceedance_p_value(k: int, n: int, m: int) -> float:
+    """P(at least ``k`` of ``n`` window values lie above all ``m`` reference values) when all n + m are exchangeable
+    draws of one continuous distribution: the top k of the pooled n + m are all window values, C(n, k) / C(n + m, k)
+    (Rosenbaum's exceedance test; ties at the reference's end are not counted, which only makes it conservative)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    return float(np.exp(special.gammaln(n + 1) - special.gammaln(n - k + 1) - special.gammaln(n + m + 1)
+                        + special.gammaln(n + m - k + 1)))
+
+
+def out_of_range_test(sorted_sample: np.ndarray, sorted_current: np.ndarray) -> dict[str, float]:
+    """The share of window values beyond one end of the reference sample's range (the larger end's share), and its
+    p-value: both ends' exceedance tests, Bonferroni over the two. A uniform sample of the reference is exchangeable
+    with the window under "same distribution", so its range serves as well as the whole reference's."""
+    n, m = len(sorted_current), len(sorted_sample)
+    below = int(np.searchsorted(sorted_current, sorted_sample[0], side="left"))
+    above = n - int(np.searchsorted(sorted_current, sorted_sample[-1], side="right"))
+    k = max(below, above)
+    return {"value": k / n, "p_value": min(1.0, 2 * exceedance_p_value(k, n, m)), "below": below, "above": above}
+
+
 def numeric_drift(
     column: str, series: pd.Series, reference: dict[str, Any], watch: WatchConfig, *, reference_rows: int = 0
 ) -> ColumnDrift:
@@ -152,6 +177,7 @@ def numeric_drift(
         if len(sample):
             d, p_value = ks_two_sample(sample, values)
             tests["ks"] = {"value": d, "p_value": p_value}
+            tests["out_of_range"] = out_of_range_test(sample, values)
         elif len(quantiles):
             # Largest gap between the reference CDF at its percentiles and the current CDF there.
             current_cdf = np.searchsorted(values, quantiles, side="right") / len(values)

@@ -105,6 +105,9 @@ class WatchConfig:
     unseen_share_threshold: float = 0.02
     # Change of a column's null fraction (absolute, e.g. 0.02 -> 0.15 is 0.13).
     null_fraction_threshold: float = 0.1
+    # Share of a numeric column's window rows beyond one end of the reference's range (below its smallest or
+    # above its largest sampled value): injected rows unlike any reference row (5% base64 documents in text).
+    out_of_range_threshold: float = 0.02
     # Every test counts as drift only when it is also significant at this level (PSI against its
     # sampling-noise bound, KS, chi-square, the unseen share and the null fraction against "same
     # distribution"), so a small window's noise does not pass an effect-size threshold; 1 disables this.
@@ -134,15 +137,15 @@ class WatchConfig:
               f"{self.window_days!r} must be in [1, 36500] or null")
         check_range(self.min_rows, "watch.min_rows", 1, MAX_ROWS)
         for name in ("psi_threshold", "ks_threshold", "cramers_v_threshold", "unseen_share_threshold",
-                     "null_fraction_threshold"):
+                     "null_fraction_threshold", "out_of_range_threshold"):
             value = getattr(self, name)
             # KS, Cramer's V and the shares are at most 1; a PSI above 100 is never reached with smoothed bins.
             check_range(value, f"watch.{name}", 0, 100.0 if name == "psi_threshold" else 1.0,
                         why=" (0 disables the test)")
-        for name in ("unseen_share_threshold", "null_fraction_threshold"):
+        for name in ("unseen_share_threshold", "null_fraction_threshold", "out_of_range_threshold"):
             check(getattr(self, name) <= 1, f"watch.{name}", f"{getattr(self, name)} must be a fraction in [0, 1]")
         check(0 < self.max_p_value <= 1, "watch.max_p_value", f"{self.max_p_value} must be in (0, 1]")
-        allowed = ("psi", "ks", "cramers_v", "unseen_share", "null_fraction")
+        allowed = ("psi", "ks", "cramers_v", "unseen_share", "null_fraction", "out_of_range")
         for column, tests in self.column_thresholds.items():
             unknown = sorted(set(tests) - set(allowed))
             check(not unknown, f"watch.column_thresholds.{column}", f"unknown test {unknown}; allowed: {', '.join(allowed)}")

@@ -2,7 +2,7 @@
 
 ``text_checks``: byte length and whether the text is valid UTF-8 (a str with lone surrogates, or bytes
 that do not decode, is not). ``text_drift_columns``: the length and the byte-unigram profile of each
-document as shares of byte classes (letters, digits, whitespace, punctuation, non-ASCII), numeric per-row
+document as shares of byte classes (letters, upper case, digits, whitespace, punctuation, non-ASCII), numeric per-row
 values that the watcher compares with the reference like numeric columns (PSI, KS).
 ``text_byte_counts``: each document's counts of the 256 byte values, which the reference sums into the
 corpus-level byte-unigram histogram and the watcher compares as a distribution
@@ -16,6 +16,8 @@ import pandas as pd
 
 _CLASSES = {
     "letter_share": np.array([c.isalpha() for c in map(chr, range(128))] + [False] * 128),
+    # Case is its own class: lower-casing leaves every other share as it was.
+    "upper_share": np.array([c.isupper() for c in map(chr, range(128))] + [False] * 128),
     "digit_share": np.array([c.isdigit() for c in map(chr, range(128))] + [False] * 128),
     "space_share": np.array([c.isspace() for c in map(chr, range(128))] + [False] * 128),
     "punct_share": np.array([(not c.isalnum() and not c.isspace() and c.isprintable())

@@ -44,7 +44,7 @@ def test_same_distribution_is_not_drift_and_shifted_is(reference):
         "tenure_months", "monthly_spend", "sessions_last_30d", "support_tickets", "satisfaction", "region", "device",
     }
     tenure = shifted.columns["tenure_months"]
-    assert tenure.kind == "numeric" and set(tenure.tests) == {"psi", "ks", "null_fraction"}
+    assert tenure.kind == "numeric" and set(tenure.tests) == {"psi", "ks", "out_of_range", "null_fraction"}
     assert tenure.tests["ks"]["p_value"] < 1e-6 and tenure.value > tenure.threshold
     region = shifted.columns["region"]
     assert region.kind == "categorical" and set(region.tests) == {"psi", "cramers_v", "unseen_share", "null_fraction"}
@@ -55,6 +55,7 @@ def test_per_column_thresholds_override_the_defaults_and_zero_disables(reference
     config = load_config(None, [
         "watch.column_thresholds.region.psi=0", "watch.column_thresholds.region.cramers_v=0",
         "watch.column_thresholds.tenure_months.ks=0.9", "watch.column_thresholds.tenure_months.psi=5",
+        "watch.column_thresholds.tenure_months.out_of_range=0.9",
     ])
     assert threshold_for(config.watch, "region", "psi") == 0 and threshold_for(config.watch, "plan", "psi") == 0.2
     report = compute_drift(generate_day(10, 1000, 0, True, 0), reference, config.watch)
@@ -254,3 +255,30 @@ def test_a_window_stored_as_float32_is_not_drift_from_a_float64_reference():
     assert not rate.drifted and rate.tests["ks"]["value"] < 0.05, rate.tests
     shifted = pd.DataFrame({"rate": rng.choice(levels, 1000, p=[0.1, 0.1, 0.1, 0.7]).astype(np.float32)})
     assert compute_drift(shifted, reference, WatchConfig()).columns["rate"].drifted
+
+
+def test_exceedance_p_value_is_exact_for_exchangeable_draws():
+    from ctpipe.pipelines.triggers.drift import exceedance_p_value
+
+    # One window value above all m reference values: n of the n + m pooled draws may be the largest.
+    assert exceedance_p_value(1, 200, 400) == pytest.approx(200 / 600)
+    assert exceedance_p_value(0, 200, 400) == 1.0
+    rng = np.random.default_rng(3)
+    draws = rng.random((20_000, 30))
+    above = (draws[:, :10] > draws[:, 10:].max(axis=1, keepdims=True)).sum(axis=1)  # n = 10, m = 20
+    assert np.mean(above >= 3) == pytest.approx(exceedance_p_value(3, 10, 20), abs=0.004)
+
+
+def test_a_few_percent_of_rows_beyond_the_reference_range_drift_where_psi_and_ks_stay_quiet():
+    rng = np.random.default_rng(7)
+    schema = Schema(label=None, key=None, numeric=["share"], categorical=[], classes=[])
+    reference = compute_reference_stats(pd.DataFrame({"share": rng.normal(0.15, 0.03, 400)}), schema)
+    same = compute_drift(pd.DataFrame({"share": rng.normal(0.15, 0.03, 200)}), reference, WatchConfig())
+    assert not same.drifted
+    injected = rng.normal(0.15, 0.03, 200)
+    injected[:10] = 0.0  # 5 % of rows unlike any reference row (documents without a space)
+    report = compute_drift(pd.DataFrame({"share": injected}), reference, WatchConfig())
+    tests = report.columns["share"].tests
+    assert not tests["psi"]["drifted"] and not tests["ks"]["drifted"]
+    assert tests["out_of_range"]["drifted"] and tests["out_of_range"]["below"] == 10
+    assert report.drifted_columns == ["share"] and report.columns["share"].statistic == "out_of_range"
