@@ -1,0 +1,114 @@
+"""The causal LM blessing's false-block rate on equal-quality pairs (issue 34).
+
+The blessing asks, on one test split of documents, whether the candidate is worse than the champion
+over the documents the split is drawn from (a paired bootstrap over documents, one-sided at
+alpha/2 = 2.5 % per metric). Its nominal level holds when candidate and champion are equal in
+distribution over those documents. Two models trained with different seeds are not that: on the
+population each is slightly better than the other by a fixed amount, which a large enough split
+always shows (blocking the worse one is then a right answer, not a false block). So an equal pair is
+built from two real tiny decoders of the same config trained with different seeds: for each document a
+fair coin gives one model's row to the candidate and the other's to the champion. The two predictors are
+exchangeable (equal in distribution by construction) while their per-document differences are those of
+two different trained LMs. Each pair is judged on a fresh test split (documents drawn without
+replacement from held-out help topics), by ``judge_candidate`` with the task's scorer, baseline and
+default thresholds (loss and bits per byte: beat the unigram model, no regression against the champion).
+A model trained for a tenth of the steps, as candidate, must be blocked (the test can fail).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ctpipe.components.steps.evaluate.judgement import judge_candidate
+from ctpipe.components.tasks.causal_lm import make_task
+from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents
+from ctpipe.components.tasks.causal_lm.metrics import document_losses
+from ctpipe.components.tasks.run_config import load_run_config
+
+TRAIN_STEPS = 150
+BATCH = 16
+SPLIT_DOCUMENTS = 100  # one pair's test split (the demo's test split holds ~80 documents)
+
+
+def _trained(task, state, packed, steps: int, seed: int) -> torch.nn.Module:
+    """A tiny decoder of the task's config after ``steps`` AdamW steps on random batches of ``packed``."""
+    torch.manual_seed(seed)
+    model = task.build_model(None, state)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(steps):
+        rows = torch.randint(0, len(packed), (BATCH,), generator=generator)
+        batch = packed.select(rows)
+        loss = task.loss(model(*batch.inputs), batch.targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def _blocked_against_champion(
+    task, config, frame: pd.DataFrame, state, candidate: np.ndarray, champion: np.ndarray
+) -> tuple[bool, bool]:
+    """Whether the blessing's rules against the champion block ``candidate`` on these documents, and whether the
+    whole blessing does (the floor, beating the unigram model, included)."""
+    targets = task.targets(frame, state)
+    judgement = judge_candidate(
+        targets, candidate, champion, config, frame, [], scorer=task, baseline=task.baseline(targets, state)
+    )
+    change = any(not c.passed for c in judgement.checks if c.kind in ("change_abs", "change_rel"))
+    return change, not judgement.passed
+
+
+def measure(seed: int, pairs: int, train_steps: int = TRAIN_STEPS) -> dict:
+    """``lm_equal_pairs``, ``lm_false_blocks``, ``lm_false_block_rate`` (and its nominal level) over ``pairs``
+    coin-swapped pairs: blocked by a rule against the champion (``lm_equal_pairs_not_blessed`` counts the floor
+    too, which trained models pass), and whether a clearly worse candidate is blocked on the first split."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: extra threads only contend (10x slower on a busy 2-core machine)
+    try:
+        return _measure(seed, pairs, train_steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(seed: int, pairs: int, train_steps: int) -> dict:
+    task = make_task()
+    config = load_run_config(None, ["task.name=causal_lm"])
+    docs = help_topic_documents()
+    order = np.random.default_rng([34, seed]).permutation(len(docs))
+    train, held_out = docs.iloc[order[::2]], docs.iloc[order[1::2]].reset_index(drop=True)
+    state = task.fit(train, None)
+    packed = task.encode(train, state)
+    seq_len = int(state["model"]["seq_len"])
+    models = {
+        name: _trained(task, state, packed, steps, 1000 * seed + s)
+        for name, steps, s in (("a", train_steps, 1), ("b", train_steps, 2), ("short", train_steps // 10, 3))
+    }
+    texts = task.texts(held_out, state)
+    rows = {name: document_losses(model, texts, seq_len=seq_len) for name, model in models.items()}
+    rng = np.random.default_rng([35, seed])
+    blocked = not_blessed = 0
+    for _ in range(pairs):
+        split = np.sort(rng.choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
+        swap = rng.random(SPLIT_DOCUMENTS) < 0.5
+        a, b = rows["a"][split], rows["b"][split]
+        candidate, champion = np.where(swap[:, None], b, a), np.where(swap[:, None], a, b)
+        change, whole = _blocked_against_champion(
+            task, config, held_out.iloc[split], state, candidate, champion
+        )
+        blocked, not_blessed = blocked + change, not_blessed + whole
+    first = np.sort(np.random.default_rng([36, seed]).choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
+    worse_blocked, _ = _blocked_against_champion(
+        task, config, held_out.iloc[first], state, rows["short"][first], rows["a"][first]
+    )
+    return {
+        "lm_equal_pairs": pairs,
+        "lm_false_blocks": blocked,
+        "lm_false_block_rate": round(blocked / pairs, 4) if pairs else None,
+        "lm_nominal_block_rate": round((1 - config.evaluate.confidence) / 2, 4),
+        "lm_equal_pairs_not_blessed": not_blessed,
+        "lm_worse_candidate_blocked": worse_blocked,
+    }

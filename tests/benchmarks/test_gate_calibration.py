@@ -1,0 +1,46 @@
+"""benchmarks/gate_calibration: the mechanics of the LM blessing's equal-pair measurement and of the text drift
+calibration, on a handful of draws (the 200-draw figures are the benchmark's, ``python benchmarks/gates.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.fixtures.paths import REPO_ROOT
+
+CALIBRATION = REPO_ROOT / "benchmarks" / "gate_calibration"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"gate_calibration_{name}", CALIBRATION / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_equal_language_model_pairs_are_blessed_and_a_worse_one_is_blocked():
+    figures = _module("lm_blessing").measure(0, pairs=4, train_steps=40)
+    assert figures["lm_equal_pairs"] == 4
+    assert figures["lm_false_blocks"] == 0 and figures["lm_false_block_rate"] == 0.0
+    assert figures["lm_nominal_block_rate"] == pytest.approx(0.025)
+    assert figures["lm_worse_candidate_blocked"]  # 4 steps against 40: the test can block
+
+
+def test_every_text_shift_is_flagged_and_the_same_source_resample_is_not():
+    figures = _module("text_drift").measure(0, resamples=1)
+    assert (figures["text_drift_resamples"], figures["text_drift_false_alarms"]) == (1, 0)
+    # The union bound over the report's tests at watch.max_p_value (0.001): 7 text columns x 4 tests (null
+    # fraction included) + the byte histogram's 2.
+    assert figures["text_drift_nominal_false_alarm_rate"] == pytest.approx(0.03)
+    assert set(figures["text_drift_detected"]) == {
+        "lowercase",
+        "encoding_cp1252",
+        "injected_base64_5pct",
+        "mixture_other_source_30pct",
+    }
+    assert all(rate == 1.0 for rate in figures["text_drift_detected"].values()), figures[
+        "text_drift_detected_by"
+    ]
+    # Lower-casing leaves every byte class but case as it was: the case share is what sees it.
+    assert figures["text_drift_detected_by"]["lowercase"] == ["text__upper_share"]
