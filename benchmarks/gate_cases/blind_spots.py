@@ -77,12 +77,24 @@ def _tabular(root: Path, seed: int) -> list[dict]:
     ]
 
 
-def _language_model(root: Path, seed: int) -> list[dict]:
-    settings = ["task.name=causal_lm", *make_task().demo_settings, f"train.seed={1000 + seed}"]
+# CI's check (``gates.py --ci``): one case of each class, on one day of text, a smaller decoder and a shorter
+# sample and training (the benchmark runs every case at the demo settings; ~10x the time).
+CI_LM_SETTINGS = ("sanity.sample_rows=16", "sanity.short_train_steps=10")
+CI_LM_SHAPE = {"seq_len": 32, "d_model": 32, "n_layers": 1, "n_heads": 2}
+# Of two cases of one class, CI keeps the first: doc_ids probe (positions) over gradient probe (segments) for a
+# leak through another input, the loss shifting again over the other way for the oracle.
+CI_SKIPS = ("causal LM, segment embedding of the next position", "causal LM, the loss shifts the targets the other way")
+
+
+def _language_model(root: Path, seed: int, ci: bool = False) -> list[dict]:
+    task = make_task(**CI_LM_SHAPE) if ci else make_task()
+    options = [f"task.options.{k}={v}" for k, v in CI_LM_SHAPE.items()] if ci else []
+    settings = ["task.name=causal_lm", *task.demo_settings, f"train.seed={1000 + seed}", *options,
+                *(CI_LM_SETTINGS if ci else ())]
     cfg = load_run_config(None, settings)
-    write_text_demo_data(root / "text", days=2)
+    write_text_demo_data(root / "text", days=1 if ci else 2)
     snapshot = build_snapshot(str(root / "text"), cfg, root / "text-snapshot").root
-    model_cfg = make_task().model_config
+    model_cfg = task.model_config
     models: dict[str, Callable | None] = {
         "causal LM, the real model": None,
         "causal LM, no causal mask behind zero-initialised attention projections":
@@ -91,15 +103,13 @@ def _language_model(root: Path, seed: int) -> list[dict]:
             lambda: sequence_bugs.RemainingTokensPositions(model_cfg),
         "causal LM, segment embedding of the next position": lambda: sequence_bugs.NextSegmentEmbedding(model_cfg),
     }
-    found = [_case(name, "sanity", factory is not None,
-                   _gate(snapshot, cfg, root / f"out-lm-{i}", model_factory=factory))
-             for i, (name, factory) in enumerate(models.items())]
-    losses = {"the loss shifts the targets again": sequence_bugs.shifts_targets_again,
-              "the loss shifts the targets the other way": sequence_bugs.shifts_targets_back,
-              "the loss averages over padding": sequence_bugs.averages_over_padding}
-    found += [_case(f"causal LM, {name}", "sanity", True, _gate(snapshot, cfg, root / f"out-loss-{i}", loss_fn=loss))
-              for i, (name, loss) in enumerate(losses.items())]
-    return found
+    losses = {"causal LM, the loss shifts the targets again": sequence_bugs.shifts_targets_again,
+              "causal LM, the loss shifts the targets the other way": sequence_bugs.shifts_targets_back,
+              "causal LM, the loss averages over padding": sequence_bugs.averages_over_padding}
+    runs = [(name, factory is not None, {"model_factory": factory}) for name, factory in models.items()]
+    runs += [(name, True, {"loss_fn": loss}) for name, loss in losses.items()]
+    return [_case(name, "sanity", broken, _gate(snapshot, cfg, root / f"out-lm-{i}", **kwargs))
+            for i, (name, broken, kwargs) in enumerate(runs) if not (ci and name in CI_SKIPS)]
 
 
 def _leak_on_one_day(root: Path, seed: int) -> dict:
@@ -118,7 +128,12 @@ def _leak_on_one_day(root: Path, seed: int) -> dict:
     return _case("label copied into a feature on one day of four", "validation", True, (False, "passed"))
 
 
-def cases(seed: int) -> list[dict]:
+def cases(seed: int, ci: bool = False) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="ctpipe-gates-blind-spots-") as tmp:
         root = Path(tmp)
-        return [*_tabular(root, seed), *_language_model(root, seed), _leak_on_one_day(root, seed)]
+        return [*_tabular(root, seed), *_language_model(root, seed, ci), _leak_on_one_day(root, seed)]
+
+
+def ci_cases(seed: int) -> list[dict]:
+    """One case of each class at the smaller settings (``CI_LM_SETTINGS``): what ``gates.py --ci`` runs."""
+    return cases(seed, ci=True)
