@@ -9,7 +9,8 @@ always shows (blocking the worse one is then a right answer, not a false block).
 built from two real tiny decoders of the same config trained with different seeds: for each document a
 fair coin gives one model's row to the candidate and the other's to the champion. The two predictors are
 exchangeable (equal in distribution by construction) while their per-document differences are those of
-two different trained LMs. Each pair is judged on a fresh test split (documents drawn without
+two different trained LMs. The pairs are spread over ``MODEL_PAIRS`` pairs of decoders, each trained on a
+different half of the corpus. Each pair is judged on a fresh test split (documents drawn without
 replacement from held-out help topics), by ``judge_candidate`` with the task's scorer, baseline and
 default thresholds (loss and bits per byte: beat the unigram model, no regression against the champion).
 A model trained for a tenth of the steps, as candidate, must be blocked (the test can fail).
@@ -30,6 +31,7 @@ from ctpipe.components.tasks.run_config import load_run_config
 TRAIN_STEPS = 150
 BATCH = 16
 SPLIT_DOCUMENTS = 100  # one pair's test split (the demo's test split holds ~80 documents)
+MODEL_PAIRS = 4  # pairs of decoders the equal pairs are spread over
 
 
 def _trained(task, state, packed, steps: int, seed: int) -> torch.nn.Module:
@@ -62,50 +64,69 @@ def _blocked_against_champion(
     return change, not judgement.passed
 
 
-def measure(seed: int, pairs: int, train_steps: int = TRAIN_STEPS) -> dict:
+def measure(seed: int, pairs: int, train_steps: int = TRAIN_STEPS, model_pairs: int = MODEL_PAIRS) -> dict:
     """``lm_equal_pairs``, ``lm_false_blocks``, ``lm_false_block_rate`` (and its nominal level) over ``pairs``
     coin-swapped pairs: blocked by a rule against the champion (``lm_equal_pairs_not_blessed`` counts the floor
     too, which trained models pass), and whether a clearly worse candidate is blocked on the first split."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: extra threads only contend (10x slower on a busy 2-core machine)
     try:
-        return _measure(seed, pairs, train_steps)
+        return _measure(seed, pairs, train_steps, model_pairs)
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure(seed: int, pairs: int, train_steps: int) -> dict:
-    task = make_task()
-    config = load_run_config(None, ["task.name=causal_lm"])
-    docs = help_topic_documents()
-    order = np.random.default_rng([34, seed]).permutation(len(docs))
+def _document_rows(task, docs: pd.DataFrame, draw: list[int], train_steps: int, worse: bool):
+    """Held-out documents, the task state and per-document rows of two decoders trained on the other half with
+    different seeds (and of one trained a tenth as long, with ``worse``)."""
+    order = np.random.default_rng(draw).permutation(len(docs))
     train, held_out = docs.iloc[order[::2]], docs.iloc[order[1::2]].reset_index(drop=True)
     state = task.fit(train, None)
     packed = task.encode(train, state)
-    seq_len = int(state["model"]["seq_len"])
-    models = {
-        name: _trained(task, state, packed, steps, 1000 * seed + s)
-        for name, steps, s in (("a", train_steps, 1), ("b", train_steps, 2), ("short", train_steps // 10, 3))
-    }
-    texts = task.texts(held_out, state)
-    rows = {name: document_losses(model, texts, seq_len=seq_len) for name, model in models.items()}
-    rng = np.random.default_rng([35, seed])
-    blocked = not_blessed = 0
-    for _ in range(pairs):
-        split = np.sort(rng.choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
-        swap = rng.random(SPLIT_DOCUMENTS) < 0.5
-        a, b = rows["a"][split], rows["b"][split]
-        candidate, champion = np.where(swap[:, None], b, a), np.where(swap[:, None], a, b)
-        change, whole = _blocked_against_champion(
-            task, config, held_out.iloc[split], state, candidate, champion
-        )
-        blocked, not_blessed = blocked + change, not_blessed + whole
-    first = np.sort(np.random.default_rng([36, seed]).choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
-    worse_blocked, _ = _blocked_against_champion(
-        task, config, held_out.iloc[first], state, rows["short"][first], rows["a"][first]
+    runs = [("a", train_steps, 1), ("b", train_steps, 2)] + (
+        [("short", train_steps // 10, 3)] if worse else []
     )
+    texts, seq_len = task.texts(held_out, state), int(state["model"]["seq_len"])
+    rows = {
+        name: document_losses(
+            _trained(task, state, packed, steps, 1000 * sum(draw) + s), texts, seq_len=seq_len
+        )
+        for name, steps, s in runs
+    }
+    return held_out, state, rows
+
+
+def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int) -> dict:
+    task = make_task()
+    config = load_run_config(None, ["task.name=causal_lm"])
+    docs = help_topic_documents()
+    blocked = not_blessed = 0
+    worse_blocked = False
+    # The pairs are spread over ``model_pairs`` pairs of decoders: one pair's idiosyncrasy (a document one model
+    # happens to know well) would otherwise weigh on all of them alike.
+    for k in range(model_pairs):
+        count = pairs // model_pairs + (k < pairs % model_pairs)
+        if count == 0 and k > 0:
+            continue
+        held_out, state, rows = _document_rows(task, docs, [34, seed, k], train_steps, worse=k == 0)
+        rng = np.random.default_rng([35, seed, k])
+        for _ in range(count):
+            split = np.sort(rng.choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
+            swap = rng.random(SPLIT_DOCUMENTS) < 0.5
+            a, b = rows["a"][split], rows["b"][split]
+            candidate, champion = np.where(swap[:, None], b, a), np.where(swap[:, None], a, b)
+            change, whole = _blocked_against_champion(
+                task, config, held_out.iloc[split], state, candidate, champion
+            )
+            blocked, not_blessed = blocked + change, not_blessed + whole
+        if k == 0:
+            first = np.sort(rng.choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
+            worse_blocked, _ = _blocked_against_champion(
+                task, config, held_out.iloc[first], state, rows["short"][first], rows["a"][first]
+            )
     return {
         "lm_equal_pairs": pairs,
+        "lm_model_pairs": model_pairs,
         "lm_false_blocks": blocked,
         "lm_false_block_rate": round(blocked / pairs, 4) if pairs else None,
         "lm_nominal_block_rate": round((1 - config.evaluate.confidence) / 2, 4),

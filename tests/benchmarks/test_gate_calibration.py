@@ -20,8 +20,8 @@ def _module(name: str):
 
 
 def test_equal_language_model_pairs_are_blessed_and_a_worse_one_is_blocked():
-    figures = _module("lm_blessing").measure(0, pairs=4, train_steps=40)
-    assert figures["lm_equal_pairs"] == 4
+    figures = _module("lm_blessing").measure(0, pairs=4, train_steps=40, model_pairs=1)
+    assert (figures["lm_equal_pairs"], figures["lm_model_pairs"]) == (4, 1)
     assert figures["lm_false_blocks"] == 0 and figures["lm_false_block_rate"] == 0.0
     assert figures["lm_nominal_block_rate"] == pytest.approx(0.025)
     assert figures["lm_worse_candidate_blocked"]  # 4 steps against 40: the test can block
