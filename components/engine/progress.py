@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from ctpipe.components.engine import checkpointing as ckpt
+from ctpipe.components.lib.work_progress import clock_seconds, clock_text
 
 
 @dataclass
@@ -68,9 +69,8 @@ class ProgressLine:
 
     def text(self) -> str:
         """The line without the ``[train]`` that ``log_rank0`` puts before it."""
-        eta = int(round(max(self.eta_seconds, 0.0)))
         return (f"progress step {self.step}/{self.total} loss {self.loss:.4f} "
-                f"{self.samples_per_second:.1f} samples/s ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
+                f"{self.samples_per_second:.1f} samples/s ETA {clock_text(self.eta_seconds)}")
 
     @classmethod
     def parse(cls, line: str) -> ProgressLine | None:
@@ -78,6 +78,5 @@ class ProgressLine:
         match = _PROGRESS.search(line)
         if match is None:
             return None
-        h, m, sec = (int(x) for x in match["eta"].split(":"))
         return cls(int(match["step"]), int(match["total"]), float(match["loss"]), float(match["rate"]),
-                   float(h * 3600 + m * 60 + sec))
+                   clock_seconds(match["eta"]))

@@ -22,9 +22,16 @@ _WORK = re.compile(
 )
 
 
-def _clock_text(seconds: float) -> str:
+def clock_text(seconds: float) -> str:
+    """``seconds`` as a progress line's ETA, H:MM:SS (training's line writes it the same way)."""
     s = int(round(max(seconds, 0.0)))
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def clock_seconds(text: str) -> float:
+    """The seconds an H:MM:SS ETA stands for."""
+    h, m, s = (int(x) for x in text.split(":"))
+    return float(h * 3600 + m * 60 + s)
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ class WorkLine:
     def text(self) -> str:
         parts = (f", {self.part_unit} {self.parts_done}/{self.parts_total}" if self.parts_total is not None else "")
         return (f"progress {self.step}: {self.doing} {self.done}/{self.total} {self.unit}{parts}, "
-                f"{self.rate:.1f} {self.unit}/s ETA {_clock_text(self.eta_seconds)}")
+                f"{self.rate:.1f} {self.unit}/s ETA {clock_text(self.eta_seconds)}")
 
     @classmethod
     def parse(cls, line: str) -> WorkLine | None:
@@ -53,10 +60,9 @@ class WorkLine:
         match = _WORK.search(line)
         if match is None:
             return None
-        h, m, s = (int(x) for x in match["eta"].split(":"))
         parts = match["parts_total"] is not None
         return cls(match["step"], match["doing"], int(match["done"]), int(match["total"]), match["unit"],
-                   float(match["rate"]), float(h * 3600 + m * 60 + s),
+                   float(match["rate"]), clock_seconds(match["eta"]),
                    int(match["parts_done"]) if parts else None, int(match["parts_total"]) if parts else None,
                    match["part_unit"] or "partitions")
 
