@@ -139,9 +139,11 @@ def test_sigterm_to_the_caller_reaches_the_child(server, workdir):
 
 
 def _ignoring(*signals: int):
+    # The caller ignores exactly ``signals``: the others are reset, so a test run under nohup or `&` (which
+    # ignore SIGHUP, SIGINT) sees the same as one from a terminal.
     def preexec() -> None:
-        for sig in signals:
-            signal.signal(sig, signal.SIG_IGN)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN if sig in signals else signal.SIG_DFL)
 
     return preexec
 
