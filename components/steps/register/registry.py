@@ -355,9 +355,9 @@ class Registry:
         record = {"kind": kind, "at": at, "by": clip_text(by, MAX_BY_CHARS),
                   "reason": clip_text(reason, MAX_REASON_CHARS_IN_TAG, reason_uri), "reason_uri": reason_uri or ""}
         record_value = checked_tag(PROMOTION_TAG, json.dumps(record, ensure_ascii=False, separators=(",", ":")))
-        stale = [key for key in LEGACY_PROMOTION_TAGS if key in (self.get_version(version).tags or {})]
         c = self.client
         self.lock.assert_held()
+        stale = [key for key in LEGACY_PROMOTION_TAGS if key in (self.get_version(version).tags or {})]
         # Record on the version first: if we die between the calls the alias never points at an unrecorded promotion.
         self.call(lambda: c.set_model_version_tag(self.name, version, PROMOTION_TAG, record_value),
                   f"tag version {version}")
