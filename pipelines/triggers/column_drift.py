@@ -28,7 +28,7 @@ class ColumnDrift:
     """The drift tests of one column and the verdict."""
 
     column: str
-    kind: str  # numeric | categorical | distribution | missing
+    kind: str  # numeric | categorical | distribution | profile (profile_drift.py) | missing
     rows: int
     null_fraction: float
     reference_null_fraction: float
@@ -80,6 +80,7 @@ def threshold_for(watch: WatchConfig, column: str, test: str) -> float:
         "unseen_share": watch.unseen_share_threshold,
         "null_fraction": watch.null_fraction_threshold,
         "out_of_range": watch.out_of_range_threshold,
+        "mahalanobis": watch.profile_distance_threshold,
     }[test]
 
 

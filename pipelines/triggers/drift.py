@@ -48,6 +48,7 @@ from ctpipe.pipelines.triggers.column_drift import (
     psi_p_value,
 )
 from ctpipe.pipelines.triggers.histogram_drift import histogram_drift
+from ctpipe.pipelines.triggers.profile_drift import profile_drift, profile_groups
 
 NUMERIC_TESTS = ("psi", "ks", "null_fraction")
 CATEGORICAL_TESTS = ("psi", "cramers_v", "unseen_share", "null_fraction")
@@ -276,6 +277,9 @@ def compute_drift(
                 )
                 continue
             columns[column] = compare(column, current[column], ref, watch, reference_rows=int(reference.get("rows", 0)))
+    numeric = reference.get("numeric") or {}
+    for profile, names in profile_groups(numeric, current.columns).items():
+        columns[profile] = profile_drift(profile, names, current, numeric, watch)
     for column, ref in (reference.get("distributions") or {}).items():
         if column in (histograms or {}):
             columns[column] = histogram_drift(column, histograms[column], ref, watch)

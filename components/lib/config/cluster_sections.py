@@ -108,6 +108,10 @@ class WatchConfig:
     # Share of a numeric column's window rows beyond one end of the reference's range (below its smallest or
     # above its largest sampled value): injected rows unlike any reference row (5% base64 documents in text).
     out_of_range_threshold: float = 0.02
+    # A text's byte-class shares judged jointly (``<text>__profile``): the Mahalanobis distance between the
+    # window's and the reference's mean normal-score profiles, in standard deviations (a 30 % mixture of
+    # another source moves every share a little; profile_drift.py).
+    profile_distance_threshold: float = 0.2
     # Every test counts as drift only when it is also significant at this level (PSI against its
     # sampling-noise bound, KS, chi-square, the unseen share and the null fraction against "same
     # distribution"), so a small window's noise does not pass an effect-size threshold; 1 disables this.
@@ -144,13 +148,16 @@ class WatchConfig:
                         why=" (0 disables the test)")
         for name in ("unseen_share_threshold", "null_fraction_threshold", "out_of_range_threshold"):
             check(getattr(self, name) <= 1, f"watch.{name}", f"{getattr(self, name)} must be a fraction in [0, 1]")
+        check_range(self.profile_distance_threshold, "watch.profile_distance_threshold", 0, 100.0,
+                    why=" (0 disables the test)")
         check(0 < self.max_p_value <= 1, "watch.max_p_value", f"{self.max_p_value} must be in (0, 1]")
-        allowed = ("psi", "ks", "cramers_v", "unseen_share", "null_fraction", "out_of_range")
+        allowed = ("psi", "ks", "cramers_v", "unseen_share", "null_fraction", "out_of_range", "mahalanobis")
         for column, tests in self.column_thresholds.items():
             unknown = sorted(set(tests) - set(allowed))
             check(not unknown, f"watch.column_thresholds.{column}", f"unknown test {unknown}; allowed: {', '.join(allowed)}")
             for test, value in tests.items():
-                check_range(value, f"watch.column_thresholds.{column}.{test}", 0, 100.0 if test == "psi" else 1.0)
+                check_range(value, f"watch.column_thresholds.{column}.{test}", 0,
+                            100.0 if test in ("psi", "mahalanobis") else 1.0)
         check_range(self.min_drifted_columns, "watch.min_drifted_columns", 1, 100_000)
         check_range(self.cool_down_seconds, "watch.cool_down_seconds", 0, MAX_WAIT_SECONDS)
         check_range(self.interval_seconds, "watch.interval_seconds", 0, MAX_WAIT_SECONDS, low_open=True)
