@@ -198,25 +198,46 @@ def paired_bootstrap(
     return {name: {m: np.concatenate(v) for m, v in per.items()} for name, per in draws.items()}
 
 
-def percentile_interval(point: float, draws: np.ndarray, confidence: float) -> Interval:
-    """The percentile bootstrap interval (NaN draws, e.g. AUC on a one-class resample, are left out)."""
+def small_sample_widening(units: int | None, confidence: float) -> float:
+    """How much wider than the plain bootstrap an interval over ``units`` resampled units (rows, documents) must be:
+    sqrt(n/(n-1)) × t_{n-1} / z at the interval's level (Hesterberg's expanded percentile interval). The bootstrap
+    spread is the plug-in one, narrower than the standard error by sqrt((n-1)/n), and the normal quantile ignores
+    that the spread is itself estimated; both under-cover at ~100 units (the LM blessing's documents), and the
+    factor is 1.0003 at 5,000 rows. 1 when ``units`` is not known."""
+    if units is None or units < 2:
+        return 1.0
+    from scipy.stats import norm, t
+
+    q = 1 - (1 - confidence) / 2
+    return float(np.sqrt(units / (units - 1)) * t.ppf(q, units - 1) / norm.ppf(q))
+
+
+def percentile_interval(
+    point: float, draws: np.ndarray, confidence: float, units: int | None = None
+) -> Interval:
+    """The percentile bootstrap interval (NaN draws, e.g. AUC on a one-class resample, are left out), expanded
+    about the point by ``small_sample_widening(units)``."""
     draws = draws[np.isfinite(draws)]
     if len(draws) == 0 or not np.isfinite(point):
         return Interval(float(point), float(point), float(point), confidence)
     alpha = (1 - confidence) / 2
     low, high = np.quantile(draws, [alpha, 1 - alpha])
+    widen = small_sample_widening(units, confidence)
+    low, high = point - widen * (point - low), point + widen * (high - point)
     return Interval(float(point), float(low), float(high), confidence)
 
 
-def normal_interval(point: float, draws: np.ndarray, confidence: float) -> Interval:
-    """point ± z × the bootstrap standard error: stable at the extreme levels of a multiple-comparison
-    correction, where 1,000 resamples leave too few draws in a percentile tail."""
+def normal_interval(point: float, draws: np.ndarray, confidence: float, units: int | None = None) -> Interval:
+    """point ± z × the bootstrap standard error (× ``small_sample_widening(units)``: the t quantile and the n/(n-1)
+    variance): stable at the extreme levels of a multiple-comparison correction, where 1,000 resamples leave
+    too few draws in a percentile tail."""
     from scipy.stats import norm
 
     draws = draws[np.isfinite(draws)]
     if len(draws) < 2 or not np.isfinite(point):
         return Interval(float(point), float(point), float(point), confidence)
-    half = float(norm.ppf(1 - (1 - confidence) / 2) * draws.std(ddof=1))
+    widen = small_sample_widening(units, confidence)
+    half = float(norm.ppf(1 - (1 - confidence) / 2) * draws.std(ddof=1)) * widen
     return Interval(float(point), float(point) - half, float(point) + half, confidence)
 
 
@@ -229,18 +250,25 @@ def bootstrap_intervals(
     seed: int,
     p_baseline: np.ndarray | None = None,
 ) -> tuple[dict[str, Interval], dict[str, Interval] | None]:
-    """Percentile intervals of each metric and, with a baseline, of the paired difference (model − baseline)."""
+    """Percentile intervals (expanded for few rows) of each metric and, with a baseline, of the paired difference
+    (model − baseline)."""
     point = compute_metrics(y, p)
     models = {"model": p} if p_baseline is None else {"model": p, "baseline": p_baseline}
     draws = paired_bootstrap(y, models, samples=samples, seed=seed)
     empty = np.array([])
-    intervals = {k: percentile_interval(v, draws["model"].get(k, empty), confidence) for k, v in point.items()}
+    intervals = {
+        k: percentile_interval(v, draws["model"].get(k, empty), confidence, len(y)) for k, v in point.items()
+    }
     if p_baseline is None:
         return intervals, None
     base = compute_metrics(y, p_baseline)
     diffs = {
-        k: percentile_interval(point[k] - base[k], draws["model"].get(k, empty) - draws["baseline"].get(k, empty)
-                               if k in draws["model"] else empty, confidence)
+        k: percentile_interval(
+            point[k] - base[k],
+            draws["model"].get(k, empty) - draws["baseline"].get(k, empty) if k in draws["model"] else empty,
+            confidence,
+            len(y),
+        )
         for k in point
     }
     return intervals, diffs

@@ -231,7 +231,8 @@ def collect_evidence(
     """Every metric's evidence from ONE paired bootstrap of candidate, champion and baseline on these rows.
 
     ``normal`` uses the bootstrap standard error with the normal quantile instead of percentiles (for the
-    extreme levels of a multiple-comparison correction).
+    extreme levels of a multiple-comparison correction). Either is widened for the number of rows resampled
+    (``metrics.small_sample_widening``).
     """
     scorer = scorer or CLASSIFICATION
     models = {"candidate": p_candidate}
@@ -242,16 +243,17 @@ def collect_evidence(
     points = {name: scorer.compute_metrics(y, p) for name, p in models.items()}
     draws = scorer.paired_bootstrap(y, models, samples=samples, seed=seed)
     interval = normal_interval if normal else percentile_interval
+    units = len(y)  # the resampled units (rows; a causal LM's documents): small ones widen the intervals
     empty = np.array([])
 
     def paired(metric: str, other: str) -> Interval:
         diff = draws["candidate"].get(metric, empty) - draws[other].get(metric, empty) if draws[other] else empty
-        return interval(points["candidate"][metric] - points[other][metric], diff, confidence)
+        return interval(points["candidate"][metric] - points[other][metric], diff, confidence, units)
 
     evidence = {}
     for metric, value in points["candidate"].items():
         evidence[metric] = Evidence(
-            candidate=interval(value, draws["candidate"].get(metric, empty), confidence),
+            candidate=interval(value, draws["candidate"].get(metric, empty), confidence, units),
             champion=points["champion"][metric] if p_champion is not None else None,
             vs_champion=paired(metric, "champion") if p_champion is not None else None,
             baseline=points["baseline"][metric] if p_baseline is not None else None,
