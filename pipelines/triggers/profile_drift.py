@@ -26,19 +26,20 @@ import pandas as pd
 from scipy import stats
 
 from ctpipe.components.lib.config import WatchConfig
+from ctpipe.components.tasks.causal_lm.text_stats import SHARE_NAMES
 from ctpipe.pipelines.triggers.column_drift import ColumnDrift, column_verdict
 
-SHARE_SUFFIX = "_share"
 PROFILE_SUFFIX = "__profile"
 
 
 def profile_groups(reference_numeric: dict[str, Any], columns: pd.Index) -> dict[str, list[str]]:
-    """``<prefix>__profile`` -> the ``<prefix>__*_share`` columns of one text that the reference and the window
-    both hold, with joint samples of one length; only groups of two or more."""
+    """``<prefix>__profile`` -> the byte-class share columns of one text (``<prefix>__letter_share`` ...,
+    ``text_stats.SHARE_NAMES``: a user's own columns named alike are not joint rows) that the reference and the
+    window both hold, with samples of one length; only groups of two or more."""
     groups: dict[str, list[str]] = {}
     for name in reference_numeric:
         prefix, sep, rest = name.rpartition("__")
-        if sep and rest.endswith(SHARE_SUFFIX) and name in columns:
+        if sep and rest in SHARE_NAMES and name in columns:
             groups.setdefault(prefix + PROFILE_SUFFIX, []).append(name)
     out = {}
     for profile, names in groups.items():

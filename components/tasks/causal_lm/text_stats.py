@@ -26,6 +26,10 @@ _CLASSES = {
 }
 
 
+# The share columns' suffixes: NaN together for a text (null, invalid or empty), so the watcher judges them as one
+# joint profile as well (pipelines/triggers/profile_drift.py).
+SHARE_NAMES = tuple(_CLASSES)
+
 BYTE_UNIGRAM = "byte_unigram"
 # One label per byte value, for the drift report's figure: 0x65 'e', 0x20 ' ', 0x0a, 0xc3.
 BYTE_LABELS = [f"{b:#04x} {chr(b)!r}" if 32 <= b < 127 else f"{b:#04x}" for b in range(256)]
