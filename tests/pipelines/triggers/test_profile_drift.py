@@ -116,3 +116,14 @@ def test_a_window_without_text_is_not_judged_on_its_profile_and_the_report_still
 def test_a_negative_profile_threshold_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="watch.profile_distance_threshold"):
         load_run_config(None, ["task.name=causal_lm", "watch.profile_distance_threshold=-1"])
+
+
+def test_only_a_texts_byte_class_shares_form_a_profile():
+    sample = {"sample": [0.1, 0.2, 0.3]}
+    numeric = {f"body__{n}": sample for n in ("letter_share", "space_share", "digit_share")}
+    numeric |= {"spend__card_share": sample, "spend__cash_share": sample, "body__bytes": sample}
+    groups = profile_groups(numeric, pd.Index(numeric))
+    assert groups == {"body__profile": ["body__letter_share", "body__space_share", "body__digit_share"]}
+    assert (
+        profile_groups(numeric, pd.Index(["body__letter_share"])) == {}
+    )  # one share in the window: no profile
