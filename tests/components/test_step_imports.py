@@ -49,9 +49,10 @@ def test_validation_of_a_tabular_task_does_not_import_torch(tmp_path):
     write_demo_data(tmp_path / "data", days=2, rows_per_day=300)
     loaded = _loaded_after(
         f"""
-        from ctpipe.components.lib.config import Config
+        from ctpipe.components.lib.config import load_config
         from ctpipe.components.steps.validate_data.validate import validate_data
-        result = validate_data("{tmp_path}/data", Config(), snapshot_dir="{tmp_path}/snapshot",
+        config = load_config(None, ["data.key=customer_id"])  # the demo's row id: a feature it would be an error
+        result = validate_data("{tmp_path}/data", config, snapshot_dir="{tmp_path}/snapshot",
                                data_docs_path="{tmp_path}/docs.html", report_path="{tmp_path}/report.md",
                                tracking_uri="", mlflow_run_id="")
         assert sum(result.rows.values()) == 600, result.rows
