@@ -18,6 +18,7 @@ from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.pipelines.cli.main import main
 from ctpipe.pipelines.retention.gc import collect_garbage
+from tests.fixtures.registry import run_gone
 
 DAY = 86_400
 
@@ -89,15 +90,6 @@ def home(tmp_path):
     return home, uri, client, runs
 
 
-def _gone(client, run_id: str) -> bool:
-    """The MLflow run was deleted for good (its rows hard-deleted, as `mlflow gc` does)."""
-    try:
-        client.get_run(run_id)
-    except mlflow.exceptions.MlflowException as err:
-        return err.error_code == "RESOURCE_DOES_NOT_EXIST"
-    return False
-
-
 def _bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -122,7 +114,7 @@ def test_gc_keeps_what_the_policy_names_and_deletes_the_rest(home):
     # Deleted whole: an old unregistered run, an old failure, and the orphaned pipeline-root folder.
     for name in ("old", "failed_old"):
         assert not runs[name]["folder"].exists() and not runs[name]["root"].exists()
-        assert _gone(client, runs[name]["mlflow"])
+        assert run_gone(client, runs[name]["mlflow"])
         assert not (home / "mlartifacts" / "ctpipe" / runs[name]["mlflow"]).exists()
     assert not (home / "pipeline_root" / "orphan-from-a-deleted-run").exists()
     # Every registered version's MLflow run stays with its artifacts; the champion's local folders stay too,
@@ -194,7 +186,7 @@ def test_mlflow_runs_of_cluster_runs_follow_the_same_policy(tmp_path):
     assert sorted(report.mlflow_runs_purged) == sorted(report.mlflow_runs_deleted)
     for run_id in ids:
         deleted = run_id in report.mlflow_runs_deleted
-        assert _gone(client, run_id) == deleted
+        assert run_gone(client, run_id) == deleted
         assert (home / "mlartifacts" / "ctpipe" / run_id).exists() != deleted
 
 

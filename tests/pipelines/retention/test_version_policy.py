@@ -23,17 +23,10 @@ from ctpipe.pipelines.cli.main import main
 from ctpipe.pipelines.retention.gc import collect_garbage
 from ctpipe.pipelines.retention.purge import prune_kfp_cache
 from ctpipe.pipelines.retention.versions import retire_versions
+from tests.fixtures.registry import run_gone
 
 MODEL = "ctpipe-classifier"
 POLICY = RetentionConfig(keep_last_runs=1, keep_versions=3, keep_champions=3)
-
-
-def _gone(client, run_id: str) -> bool:
-    try:
-        client.get_run(run_id)
-    except mlflow.exceptions.MlflowException as err:
-        return err.error_code == "RESOURCE_DOES_NOT_EXIST"
-    return False
 
 
 @pytest.fixture
@@ -97,7 +90,7 @@ def test_versions_outside_the_bounds_leave_the_registry_with_their_runs_and_rows
     assert report.model_versions_deleted == ["1", "6", "8"]
     assert _registered(client) == ["2", "3", "4", "5", "7", "9", "10", "11"]
     for gone in ("1", "8"):
-        assert _gone(client, runs[gone]) and not (home / "mlartifacts" / "ctpipe" / runs[gone]).exists()
+        assert run_gone(client, runs[gone]) and not (home / "mlartifacts" / "ctpipe" / runs[gone]).exists()
         assert _tag_rows(home, gone) == 0  # MLflow's delete keeps them; gc removes them for good
     assert _tag_rows(home, "9") == 2
     # Version 6's run holds the history's older page: the run stays with that page alone.
