@@ -52,14 +52,20 @@ def test_log_tail_yields_only_complete_new_lines(tmp_path):
     assert tail.new_lines() == ["two"]
 
 
-@pytest.mark.parametrize("tty", [False, True])
-def test_training_progress_reaches_the_terminal_from_the_log(tmp_path, monkeypatch, tty):
+def _step_running(tmp_path, monkeypatch, step: str, tty: bool):
+    """A run whose ``step`` is running, its empty pipeline.log, and the progress view on a (non-)TTY terminal;
+    only quarter-marks print on a non-TTY (the timed line is an hour away)."""
     monkeypatch.setattr(terminal_progress, "PRINT_EVERY_SECONDS", 3600.0)
     log, status = tmp_path / "pipeline.log", tmp_path / "status"
     log.write_text("")
-    write_status(status, "train", "running")
+    write_status(status, step, "running")
     out = Terminal(tty)
-    shown = StepProgress(status, out, log_path=log)
+    return log, status, out, StepProgress(status, out, log_path=log)
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_training_progress_reaches_the_terminal_from_the_log(tmp_path, monkeypatch, tty):
+    log, status, out, shown = _step_running(tmp_path, monkeypatch, "train", tty)
     for step in range(10, 101, 10):
         with open(log, "a") as f:
             f.write("\x1b[96m" + line(step) + "\x1b[0m\n")
@@ -105,12 +111,7 @@ def test_kfp_local_output_carries_no_colour_codes(capsys):
 
 @pytest.mark.parametrize("tty", [False, True])
 def test_a_long_validation_shows_its_progress_line_like_training(tmp_path, monkeypatch, tty):
-    monkeypatch.setattr(terminal_progress, "PRINT_EVERY_SECONDS", 3600.0)
-    log, status = tmp_path / "pipeline.log", tmp_path / "status"
-    log.write_text("")
-    write_status(status, "validate_data", "running")
-    out = Terminal(tty)
-    shown = StepProgress(status, out, log_path=log)
+    log, status, out, shown = _step_running(tmp_path, monkeypatch, "validate_data", tty)
     for done in range(100, 1001, 100):
         with open(log, "a") as f:
             f.write(WorkLine("validate_data", "scanning", done, 1000, "rows", 50.0, (1000 - done) / 50,
