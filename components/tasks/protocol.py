@@ -180,6 +180,7 @@ class TaskBase:
     (the columns ``targets`` reads), ``strata`` (the sanity sample's stratification),
     ``baseline`` (the trivial predictor behind ``evaluate.thresholds.<metric>.value=baseline``),
     ``paired_bootstrap`` (the blessing's resampled metrics; the default calls ``compute_metrics``),
+    ``unit_sums`` (metrics as ratios of per-row sums, which the blessing judges by sign flips of rows),
     ``class_names`` (enables the confusion matrix and ROC for class-probability predictions) and
     ``describe_batch`` / ``batch_mismatches`` (the sanity gate's first-batch dump and its round trip) and
     ``extra_checks`` (the task's own sanity checks, e.g. causality for a sequence model),
@@ -309,6 +310,13 @@ class TaskBase:
                     draws[name].setdefault(metric, []).append(value)
         return {name: {m: np.asarray(v, dtype=np.float64) for m, v in per.items()} for name, per in draws.items()}
 
+    def unit_sums(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Metrics that are sum(numerator) / sum(denominator) over rows, as per-row (numerator, denominator): the
+        blessing judges a paired difference of such a metric by sign flips of rows, exact at few rows, wherever
+        both models share the denominators (``causal_lm``: NLL over each document's tokens or bytes). Empty:
+        every paired interval is the bootstrap's."""
+        return {}
+
     def class_names(self, state: TaskState) -> list[str] | None:
         """Class names when ``predict`` returns class probabilities [rows, classes] (else None)."""
         return None
@@ -335,7 +343,7 @@ class TaskBase:
 
 OPTIONAL_PARTS: tuple[str, ...] = (
     "init_model", "own_columns", "expectations", "check_columns", "drift_columns", "drift_histograms",
-    "target_columns", "strata", "baseline", "paired_bootstrap", "class_names", "describe_batch",
+    "target_columns", "strata", "baseline", "paired_bootstrap", "unit_sums", "class_names", "describe_batch",
     "batch_mismatches", "extra_checks", "fit_streamed", "describe_model", "write_demo_data", "demo_settings",
     "model_config", "flops_per_token", "parameter_count", "label_kind",
     "baseline_name", "key_column",

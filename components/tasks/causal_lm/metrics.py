@@ -82,6 +82,13 @@ def weighted_metrics(weights: np.ndarray, rows: np.ndarray) -> dict[str, np.ndar
         }
 
 
+def unit_sums(rows: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each metric as per-document (numerator, denominator): the metric is sum(numerator) / sum(denominator), so
+    the blessing can judge a paired difference by sign flips of documents (``metrics.sign_flip_interval``)."""
+    rows = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+    return {"loss": (rows[:, NLL], rows[:, TOKENS]), "bits_per_byte": (rows[:, NLL] / math.log(2), rows[:, BYTES])}
+
+
 def corpus_metrics(rows: np.ndarray) -> dict[str, float]:
     """The metrics over all documents of ``document_losses`` rows."""
     if len(rows) == 0:
