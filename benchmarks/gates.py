@@ -13,9 +13,11 @@ where it has them (one case of each class at smaller settings: CI's check) and n
 all four are 0 (and the calibrations are within their levels).
 
 The calibrations in ``benchmarks/gate_calibration/`` add their figures to the JSON line: ``lm_blessing``
-(``lm_equal_pairs``, ``lm_false_blocks``, ``lm_false_block_rate`` against ``lm_nominal_block_rate``) and
-``text_drift`` (``text_drift_false_alarm_rate`` on same-source resamples, ``text_drift_detected`` per shift).
-``--only lm_blessing,text_drift`` runs just them; ``--pairs`` and ``--resamples`` size them (200 each).
+(``lm_equal_pairs``, ``lm_false_blocks``, ``lm_false_block_rate`` with its Wilson 95 % interval
+``lm_false_block_rate_95``, against ``lm_nominal_block_rate`` and the sign-flip test's own level
+``lm_level_by_construction``) and ``text_drift`` (``text_drift_false_alarm_rate`` on same-source resamples,
+``text_drift_detected`` per shift). ``--only lm_blessing,text_drift`` runs just them; ``--pairs`` (2,000: 200
+pairs cannot tell 2.5 % from 4 %) and ``--resamples`` (200) size them.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ci", action="store_true", help="one case of each class, smaller settings, no calibration")
     parser.add_argument("--only", default="",
                         help="comma-separated gate_cases modules and calibrations to run (default: all)")
-    parser.add_argument("--pairs", type=int, default=200, help="equal-quality LM pairs (lm_blessing)")
+    parser.add_argument("--pairs", type=int, default=2000, help="equal-quality LM pairs (lm_blessing)")
     parser.add_argument("--resamples", type=int, default=200, help="same-source text windows (text_drift)")
     args = parser.parse_args(argv)
     started = time.perf_counter()

@@ -14,6 +14,13 @@ different half of the corpus. Each pair is judged on a fresh test split (documen
 replacement from held-out help topics), by ``judge_candidate`` with the task's scorer, baseline and
 default thresholds (loss and bits per byte: beat the unigram model, no regression against the champion).
 A model trained for a tenth of the steps, as candidate, must be blocked (the test can fail).
+
+Each pair's coin is its own, so the pairs' verdicts are independent draws whatever decoders and splits they
+share; with the blessing's exact sign-flip interval each has a block probability of k / (flips + 1) at most,
+and the binomial (Wilson) interval of the rate is honest. ``coin_level`` measures that probability directly on
+a few splits of one seed's decoders, many coins each, with the blessing's own interval and seed:
+
+    python benchmarks/gate_calibration/lm_blessing.py --seed 6 --splits 5 --coins 4000
 """
 
 from __future__ import annotations
@@ -96,6 +103,26 @@ def _document_rows(task, docs: pd.DataFrame, draw: list[int], train_steps: int, 
     return held_out, state, rows
 
 
+def _wilson(successes: int, trials: int) -> list[float] | None:
+    """The Wilson 95 % interval of a rate (each pair's coin is its own: the pairs' verdicts are independent draws
+    of an exact test's, whatever the decoders and splits they share)."""
+    if not trials:
+        return None
+    from scipy.stats import binomtest
+
+    interval = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
+    return [round(float(interval.low), 4), round(float(interval.high), 4)]
+
+
+def _sign_flip_level(config) -> float:
+    """k / (flips + 1): the one-sided level of the blessing's sign-flip interval, the rate an equal pair is blocked
+    at over evaluations (each evaluation draws its own flips)."""
+    from ctpipe.components.steps.evaluate.blessing import SIGN_FLIPS
+
+    flips = max(config.evaluate.bootstrap_samples, SIGN_FLIPS)
+    return np.floor((1 - config.evaluate.confidence) / 2 * (flips + 1) + 1e-9) / (flips + 1)
+
+
 def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int) -> dict:
     task = make_task()
     config = load_run_config(None, ["task.name=causal_lm"])
@@ -129,7 +156,56 @@ def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int) -> dict:
         "lm_model_pairs": model_pairs,
         "lm_false_blocks": blocked,
         "lm_false_block_rate": round(blocked / pairs, 4) if pairs else None,
+        "lm_false_block_rate_95": _wilson(blocked, pairs),
         "lm_nominal_block_rate": round((1 - config.evaluate.confidence) / 2, 4),
+        "lm_level_by_construction": round(_sign_flip_level(config), 6),
         "lm_equal_pairs_not_blessed": not_blessed,
         "lm_worse_candidate_blocked": worse_blocked,
     }
+
+
+def coin_level(seed: int, splits: int, coins: int, flips: int = 2000, model_pairs: int = MODEL_PAIRS,
+               train_steps: int = TRAIN_STEPS) -> dict:
+    """The rate at which the blessing's loss rule (``blessing.flip_seed`` and ``metrics.sign_flip_interval``, as
+    the blessing calls them; ``flips`` sign vectors, the level k / (flips + 1) being exact at any number) blocks
+    an equal pair, over ``coins`` fair coins on each of ``splits`` splits of each of seed's decoder pairs."""
+    from ctpipe.components.lib.metrics import sign_flip_interval
+    from ctpipe.components.steps.evaluate.blessing import flip_seed
+
+    torch.set_num_threads(1)
+    task, docs = make_task(), help_topic_documents()
+    blocks: list[int] = []
+    for k in range(model_pairs):
+        held_out, _, rows = _document_rows(task, docs, [34, seed, k], train_steps, worse=False)
+        rng = np.random.default_rng([99, seed, k])
+        for _ in range(splits):
+            split = np.sort(rng.choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
+            a, b = rows["a"][split], rows["b"][split]
+            count = 0
+            for _ in range(coins):
+                swap = rng.random(SPLIT_DOCUMENTS) < 0.5
+                candidate, champion = np.where(swap[:, None], b, a), np.where(swap[:, None], a, b)
+                worse = candidate[:, 0] - champion[:, 0]  # summed NLL per document: the loss's numerator
+                tokens = candidate[:, 1]
+                interval = sign_flip_interval(worse.sum() / tokens.sum(), worse, tokens, 0.95, samples=flips,
+                                              seed=flip_seed(0, candidate, champion))
+                count += interval.low > 0  # worse with evidence: blocked
+            blocks.append(count)
+    judged = len(blocks) * coins
+    level = np.floor(0.025 * (flips + 1) + 1e-9) / (flips + 1)
+    return {"lm_coin_judgements": judged, "lm_coin_blocks": int(sum(blocks)),
+            "lm_coin_block_rate": round(sum(blocks) / judged, 5), "lm_coin_rate_95": _wilson(int(sum(blocks)), judged),
+            "lm_level_by_construction": round(float(level), 6), "lm_blocks_per_split": blocks}
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description="the LM blessing's block rate over many coins on fixed splits")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--splits", type=int, default=5, help="splits per decoder pair")
+    parser.add_argument("--coins", type=int, default=1000, help="fair coins per split")
+    parser.add_argument("--model-pairs", type=int, default=MODEL_PAIRS)
+    args = parser.parse_args()
+    print(json.dumps(coin_level(args.seed, args.splits, args.coins, model_pairs=args.model_pairs)))

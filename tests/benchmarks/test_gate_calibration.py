@@ -25,6 +25,15 @@ def test_equal_language_model_pairs_are_blessed_and_a_worse_one_is_blocked():
     assert figures["lm_false_blocks"] == 0 and figures["lm_false_block_rate"] == 0.0
     assert figures["lm_nominal_block_rate"] == pytest.approx(0.025)
     assert figures["lm_worse_candidate_blocked"]  # 4 steps against 40: the test can block
+    assert figures["lm_false_block_rate_95"][0] == 0.0 and 0.4 < figures["lm_false_block_rate_95"][1] < 0.6  # Wilson
+    assert figures["lm_level_by_construction"] == pytest.approx(500 / 20001, abs=1e-6)  # k / (flips + 1)
+
+
+def test_the_coin_level_judges_every_coin_of_every_split_with_the_blessings_interval():
+    figures = _module("lm_blessing").coin_level(0, splits=2, coins=40, flips=200, model_pairs=1, train_steps=40)
+    assert figures["lm_coin_judgements"] == 80 and len(figures["lm_blocks_per_split"]) == 2
+    assert figures["lm_level_by_construction"] == pytest.approx(5 / 201, abs=1e-6)
+    assert figures["lm_coin_blocks"] == sum(figures["lm_blocks_per_split"]) <= 6  # 2.5 % of 80: 2 expected
 
 
 def test_every_text_shift_is_flagged_and_the_same_source_resample_is_not():
