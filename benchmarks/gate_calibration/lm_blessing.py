@@ -117,10 +117,11 @@ def _wilson(successes: int, trials: int) -> list[float] | None:
 def _sign_flip_level(config) -> float:
     """k / (flips + 1): the one-sided level of the blessing's sign-flip interval, the rate an equal pair is blocked
     at over evaluations (each evaluation draws its own flips)."""
-    from ctpipe.components.steps.evaluate.blessing import SIGN_FLIPS
+    from ctpipe.components.lib.metrics import sign_flip_rank
+    from ctpipe.components.steps.evaluate.blessing import sign_flips
 
-    flips = max(config.evaluate.bootstrap_samples, SIGN_FLIPS)
-    return np.floor((1 - config.evaluate.confidence) / 2 * (flips + 1) + 1e-9) / (flips + 1)
+    flips = sign_flips(config.evaluate.bootstrap_samples)
+    return sign_flip_rank(config.evaluate.confidence, flips) / (flips + 1)
 
 
 def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int) -> dict:
@@ -169,7 +170,7 @@ def coin_level(seed: int, splits: int, coins: int, flips: int = 2000, model_pair
     """The rate at which the blessing's loss rule (``blessing.flip_seed`` and ``metrics.sign_flip_interval``, as
     the blessing calls them; ``flips`` sign vectors, the level k / (flips + 1) being exact at any number) blocks
     an equal pair, over ``coins`` fair coins on each of ``splits`` splits of each of seed's decoder pairs."""
-    from ctpipe.components.lib.metrics import sign_flip_interval
+    from ctpipe.components.lib.metrics import sign_flip_interval, sign_flip_rank
     from ctpipe.components.steps.evaluate.blessing import flip_seed
 
     torch.set_num_threads(1)
@@ -192,7 +193,7 @@ def coin_level(seed: int, splits: int, coins: int, flips: int = 2000, model_pair
                 count += interval.low > 0  # worse with evidence: blocked
             blocks.append(count)
     judged = len(blocks) * coins
-    level = np.floor(0.025 * (flips + 1) + 1e-9) / (flips + 1)
+    level = sign_flip_rank(0.95, flips) / (flips + 1)
     return {"lm_coin_judgements": judged, "lm_coin_blocks": int(sum(blocks)),
             "lm_coin_block_rate": round(sum(blocks) / judged, 5), "lm_coin_rate_95": _wilson(int(sum(blocks)), judged),
             "lm_level_by_construction": round(float(level), 6), "lm_blocks_per_split": blocks}

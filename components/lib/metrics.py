@@ -241,6 +241,12 @@ def normal_interval(point: float, draws: np.ndarray, confidence: float, units: i
     return Interval(float(point), float(point) - half, float(point) + half, confidence)
 
 
+def sign_flip_rank(confidence: float, samples: int) -> int:
+    """k = floor(alpha/2 · (samples + 1)): each bound of ``sign_flip_interval`` is the k-th most extreme of its
+    ``samples`` ratios, and k / (samples + 1) <= alpha/2 its exact one-sided level (0: nothing can be rejected)."""
+    return int(np.floor((1 - confidence) / 2 * (samples + 1) + 1e-9))
+
+
 def sign_flip_interval(
     point: float, differences: np.ndarray, weights: np.ndarray, confidence: float, *, samples: int,
     seed: int | list[int],
@@ -259,8 +265,7 @@ def sign_flip_interval(
     very unequal lengths (the paired approximate-randomization test of comparing two systems on one test set)."""
     d = np.asarray(differences, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
-    alpha = (1 - confidence) / 2
-    k = int(np.floor(alpha * (samples + 1) + 1e-9))
+    k = sign_flip_rank(confidence, samples)
     if k < 1:  # too few draws to reject anything at this level: the interval excludes nothing
         return Interval(float(point), -np.inf, np.inf, confidence)
     if len(d) == 0 or not np.isfinite(point):

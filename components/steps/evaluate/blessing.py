@@ -50,6 +50,11 @@ from ctpipe.components.lib.metrics import (
 SIGN_FLIPS = 20_000
 
 
+def sign_flips(samples: int) -> int:
+    """How many sign vectors the blessing draws: ``evaluate.bootstrap_samples``, and at least ``SIGN_FLIPS``."""
+    return max(samples, SIGN_FLIPS)
+
+
 def flip_seed(seed: int, candidate: np.ndarray, reference: np.ndarray) -> list[int]:
     """The sign flips' seed: ``evaluate.seed`` and a digest of the two models' predictions, so the same evaluation
     always gets the same verdict while different evaluations get independent flips (the level holds over
@@ -281,7 +286,7 @@ def collect_evidence(
             (top, bottom), (other_top, other_bottom) = sums["candidate"][metric], sums[other][metric]
             if np.array_equal(bottom, other_bottom):  # the same tokens or bytes: a difference of per-unit sums
                 return sign_flip_interval(point, top - other_top, bottom, confidence,
-                                          samples=max(samples, SIGN_FLIPS), seed=flip_seed(seed, p_candidate, models[other]))
+                                          samples=sign_flips(samples), seed=flip_seed(seed, p_candidate, models[other]))
         diff = draws["candidate"].get(metric, empty) - draws[other].get(metric, empty) if draws[other] else empty
         return interval(point, diff, confidence, units)
 
