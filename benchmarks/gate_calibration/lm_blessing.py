@@ -203,10 +203,17 @@ if __name__ == "__main__":
     import argparse
     import json
 
+    def _positive(text: str) -> int:
+        value = int(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+        return value
+
     parser = argparse.ArgumentParser(description="the LM blessing's block rate over many coins on fixed splits")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--splits", type=int, default=5, help="splits per decoder pair")
-    parser.add_argument("--coins", type=int, default=1000, help="fair coins per split")
-    parser.add_argument("--model-pairs", type=int, default=MODEL_PAIRS)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the decoders and splits (default 0)")
+    parser.add_argument("--splits", type=_positive, default=5, help="splits per decoder pair (default 5)")
+    parser.add_argument("--coins", type=_positive, default=1000, help="fair coins per split (default 1000)")
+    parser.add_argument("--model-pairs", type=_positive, default=MODEL_PAIRS,
+                        help=f"decoder pairs trained (default {MODEL_PAIRS})")
     args = parser.parse_args()
     print(json.dumps(coin_level(args.seed, args.splits, args.coins, model_pairs=args.model_pairs)))
