@@ -58,27 +58,42 @@ def _trained(task, state, packed, steps: int, seed: int) -> torch.nn.Module:
     return model.eval()
 
 
+def _judgement(task, config, frame: pd.DataFrame, state, candidate: np.ndarray, champion: np.ndarray,
+               floor: bool = True):
+    """The blessing's judgement of ``candidate`` against ``champion`` on these documents: the task's scorer and
+    unigram baseline, the default thresholds (beat the baseline, no regression against the champion). Without
+    ``floor`` no baseline is scored: the floor then fails, and the rules against the champion get the same
+    verdicts (the same sign flips: ``blessing.flip_seed`` digests candidate and champion only) in half the time."""
+    targets = task.targets(frame, state)
+    baseline = task.baseline(targets, state) if floor else None
+    return judge_candidate(targets, candidate, champion, config, frame, [], scorer=task, baseline=baseline)
+
+
+def _blocked_by_change(judgement) -> bool:
+    """Whether a rule against the champion (not the floor) blocks."""
+    return any(not c.passed for c in judgement.checks if c.kind in ("change_abs", "change_rel"))
+
+
 def _blocked_against_champion(
-    task, config, frame: pd.DataFrame, state, candidate: np.ndarray, champion: np.ndarray
+    task, config, frame: pd.DataFrame, state, candidate: np.ndarray, champion: np.ndarray, floor: bool = True
 ) -> tuple[bool, bool]:
     """Whether the blessing's rules against the champion block ``candidate`` on these documents, and whether the
     whole blessing does (the floor, beating the unigram model, included)."""
-    targets = task.targets(frame, state)
-    judgement = judge_candidate(
-        targets, candidate, champion, config, frame, [], scorer=task, baseline=task.baseline(targets, state)
-    )
-    change = any(not c.passed for c in judgement.checks if c.kind in ("change_abs", "change_rel"))
-    return change, not judgement.passed
+    judgement = _judgement(task, config, frame, state, candidate, champion, floor)
+    return _blocked_by_change(judgement), not judgement.passed
 
 
-def measure(seed: int, pairs: int, train_steps: int = TRAIN_STEPS, model_pairs: int = MODEL_PAIRS) -> dict:
+def measure(seed: int, pairs: int, train_steps: int = TRAIN_STEPS, model_pairs: int = MODEL_PAIRS,
+            documents: int = SPLIT_DOCUMENTS, floor: bool = True) -> dict:
     """``lm_equal_pairs``, ``lm_false_blocks``, ``lm_false_block_rate`` (and its nominal level) over ``pairs``
-    coin-swapped pairs: blocked by a rule against the champion (``lm_equal_pairs_not_blessed`` counts the floor
-    too, which trained models pass), and whether a clearly worse candidate is blocked on the first split."""
+    coin-swapped pairs of ``documents`` documents each: blocked by a rule against the champion
+    (``lm_equal_pairs_not_blessed`` counts the floor too, which trained models pass; None without ``floor``, which
+    judges only the rules against the champion), and whether a clearly worse candidate is blocked on the first
+    split (``lm_worse_candidate_loss_gap_95``: its loss minus the champion's, the blessing's interval)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: extra threads only contend (10x slower on a busy 2-core machine)
     try:
-        return _measure(seed, pairs, train_steps, model_pairs)
+        return _measure(seed, pairs, train_steps, model_pairs, documents, floor)
     finally:
         torch.set_num_threads(threads)
 
@@ -124,12 +139,12 @@ def _sign_flip_level(config) -> float:
     return sign_flip_rank(config.evaluate.confidence, flips) / (flips + 1)
 
 
-def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int) -> dict:
+def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int, documents: int, floor: bool) -> dict:
     task = make_task()
     config = load_run_config(None, ["task.name=causal_lm"])
     docs = help_topic_documents()
     blocked = not_blessed = 0
-    worse_blocked = False
+    worse_blocked, worse_gap = False, None
     # The pairs are spread over ``model_pairs`` pairs of decoders: one pair's idiosyncrasy (a document one model
     # happens to know well) would otherwise weigh on all of them alike.
     for k in range(model_pairs):
@@ -139,19 +154,19 @@ def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int) -> dict:
         held_out, state, rows = _document_rows(task, docs, [34, seed, k], train_steps, worse=k == 0)
         rng = np.random.default_rng([35, seed, k])
         for _ in range(count):
-            split = np.sort(rng.choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
-            swap = rng.random(SPLIT_DOCUMENTS) < 0.5
+            split = np.sort(rng.choice(len(held_out), documents, replace=False))
+            swap = rng.random(documents) < 0.5
             a, b = rows["a"][split], rows["b"][split]
             candidate, champion = np.where(swap[:, None], b, a), np.where(swap[:, None], a, b)
             change, whole = _blocked_against_champion(
-                task, config, held_out.iloc[split], state, candidate, champion
+                task, config, held_out.iloc[split], state, candidate, champion, floor
             )
             blocked, not_blessed = blocked + change, not_blessed + whole
         if k == 0:
-            first = np.sort(rng.choice(len(held_out), SPLIT_DOCUMENTS, replace=False))
-            worse_blocked, _ = _blocked_against_champion(
-                task, config, held_out.iloc[first], state, rows["short"][first], rows["a"][first]
-            )
+            first = np.sort(rng.choice(len(held_out), documents, replace=False))
+            judgement = _judgement(task, config, held_out.iloc[first], state, rows["short"][first], rows["a"][first])
+            worse_blocked, gap = _blocked_by_change(judgement), judgement.evidence["loss"].vs_champion
+            worse_gap = [round(gap.low, 4), round(gap.high, 4)]
     return {
         "lm_equal_pairs": pairs,
         "lm_model_pairs": model_pairs,
@@ -160,8 +175,9 @@ def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int) -> dict:
         "lm_false_block_rate_95": _wilson(blocked, pairs),
         "lm_nominal_block_rate": round((1 - config.evaluate.confidence) / 2, 4),
         "lm_level_by_construction": round(_sign_flip_level(config), 6),
-        "lm_equal_pairs_not_blessed": not_blessed,
+        "lm_equal_pairs_not_blessed": not_blessed if floor else None,
         "lm_worse_candidate_blocked": worse_blocked,
+        "lm_worse_candidate_loss_gap_95": worse_gap,
     }
 
 
@@ -170,10 +186,18 @@ def coin_level(seed: int, splits: int, coins: int, flips: int = 2000, model_pair
     """The rate at which the blessing's loss rule (``blessing.flip_seed`` and ``metrics.sign_flip_interval``, as
     the blessing calls them; ``flips`` sign vectors, the level k / (flips + 1) being exact at any number) blocks
     an equal pair, over ``coins`` fair coins on each of ``splits`` splits of each of seed's decoder pairs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in ``measure``; the caller's setting is restored
+    try:
+        return _coin_level(seed, splits, coins, flips, model_pairs, train_steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _coin_level(seed: int, splits: int, coins: int, flips: int, model_pairs: int, train_steps: int) -> dict:
     from ctpipe.components.lib.metrics import sign_flip_interval, sign_flip_rank
     from ctpipe.components.steps.evaluate.blessing import flip_seed
 
-    torch.set_num_threads(1)
     task, docs = make_task(), help_topic_documents()
     blocks: list[int] = []
     for k in range(model_pairs):
