@@ -25,8 +25,11 @@ from ctpipe.components.steps.train.launchers.local import LocalLauncher
 from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.tasks.export import load_model_export
 from tests.fixtures.damage import a_model_shard, flip_bytes
+from tests.fixtures.exact import EXACT_TRAINING
 
+# Resumed runs are compared with the uninterrupted one bit for bit: EXACT_TRAINING pins what makes that exact.
 TINY = [
+    *EXACT_TRAINING,
     "data.key=customer_id",
     "model.hidden=16",
     "model.depth=2",
@@ -39,7 +42,6 @@ TINY = [
     "train.checkpoint_every=2",
     "train.batch_size=16",
     "train.keep_best=1",
-    "train.mixed_precision=fp32",
     "train.timeout_minutes=2",
 ]
 
@@ -90,6 +92,7 @@ def test_uninterrupted_run_keeps_best_plus_latest_and_logs_to_mlflow(reference):
     assert all(ckpt.is_complete(ckpt.checkpoint_path(ckpt_dir, s)) for s in on_disk)
     run = mlflow.MlflowClient(uri).get_run(run_id)
     assert run.data.params["train.lr"] and run.data.params["system.world_size"] == "2"
+    assert run.data.params["system.threads_per_worker"] == "1"  # the pin reached the ranks: exact resume needs it
     assert run.data.params["train.effective_batch_size"] == "32"
     history = mlflow.MlflowClient(uri).get_metric_history(run_id, "val_accuracy")
     assert [m.step for m in history] == [2, 4, 6, 8]
