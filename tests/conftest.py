@@ -1,4 +1,4 @@
-"""Shared test setup: quiet MLflow, deterministic single-threaded torch in the test process."""
+"""Shared test setup: quiet MLflow, torch on one thread in the test process, no pod namespace lent to the tests."""
 
 import os
 from pathlib import Path
@@ -16,3 +16,13 @@ def _outside_any_pod(monkeypatch):
     from ctpipe.components.lib.kube import namespace
 
     monkeypatch.setattr(namespace, "SERVICE_ACCOUNT_NAMESPACE", Path("/nonexistent/ctpipe-tests/serviceaccount/namespace"))
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Torch on one intra-op thread in the test process, whatever the machine's cores: the tiny models the tests
+    train here then give the same numbers on every machine with the same vector unit (a reduction split over the
+    cores changes its last bits), and run faster on a shared CPU. A test that needs another count sets it."""
+    import torch
+
+    torch.set_num_threads(1)
