@@ -33,7 +33,7 @@ def _module(name: str):
 # (Four pairs at 0 blocks, as this test was, failed on a machine it was not tuned on: a 10 % event.)
 EQUAL_PAIRS = 5000
 BLOCK_RATE_BOUND = 0.042
-DOCUMENTS = 20  # per pair: the level is exact at any number; 20 keeps 5,000 judgements to 20-50 s on 2 busy cores
+DOCUMENTS = 20  # per pair: the level is exact at any number; 20 keeps the test at ~30 s of CPU (5,000 judgements)
 LEVEL = 500 / 20001
 
 
