@@ -72,8 +72,8 @@ def test_equal_language_model_pairs_are_blessed_at_the_blessings_level_and_a_wor
     assert figures["lm_false_block_rate_95"][1] == pytest.approx(_wilson_high(blocks, EQUAL_PAIRS), abs=1e-4)
     assert figures["lm_nominal_block_rate"] == pytest.approx(0.025)
     assert figures["lm_level_by_construction"] == pytest.approx(LEVEL, abs=1e-6)  # k / (flips + 1)
-    # 4 steps against 40: the worse decoder's loss is above the champion's by more than a nat, its whole interval
-    # far above the 0 that blocks it (lower bound 1.05 here; 1.02-1.27 over seeds 0-7; another vector unit, AVX2
+    # 4 steps against 40: the worse decoder's loss is above the champion's by about a nat, its whole interval
+    # far above the 0 that blocks it (lower bound 1.05 here; 0.91-1.27 over seeds 0-7; another vector unit, AVX2
     # against AVX512, moves it by a few hundredths).
     assert figures["lm_worse_candidate_blocked"]
     assert figures["lm_worse_candidate_loss_gap_95"][0] > 0.5, figures
