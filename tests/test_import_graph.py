@@ -121,6 +121,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runners", ("ctpipe.pipelines.local", "ctpipe.pipelines.deploy", "ctpipe.pipelines.retention")),
     ("triggers", ("ctpipe.pipelines.triggers",)),
     ("commands", ("ctpipe.pipelines.cli",)),
+    # What tests and benchmarks share (fault hooks, planted bugs, a local MLflow server): above everything, and
+    # imported by nothing of the pipeline (test_the_pipeline_never_imports_its_testing_package).
+    ("testing", ("ctpipe.testing",)),
 ]
 # package roots: the ctpipe, ctpipe.components and ctpipe.pipelines __init__ modules, imported by everything
 ROOTS = {"ctpipe", "ctpipe.components", "ctpipe.pipelines"}
@@ -190,6 +193,28 @@ def test_layer_checks_see_a_violation(monkeypatch):
         test_no_step_imports_another_step()
     with pytest.raises(AssertionError, match="package circle"):
         test_no_circle_between_packages()
+
+
+def test_the_pipeline_never_imports_its_testing_package():
+    """``ctpipe.testing`` is loaded by name only (``CTPIPE_HOOKS``, components/lib/hooks.py), never imported."""
+    offenders = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if not _is_testing(module)
+        for target in targets if _is_testing(target)
+    )
+    assert not offenders, "the pipeline imports its test material: " + "; ".join(offenders)
+
+
+def _is_testing(module: str) -> bool:
+    return module == "ctpipe.testing" or module.startswith("ctpipe.testing.")
+
+
+def test_the_testing_check_sees_a_violation(monkeypatch):
+    graph = {"ctpipe.components.engine.trainer": {"ctpipe.testing.faults"}, "ctpipe.testing.faults": set()}
+    monkeypatch.setattr(__import__(__name__, fromlist=["import_graph"]), "import_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="imports its test material"):
+        test_the_pipeline_never_imports_its_testing_package()
 
 
 def test_kube_knows_nothing_of_training():

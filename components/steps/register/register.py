@@ -32,6 +32,7 @@ from ctpipe.components.lib.handoffs import (
     read_sanity,
     read_validation,
 )
+from ctpipe.components.lib.hooks import hook_point
 from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http, log_step
 from ctpipe.components.lib.tracking.lineage import (
     LINEAGE_DIGEST_TAG,
@@ -41,7 +42,7 @@ from ctpipe.components.lib.tracking.lineage import (
     write_lineage,
 )
 from ctpipe.components.steps.register.model_files import MANIFEST_FILE, PYFUNC_DIGEST_TAG
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry, fault_point
+from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Promotion, Registry
 from ctpipe.components.steps.register.serving_check import SERVABLE_TAG, ServingCheck
 
 MODEL_ARTIFACT_DIR = "ctpipe"
@@ -145,7 +146,7 @@ def register_candidate(
                                                        blessing_path, RetryPolicy.of(reg_cfg))
             timings["log_artifacts"] = time.perf_counter() - t - serving.seconds
             timings["serving_check"] = serving.seconds
-            fault_point("after_artifacts")
+            hook_point("after_artifacts")
             run = registry.call(
                 lambda: registry.client.get_run(mlflow_run_id), f"read MLflow run {mlflow_run_id}"
             )
@@ -160,7 +161,7 @@ def register_candidate(
             t = time.perf_counter()
             version, created = _create_once(registry, mlflow_run_id, key, source, tags)
             timings["create_version"] = time.perf_counter() - t
-            fault_point("after_create")
+            hook_point("after_create")
         else:  # a retried step: the check that ran before this version was created stands
             recorded = version.tags or {}
             reason = str(version_lineage(registry.client, version, retry=RetryPolicy.of(reg_cfg)).get("serving_check")

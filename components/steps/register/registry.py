@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +16,7 @@ from typing import Any, TypeVar
 
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.errors import UserError
+from ctpipe.components.lib.hooks import hook_point
 from ctpipe.components.lib.tracking import (  # also sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
     RetryPolicy,
     error_code,
@@ -75,20 +74,6 @@ def promotion_record(tags: dict[str, str]) -> dict[str, str] | None:
         "reason": tags.get("ctpipe.promotion_reason", ""),
         "reason_uri": tags.get("ctpipe.promotion_reason_uri", ""),
     }
-
-
-# TEST-ONLY fault hook (tests/components/steps/register/test_faults.py, benchmarks/soak.py), never part of a user config:
-# CTPIPE_TEST_REGISTRATION_FAULT=POINT sends this process a SIGKILL at POINT of a registration:
-# ``after_artifacts`` (artifacts logged, no version yet), ``after_create`` (the version exists with all its
-# tags, no alias yet), ``in_promotion_lock`` (holding the promotion lock, the champion not yet judged),
-# ``after_alias`` (the champion alias moved, its stack and history not yet written).
-REGISTRATION_FAULT_ENV = "CTPIPE_TEST_REGISTRATION_FAULT"
-
-
-def fault_point(name: str) -> None:
-    """Die here, abruptly, when the test-only fault names this point (see REGISTRATION_FAULT_ENV)."""
-    if os.environ.get(REGISTRATION_FAULT_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def recorded_champion_alias(lineage: dict[str, Any]) -> str | None:
@@ -368,7 +353,7 @@ class Registry:
             lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version),
             "move the champion alias",
         )
-        fault_point("after_alias")
+        hook_point("after_alias")  # the commit points: where the tests kill a registration
         try:
             self.call(lambda: c.set_registered_model_tag(self.name, STACK_TAG, stack_value), "record champion stack")
             if update.page is not None:
@@ -434,7 +419,7 @@ class Registry:
         """Compare-and-set: make ``version`` champion only if the champion is still ``expected``."""
         version = str(version)
         with self.locked():
-            fault_point("in_promotion_lock")
+            hook_point("in_promotion_lock")
             current = self.alias_version(self.config.champion_alias)
             if current is not None and current != version:
                 self._record_cut_off_move(current, None)
