@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ctpipe.components.lib.config import WatchConfig
-from ctpipe.components.steps.evaluate.prediction_drift import describe, prediction_drift, prediction_reference
+from ctpipe.components.lib.drift.prediction_drift import describe, prediction_drift, prediction_reference
 
 CLASSES = ["a", "b", "c"]
 
