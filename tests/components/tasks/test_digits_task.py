@@ -39,7 +39,7 @@ def digits(tmp_path, monkeypatch):
 
 
 def _snapshot(digits, tmp_path, overrides=()):
-    from ctpipe.components.steps.train.standalone import build_snapshot
+    from ctpipe.pipelines.local.train_alone import build_snapshot
 
     digits.write_partitions(tmp_path / "data", days=2, rows=700)
     config = load_config(None, [*TASK, *SMALL_SANITY, *overrides])
