@@ -1,8 +1,9 @@
 """The registered model as ctpipe reads it: its versions, aliases, tags, lineage and champion history.
 
 Every call goes through ``RegisteredModel.call``, the configured bounded retries on transient failures
-(``ctpipe.components.lib.tracking.RetryPolicy``). ``Registry`` (registry.py) adds the writes that move the
-champion; readers (``ctpipe models list``, ``ctpipe gc``, the register step's searches) use the same object.
+(``ctpipe.components.lib.tracking.RetryPolicy``). Beside the reads, only the model's creation
+(``ensure_registered_model``) is here; ``Registry`` (registry.py) adds the writes that move the champion, and
+readers (``ctpipe models list``, ``ctpipe gc``, the register step's searches) use that same object.
 """
 
 from __future__ import annotations
