@@ -26,6 +26,8 @@ PYFUNC_ARTIFACT_PATH = "model"
 # Rows of the input example stored with the pyfunc (its signature is inferred from them).
 EXAMPLE_ROWS = 5
 REFERENCE_FILES = ("suite.json", "reference_stats.json")
+
+
 def pip_requirements() -> list[str]:
     """Pinned requirements of the pyfunc model, given explicitly (inference would cost ~10 s)."""
     import fsspec
