@@ -9,7 +9,8 @@ from setuptools import find_packages, setup
 
 FOLDERS = {"ctpipe.components": "components", "ctpipe.pipelines": "pipelines"}  # ctpipe.PARTS, each its folder
 
-packages = ["ctpipe"]
+# ctpipe/ itself: the package root, task.py and ctpipe.testing (what the tests and benchmarks share).
+packages = ["ctpipe"] + [f"ctpipe.{sub}" for sub in find_packages("ctpipe")]
 package_dir = {"ctpipe": "ctpipe"}
 for name, folder in FOLDERS.items():
     package_dir[name] = folder

@@ -22,7 +22,7 @@ import pandas as pd
 from ctpipe.components.lib.config import WatchConfig
 from ctpipe.components.lib.data.reference_stats import compute_reference_stats
 from ctpipe.components.lib.data.snapshot import Schema
-from ctpipe.pipelines.triggers.drift import compute_drift
+from ctpipe.components.lib.drift.feature_drift import compute_drift
 
 N_NUMERIC, N_CATEGORICAL = 14, 6
 

@@ -51,7 +51,7 @@ if step == "validation":
     summary = json.loads((Path(out) / "snapshot" / "validation.json").read_text())
     extra = {"rows": r.rows, "warnings": [w[:160] for w in r.warnings], "phases_s": {k: round(v, 2) for k, v in summary["seconds"].items()}}
 elif step == "snapshot":
-    from ctpipe.components.steps.train.standalone import build_snapshot
+    from ctpipe.pipelines.local.train_alone import build_snapshot
     build_snapshot(data, cfg, out + "/snapshot-only")
     extra = {}
 else:

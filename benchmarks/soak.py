@@ -48,10 +48,10 @@ from soak_audit import audit_checkpoints, audit_registry, audit_runs
 
 from ctpipe.components.lib.data.demo import START_DATE, generate_day
 from ctpipe.components.lib.processes import pid_alive
-from ctpipe.components.lib.tracking.server import LocalMlflowServer
 from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
 from ctpipe.pipelines.triggers.new_data import data_state
 from ctpipe.pipelines.triggers.start import stop_leftovers
+from ctpipe.testing.mlflow_server import LocalMlflowServer
 
 ROWS_PER_DAY = 300
 FIRST_DAYS = 2

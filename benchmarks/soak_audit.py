@@ -67,7 +67,7 @@ def sha256_of(path: Path) -> str:
 def full_champion_history(uri: str, model: str) -> list[dict[str, Any]]:
     """Every champion move, oldest first: the pages of older entries, then the tag's newest ones."""
     from ctpipe.components.lib.config import RegistryConfig
-    from ctpipe.components.steps.register.registry import Registry
+    from ctpipe.components.lib.registry.registry import Registry
 
     registry = Registry(uri, RegistryConfig(model_name=model))
     pages = registry.champion_history_pages(max_pages=100_000)
@@ -79,7 +79,7 @@ def audit_registry(uri: str) -> dict[str, Any]:
     import mlflow
 
     from ctpipe.components.lib.tracking.lineage import LINEAGE_FIELDS, version_lineage
-    from ctpipe.components.steps.register.register import VERSION_TAGS  # the one list registration guarantees
+    from ctpipe.components.steps.register.version_record import VERSION_TAGS  # what registration guarantees
 
     client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     versions = sorted(client.search_model_versions(f"name = '{MODEL}'", max_results=10000), key=lambda v: int(v.version))

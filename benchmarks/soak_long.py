@@ -44,9 +44,10 @@ import pandas as pd
 import torch
 
 from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.registry.history import MAX_REGISTRY_TAG_BYTES
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import COMPLETE_TAG, KEY_TAG
 from ctpipe.components.lib.tracking import local_tracking_uri
-from ctpipe.components.steps.register.history import MAX_REGISTRY_TAG_BYTES
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Registry
 from ctpipe.pipelines.retention.gc import collect_garbage
 from ctpipe.pipelines.triggers.new_data import data_state
 

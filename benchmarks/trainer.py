@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from ctpipe.components.lib.data.demo import write_demo_data
-    from ctpipe.components.steps.train.standalone import build_snapshot
     from ctpipe.components.tasks import load_task
     from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.pipelines.local.train_alone import build_snapshot
 
     base: list[str] = []
     if args.example:

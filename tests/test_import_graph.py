@@ -117,10 +117,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("ctpipe.components.engine",)),
     ("steps", ("ctpipe.components.steps",)),
     ("pipeline", ("ctpipe.pipelines.continuous_training", "ctpipe.pipelines.compile",
-                  "ctpipe.pipelines.cluster_config", "ctpipe.pipelines.cluster_settings")),
+                  "ctpipe.pipelines.cluster_config", "ctpipe.pipelines.cluster_settings",
+                  "ctpipe.pipelines.cluster_job")),
     ("runners", ("ctpipe.pipelines.local", "ctpipe.pipelines.deploy", "ctpipe.pipelines.retention")),
     ("triggers", ("ctpipe.pipelines.triggers",)),
     ("commands", ("ctpipe.pipelines.cli",)),
+    # What tests and benchmarks share (fault hooks, planted bugs, a local MLflow server): above everything, and
+    # imported by nothing of the pipeline (test_the_pipeline_never_imports_its_testing_package).
+    ("testing", ("ctpipe.testing",)),
 ]
 # package roots: the ctpipe, ctpipe.components and ctpipe.pipelines __init__ modules, imported by everything
 ROOTS = {"ctpipe", "ctpipe.components", "ctpipe.pipelines"}
@@ -190,6 +194,57 @@ def test_layer_checks_see_a_violation(monkeypatch):
         test_no_step_imports_another_step()
     with pytest.raises(AssertionError, match="package circle"):
         test_no_circle_between_packages()
+
+
+def test_the_pipeline_never_imports_its_testing_package():
+    """``ctpipe.testing`` is loaded by name only (``CTPIPE_HOOKS``, components/lib/hooks.py), never imported."""
+    offenders = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if not _is_testing(module)
+        for target in targets if _is_testing(target)
+    )
+    assert not offenders, "the pipeline imports its test material: " + "; ".join(offenders)
+
+
+def _is_testing(module: str) -> bool:
+    return module == "ctpipe.testing" or module.startswith("ctpipe.testing.")
+
+
+def test_the_testing_check_sees_a_violation(monkeypatch):
+    graph = {"ctpipe.components.engine.trainer": {"ctpipe.testing.faults"}, "ctpipe.testing.faults": set()}
+    monkeypatch.setattr(__import__(__name__, fromlist=["import_graph"]), "import_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="imports its test material"):
+        test_the_pipeline_never_imports_its_testing_package()
+
+
+# The CLI, gc and serve reach the pipeline's work through libraries (the registry, the drift statistics), the
+# pipeline layer (compile, the cluster job) and the runners (a step run alone: pipelines/local), never a step folder.
+NO_STEP_IMPORTS = ("ctpipe.pipelines.cli", "ctpipe.pipelines.retention")
+
+
+def test_no_step_folder_is_imported_by_the_cli_gc_or_serve():
+    """``ctpipe`` (serve and gc among its commands) and ``ctpipe gc``'s retention import no step: what they share
+    with a step lives in a library, and a step run alone is a runner's (pipelines/local)."""
+    offenders = sorted(
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        if any(module == p or module.startswith(p + ".") for p in NO_STEP_IMPORTS)
+        for target in targets if target.startswith("ctpipe.components.steps.")
+    )
+    assert not offenders, "the CLI, gc or serve imports a step folder: " + "; ".join(offenders)
+
+
+def test_the_cli_check_sees_a_violation(monkeypatch):
+    graph = {"ctpipe.pipelines.cli.commands.serve": {"ctpipe.components.steps.register.registry"},
+             "ctpipe.pipelines.retention.gc": {"ctpipe.components.steps.register"},
+             "ctpipe.components.steps.register.registry": set(), "ctpipe.components.steps.register": set()}
+    monkeypatch.setattr(__import__(__name__, fromlist=["import_graph"]), "import_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="commands.serve imports ctpipe.components.steps.register.registry"):
+        test_no_step_folder_is_imported_by_the_cli_gc_or_serve()
+    graph.pop("ctpipe.pipelines.cli.commands.serve")
+    with pytest.raises(AssertionError, match="retention.gc imports ctpipe.components.steps.register"):
+        test_no_step_folder_is_imported_by_the_cli_gc_or_serve()
 
 
 def test_kube_knows_nothing_of_training():

@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 
 from ctpipe.components.lib.data.snapshot import Schema
+from ctpipe.components.lib.drift.feature_drift import DriftReport
 from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
 from ctpipe.components.tasks.run_config import load_run_config
-from ctpipe.pipelines.triggers.drift import DriftReport, compute_drift
-from ctpipe.pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
+from ctpipe.pipelines.triggers.window_drift import judge_window
 
 REFERENCE_DOCUMENTS = 400
 WINDOW_DOCUMENTS = 200
@@ -57,12 +57,7 @@ def shifted_windows(
 
 def judge(window: pd.DataFrame, reference: dict) -> DriftReport:
     """The watcher's drift report for ``window`` against ``reference``."""
-    return compute_drift(
-        with_task_drift_columns(window, reference, CONFIG),
-        reference,
-        CONFIG.watch,
-        histograms=task_drift_histograms(window, reference, CONFIG),
-    )
+    return judge_window(window, reference, CONFIG)
 
 
 def tests_with_p_values(report: DriftReport) -> int:

@@ -23,14 +23,14 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import DataValidationError, SanityCheckError
 from ctpipe.components.lib.models.tabular import build_model
-from ctpipe.components.steps.sanity_checks import sequence_bugs
-from ctpipe.components.steps.sanity_checks.bugs import DropoutAtEvaluation
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
-from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.steps.validate_data.validate import validate_data
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
 from ctpipe.components.tasks.run_config import load_run_config
+from ctpipe.pipelines.local.train_alone import build_snapshot
+from ctpipe.testing import sequence_bugs
+from ctpipe.testing.bugs import DropoutAtEvaluation
 
 CLASS_CODES = {"churn": 0, "downgrade": 1, "stay": 2, "upgrade": 3}
 

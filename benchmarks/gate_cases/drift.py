@@ -19,7 +19,7 @@ from ctpipe.components.lib.data.demo import generate_day
 from ctpipe.components.lib.data.reference_stats import compute_reference_stats
 from ctpipe.components.lib.data.simulate import drift_window
 from ctpipe.components.lib.data.snapshot import Schema, infer_schema
-from ctpipe.pipelines.triggers.drift import DriftReport, compute_drift
+from ctpipe.components.lib.drift.feature_drift import DriftReport, compute_drift
 
 HEALTHY_SIZES = (200, 1000, 5000, 20_000)
 SHIFTED_SIZES = (200, 1000, 20_000)

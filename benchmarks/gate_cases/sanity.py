@@ -31,7 +31,9 @@ from ctpipe.components.lib.data.simulate import rare_positive_day, weak_signal_d
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import SanityCheckError
 from ctpipe.components.lib.models.tabular import InputSpec, build_model
-from ctpipe.components.steps.sanity_checks.bugs import (
+from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
+from ctpipe.components.steps.validate_data.validate import validate_data
+from ctpipe.testing.bugs import (
     AddsFirstRow,
     BatchMean,
     BatchNormAndFirstRowInTrainMode,
@@ -47,8 +49,6 @@ from ctpipe.components.steps.sanity_checks.bugs import (
     only_the_bias_trains,
     zeroing_clip,
 )
-from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
-from ctpipe.components.steps.validate_data.validate import validate_data
 
 KEY = "customer_id"
 

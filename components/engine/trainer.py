@@ -19,7 +19,7 @@ import torch.distributed as dist
 from ctpipe.components.engine import checkpointing as ckpt
 from ctpipe.components.engine.data import ShardStream, train_stream
 from ctpipe.components.engine.device import Dist
-from ctpipe.components.engine.faults import Fault
+from ctpipe.components.engine.hooks import training_hooks
 from ctpipe.components.engine.loss_eval import check_reported, evaluate, val_shard
 from ctpipe.components.engine.parallelize import parallelize, resolve_precision, sync_buffers, uses_autocast
 from ctpipe.components.engine.progress import Progress, ProgressLine, Window
@@ -46,7 +46,7 @@ class Trainer:
         self.task = load_task(cfg.task)
         # Hashed once (recorded in each checkpoint's identity): the source does not change under a running job.
         self.task_code = task_code_identity(task_record(cfg.task))
-        self.fault = Fault.from_env()
+        self.hooks = training_hooks()  # no-ops unless CTPIPE_HOOKS (or a test fault) names some
         self._load_data(snapshot_dir)
         self._build_model()
         self._build_optimizer()
@@ -191,7 +191,7 @@ class Trainer:
         accum, step = self.t.grad_accum_steps, self.progress.step
         # A ShardStream reads the next epoch's shard inside the first step of that epoch: timed as training.
         micro_batches = (self.stream.next_batch(self.d.device) for _ in range(accum))
-        loss_fn = self.fault.loss_fn(step, self.d.rank, self.task.loss)
+        loss_fn = self.hooks.loss_fn(step, self.d.rank, self.task.loss)
         result = optimizer_step(
             self.model, micro_batches, self.optimizer, self.scheduler, accum=accum, grad_clip=self.t.grad_clip,
             loss_fn=loss_fn, autocast=self.autocast, grad_sync=self._grad_sync,
@@ -228,7 +228,7 @@ class Trainer:
         self.model.train()
         loop_start = time.perf_counter()
         while prog.step < t.max_steps:
-            self.fault.before_step(prog.step, self.d.rank)
+            self.hooks.before_step(prog.step, self.d.rank)
             lr = self.optimizer.param_groups[0]["lr"]
             start = time.perf_counter()
             loss, grad_norm = self.train_step()
@@ -325,7 +325,7 @@ class Trainer:
             "index": [e.to_dict() for e in prog.index],
             "identity": self._identity(),
         }
-        crash = self.fault.save_crash(prog.step, self.d.rank)
+        before_marker = self.hooks.before_marker(prog.step, self.d.rank)
         start = time.perf_counter()
         ckpt.save_checkpoint(
             self.root,
@@ -335,9 +335,9 @@ class Trainer:
             rank_state=rank_state,
             meta=meta,
             rank=self.d.rank,
-            before_marker=crash,
+            before_marker=before_marker,
         )
-        self.fault.after_marker(prog.step, self.d.rank)
+        self.hooks.after_marker(prog.step, self.d.rank)
         self._retain_and_index()
         self.saved_step = prog.step
         save_seconds = time.perf_counter() - start

@@ -129,7 +129,7 @@ class Blessing:
     task: dict[str, Any] = field(default_factory=dict)
     task_code: dict[str, Any] | None = None
     champion_task_code: dict[str, Any] | None = None
-    # The candidate's predictions on its test split, summarised (``evaluate/prediction_drift.py``): registration
+    # The candidate's predictions on its test split, summarised (``components/lib/drift/prediction_drift.py``): registration
     # keeps it as the model's reference/predictions.json; and their drift from the champion's reference.
     prediction_reference: dict[str, Any] | None = None
     prediction_drift: dict[str, Any] | None = None

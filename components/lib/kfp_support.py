@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text, overwrite_in_place
-from ctpipe.components.lib.step_faults import injected_step_fault
+from ctpipe.components.lib.hooks import StepHooks, load_hooks
 
 # The project image; `ctpipe compile --image` rewrites it in the compiled spec.
 COMPONENT_IMAGE = "ghcr.io/ctpipe/ctpipe:0.1.0"
@@ -120,9 +120,10 @@ def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_ru
             return {**split, "warm_start": True, "libraries": None, "slowest_imports": imports.slowest()}
         return {**split, "warm_start": False, "libraries": loaded_heavy_libraries(), "slowest_imports": imports.slowest()}
 
-    # The test-only fault hook (step_faults.py) holds until the outcome is recorded, as a full disk would.
-    fault = ExitStack()
-    fault.enter_context(injected_step_fault(name))
+    # The step's hooks (none unless CTPIPE_HOOKS names some: lib/hooks.py) hold until the outcome is recorded:
+    # a test's full disk must meet the status record too, as a real one would.
+    hooks = ExitStack()
+    hooks.enter_context(load_hooks(StepHooks).running(name))
     try:
         with import_clock() as imports:
             yield record
@@ -159,7 +160,7 @@ def step_status(name: str, *, mlflow_run: tuple[str, str] | None = None, ends_ru
         )
         raise
     finally:
-        fault.close()
+        hooks.close()
     if ends_run and mlflow_run:
         from ctpipe.components.lib.tracking import end_pipeline_run, finish_training_run_of
 

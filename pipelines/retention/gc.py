@@ -32,8 +32,8 @@ from typing import Any
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.processes import pid_alive
-from ctpipe.components.steps.register.lock import RegistryBusyError
-from ctpipe.components.steps.register.registry import Registry
+from ctpipe.components.lib.registry.lock import RegistryBusyError
+from ctpipe.components.lib.registry.registry import Registry
 from ctpipe.pipelines.retention.purge import (
     CACHE_DIR,
     prune_kfp_cache,
@@ -131,7 +131,7 @@ def _registered_runs(client, registry_config: RegistryConfig) -> tuple[set[str],
     lineage (the versions an alias points at and the previous champion: their local folders stay)."""
     from mlflow.exceptions import MlflowException
 
-    from ctpipe.components.steps.register.registry import STACK_TAG
+    from ctpipe.components.lib.registry.tags import STACK_TAG
 
     versions = client.search_model_versions(max_results=100_000)
     registered = {str(v.run_id) for v in versions if v.run_id}

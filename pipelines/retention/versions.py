@@ -29,8 +29,9 @@ from typing import Any
 
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
-from ctpipe.components.steps.register.history import PAGE_DIR, HistoryTag
-from ctpipe.components.steps.register.registry import HISTORY_TAG, STACK_TAG, Registry
+from ctpipe.components.lib.registry.history import PAGE_DIR, HistoryTag
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import HISTORY_TAG, STACK_TAG
 
 
 def history_page_runs(registry: Registry) -> set[str]:

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
+from ctpipe.components.lib.drift.column_drift import ColumnDrift
+from ctpipe.components.lib.drift.feature_drift import DriftReport
 from ctpipe.components.lib.tracking import end_run, ensure_experiment, find_or_create_run, log_step
-from ctpipe.pipelines.triggers.drift import ColumnDrift, DriftReport
 
 _BAR_W, _GAP, _H = 18, 10, 140
 _REF_COLOR, _CUR_COLOR = "#4c78a8", "#f58518"

@@ -13,7 +13,6 @@ import MLflow.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -33,6 +32,7 @@ from ctpipe.pipelines.triggers.champion import (
 from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
 from ctpipe.pipelines.triggers.new_data import DataState, cache_path_for, data_state
 from ctpipe.pipelines.triggers.retry import already_started, next_step, settle, stale_claim
+from ctpipe.pipelines.triggers.window_drift import window_drift
 
 
 @dataclass
@@ -73,66 +73,6 @@ class Decision:
         if self.champion_version:
             text += f"\n  champion: version {self.champion_version}"
         return text
-
-
-# --- drift of the newest window, cached per (window, champion, thresholds) ---------------------
-
-
-def window_drift(
-    state: DataState, reference: dict[str, Any], config: Config, champion: Champion, reports_dir: Path
-) -> tuple[dict[str, Any] | None, str]:
-    """The drift report of the newest window as a dict (from cache when unchanged), and a note."""
-    from ctpipe.components.lib.data.files import fingerprint_files
-
-    window = state.window(config.watch.window_partitions, config.watch.window_days)
-    thresholds = json.dumps(asdict(config.watch), sort_keys=True)
-    key = hashlib.sha256(f"{fingerprint_files(window)}|{champion.version}|{thresholds}".encode()).hexdigest()[:20]
-    json_path, html_path = reports_dir / f"drift-{key}.json", reports_dir / f"drift-{key}.html"
-    if json_path.exists() and html_path.exists():
-        return json.loads(json_path.read_text()) | {"json_path": str(json_path), "html_path": str(html_path)}, "cached"
-    from ctpipe.components.lib.data.snapshot import read_data
-    from ctpipe.pipelines.triggers.drift import compute_drift
-    from ctpipe.pipelines.triggers.report import write_drift_report
-
-    frame = read_data(state.data_uri, window)
-    if len(frame) < config.watch.min_rows:
-        return None, f"drift not judged: the newest window has {len(frame)} rows (< watch.min_rows={config.watch.min_rows})"
-    partitions = sorted({f.path.rsplit("/", 1)[0] for f in window})
-    histograms = task_drift_histograms(frame, reference, config)
-    frame = with_task_drift_columns(frame, reference, config)
-    report = compute_drift(frame, reference, config.watch, window=partitions, champion_version=champion.version,
-                           histograms=histograms)
-    write_drift_report(report, json_path, html_path)
-    return report.to_dict() | {"json_path": str(json_path), "html_path": str(html_path)}, "computed"
-
-
-def _task_and_schema(reference: dict[str, Any], config: Config):
-    from ctpipe.components.lib.data.snapshot import Schema
-    from ctpipe.components.tasks import label_column, load_task
-
-    task = load_task(config.task)
-    schema = Schema(label=label_column(task, config.data), key=config.data.key,
-                    numeric=list(reference.get("numeric") or {}), categorical=list(reference.get("categorical") or {}),
-                    classes=[], text_column=config.data.text_column)
-    return task, schema.with_task_columns([c for c in task.own_columns(schema) if c in schema.features])
-
-
-def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
-    """The window's rows plus the task's per-row drift statistics (``Task.drift_columns``), which the
-    reference holds as numeric columns."""
-    import pandas as pd
-
-    task, schema = _task_and_schema(reference, config)
-    derived = task.drift_columns(frame, schema)
-    return pd.concat([frame, derived], axis=1) if len(derived.columns) else frame
-
-
-def task_drift_histograms(frame, reference: dict[str, Any], config: Config) -> dict[str, Any]:
-    """The window's per-row counts of the reference's ``distributions`` (``Task.drift_histograms``)."""
-    if not reference.get("distributions"):
-        return {}
-    task, schema = _task_and_schema(reference, config)
-    return task.drift_histograms(frame, schema)
 
 
 # --- one check -----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A full disk in a step: the step, its record, the run's summary and its MLflow run end as failed, naming the
 step, the path and "no space left on device"; retryable (infrastructure), and no file is left half-written.
 
-The full disk is the test-only step fault (components/lib/step_faults.py): every write through ``open`` fails with
+The full disk is the test-only step fault (ctpipe/testing/faults.py): every write through ``open`` fails with
 ENOSPC after its file is created, as the kernel answers on a full disk.
 """
 
@@ -14,10 +14,10 @@ import mlflow
 import pytest
 
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV, step_status
-from ctpipe.components.lib.step_faults import STEP_FAULT_ENV, injected_step_fault
 from ctpipe.components.lib.tracking import ensure_experiment, log_step
 from ctpipe.pipelines.local.run_summary import write_summary
 from ctpipe.pipelines.triggers.retry import failure_kind
+from ctpipe.testing.faults import STEP_FAULT_ENV, injected_step_fault
 from tests.fixtures.step_records import summary_of
 
 

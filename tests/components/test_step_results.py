@@ -10,10 +10,10 @@ import yaml
 
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.handoffs import read_sanity, read_validation
+from ctpipe.components.lib.registry.registry import Registry
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
 from ctpipe.components.steps.register.register import register_candidate
-from ctpipe.components.steps.register.registry import Registry
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 from ctpipe.components.steps.sanity_checks.report import SanityResult
 from ctpipe.components.steps.validate_data.findings import WARNING, Finding

@@ -205,7 +205,7 @@ def test_entrypoints_exist(dockerfile):
 
 def test_the_worker_module_the_pytorchjob_runs_is_in_the_package():
     from ctpipe.components.lib.config import Config
-    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
+    from ctpipe.pipelines.cluster_job import render_pytorchjob
 
     job = render_pytorchjob(Config())
     argv = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]

@@ -17,7 +17,6 @@ import sys
 import mlflow
 import pytest
 
-from ctpipe.components.lib.tracking.server import free_port
 from ctpipe.components.lib.tracking.store import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
@@ -25,6 +24,7 @@ from ctpipe.components.lib.tracking.store import (
     ensure_experiment,
 )
 from ctpipe.pipelines.local.run_summary import mlflow_ui_url
+from ctpipe.testing.mlflow_server import free_port
 from tests.fixtures.paths import REPO_ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

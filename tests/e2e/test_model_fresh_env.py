@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ctpipe.components.steps.register.model_files import own_package
-from ctpipe.components.steps.register.verified_model import download_verified
+from ctpipe.components.lib.registry.model_files import own_package
+from ctpipe.components.lib.registry.verified_model import download_verified
 from tests.fixtures.champion import champion  # noqa: F401  (the session fixture)
 from tests.fixtures.paths import REPO_ROOT as ROOT
 

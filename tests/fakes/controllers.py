@@ -223,7 +223,7 @@ def run_pods_locally(fake: FakeKubeAPI, ns: str, name: str, pods: list[dict[str,
     """Put ``pods`` into the stand-in API server, run each one's main container as a local process with the env
     the controller gave it, and report the job's end as that controller does. Returns the env each process got.
 
-    ``fault`` (``CTPIPE_TEST_FAULT``, the test-only hook of components/engine/faults.py) is added to the
+    ``fault`` (``CTPIPE_TEST_FAULT``, the test-only fault of ctpipe/testing/faults.py) is added to the
     processes' environment only, never to the returned (pod) env."""
     job_uid = fake.jobs[(ns, name)]["metadata"]["uid"]
     with socket.socket() as sock:

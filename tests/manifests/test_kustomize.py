@@ -190,7 +190,7 @@ def test_the_watcher_cronjob_applies_the_retention_policy_to_the_watchers_home_a
 
 def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overlay):
     from ctpipe.components.lib.config import load_config
-    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
+    from ctpipe.pipelines.cluster_job import render_pytorchjob
 
     name, objects = overlay
     config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml")
@@ -306,7 +306,7 @@ def test_every_pod_is_reachable_without_a_sidecar_under_istio(overlay):
     sidecar-less clients get 403. So every pod either opts out of the sidecar or an AuthorizationPolicy admits
     any source on its ports."""
     from ctpipe.components.lib.config import load_config
-    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
+    from ctpipe.pipelines.cluster_job import render_pytorchjob
 
     name, objects = overlay
     policies = [o for o in objects if o["kind"] == "AuthorizationPolicy"]
@@ -338,7 +338,7 @@ def test_every_pod_on_the_shared_volume_skips_the_recursive_chown(overlay):
     """With fsGroup the kubelet chowns the whole volume at every mount unless fsGroupChangePolicy is
     OnRootMismatch: on a shared volume full of snapshots and checkpoints that delays every pod start."""
     from ctpipe.components.lib.config import load_config
-    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
+    from ctpipe.pipelines.cluster_job import render_pytorchjob
 
     name, objects = overlay
     pods = [(workload, pod) for workload, pod in _pod_specs(objects) if _mounts_shared_volume(pod)]
@@ -433,7 +433,7 @@ def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):
     """A tag can be pushed again: IfNotPresent would keep running a node's stale copy. Pods pull ctpipe images
     (Always) unless they are pinned by digest, in the manifests, the training jobs and the pipeline's steps."""
     from ctpipe.components.lib.config import load_config
-    from ctpipe.components.steps.train.launchers.render import render_pytorchjob
+    from ctpipe.pipelines.cluster_job import render_pytorchjob
     from ctpipe.pipelines.compile import compile_pipeline
 
     name, objects = overlay

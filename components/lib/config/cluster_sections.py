@@ -110,7 +110,7 @@ class WatchConfig:
     out_of_range_threshold: float = 0.02
     # A text's byte-class shares judged jointly (``<text>__profile``): the Mahalanobis distance between the
     # window's and the reference's mean normal-score profiles, in standard deviations (a 30 % mixture of
-    # another source moves every share a little; profile_drift.py).
+    # another source moves every share a little; components/lib/drift/profile_drift.py).
     profile_distance_threshold: float = 0.2
     # Every test counts as drift only when it is also significant at this level (PSI against its
     # sampling-noise bound, KS, chi-square, the unseen share and the null fraction against "same

@@ -3,7 +3,7 @@
     lineage = version_lineage(client, version)   # the whole record: from the artifact, or an older version's tags
 
 A version keeps as tags only what a person filters on or a program looks up (``VERSION_TAGS`` in
-``components/steps/register/register.py``). The rest (config, evaluation, sanity, reasons, warnings, split,
+``components/steps/register/version_record.py``). The rest (config, evaluation, sanity, reasons, warnings, split,
 task code, every metric) is ``ctpipe/lineage.json`` on the version's run, written whole before the version is
 created; its SHA-256 is the version's tag ``ctpipe.lineage_sha256``, in the registry, which writers of the
 artifact store cannot change. Versions registered before this file existed kept every field as its own

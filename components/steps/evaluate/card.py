@@ -148,7 +148,7 @@ def _confusion(blessing: dict[str, Any]) -> list[str]:
 
 
 def _prediction_drift_line(blessing: dict[str, Any], champion: str | None) -> str:
-    from ctpipe.components.steps.evaluate.prediction_drift import describe
+    from ctpipe.components.lib.drift.prediction_drift import describe
 
     drift = blessing.get("prediction_drift")
     if blessing.get("prediction_reference") is None:

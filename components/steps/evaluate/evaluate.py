@@ -20,6 +20,7 @@ import numpy as np
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.data.snapshot import load_snapshot
+from ctpipe.components.lib.drift.prediction_drift import prediction_drift, prediction_reference
 from ctpipe.components.lib.errors import DataValidationError
 from ctpipe.components.lib.handoffs import Blessing, read_sanity, read_validation, write_blessing
 from ctpipe.components.lib.metrics import confusion_matrix, roc_curve
@@ -27,7 +28,6 @@ from ctpipe.components.steps.evaluate.blessing import Check
 from ctpipe.components.steps.evaluate.card import Lineage, write_model_card
 from ctpipe.components.steps.evaluate.champion_task import champion_task_code, other_task_error
 from ctpipe.components.steps.evaluate.judgement import judge_candidate
-from ctpipe.components.steps.evaluate.prediction_drift import prediction_drift, prediction_reference
 from ctpipe.components.steps.evaluate.scoring import score_batches
 from ctpipe.components.tasks.export import ExportedModel, load_model_export
 from ctpipe.components.tasks.outputs import check_class_predictions

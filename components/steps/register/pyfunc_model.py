@@ -50,7 +50,7 @@ class CtpipeClassifier(mlflow.pyfunc.PythonModel):
 
 def check_export_digest(export: Path, expected: str | None) -> None:
     """UntrustedModelError unless the export's bytes have the SHA-256 registration recorded (before any unpickling)."""
-    from ctpipe.components.steps.register.model_files import UntrustedModelError, sha256_file
+    from ctpipe.components.lib.registry.model_files import UntrustedModelError, sha256_file
 
     if not expected:
         raise UntrustedModelError(f"the model has no '{EXPORT_DIGEST}' in its model_config: it was not registered by "

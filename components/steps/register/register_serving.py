@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.data.snapshot import Snapshot
-from ctpipe.components.steps.register.model_files import (
+from ctpipe.components.lib.registry.model_files import (
     UntrustedModelError,
     shipped_sources,
     verify_model_dir,

@@ -30,9 +30,6 @@ SERVING_CHECK_ROWS = 16
 SERVING_CHECK_TIMEOUT_SECONDS = 300.0
 # Served numbers may differ in the last bits between processes (thread counts change kernel blocking).
 RTOL, ATOL = 1e-5, 1e-6
-# The version's tag that says whether it passed (why not: the lineage's ``serving_check``; a tag of its own on
-# versions registered before ``ctpipe/lineage.json``).
-SERVABLE_TAG = "ctpipe.servable"
 
 # Run as `python -I -c PROBE model_dir rows.parquet out.parquet pkg[,pkg...]`.
 PROBE = r"""

@@ -4,7 +4,7 @@
 ``build_launch`` (the worker command ``python -m ctpipe.components.steps.train.worker`` on every rank, its env and
 deadline), hands it to the launcher of ``config.train.backend`` (launchers/factory.py: local processes, a
 PyTorchJob or a TrainJob) and returns the rank-0 result the worker wrote beside the checkpoints.
-``ctpipe render-job`` renders the same ``build_launch`` (launchers/render.py).
+``ctpipe render-job`` renders the same ``build_launch`` (``pipelines/cluster_job.py``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ on success, 2 when a restart would fail the same way (a UserError or TrainingErr
 loss), 1 for any other failure (launchers may restart the job from its checkpoint).
 
 This module is set-up and tear-down: join the process group, build the ``Trainer`` (trainer.py), run it,
-clean up on every exit path. The rows are data.py's; ``CTPIPE_TEST_FAULT`` (a test-only hook) is faults.py's.
+clean up on every exit path. The rows are the engine's (``components/engine/data.py``); its hook points,
+where ctpipe's tests make a rank fail (``CTPIPE_TEST_FAULT``), are ``components/engine/hooks.py``'s.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def train(
         result["worker_startup_seconds"] = startup_seconds
         if d.rank == 0:
             ckpt.write_json_atomic(Path(checkpoint_dir) / RESULT_FILE, result)
-            trainer.fault.tracking_lost(result["steps"], d.rank, tracker)
+            trainer.hooks.after_training(result["steps"], d.rank, tracker)
             try:
                 tracker.log_artifact(Path(checkpoint_dir) / ckpt.INDEX_FILE, "training")
                 tracker.set_tags(

@@ -9,7 +9,6 @@ skew) → reports. Error-severity failures raise ``DataValidationError`` after t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -123,18 +122,6 @@ def validate_data(
         seconds=time.perf_counter() - started,
         findings=summary.findings,
     )
-
-
-def profile_data_suite(data_uri: str, config: Config) -> dict[str, Any]:
-    """A suite profiled from the train split of ``data_uri`` (the data must pass the other checks)."""
-    import tempfile
-
-    profiling = dataclasses.replace(
-        config, validation=dataclasses.replace(config.validation, suite_path=None, use_champion_suite=False))
-    with tempfile.TemporaryDirectory() as tmp:
-        validate_data(data_uri, profiling, snapshot_dir=f"{tmp}/snapshot", data_docs_path="", report_path="",
-                      tracking_uri="", mlflow_run_id="")
-        return json.loads(Path(f"{tmp}/snapshot/suite.json").read_text())
 
 
 # --- helpers ---------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ document as shares of byte classes (letters, upper case, digits, whitespace, pun
 values that the watcher compares with the reference like numeric columns (PSI, KS).
 ``text_byte_counts``: each document's counts of the 256 byte values, which the reference sums into the
 corpus-level byte-unigram histogram and the watcher compares as a distribution
-(``pipelines/triggers/histogram_drift.py``). The vocabulary is the 256 bytes, so no token is ever unseen.
+(``components/lib/drift/histogram_drift.py``). The vocabulary is the 256 bytes, so no token is ever unseen.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _CLASSES = {
 
 
 # The share columns' suffixes: NaN together for a text (null, invalid or empty), so the watcher judges them as one
-# joint profile as well (pipelines/triggers/profile_drift.py).
+# joint profile as well (components/lib/drift/profile_drift.py; the watcher passes these names in).
 SHARE_NAMES = tuple(_CLASSES)
 
 BYTE_UNIGRAM = "byte_unigram"

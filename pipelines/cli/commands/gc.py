@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 def complete_champion_record(config, uri: str) -> None:
     """A promotion cut off after its alias moved left its history short: complete it (under the lock)."""
-    from ctpipe.components.steps.register.registry import Registry
+    from ctpipe.components.lib.registry.registry import Registry
 
     registry = Registry(uri, config)
     if registry.alias_version(config.champion_alias) is not None:

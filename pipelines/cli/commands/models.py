@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _registry(args: argparse.Namespace):
-    from ctpipe.components.steps.register.registry import Registry
+    from ctpipe.components.lib.registry.registry import Registry
     from ctpipe.components.tasks.run_config import load_run_config
 
     config = load_run_config(args.config, list(args.overrides)).registry
@@ -121,8 +121,8 @@ def _print_record(record: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ctpipe.components.lib.registry.lock import RegistryBusyError
     from ctpipe.components.lib.tracking import RegistryUnavailableError
-    from ctpipe.components.steps.register.lock import RegistryBusyError
 
     try:
         return _dispatch(args)
@@ -132,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from ctpipe.components.lib.registry.catalog import list_versions, show_version
     from ctpipe.components.lib.tracking import bounded_mlflow_http
-    from ctpipe.components.steps.register.catalog import list_versions, show_version
 
     with bounded_mlflow_http():
         registry = _registry(args)

@@ -21,9 +21,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import copy
 
-    from ctpipe.components.steps.train.launchers.render import render_pytorchjob_yaml
     from ctpipe.components.tasks.run_config import load_run_config
     from ctpipe.pipelines.cluster_config import CLUSTER_DEFAULTS
+    from ctpipe.pipelines.cluster_job import render_pytorchjob_yaml
 
     # The defaults `ctpipe compile` starts from, so the same flags show the job the compiled pipeline submits
     # (train.backend=auto, MLflow credentials from the manifests' secret), not one built on `ctpipe run`'s defaults.

@@ -7,7 +7,7 @@
          -d '{"dataframe_records": [{"tenure_months": 3, ...}]}'
 
 A thin wrapper over ``mlflow models serve --env-manager local``: the version's files are downloaded and checked
-against the registry's digest first (``components/steps/register/verified_model.py``), then served from that
+against the registry's digest first (``components/lib/registry/verified_model.py``), then served from that
 folder by a fresh interpreter, where the code the model ships comes first on the import path.
 """
 
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.errors import UserError
-    from ctpipe.components.steps.register.verified_model import download_verified
+    from ctpipe.components.lib.registry.verified_model import download_verified
     from ctpipe.components.tasks.run_config import load_run_config
 
     if not 0 < args.port < 65536:

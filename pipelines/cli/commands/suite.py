@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
-from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.cli.commands import add_config_args, existing_registry_uri
 
 
@@ -50,24 +48,18 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_run_config(args.config, list(args.overrides))
     if args.suite_command == "profile":
-        from ctpipe.components.steps.validate_data.validate import profile_data_suite
+        from ctpipe.pipelines.local.validate_alone import profile_suite
 
-        suite = profile_data_suite(args.data, config)
+        suite = profile_suite(args.data, config)
         _write(args.out, suite)
         print(f"{len(suite['expectations'])} expectations profiled from {args.data}; review, commit, then run with "
               f"--set validation.suite_path={args.out}")
         print(args.out)
         return 0
     if args.suite_command == "champion":
-        from ctpipe.components.steps.validate_data.suite import champion_suite
+        from ctpipe.pipelines.local.validate_alone import champion_suite_of
 
-        found = champion_suite(existing_registry_uri(args, config.registry.tracking_uri), config)
-        if found is None:
-            raise UserError(
-                f"model '{config.registry.model_name}' has no '{config.registry.champion_alias}' version with a stored "
-                "suite (reference/suite.json). Run the pipeline until a model is blessed, or use 'ctpipe suite profile'."
-            )
-        suite, _, version, _ = found
+        suite, version = champion_suite_of(existing_registry_uri(args, config.registry.tracking_uri), config)
         _write(args.out, suite)
         print(f"suite of {config.registry.model_name} v{version} ({len(suite['expectations'])} expectations)")
         print(args.out)
@@ -76,23 +68,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace, config) -> int:
-    import dataclasses
+    from ctpipe.pipelines.local.validate_alone import check_data
 
-    from ctpipe.components.steps.validate_data.validate import validate_data
-
-    if args.suite:
-        config = dataclasses.replace(config, validation=dataclasses.replace(config.validation, suite_path=args.suite))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    snapshot = out / "snapshot"
-    if snapshot.exists():
-        shutil.rmtree(snapshot)
-    result = validate_data(args.data, config, snapshot_dir=str(snapshot), data_docs_path=str(out / "data_docs.html"),
-                           report_path=str(out / "validation.md"), tracking_uri="", mlflow_run_id="")
+    result = check_data(args.data, config, args.out, suite_path=args.suite)
     print(f"data validation passed: rows {result.rows}, {len(result.warnings)} warning(s)")
     for warning in result.warnings:
         print(f"  warning: {warning}")
-    print(out / "data_docs.html")
+    print(Path(args.out) / "data_docs.html")
     return 0
 
 

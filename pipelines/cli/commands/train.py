@@ -42,8 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.errors import TrainingError
-    from ctpipe.components.steps.train.standalone import SUMMARY_FILE, train_standalone
     from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.pipelines.local.train_alone import SUMMARY_FILE, train_standalone
 
     config = load_run_config(args.config, args.overrides)
     try:

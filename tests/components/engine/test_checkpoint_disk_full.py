@@ -1,6 +1,6 @@
 """A full disk inside a checkpoint save fails like every other write: the step, the path, "no space left on device".
 
-The full disk is the test-only step fault (components/lib/step_faults.py): every write through ``open`` fails
+The full disk is the test-only step fault (ctpipe/testing/faults.py): every write through ``open`` fails
 with ENOSPC after its file is created. DCP writes the shards through ``open`` and wraps a failure in its own
 ``CheckpointException`` (a BaseException whose message is a traceback); the save unwraps it.
 """
@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from ctpipe.components.engine import checkpointing as ckpt
-from ctpipe.components.lib.step_faults import STEP_FAULT_ENV, injected_step_fault
 from ctpipe.components.steps.train.launchers.base import ERROR_FILE_ENV
 from ctpipe.components.steps.train.worker import _write_error
+from ctpipe.testing.faults import STEP_FAULT_ENV, injected_step_fault
 
 
 def _save(root, step: int):

@@ -22,8 +22,8 @@ from ctpipe.components.steps.select_checkpoint.select import select_and_export
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 from ctpipe.components.steps.train.launchers.local import LocalLauncher
-from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.tasks.export import load_model_export
+from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.fixtures.damage import a_model_shard, flip_bytes
 from tests.fixtures.exact import EXACT_TRAINING
 

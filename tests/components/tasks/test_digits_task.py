@@ -39,7 +39,7 @@ def digits(tmp_path, monkeypatch):
 
 
 def _snapshot(digits, tmp_path, overrides=()):
-    from ctpipe.components.steps.train.standalone import build_snapshot
+    from ctpipe.pipelines.local.train_alone import build_snapshot
 
     digits.write_partitions(tmp_path / "data", days=2, rows=700)
     config = load_config(None, [*TASK, *SMALL_SANITY, *overrides])
@@ -148,9 +148,9 @@ def test_validation_runs_the_tasks_image_expectations_and_writes_its_drift_colum
 
 def test_the_watcher_judges_drift_of_the_images_through_the_tasks_statistics(digits, tmp_path):
     from ctpipe.components.lib.data.snapshot import Schema
+    from ctpipe.components.lib.drift.feature_drift import compute_drift
     from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
-    from ctpipe.pipelines.triggers.drift import compute_drift
-    from ctpipe.pipelines.triggers.watch import with_task_drift_columns
+    from ctpipe.pipelines.triggers.window_drift import with_task_drift_columns
 
     config = load_config(None, TASK)
     task = load_task(config.task)

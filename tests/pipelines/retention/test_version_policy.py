@@ -16,9 +16,10 @@ from kfp.local.cache import LocalCache
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.errors import ConfigError, UserError
+from ctpipe.components.lib.registry.lock import RegistryBusyError
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import HISTORY_TAG, STACK_TAG
 from ctpipe.components.lib.tracking import local_tracking_uri
-from ctpipe.components.steps.register.lock import RegistryBusyError
-from ctpipe.components.steps.register.registry import HISTORY_TAG, STACK_TAG, Registry
 from ctpipe.pipelines.cli.main import main
 from ctpipe.pipelines.retention.gc import collect_garbage
 from ctpipe.pipelines.retention.purge import prune_kfp_cache

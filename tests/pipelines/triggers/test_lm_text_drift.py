@@ -7,12 +7,14 @@ import codecs
 import dataclasses
 
 from ctpipe.components.lib.data.snapshot import Schema
+from ctpipe.components.lib.drift.column_drift import psi_p_value
+from ctpipe.components.lib.drift.feature_drift import compute_drift
 from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
+from ctpipe.components.tasks.causal_lm.text_stats import SHARE_NAMES
 from ctpipe.components.tasks.run_config import load_run_config
-from ctpipe.pipelines.triggers.drift import compute_drift, psi_p_value
-from ctpipe.pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
+from ctpipe.pipelines.triggers.window_drift import judge_window, with_task_drift_columns
 
 
 def test_text_drift_is_judged_on_length_and_byte_profile():
@@ -46,8 +48,7 @@ def _text_setup():
 
 
 def _judge(frame, reference, config, watch=None):
-    return compute_drift(with_task_drift_columns(frame, reference, config), reference, watch or config.watch,
-                         histograms=task_drift_histograms(frame, reference, config))
+    return judge_window(frame, reference, config, watch=watch)
 
 
 def test_the_reference_holds_the_train_splits_byte_counts_and_documents():
@@ -90,7 +91,8 @@ def test_text_with_the_same_byte_classes_but_other_letter_frequencies_drifts_on_
 
 def test_a_window_without_the_byte_histogram_counts_it_as_missing():
     config, _, fresh, reference = _text_setup()
-    report = compute_drift(with_task_drift_columns(fresh, reference, config), reference, config.watch)
+    report = compute_drift(with_task_drift_columns(fresh, reference, config), reference, config.watch,
+                           profile_shares=SHARE_NAMES)
     assert report.columns[BYTE_UNIGRAM].kind == "missing" and report.columns[BYTE_UNIGRAM].drifted
 
 

@@ -10,16 +10,15 @@ import pandas as pd
 import pytest
 
 from ctpipe.components.lib.data.snapshot import Schema
+from ctpipe.components.lib.drift.profile_drift import profile_groups, profile_test
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
-from ctpipe.components.tasks.causal_lm.text_stats import text_drift_columns
+from ctpipe.components.tasks.causal_lm.text_stats import SHARE_NAMES, text_drift_columns
 from ctpipe.components.tasks.run_config import load_run_config
-from ctpipe.pipelines.triggers.drift import compute_drift
-from ctpipe.pipelines.triggers.profile_drift import profile_groups, profile_test
 from ctpipe.pipelines.triggers.report import render_html
-from ctpipe.pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
+from ctpipe.pipelines.triggers.window_drift import judge_window
 
 CONFIG = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
 SCHEMA = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["text"])
@@ -27,12 +26,7 @@ PROFILE = "text__profile"
 
 
 def _judge(window: pd.DataFrame, reference: dict, watch=CONFIG.watch):
-    return compute_drift(
-        with_task_drift_columns(window, reference, CONFIG),
-        reference,
-        watch,
-        histograms=task_drift_histograms(window, reference, CONFIG),
-    )
+    return judge_window(window, reference, CONFIG, watch=watch)
 
 
 def _draw(seed: int) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
@@ -54,7 +48,7 @@ def _draw(seed: int) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
 def test_the_reference_share_samples_are_joint_rows_of_the_same_documents():
     docs = help_topic_documents().iloc[:300].reset_index(drop=True)
     reference = task_reference_stats(docs, SCHEMA, load_task(CONFIG.task))
-    ((profile, names),) = profile_groups(reference["numeric"], pd.Index(reference["numeric"])).items()
+    ((profile, names),) = profile_groups(reference["numeric"], pd.Index(reference["numeric"]), SHARE_NAMES).items()
     assert profile == PROFILE and len(names) == 6 and all(n.endswith("_share") for n in names)
     sampled = np.column_stack([reference["numeric"][n]["sample"] for n in names])
     per_document = text_drift_columns(docs["text"], "text")[names].to_numpy()
@@ -122,8 +116,8 @@ def test_only_a_texts_byte_class_shares_form_a_profile():
     sample = {"sample": [0.1, 0.2, 0.3]}
     numeric = {f"body__{n}": sample for n in ("letter_share", "space_share", "digit_share")}
     numeric |= {"spend__card_share": sample, "spend__cash_share": sample, "body__bytes": sample}
-    groups = profile_groups(numeric, pd.Index(numeric))
+    groups = profile_groups(numeric, pd.Index(numeric), SHARE_NAMES)
     assert groups == {"body__profile": ["body__letter_share", "body__space_share", "body__digit_share"]}
     assert (
-        profile_groups(numeric, pd.Index(["body__letter_share"])) == {}
+        profile_groups(numeric, pd.Index(["body__letter_share"]), SHARE_NAMES) == {}
     )  # one share in the window: no profile

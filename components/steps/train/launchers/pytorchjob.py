@@ -6,7 +6,8 @@ The job object is components/lib/kube/pytorchjob.py's; following it is the gener
 from __future__ import annotations
 
 from ctpipe.components.lib.kube import pytorchjob as pj
-from ctpipe.components.steps.train.launchers.kubeflow import JobAPI, KubeflowJobLauncher
+from ctpipe.components.steps.train.launchers.job_client import JobAPI
+from ctpipe.components.steps.train.launchers.kubeflow import KubeflowJobLauncher
 
 PYTORCHJOB = JobAPI(
     group=pj.GROUP,

@@ -9,7 +9,8 @@ pods' labels differ.
 from __future__ import annotations
 
 from ctpipe.components.lib.kube import trainjob as tj
-from ctpipe.components.steps.train.launchers.kubeflow import JobAPI, KubeflowJobLauncher
+from ctpipe.components.steps.train.launchers.job_client import JobAPI
+from ctpipe.components.steps.train.launchers.kubeflow import KubeflowJobLauncher
 
 TRAINJOB = JobAPI(
     group=tj.GROUP,

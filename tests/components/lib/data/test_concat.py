@@ -20,7 +20,7 @@ from ctpipe.components.lib.data.snapshot import (
 )
 from ctpipe.components.lib.data.splits import SplitSettings, split_keys
 from ctpipe.components.lib.errors import DataValidationError
-from ctpipe.components.steps.train.standalone import build_snapshot
+from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.components.lib.data.test_splits import _old_rows_moved, _splits
 
 BIG = 2**62  # ids this large (64-bit hashes, snowflake ids) are not all representable as float64

@@ -16,7 +16,7 @@ from ctpipe.components.lib.kube.names import job_name_for
 from ctpipe.components.lib.kube.pytorchjob import validate_pytorchjob
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 from ctpipe.components.steps.train.launchers.pytorchjob import PyTorchJobLauncher
-from ctpipe.components.steps.train.launchers.render import NAMESPACE, render_pytorchjob
+from ctpipe.pipelines.cluster_job import NAMESPACE, render_pytorchjob
 from ctpipe.pipelines.compile import compile_pipeline
 from tests.fakes.k8s_api import FakeKubeAPI, run_job
 

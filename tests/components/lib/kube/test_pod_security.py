@@ -9,7 +9,7 @@ import pytest
 
 from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.kube.pod_security import restricted_violations
-from ctpipe.components.steps.train.launchers.render import render_pytorchjob
+from ctpipe.pipelines.cluster_job import render_pytorchjob
 from tests.fakes.controllers import pytorchjob_pods, torch_distributed_runtime, trainjob_pods
 
 COMPLIANT = {

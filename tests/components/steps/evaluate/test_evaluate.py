@@ -239,7 +239,7 @@ def _rare_positive_snapshot(root):
     import pandas as pd
 
     from ctpipe.components.lib.data.splits import SplitSettings
-    from ctpipe.components.steps.train.standalone import build_snapshot
+    from ctpipe.pipelines.local.train_alone import build_snapshot
     from tests.fixtures.registry import split_config
 
     rng = np.random.default_rng(0)

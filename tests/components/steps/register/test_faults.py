@@ -14,10 +14,12 @@ import sys
 
 import pytest
 
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import COMPLETE_TAG
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
 from ctpipe.components.steps.register.register import register_candidate
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, REGISTRATION_FAULT_ENV, Registry
+from ctpipe.testing.faults import REGISTRATION_FAULT_ENV
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 CHILD = """

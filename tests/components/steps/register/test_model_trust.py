@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from ctpipe.components.lib.data.snapshot import load_snapshot
-from ctpipe.components.steps.register.model_files import (
+from ctpipe.components.lib.registry.model_files import (
     MANIFEST_FILE,
     UntrustedModelError,
     own_package,
@@ -22,9 +22,9 @@ from ctpipe.components.steps.register.model_files import (
     stage_code,
     verify_model_dir,
 )
+from ctpipe.components.lib.registry.verified_model import download_verified
+from ctpipe.components.steps.register.model_artifacts import build_pyfunc_model
 from ctpipe.components.steps.register.pyfunc_model import EXPORT_DIGEST
-from ctpipe.components.steps.register.register import build_pyfunc_model
-from ctpipe.components.steps.register.verified_model import download_verified
 from ctpipe.components.tasks.trusted_code import UntrustedTaskError, check_served_task
 from tests.fixtures.champion import champion  # noqa: F401  (the session fixture)
 from tests.fixtures.registry import make_model, make_snapshot

@@ -7,7 +7,7 @@ import pytest
 from mlflow.models import Model
 
 from ctpipe.components.lib.data.snapshot import Snapshot, load_snapshot
-from ctpipe.components.steps.register.register import build_pyfunc_model
+from ctpipe.components.steps.register.model_artifacts import build_pyfunc_model
 from tests.fixtures.registry import make_model, make_snapshot
 
 

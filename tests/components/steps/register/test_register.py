@@ -10,6 +10,10 @@ import mlflow
 import pytest
 
 from ctpipe.components.lib.config import Threshold
+from ctpipe.components.lib.registry.catalog import show_version
+from ctpipe.components.lib.registry.history import MAX_REASON_CHARS_IN_TAG
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import PROMOTION_TAG, promotion_record
 from ctpipe.components.lib.tracking import local_tracking_uri, use_tracking
 from ctpipe.components.lib.tracking.lineage import (
     LINEAGE_DIGEST_TAG,
@@ -18,16 +22,8 @@ from ctpipe.components.lib.tracking.lineage import (
     write_lineage,
 )
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
-from ctpipe.components.steps.register.catalog import show_version
-from ctpipe.components.steps.register.history import MAX_REASON_CHARS_IN_TAG
-from ctpipe.components.steps.register.register import (
-    CLIPPED,
-    MAX_TAG_CHARS,
-    MAX_TAGS,
-    VERSION_TAGS,
-    register_candidate,
-)
-from ctpipe.components.steps.register.registry import PROMOTION_TAG, Registry, promotion_record
+from ctpipe.components.steps.register.register import register_candidate
+from ctpipe.components.steps.register.version_record import CLIPPED, MAX_TAG_CHARS, MAX_TAGS, VERSION_TAGS
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 
@@ -226,7 +222,7 @@ def test_a_retry_after_a_promotion_cut_off_after_the_alias_moved_completes_its_r
     # The alias moved, then MLflow failed for good before the champion stack and history were written; the
     # step is run again. Before: the retry found "already the champion" and left the history at
     # version 1 (its audit saw the alias at 2, the history ending at 1) and the stack without version 2.
-    from ctpipe.components.steps.register.registry import STACK_TAG
+    from ctpipe.components.lib.registry.tags import STACK_TAG
 
     config = fast_config()
     config.evaluate.thresholds = {"accuracy": Threshold(value="baseline")}

@@ -11,11 +11,12 @@ import mlflow
 import pytest
 
 from ctpipe.components.lib.config import Threshold
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import COMPLETE_TAG
 from ctpipe.components.lib.tracking.retry import RegistryUnavailableError
-from ctpipe.components.lib.tracking.server import LocalMlflowServer, free_port
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
 from ctpipe.components.steps.register.register import register_candidate
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, Registry
+from ctpipe.testing.mlflow_server import LocalMlflowServer, free_port
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 
 pytestmark = pytest.mark.slow

@@ -8,11 +8,11 @@ import pandas as pd
 
 from ctpipe.components.lib.config import Threshold
 from ctpipe.components.lib.data.snapshot import load_snapshot
+from ctpipe.components.lib.registry import model_files
+from ctpipe.components.lib.registry.model_files import own_package
+from ctpipe.components.lib.registry.registry import Registry
 from ctpipe.components.lib.tracking import local_tracking_uri
-from ctpipe.components.steps.register import model_files
-from ctpipe.components.steps.register.model_files import own_package
-from ctpipe.components.steps.register.register import build_pyfunc_model
-from ctpipe.components.steps.register.registry import Registry
+from ctpipe.components.steps.register.model_artifacts import build_pyfunc_model
 from ctpipe.components.steps.register.serving_check import check_serving, compare_served
 from tests.components.steps.register.test_register import _cycle, models  # noqa: F401
 from tests.fixtures.registry import fast_config

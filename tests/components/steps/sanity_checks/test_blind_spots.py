@@ -17,9 +17,9 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import SanityCheckError
 from ctpipe.components.lib.models.tabular import build_model
-from ctpipe.components.steps.sanity_checks.bugs import DropoutAtEvaluation
 from ctpipe.components.steps.sanity_checks.paired_gain import PairedGain
 from ctpipe.components.steps.validate_data.validate import validate_data
+from ctpipe.testing.bugs import DropoutAtEvaluation
 from tests.components.steps.sanity_checks.test_checks import fast_config, run, snapshot, spec_of
 from tests.fixtures.corpus import KEY
 

@@ -16,7 +16,9 @@ from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import ConfigError, SanityCheckError
 from ctpipe.components.lib.models.tabular import InputSpec, build_model
 from ctpipe.components.lib.tracking import ensure_experiment, local_tracking_uri
-from ctpipe.components.steps.sanity_checks.bugs import (
+from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
+from ctpipe.components.steps.validate_data.validate import validate_data
+from ctpipe.testing.bugs import (
     AddsFirstRow,
     BatchMean,
     DetachedBody,
@@ -29,8 +31,6 @@ from ctpipe.components.steps.sanity_checks.bugs import (
     nan_loss,
     only_the_bias_trains,
 )
-from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
-from ctpipe.components.steps.validate_data.validate import validate_data
 from tests.fixtures.corpus import KEY, write_clean
 from tests.fixtures.registry import tabular_preprocessing
 

@@ -15,8 +15,8 @@ from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import ConfigError, TrainingError
 from ctpipe.components.lib.models.tabular import InputSpec, build_model
 from ctpipe.components.steps.select_checkpoint.select import select_and_export
-from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.tasks.export import load_model_export
+from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.fixtures.damage import a_model_shard, flip_bytes
 from tests.fixtures.registry import tabular_arrays, tabular_preprocessing
 

@@ -106,7 +106,7 @@ def test_a_streamed_window_matches_the_in_memory_window(tmp_path):
 
 
 def test_the_standalone_snapshot_streams_large_data_the_same_way(tmp_path):
-    from ctpipe.components.steps.train.standalone import build_snapshot
+    from ctpipe.pipelines.local.train_alone import build_snapshot
 
     write_demo_data(tmp_path / "data", days=3, rows_per_day=3000)
     memory = build_snapshot(str(tmp_path / "data"), config(), tmp_path / "memory")

@@ -11,7 +11,11 @@ import pytest
 import torch
 
 from ctpipe.components.steps.sanity_checks.loss_probes import check_loss_oracle, check_loss_padding
-from ctpipe.components.steps.sanity_checks.sequence_bugs import (
+from ctpipe.components.tasks.causal_lm import make_task
+from ctpipe.components.tasks.causal_lm.causality import sequence_checks
+from ctpipe.components.tasks.causal_lm.sizes import lm_config
+from ctpipe.components.tasks.run_config import load_run_config
+from ctpipe.testing.sequence_bugs import (
     BatchNormOverPositions,
     NextSegmentEmbedding,
     RemainingTokensPositions,
@@ -20,10 +24,6 @@ from ctpipe.components.steps.sanity_checks.sequence_bugs import (
     shifts_targets_back,
     zero_projection_without_mask,
 )
-from ctpipe.components.tasks.causal_lm import make_task
-from ctpipe.components.tasks.causal_lm.causality import sequence_checks
-from ctpipe.components.tasks.causal_lm.sizes import lm_config
-from ctpipe.components.tasks.run_config import load_run_config
 from tests.components.tasks.causal_lm.test_lm_causality import batch, by_name, tiny
 from tests.components.tasks.causal_lm.test_lm_sanity_gate import sequence_results, settings, snapshot_dir
 

@@ -15,13 +15,13 @@ import torch.nn.functional as F
 
 from ctpipe.components.lib.errors import SanityCheckError
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
-from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
 from ctpipe.components.tasks.causal_lm.model import GPT, CausalSelfAttention
 from ctpipe.components.tasks.causal_lm.sizes import lm_config
 from ctpipe.components.tasks.registry import _CACHE
 from ctpipe.components.tasks.run_config import load_run_config
+from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.components.tasks.causal_lm.test_lm_causality import LeaksInTrainModeAttention
 
 # Few training steps: the broken models must fail on the sequence checks, which need no training.

@@ -7,10 +7,10 @@ import pytest
 from ctpipe.components.engine import checkpointing as ckpt
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.steps.train.launch import train_model
-from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
 from ctpipe.components.tasks.run_config import load_run_config
+from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.fixtures.exact import EXACT_TRAINING
 
 pytestmark = pytest.mark.slow

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import promotion_record
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
 from ctpipe.components.steps.register.register import register_candidate
-from ctpipe.components.steps.register.registry import Registry, promotion_record
 from ctpipe.pipelines.cli.main import main
 from tests.fixtures.registry import fast_config, make_model, make_run, make_snapshot
 

@@ -9,8 +9,8 @@ import yaml
 
 from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.kube.pytorchjob import validate_pytorchjob
-from ctpipe.components.steps.train.launchers.render import render_pytorchjob
 from ctpipe.pipelines.cli.main import main
+from ctpipe.pipelines.cluster_job import render_pytorchjob
 
 # Audit events (PEP 578) of everything that changes the file system.
 CHANGES = {"os.mkdir", "os.remove", "os.rmdir", "os.rename", "os.truncate", "shutil.rmtree", "shutil.move",

@@ -8,8 +8,8 @@ import mlflow
 
 from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
-from ctpipe.components.steps.train.standalone import mlflow_run_for_output
 from ctpipe.pipelines.cli.main import main
+from ctpipe.pipelines.local.train_alone import mlflow_run_for_output
 from tests.fixtures.exact import EXACT_TRAINING
 
 # A second run on the same --out must end with the same weights, bit for bit: EXACT_TRAINING pins what makes

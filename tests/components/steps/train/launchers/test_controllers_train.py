@@ -15,7 +15,7 @@ from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.kube.pod_security import restricted_violations
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.launchers.factory import kubeflow_launcher_for
-from ctpipe.components.steps.train.standalone import build_snapshot
+from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.fakes.controllers import controller, torch_distributed_runtime
 from tests.fakes.k8s_api import FakeKubeAPI
 

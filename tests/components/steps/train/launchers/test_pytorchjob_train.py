@@ -14,7 +14,7 @@ from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.launchers.pytorchjob import PyTorchJobLauncher
-from ctpipe.components.steps.train.standalone import build_snapshot
+from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.fakes.k8s_api import FakeKubeAPI, run_job_locally
 
 pytestmark = pytest.mark.slow  # two real worker processes per test (~10-25 s on 2 shared cores)

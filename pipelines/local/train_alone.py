@@ -2,6 +2,9 @@
 
 ``ctpipe train --data URI --out DIR`` calls ``train_standalone``: the snapshot goes to DIR/snapshot with
 the pipeline's split logic, checkpoints to DIR/checkpoints, the summary to DIR/train_summary.json.
+
+A runner, as ``ctpipe run`` is: it runs the train step's plain function (``train_model`` with the local
+launcher) on this machine without KFP, so the step folder stays the step's alone and the CLI imports no step.
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ import tempfile
 from pathlib import Path
 
 from ctpipe.components.lib.errors import UserError
-from ctpipe.components.lib.tracking.lineage import version_lineage
-from ctpipe.components.steps.register.model_files import (
+from ctpipe.components.lib.registry.model_files import (
     PYFUNC_DIGEST_TAG,
     UntrustedModelError,
     verify_model_dir,
 )
-from ctpipe.components.steps.register.serving_check import SERVABLE_TAG
+from ctpipe.components.lib.registry.tags import SERVABLE_TAG
+from ctpipe.components.lib.tracking.lineage import version_lineage
 
 
 def download_verified(model_uri: str, dst: str | Path, *, tracking_uri: str, allow_unservable: bool = False) -> Path:

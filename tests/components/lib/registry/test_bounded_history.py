@@ -13,16 +13,17 @@ import mlflow
 from mlflow.exceptions import MlflowException
 
 from ctpipe.components.lib.config import RegistryConfig
-from ctpipe.components.lib.tracking import local_tracking_uri
-from ctpipe.components.lib.tracking.retry import RegistryUnavailableError
-from ctpipe.components.steps.register.history import (
+from ctpipe.components.lib.registry.history import (
     MAX_HISTORY,
     MAX_REGISTRY_TAG_BYTES,
     HistoryTag,
     append_entry,
     checked_tag,
 )
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, HISTORY_TAG, Registry, promotion_record
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import COMPLETE_TAG, HISTORY_TAG, promotion_record
+from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.components.lib.tracking.retry import RegistryUnavailableError
 from ctpipe.pipelines.cli.main import main
 
 LONG_REASON = ("canary looked fine on the EU slice; rolling forward after the incident review. " * 30)[:2000]

@@ -1,29 +1,22 @@
-"""Safe operations on the MLflow model registry: compare-and-set promotions, rollback, champion history.
+"""Safe moves of the champion on the MLflow model registry: compare-and-set promotions, rollback, history.
 
 Every alias move happens under the promotion lock (``lock.py``) and re-checks what it compares against.
 Champion history is a stack of versions kept as a tag on the registered model; automatic and manual
-promotions push, rollback pops. Each promotion is also recorded on the version itself.
+promotions push, rollback pops. Each promotion is also recorded on the version itself (``tags.py``). The
+reads these moves stand on (versions, aliases, tags, history) are ``RegisteredModel``'s (versions.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.errors import UserError
-from ctpipe.components.lib.tracking import (  # also sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
-    RetryPolicy,
-    error_code,
-)
-from ctpipe.components.lib.tracking.lineage import version_lineage
-from ctpipe.components.steps.register.history import (
+from ctpipe.components.lib.hooks import hook_point
+from ctpipe.components.lib.registry.history import (
     MAX_BY_CHARS,
     MAX_HISTORY,
     MAX_REASON_CHARS_IN_TAG,
@@ -35,67 +28,21 @@ from ctpipe.components.steps.register.history import (
     clip_text,
     reason_needs_artifact,
 )
-from ctpipe.components.steps.register.lock import PromotionLock
+from ctpipe.components.lib.registry.lock import PromotionLock
+from ctpipe.components.lib.registry.tags import (
+    COMPLETE_TAG,
+    HISTORY_TAG,
+    LEGACY_PROMOTION_TAGS,
+    MAX_STACK,
+    PROMOTION_KINDS,
+    PROMOTION_TAG,
+    STACK_TAG,
+    promotion_record,
+    recorded_champion_alias,
+)
+from ctpipe.components.lib.registry.versions import RegisteredModel
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-STACK_TAG = "ctpipe.champion_stack"
-HISTORY_TAG = "ctpipe.champion_history"
-COMPLETE_TAG = "ctpipe.registration"  # "complete" on every version ctpipe created
-KEY_TAG = "ctpipe.registration_key"
-MAX_STACK = 100
-# What a champion move records on the version it moves to (``_move_champion``): one tag, a JSON object with its
-# kind, when, who and why (the reason clipped, with the address of the whole text), so a champion carries one
-# tag more than any version. Versions promoted before kept one tag per field (LEGACY_PROMOTION_TAGS): read alike.
-PROMOTION_TAG = "ctpipe.promotion"
-LEGACY_PROMOTION_TAGS = ("ctpipe.promoted_at", "ctpipe.promoted_by", "ctpipe.promotion_reason",
-                         "ctpipe.promotion_reason_uri")
-PROMOTION_KINDS = ("auto", "manual", "rollback")
-
-
-def promotion_record(tags: dict[str, str]) -> dict[str, str] | None:
-    """The last champion move recorded on a version (``kind``, ``at``, ``by``, ``reason``, ``reason_uri``), or
-    None when ctpipe never moved the champion to it. Reads both the one-tag record and the older layout."""
-    value = tags.get(PROMOTION_TAG)
-    if not value:
-        return None
-    if value.startswith("{"):
-        try:
-            record = json.loads(value)
-        except ValueError:
-            return None  # not ours: a tag set by hand
-        if not isinstance(record, dict):
-            return None
-        return {field: str(record.get(field) or "") for field in ("kind", "at", "by", "reason", "reason_uri")}
-    return {
-        "kind": value,
-        "at": tags.get("ctpipe.promoted_at", ""),
-        "by": tags.get("ctpipe.promoted_by", ""),
-        "reason": tags.get("ctpipe.promotion_reason", ""),
-        "reason_uri": tags.get("ctpipe.promotion_reason_uri", ""),
-    }
-
-
-# TEST-ONLY fault hook (tests/components/steps/register/test_faults.py, benchmarks/soak.py), never part of a user config:
-# CTPIPE_TEST_REGISTRATION_FAULT=POINT sends this process a SIGKILL at POINT of a registration:
-# ``after_artifacts`` (artifacts logged, no version yet), ``after_create`` (the version exists with all its
-# tags, no alias yet), ``in_promotion_lock`` (holding the promotion lock, the champion not yet judged),
-# ``after_alias`` (the champion alias moved, its stack and history not yet written).
-REGISTRATION_FAULT_ENV = "CTPIPE_TEST_REGISTRATION_FAULT"
-
-
-def fault_point(name: str) -> None:
-    """Die here, abruptly, when the test-only fault names this point (see REGISTRATION_FAULT_ENV)."""
-    if os.environ.get(REGISTRATION_FAULT_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def recorded_champion_alias(lineage: dict[str, Any]) -> str | None:
-    """The champion alias in the config a version was registered with (its lineage's ``config``), if readable."""
-    config = lineage.get("config")
-    alias = config.get("registry", {}).get("champion_alias") if isinstance(config, dict) else None
-    return alias if isinstance(alias, str) else None  # absent, or (an older version's tag) clipped
 
 
 def _now_iso() -> str:
@@ -112,167 +59,13 @@ class Promotion:
     reason: str
 
 
-class Registry:
-    """The registered model ``config.model_name`` on ``tracking_uri``, with retries on every call."""
+class Registry(RegisteredModel):
+    """The registered model ``config.model_name`` on ``tracking_uri``, with retries on every call, whose champion
+    moves only under the promotion lock."""
 
     def __init__(self, tracking_uri: str, config: RegistryConfig) -> None:
-        import mlflow
-
-        self.uri = tracking_uri
-        self.config = config
-        self.name = config.model_name
-        self.client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        super().__init__(tracking_uri, config)
         self.lock = PromotionLock(self.client, self.name, config, self.call)
-
-    # --- plumbing -------------------------------------------------------------------------------
-
-    def call(self, fn: Callable[[], T], what: str) -> T:
-        """``fn()`` with the configured bounded retries on transient failures."""
-        return RetryPolicy.of(self.config).call(fn, what)
-
-    def ensure_registered_model(self) -> None:
-        """Create the registered model unless it exists (a concurrent creator is fine)."""
-        from mlflow.exceptions import MlflowException
-
-        def create() -> None:
-            try:
-                self.client.create_registered_model(
-                    self.name,
-                    description="Tabular classifier trained by the ctpipe continuous-training pipeline.",
-                )
-            except MlflowException as err:
-                if error_code(err) != "RESOURCE_ALREADY_EXISTS":
-                    raise
-
-        self.call(create, f"create registered model '{self.name}'")
-
-    def aliases(self) -> dict[str, str]:
-        """Alias -> version (as text: SQLite gives ints, HTTP strings)."""
-        from mlflow.exceptions import MlflowException
-
-        def get() -> dict[str, str]:
-            try:
-                model = self.client.get_registered_model(self.name)
-            except MlflowException as err:
-                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
-                    return {}
-                raise
-            return {alias: str(version) for alias, version in (model.aliases or {}).items()}
-
-        return self.call(get, f"read the aliases of '{self.name}'")
-
-    def alias_version(self, alias: str) -> str | None:
-        return self.aliases().get(alias)
-
-    def model_tags(self) -> dict[str, str]:
-        from mlflow.exceptions import MlflowException
-
-        def get() -> dict[str, str]:
-            try:
-                return dict(self.client.get_registered_model(self.name).tags or {})
-            except MlflowException as err:
-                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
-                    return {}
-                raise
-
-        return self.call(get, f"read the tags of '{self.name}'")
-
-    def require_model(self, *, empty_store_ok: bool = False) -> None:
-        """UserError unless the registered model exists, naming those that do (a mistyped name is not empty);
-        with ``empty_store_ok``, a store that has no registered model at all (nothing registered yet) passes."""
-        from mlflow.exceptions import MlflowException
-
-        from ctpipe.components.steps.register.lock import LOCK_SUFFIX
-
-        def exists() -> bool:
-            try:
-                self.client.get_registered_model(self.name)
-                return True
-            except MlflowException as err:
-                if error_code(err) == "RESOURCE_DOES_NOT_EXIST":
-                    return False
-                raise
-
-        if self.call(exists, f"read registered model '{self.name}'"):
-            return
-        names = self.call(lambda: [m.name for m in self.client.search_registered_models(max_results=1000)],
-                          "list registered models")
-        others = sorted(n for n in names if not n.endswith(LOCK_SUFFIX))
-        if empty_store_ok and not others:
-            return
-        found = ", ".join(others) or "none"
-        raise UserError(
-            f"there is no registered model '{self.name}' at {self.uri}; registered models: {found}. Pass the "
-            "pipeline's --config (registry.model_name) or --model-name."
-        )
-
-    def get_version(self, version: str):
-        """The model version, or a UserError naming the versions that exist."""
-        from mlflow.exceptions import MlflowException
-
-        text = str(version).strip()
-        if not text.isdigit():
-            raise UserError(
-                f"model version '{version}' is not a version number; run 'ctpipe models list' to see them"
-            )
-
-        def get():
-            try:
-                return self.client.get_model_version(self.name, text)
-            except MlflowException as err:
-                if error_code(err) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                    return None
-                raise
-
-        found = self.call(get, f"read version {text} of '{self.name}'")
-        if found is None:
-            self.require_model()
-            existing = ", ".join(str(v.version) for v in self.versions()) or "none"
-            raise UserError(
-                f"model '{self.name}' has no version {text}; existing versions: {existing}. "
-                "Run 'ctpipe models list' to see them."
-            )
-        return found
-
-    def lineage(self, version: Any) -> dict[str, Any]:
-        """The lineage of a version: its digest-checked ``ctpipe/lineage.json``, or an older version's tags."""
-        return version_lineage(self.client, version, retry=RetryPolicy.of(self.config))
-
-    def versions(self) -> list:
-        """Every version of the model, oldest first."""
-        versions = self.call(
-            lambda: list(self.client.search_model_versions(f"name = '{self.name}'", max_results=10000)),
-            f"list versions of '{self.name}'",
-        )
-        return sorted(versions, key=lambda v: int(v.version))
-
-    def find_by_model_sha256(self, sha256: str):
-        """The oldest complete version made from the model file with this SHA-256, if any: a cached rerun
-        (KFP reused the selected model) is not registered a second time."""
-        found = self.call(
-            lambda: list(self.client.search_model_versions(
-                f"name = '{self.name}' and tags.`ctpipe.model_sha256` = '{sha256}'", max_results=1000
-            )),
-            f"search versions of '{self.name}' by model digest",
-        )
-        matches = [v for v in found if (v.tags or {}).get(COMPLETE_TAG) == "complete"]
-        return min(matches, key=lambda v: int(v.version)) if matches else None
-
-    def find_by_key(self, run_id: str, key: str, *, retry: bool = True):
-        """The version this run already registered for ``key``, if any (idempotent registration)."""
-
-        def search():
-            return list(
-                self.client.search_model_versions(
-                    f"name = '{self.name}' and run_id = '{run_id}'", max_results=1000
-                )
-            )
-
-        found = self.call(search, f"search versions of run {run_id}") if retry else search()
-        matches = [v for v in found if (v.tags or {}).get(KEY_TAG) == key]
-        return min(matches, key=lambda v: int(v.version)) if matches else None
-
-    # --- the lock (lock.py) ------------------------------------------------------------------------
 
     @property
     def lock_name(self) -> str:
@@ -282,34 +75,7 @@ class Registry:
         """Hold the promotion lock inside the block (see ``PromotionLock``)."""
         return self.lock.held(wait_seconds)
 
-    # --- champion history ------------------------------------------------------------------------
-
-    def champion_stack(self) -> list[str]:
-        return [str(v) for v in json.loads(self.model_tags().get(STACK_TAG, "[]"))]
-
-    def champion_history(self) -> list[dict[str, Any]]:
-        """The newest entries (at most ``MAX_HISTORY``); ``champion_history_pages`` reads the older ones."""
-        return HistoryTag.parse(self.model_tags().get(HISTORY_TAG)).entries
-
-    def champion_history_pages(self, max_pages: int) -> list[list[dict[str, Any]]]:
-        """Up to ``max_pages`` pages of older history entries, newest page first (each page oldest first)."""
-        pages: list[list[dict[str, Any]]] = []
-        older = HistoryTag.parse(self.model_tags().get(HISTORY_TAG)).older
-        while older and len(pages) < max_pages:
-            page = json.loads(self.read_record(older))
-            pages.append(page["entries"])
-            older = page.get("older")
-        return pages
-
-    def read_record(self, uri: str) -> str:
-        """The text of a ``runs:/RUN_ID/PATH`` record this registry wrote (a full reason, a history page)."""
-        import tempfile
-
-        run_id, _, path = uri.removeprefix("runs:/").partition("/")
-        with tempfile.TemporaryDirectory() as tmp:
-            local = self.call(lambda: self.client.download_artifacts(run_id, path, tmp), f"read {uri}")
-            with open(local, encoding="utf-8") as f:
-                return f.read()
+    # --- champion moves ----------------------------------------------------------------------------
 
     def _keep_full_reason(self, version: str, reason: str, stamp: str) -> str | None:
         """Store a reason too long for the tags as an artifact of the version's run; its address, or None."""
@@ -368,7 +134,7 @@ class Registry:
             lambda: c.set_registered_model_alias(self.name, self.config.champion_alias, version),
             "move the champion alias",
         )
-        fault_point("after_alias")
+        hook_point("after_alias")  # the commit points: where the tests kill a registration
         try:
             self.call(lambda: c.set_registered_model_tag(self.name, STACK_TAG, stack_value), "record champion stack")
             if update.page is not None:
@@ -434,7 +200,7 @@ class Registry:
         """Compare-and-set: make ``version`` champion only if the champion is still ``expected``."""
         version = str(version)
         with self.locked():
-            fault_point("in_promotion_lock")
+            hook_point("in_promotion_lock")
             current = self.alias_version(self.config.champion_alias)
             if current is not None and current != version:
                 self._record_cut_off_move(current, None)

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from ctpipe.components.lib.config import WatchConfig
-from ctpipe.pipelines.triggers.drift import psi_p_value
-from ctpipe.pipelines.triggers.histogram_drift import fraction_covariance, histogram_drift, psi_noise
+from ctpipe.components.lib.drift.column_drift import psi_p_value
+from ctpipe.components.lib.drift.histogram_drift import fraction_covariance, histogram_drift, psi_noise
 
 
 def _documents(rng, n, shares, length=200, clumpy=True):

@@ -1,7 +1,7 @@
 """Drift of a text's byte-class profile judged jointly: one test over the shares of one text column.
 
 Each ``<prefix>__<class>_share`` column (``causal_lm``'s letters, upper case, digits, whitespace,
-punctuation, non-ASCII) is judged alone by drift.py; a window that mixes in 30 % of another source moves
+punctuation, non-ASCII) is judged alone by feature_drift.py; a window that mixes in 30 % of another source moves
 each share a little, under what one column's KS can see at p < 0.001 in 200 documents, but moves them
 together. This test pools that evidence: each share is mapped to normal scores of its mid-rank among the
 pooled reference and window documents (the shares are bounded, skewed and often zero: ranks make the test
@@ -19,6 +19,7 @@ null, invalid or empty text), so the i-th value of every share's sample is the s
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -26,20 +27,22 @@ import pandas as pd
 from scipy import stats
 
 from ctpipe.components.lib.config import WatchConfig
-from ctpipe.components.tasks.causal_lm.text_stats import SHARE_NAMES
-from ctpipe.pipelines.triggers.column_drift import ColumnDrift, column_verdict
+from ctpipe.components.lib.drift.column_drift import ColumnDrift, column_verdict
 
 PROFILE_SUFFIX = "__profile"
 
 
-def profile_groups(reference_numeric: dict[str, Any], columns: pd.Index) -> dict[str, list[str]]:
-    """``<prefix>__profile`` -> the byte-class share columns of one text (``<prefix>__letter_share`` ...,
-    ``text_stats.SHARE_NAMES``: a user's own columns named alike are not joint rows) that the reference and the
-    window both hold, with samples of one length; only groups of two or more."""
+def profile_groups(
+    reference_numeric: dict[str, Any], columns: pd.Index, share_names: Collection[str]
+) -> dict[str, list[str]]:
+    """``<prefix>__profile`` -> the share columns of one text (``<prefix>__<name>`` for each name of
+    ``share_names``, a task's jointly judged columns such as ``causal_lm``'s ``text_stats.SHARE_NAMES``: a user's
+    own columns named otherwise are not joint rows) that the reference and the window both hold, with samples of
+    one length; only groups of two or more."""
     groups: dict[str, list[str]] = {}
     for name in reference_numeric:
         prefix, sep, rest = name.rpartition("__")
-        if sep and rest in SHARE_NAMES and name in columns:
+        if sep and rest in share_names and name in columns:
             groups.setdefault(prefix + PROFILE_SUFFIX, []).append(name)
     out = {}
     for profile, names in groups.items():

@@ -1,4 +1,4 @@
-"""Drift of the predictions (components/steps/evaluate/prediction_drift.py): the candidate's predictions on the new
+"""Drift of the predictions (components/lib/drift/prediction_drift.py): the candidate's predictions on the new
 test split against the champion's on its own, decided on an effect above its threshold AND a p-value under
 "same distribution", so a small sample's noise is not drift however far its point estimate lies."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ctpipe.components.lib.config import WatchConfig
-from ctpipe.components.steps.evaluate.prediction_drift import describe, prediction_drift, prediction_reference
+from ctpipe.components.lib.drift.prediction_drift import describe, prediction_drift, prediction_reference
 
 CLASSES = ["a", "b", "c"]
 

@@ -10,9 +10,9 @@ import pytest
 from mlflow.exceptions import MlflowException
 
 from ctpipe.components.lib.config import RegistryConfig
+from ctpipe.components.lib.registry.lock import RegistryBusyError
+from ctpipe.components.lib.registry.registry import Registry
 from ctpipe.components.lib.tracking.retry import RegistryUnavailableError, call_with_retries, is_transient
-from ctpipe.components.steps.register.lock import RegistryBusyError
-from ctpipe.components.steps.register.registry import Registry
 
 
 def test_transient_failures_are_retried_with_capped_exponential_backoff():

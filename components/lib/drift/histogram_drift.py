@@ -38,7 +38,7 @@ import pandas as pd
 from scipy import stats
 
 from ctpipe.components.lib.config import WatchConfig
-from ctpipe.pipelines.triggers.column_drift import (
+from ctpipe.components.lib.drift.column_drift import (
     PSI_FLOOR,
     RARE_CATEGORY,
     ColumnDrift,

@@ -2,7 +2,7 @@
 
 PSI and its sampling-noise bound, the merging of rare bins (the chi-square rule), the null-fraction test,
 the thresholds of config ``watch`` with per-column overrides, and the verdict: a test drifts when its
-effect passes its threshold and its p-value is below ``watch.max_p_value``. drift.py (numeric and
+effect passes its threshold and its p-value is below ``watch.max_p_value``. feature_drift.py (numeric and
 categorical columns) and histogram_drift.py (distributions over documents) build on them.
 """
 

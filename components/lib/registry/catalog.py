@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ctpipe.components.lib.registry.registry import Registry
+from ctpipe.components.lib.registry.tags import COMPLETE_TAG, KEY_TAG, promotion_record
 from ctpipe.components.lib.tracking.lineage import METRIC_TAG_PREFIX
-from ctpipe.components.steps.register.registry import COMPLETE_TAG, KEY_TAG, Registry, promotion_record
 
 METRIC_PREFIX = METRIC_TAG_PREFIX
 

@@ -21,12 +21,14 @@ approximately chi-square with k - 1 degrees of freedom (a first-order expansion 
 2018), so its sampling-noise bound at level alpha is (1/n + 1/m) * chi2_{k-1}(1 - alpha). The chi-square
 statistic is scaled the same way, since the reference is a sample too. The reference format is the one
 validation writes (``reference_stats.json``). The tests every kind of column shares (PSI, its bound, rare
-merging, the null fraction) and the verdict live in column_drift.py.
+merging, the null fraction) and the verdict live in column_drift.py; a text's shares judged jointly in
+profile_drift.py.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +39,7 @@ from scipy import special, stats
 from ctpipe.components.lib.config import WatchConfig
 from ctpipe.components.lib.data.concat import conform
 from ctpipe.components.lib.data.stream_stats import category_counts, category_key
-from ctpipe.pipelines.triggers.column_drift import (
+from ctpipe.components.lib.drift.column_drift import (
     MIN_EXPECTED_COUNT,
     RARE_CATEGORY,
     ColumnDrift,
@@ -47,8 +49,8 @@ from ctpipe.pipelines.triggers.column_drift import (
     psi,
     psi_p_value,
 )
-from ctpipe.pipelines.triggers.histogram_drift import histogram_drift
-from ctpipe.pipelines.triggers.profile_drift import profile_drift, profile_groups
+from ctpipe.components.lib.drift.histogram_drift import histogram_drift
+from ctpipe.components.lib.drift.profile_drift import profile_drift, profile_groups
 
 NUMERIC_TESTS = ("psi", "ks", "null_fraction")
 CATEGORICAL_TESTS = ("psi", "cramers_v", "unseen_share", "null_fraction")
@@ -263,10 +265,13 @@ def compute_drift(
     window: list[str] | None = None,
     champion_version: str | None = None,
     histograms: dict[str, pd.DataFrame] | None = None,
+    profile_shares: Collection[str] = (),
 ) -> DriftReport:
     """Compare every reference column with the current rows; a missing column counts as drifted.
 
     ``histograms``: the window's per-row counts of the reference's ``distributions`` (``Task.drift_histograms``).
+    ``profile_shares``: the names of the share columns one text's profile is judged jointly over
+    (``profile_drift.py``; the caller takes them from the task, e.g. ``causal_lm``'s ``SHARE_NAMES``).
     """
     columns: dict[str, ColumnDrift] = {}
     for kind, compare in (("numeric", numeric_drift), ("categorical", categorical_drift)):
@@ -278,7 +283,7 @@ def compute_drift(
                 continue
             columns[column] = compare(column, current[column], ref, watch, reference_rows=int(reference.get("rows", 0)))
     numeric = reference.get("numeric") or {}
-    for profile, names in profile_groups(numeric, current.columns).items():
+    for profile, names in profile_groups(numeric, current.columns, profile_shares).items():
         columns[profile] = profile_drift(profile, names, current, numeric, watch)
     for column, ref in (reference.get("distributions") or {}).items():
         if column in (histograms or {}):

@@ -13,8 +13,8 @@ from ctpipe.components.lib.data.demo import generate_day
 from ctpipe.components.lib.data.reference_stats import compute_reference_stats
 from ctpipe.components.lib.data.simulate import drift_window
 from ctpipe.components.lib.data.snapshot import Schema, infer_schema
-from ctpipe.pipelines.triggers.column_drift import threshold_for
-from ctpipe.pipelines.triggers.drift import compute_drift, merge_rare_categories, psi, psi_p_value
+from ctpipe.components.lib.drift.column_drift import merge_rare_categories, psi, psi_p_value, threshold_for
+from ctpipe.components.lib.drift.feature_drift import compute_drift
 from ctpipe.pipelines.triggers.report import render_html, write_drift_report
 
 
@@ -114,7 +114,7 @@ def test_watch_config_is_validated():
 def test_fast_ks_equals_scipy(m, n, shift, decimals):
     from scipy import stats
 
-    from ctpipe.pipelines.triggers.drift import ks_two_sample
+    from ctpipe.components.lib.drift.feature_drift import ks_two_sample
 
     rng = np.random.default_rng(m)
     a, b = rng.normal(0, 1, m), rng.normal(shift, 1, n)
@@ -258,7 +258,7 @@ def test_a_window_stored_as_float32_is_not_drift_from_a_float64_reference():
 
 
 def test_exceedance_p_value_is_exact_for_exchangeable_draws():
-    from ctpipe.pipelines.triggers.drift import exceedance_p_value
+    from ctpipe.components.lib.drift.feature_drift import exceedance_p_value
 
     # One window value above all m reference values: n of the n + m pooled draws may be the largest.
     assert exceedance_p_value(1, 200, 400) == pytest.approx(200 / 600)
