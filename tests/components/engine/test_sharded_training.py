@@ -10,7 +10,6 @@ from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.steps.train.launch import train_model
-from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.fixtures.exact import EXACT_TRAINING
 
