@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from ctpipe.components.lib.data.demo import write_demo_data
+    from ctpipe.components.run_config import load_config
     from ctpipe.components.steps.train.standalone import build_snapshot
     from ctpipe.components.tasks import load_task
-    from ctpipe.components.tasks.run_config import load_run_config
 
     base: list[str] = []
     if args.example:
@@ -209,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         base = ["data.key=id", "task.entrypoint=digits_task:make_task"]
     elif args.task:
         base = [f"task.name={args.task}", *load_task({"name": args.task}).demo_settings]
-    config = load_run_config(None, base + args.overrides)
-    ddp_config = load_run_config(None, base + args.overrides + ["train.strategy=ddp"])
+    config = load_config(None, base + args.overrides)
+    ddp_config = load_config(None, base + args.overrides + ["train.strategy=ddp"])
     task = load_task(config.task)
-    per_block_config = load_run_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
+    per_block_config = load_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
     variant_config = {"ctpipe": config, "ddp": ddp_config, "perblock": per_block_config}
     rows: dict[str, list[dict]] = {"bare": [], "bareclip": [], "ctpipe": [], "ddp": [], "perblock": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:

@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.evaluate.judgement import judge_candidate
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents
 from ctpipe.components.tasks.causal_lm.metrics import document_losses
-from ctpipe.components.tasks.run_config import load_run_config
 
 TRAIN_STEPS = 150
 BATCH = 16
@@ -126,7 +126,7 @@ def _sign_flip_level(config) -> float:
 
 def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int) -> dict:
     task = make_task()
-    config = load_run_config(None, ["task.name=causal_lm"])
+    config = load_config(None, ["task.name=causal_lm"])
     docs = help_topic_documents()
     blocked = not_blessed = 0
     worse_blocked = False

@@ -23,6 +23,7 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import DataValidationError, SanityCheckError
 from ctpipe.components.lib.models.tabular import build_model
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.sanity_checks import sequence_bugs
 from ctpipe.components.steps.sanity_checks.bugs import DropoutAtEvaluation
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
@@ -30,7 +31,6 @@ from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.steps.validate_data.validate import validate_data
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
-from ctpipe.components.tasks.run_config import load_run_config
 
 CLASS_CODES = {"churn": 0, "downgrade": 1, "stay": 2, "upgrade": 3}
 
@@ -91,7 +91,7 @@ def _language_model(root: Path, seed: int, ci: bool = False) -> list[dict]:
     options = [f"task.options.{k}={v}" for k, v in CI_LM_SHAPE.items()] if ci else []
     settings = ["task.name=causal_lm", *task.demo_settings, f"train.seed={1000 + seed}", *options,
                 *(CI_LM_SETTINGS if ci else ())]
-    cfg = load_run_config(None, settings)
+    cfg = load_config(None, settings)
     write_text_demo_data(root / "text", days=1 if ci else 2)
     snapshot = build_snapshot(str(root / "text"), cfg, root / "text-snapshot").root
     model_cfg = task.model_config

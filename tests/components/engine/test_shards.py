@@ -81,7 +81,7 @@ def test_the_sanity_first_batch_is_rank_0s_first_sharded_batch(snap):
 
 
 def test_the_sanity_step_shows_rank_0s_first_sharded_batch(snap):
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
     from ctpipe.components.steps.sanity_checks.sample import load_sanity_data
 
     cfg = load_config(None, ["data.key=customer_id", "train.in_memory_rows=0", "train.batch_size=32",
@@ -119,7 +119,7 @@ def test_a_rank_loads_only_its_val_rows_and_scores_them_as_from_the_whole_split(
     from ctpipe.components.engine.data import load_split
     from ctpipe.components.engine.device import Dist
     from ctpipe.components.engine.loss_eval import evaluate, val_shard
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
 
     monkeypatch.setattr(dist, "all_reduce", lambda tensor: None)  # each rank's own totals, compared below
     task = make_task()

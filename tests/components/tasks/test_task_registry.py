@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from ctpipe.components.lib.config import Config, ConfigError, load_config
+from ctpipe.components.lib.config import Config, ConfigError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.tasks import BUILTIN_TASKS, Task, TaskError, load_task
 from ctpipe.components.tasks.registry import _CACHE
 

@@ -7,16 +7,16 @@ import codecs
 import dataclasses
 
 from ctpipe.components.lib.data.snapshot import Schema
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.triggers.drift import compute_drift, psi_p_value
 from ctpipe.pipelines.triggers.watch import task_drift_histograms, with_task_drift_columns
 
 
 def test_text_drift_is_judged_on_length_and_byte_profile():
-    config = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+    config = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
     task = load_task(config.task)
     docs = help_topic_documents()
     train, fresh = docs.iloc[::2].reset_index(drop=True), docs.iloc[1::2].reset_index(drop=True)
@@ -37,7 +37,7 @@ BYTE_UNIGRAM = "text__byte_unigram"
 
 
 def _text_setup():
-    config = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+    config = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
     task = load_task(config.task)
     docs = help_topic_documents()
     train, fresh = docs.iloc[::2].reset_index(drop=True), docs.iloc[1::2].reset_index(drop=True)
@@ -138,7 +138,7 @@ def test_the_watcher_starts_a_drift_run_for_drifted_text_of_a_causal_lm_config(t
     from ctpipe.pipelines.triggers.watch import check_once
 
     data, home = tmp_path / "data", tmp_path / "home"
-    config = load_run_config(None, ["task.name=causal_lm", *make_task().demo_settings, "watch.min_rows=50",
+    config = load_config(None, ["task.name=causal_lm", *make_task().demo_settings, "watch.min_rows=50",
                                 "watch.window_partitions=2"])
     write_text_demo_data(data, days=3)
     register_text_champion(home, data, config)

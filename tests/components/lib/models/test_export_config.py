@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from ctpipe.components.lib.config import Config, ModelConfig, load_config
+from ctpipe.components.lib.config import Config, ModelConfig
 from ctpipe.components.lib.data.encoding import Preprocessing
+from ctpipe.components.run_config import load_config
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.export import load_model_export, save_model_export
 from ctpipe.components.tasks.registry import _CACHE

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import SanityCheckError
+from ctpipe.components.run_config import load_config
 from tests.components.tasks.test_digits_task import SMALL_SANITY, TASK, _run_gate, _snapshot, digits  # noqa: F401
 
 BUGGY = '''

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
+from ctpipe.components.run_config import load_config
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
 from ctpipe.components.tasks.causal_lm.packing import IGNORE
 from ctpipe.components.tasks.registry import complete_task
-from ctpipe.components.tasks.run_config import load_run_config
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def task():
-    return load_task(load_run_config(None, ["task.name=causal_lm", "task.options.size=tiny"]).task)
+    return load_task(load_config(None, ["task.name=causal_lm", "task.options.size=tiny"]).task)
 
 
 def test_causal_lm_is_a_complete_builtin_task(task):

@@ -6,11 +6,11 @@ import pytest
 
 from ctpipe.components.engine import checkpointing as ckpt
 from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
-from ctpipe.components.tasks.run_config import load_run_config
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ TINY = [
 
 
 def _train(snapshot_dir, ckpt_dir, *extra):
-    return train_model(snapshot_dir, str(ckpt_dir), load_run_config(None, TINY + list(extra)), tracking_uri=None,
+    return train_model(snapshot_dir, str(ckpt_dir), load_config(None, TINY + list(extra)), tracking_uri=None,
                        mlflow_run_id=None, job_name="lm")
 
 
@@ -31,7 +31,7 @@ def _train(snapshot_dir, ckpt_dir, *extra):
 def snapshot_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm-train")
     write_text_demo_data(root / "data", days=1)
-    return str(build_snapshot(str(root / "data"), load_run_config(None, TINY), root / "snapshot").root)
+    return str(build_snapshot(str(root / "data"), load_config(None, TINY), root / "snapshot").root)
 
 
 @pytest.fixture(scope="module")
