@@ -44,14 +44,14 @@ MODEL_PAIRS = 4  # pairs of decoders the equal pairs are spread over
 def _trained(task, state, packed, steps: int, seed: int) -> torch.nn.Module:
     """A tiny decoder of the task's config after ``steps`` AdamW steps on random batches of ``packed``."""
     torch.manual_seed(seed)
-    model = task.build_model(None, state)
+    model = task.model.build(None, state)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(steps):
         rows = torch.randint(0, len(packed), (BATCH,), generator=generator)
         batch = packed.select(rows)
-        loss = task.loss(model(*batch.inputs), batch.targets)
+        loss = task.objective.loss(model(*batch.inputs), batch.targets)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -63,9 +63,9 @@ def _blocked_against_champion(
 ) -> tuple[bool, bool]:
     """Whether the blessing's rules against the champion block ``candidate`` on these documents, and whether the
     whole blessing does (the floor, beating the unigram model, included)."""
-    targets = task.targets(frame, state)
+    targets = task.codec.targets(frame, state)
     judgement = judge_candidate(
-        targets, candidate, champion, config, frame, [], scorer=task, baseline=task.baseline(targets, state)
+        targets, candidate, champion, config, frame, [], scorer=task.scoring, baseline=task.scoring.baseline(targets, state)
     )
     change = any(not c.passed for c in judgement.checks if c.kind in ("change_abs", "change_rel"))
     return change, not judgement.passed
@@ -88,8 +88,8 @@ def _document_rows(task, docs: pd.DataFrame, draw: list[int], train_steps: int, 
     different seeds (and of one trained a tenth as long, with ``worse``)."""
     order = np.random.default_rng(draw).permutation(len(docs))
     train, held_out = docs.iloc[order[::2]], docs.iloc[order[1::2]].reset_index(drop=True)
-    state = task.fit(train, None)
-    packed = task.encode(train, state)
+    state = task.codec.fit(train, None)
+    packed = task.codec.encode(train, state)
     runs = [("a", train_steps, 1), ("b", train_steps, 2)] + (
         [("short", train_steps // 10, 3)] if worse else []
     )

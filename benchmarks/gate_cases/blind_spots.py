@@ -29,7 +29,7 @@ from ctpipe.components.steps.sanity_checks.bugs import DropoutAtEvaluation
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 from ctpipe.components.steps.train.standalone import build_snapshot
 from ctpipe.components.steps.validate_data.validate import validate_data
-from ctpipe.components.tasks.causal_lm import make_task
+from ctpipe.components.tasks.causal_lm import CausalLM
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
 
 CLASS_CODES = {"churn": 0, "downgrade": 1, "stay": 2, "upgrade": 3}
@@ -87,14 +87,14 @@ CI_SKIPS = ("causal LM, segment embedding of the next position", "causal LM, the
 
 
 def _language_model(root: Path, seed: int, ci: bool = False) -> list[dict]:
-    task = make_task(**CI_LM_SHAPE) if ci else make_task()
+    lm = CausalLM(**CI_LM_SHAPE) if ci else CausalLM()  # the implementation: its demo settings and decoder shape
     options = [f"task.options.{k}={v}" for k, v in CI_LM_SHAPE.items()] if ci else []
-    settings = ["task.name=causal_lm", *task.demo_settings, f"train.seed={1000 + seed}", *options,
+    settings = ["task.name=causal_lm", *lm.demo_settings, f"train.seed={1000 + seed}", *options,
                 *(CI_LM_SETTINGS if ci else ())]
     cfg = load_config(None, settings)
     write_text_demo_data(root / "text", days=1 if ci else 2)
     snapshot = build_snapshot(str(root / "text"), cfg, root / "text-snapshot").root
-    model_cfg = task.model_config
+    model_cfg = lm.model_config
     models: dict[str, Callable | None] = {
         "causal LM, the real model": None,
         "causal LM, no causal mask behind zero-initialised attention projections":

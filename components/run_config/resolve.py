@@ -122,7 +122,7 @@ def resolve_layers(
     # The task is named by the layers above and below its own: resolve them once without it.
     named = _merged([*cluster, *user])
     task = _load_task(build_dataclass(TaskConfig, named.values["task"], "task"))
-    task_layer = [_Layer(f"task {task.name}", settings=tuple(task.config_defaults))] if task is not None else []
+    task_layer = [_Layer(f"task {task.name}", settings=tuple(task.defaults))] if task is not None else []
     data_layers = []
     if data_uri is not None and task is not None:
         key = _task_key_setting(task, named.values, data_uri)
@@ -138,9 +138,9 @@ def resolve_layers(
 
 def demo_settings(task: Any) -> tuple[str, ...]:
     """The settings that go with the task's demo data: its own ``demo_settings``, else the tabular demo's key."""
-    if task is None or task.write_demo_data is None:
+    if task is None or task.demo is None:
         return (f"data.key={DEMO_KEY_COLUMN}",)
-    return tuple(task.demo_settings)
+    return tuple(task.demo.settings)
 
 
 def split_overrides(overrides: str | Sequence[str]) -> list[str]:
@@ -236,7 +236,7 @@ def _load_task(task_config: TaskConfig) -> Any:
 def _task_key_setting(task: Any, values: Mapping[str, Any], data_uri: str) -> tuple[str, ...]:
     """``data.key=COLUMN`` when the task declares a key column that the data has and no layer sets a key:
     ``ctpipe run --data TEXT --task causal_lm`` splits by document, not by the profiled identifier."""
-    column = getattr(task, "key_column", None)
+    column = task.codec.key_column
     if not column or values["data"].get("key") is not None:
         return ()
     from ctpipe.components.lib.data.files import data_columns
@@ -276,7 +276,7 @@ _ABSENT = object()
 
 def _task_defaults_of(values: dict[str, Any]) -> tuple[str, ...]:
     task = _load_task(build_dataclass(TaskConfig, values["task"], "task"))
-    return tuple(task.config_defaults) if task is not None else ()
+    return tuple(task.defaults) if task is not None else ()
 
 
 def _with_task_defaults_of(compiled: dict[str, Any], task_values: dict[str, Any]) -> dict[str, Any]:

@@ -232,7 +232,7 @@ class TaskBase:
         class, its parameter count and the task's options (``task.options``, the user's model settings)."""
         from ctpipe.components.tasks.model_description import describe_built_model
 
-        return describe_built_model(self, config, state)
+        return describe_built_model(self.name, self.build_model, config, state)
 
     def flops_per_token(self) -> float | None:
         """Training FLOPs per token of the configured model (a sequence task's MFU), or None: unknown."""

@@ -19,10 +19,10 @@ def ensure_demo_data_for(home: Path, config: Config) -> str:
     from ctpipe.components.tasks import load_task
 
     task = load_task(config.task)  # complete: the optional parts have their defaults (protocol.TaskBase)
-    if task.write_demo_data is None:
+    if task.demo is None:
         return ensure_demo_data(home)
     root = home / f"data-{task.name}"
-    _write_whole(root, task.write_demo_data)
+    _write_whole(root, task.demo.write_data)
     return str(root.resolve())
 
 

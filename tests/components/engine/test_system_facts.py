@@ -20,8 +20,9 @@ def facts(settings: list[str], state: dict) -> dict:
 
 
 def test_a_language_models_params_name_its_decoder():
-    task = load_task(load_config(None, ["task.name=causal_lm"]).task)
-    logged = facts(["task.name=causal_lm"], {"model": task.model_config.to_dict()})
+    from ctpipe.components.tasks.causal_lm import CausalLM
+
+    logged = facts(["task.name=causal_lm"], {"model": CausalLM().model_config.to_dict()})
     assert logged["system.model.d_model"] == "64" and logged["system.model.seq_len"] == "64"
     assert "system.model.hidden" not in logged
 

@@ -25,7 +25,7 @@ def validate(data: Path, out: Path, config: Config):
 @pytest.fixture(scope="module")
 def text(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("text") / "data"
-    load_task({"name": "causal_lm", "entrypoint": None, "options": {}}).write_demo_data(str(root), days=2)
+    load_task({"name": "causal_lm", "entrypoint": None, "options": {}}).demo.write_data(str(root), days=2)
     return root
 
 

@@ -117,7 +117,7 @@ def register_text_champion(home, data_root, config) -> None:
     frame = read_data(str(data_root), files)
     schema = infer_schema(frame, label=label_column(task, config.data), key=config.data.key, features=[],
                           categorical=[], text_column=config.data.text_column)
-    schema = schema.with_task_columns(task.own_columns(schema))
+    schema = schema.with_task_columns(task.profile.own_columns(schema))
     stats = home / "tmp-reference" / "reference_stats.json"
     stats.parent.mkdir(parents=True)
     stats.write_text(json.dumps(task_reference_stats(frame, schema, task)))
@@ -138,7 +138,7 @@ def test_the_watcher_starts_a_drift_run_for_drifted_text_of_a_causal_lm_config(t
     from ctpipe.pipelines.triggers.watch import check_once
 
     data, home = tmp_path / "data", tmp_path / "home"
-    config = load_config(None, ["task.name=causal_lm", *make_task().demo_settings, "watch.min_rows=50",
+    config = load_config(None, ["task.name=causal_lm", *make_task().demo.settings, "watch.min_rows=50",
                                 "watch.window_partitions=2"])
     write_text_demo_data(data, days=3)
     register_text_champion(home, data, config)

@@ -100,9 +100,9 @@ def test_the_task_loss_passes_both_loss_probes(batch):
     tokens, targets, doc_ids = batch
     outputs = tiny()(tokens, doc_ids).detach()
     task = make_task()
-    for result in (check_loss_oracle(task.loss, outputs, targets), check_loss_padding(task.loss, outputs, targets)):
+    for result in (check_loss_oracle(task.objective.loss, outputs, targets), check_loss_padding(task.objective.loss, outputs, targets)):
         assert result.passed, result.message
-    assert check_loss_oracle(task.loss, outputs, targets).value < 1e-6
+    assert check_loss_oracle(task.objective.loss, outputs, targets).value < 1e-6
 
 
 def test_the_gate_stops_a_loss_that_shifts_the_targets_again_naming_the_shift(snapshot_dir, tmp_path):

@@ -36,8 +36,8 @@ def validate(data, config, out):
 
 
 def test_causal_lm_declares_it_needs_no_label_and_tabular_does():
-    assert load_task(load_config(None, ["task.name=causal_lm"]).task).needs_label is False
-    assert load_task(load_config(None, []).task).needs_label is True
+    assert load_task(load_config(None, ["task.name=causal_lm"]).task).codec.needs_label is False
+    assert load_task(load_config(None, []).task).codec.needs_label is True
 
 
 @pytest.fixture(scope="module")

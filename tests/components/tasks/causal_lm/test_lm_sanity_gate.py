@@ -30,7 +30,7 @@ QUICK = ["sanity.overfit_steps=5", "sanity.short_train_steps=5", "sanity.sample_
 
 
 def settings(extra=()) -> list[str]:
-    return ["task.name=causal_lm", *make_task().demo_settings, *QUICK, *extra]
+    return ["task.name=causal_lm", *make_task().demo.settings, *QUICK, *extra]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
 pytestmark = pytest.mark.slow
 
 TINY = [
-    "task.name=causal_lm", *make_task().demo_settings,
+    "task.name=causal_lm", *make_task().demo.settings,
     "task.options.dropout=0.1",  # dropout draws from the RNG: resume must restore it exactly
     "train.workers=2", "train.max_steps=6", "train.warmup_steps=1", "train.eval_every=2",
     "train.checkpoint_every=2", "train.batch_size=4", "train.mixed_precision=fp32", "train.timeout_minutes=3",
