@@ -105,7 +105,7 @@ def fault_env(kind: str, rng: random.Random) -> tuple[dict[str, str], str]:
 
 def check_settings(settings: list[str]) -> None:
     """Load the run settings as the watchers will: a bad one is a ConfigError now, not 20 stuck rounds."""
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
 
     load_config(None, settings)
 

@@ -25,15 +25,15 @@ import pandas as pd
 from ctpipe.components.lib.data.reference_stats import HistogramStats
 from ctpipe.components.lib.data.snapshot import Schema
 from ctpipe.components.lib.drift.histogram_drift import histogram_drift
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
 from ctpipe.components.tasks.causal_lm.text_stats import text_byte_counts
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.triggers.window_drift import judge_window
 
 COLUMN = "text__byte_unigram"
-CONFIG = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+CONFIG = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
 SCHEMA = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["text"])
 
 

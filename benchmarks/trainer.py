@@ -66,15 +66,15 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str, clip: str = "") -
     rank, world = dist.get_rank(), dist.get_world_size()
     snapshot = load_snapshot(snapshot_dir)
     task = load_task(cfg.task)
-    examples = task.encode(snapshot.frame("train"), snapshot.state)
+    examples = task.codec.encode(snapshot.frame("train"), snapshot.state)
     torch.manual_seed(cfg.train.seed)
-    model = task.build_model(cfg, snapshot.state)
-    task.init_model(model, snapshot.state, examples.targets)
+    model = task.model.build(cfg, snapshot.state)
+    task.model.init(model, snapshot.state, examples.targets)
     model.to(device)
     # The same FSDP2 units as the worker (train.fsdp_unit_min_params), from the same function.
     apply_fsdp(
         model,
-        task.shard_units(model),
+        task.model.shard_units(model),
         param_dtype=resolve_precision(cfg.train.mixed_precision, device),
         min_unit_params=cfg.train.fsdp_unit_min_params,
     )
@@ -94,7 +94,7 @@ def bare_worker(snapshot_dir: str, config_json: str, out: str, clip: str = "") -
         idx = order[(step % per_epoch) * batch : (step % per_epoch + 1) * batch]
         part = examples.select(idx)
         inputs = tuple(x.to(device, non_blocking=True) for x in part.inputs)
-        loss = task.loss(model(*inputs), part.targets.to(device, non_blocking=True))
+        loss = task.objective.loss(model(*inputs), part.targets.to(device, non_blocking=True))
         loss.backward()
         if clip:
             clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     from ctpipe.components.lib.data.demo import write_demo_data
+    from ctpipe.components.run_config import load_config
     from ctpipe.components.tasks import load_task
-    from ctpipe.components.tasks.run_config import load_run_config
     from ctpipe.pipelines.local.train_alone import build_snapshot
 
     base: list[str] = []
@@ -208,11 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
         base = ["data.key=id", "task.entrypoint=digits_task:make_task"]
     elif args.task:
-        base = [f"task.name={args.task}", *load_task({"name": args.task}).demo_settings]
-    config = load_run_config(None, base + args.overrides)
-    ddp_config = load_run_config(None, base + args.overrides + ["train.strategy=ddp"])
+        demo = load_task({"name": args.task}).demo
+        base = [f"task.name={args.task}", *(demo.settings if demo else ())]
+    config = load_config(None, base + args.overrides)
+    ddp_config = load_config(None, base + args.overrides + ["train.strategy=ddp"])
     task = load_task(config.task)
-    per_block_config = load_run_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
+    per_block_config = load_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
     variant_config = {"ctpipe": config, "ddp": ddp_config, "perblock": per_block_config}
     rows: dict[str, list[dict]] = {"bare": [], "bareclip": [], "ctpipe": [], "ddp": [], "perblock": []}
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
@@ -222,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
 
             write_partitions(work / "data", days=args.days)
         elif args.task:
-            if task.write_demo_data is None:
-                raise SystemExit(f"task {args.task!r} has no demo data of its own (write_demo_data): leave out --task")
-            task.write_demo_data(str(work / "data"), days=args.days)
+            if task.demo is None:
+                raise SystemExit(f"task {args.task!r} has no demo data of its own (TaskSpec.demo): leave out --task")
+            task.demo.write_data(str(work / "data"), days=args.days)
         else:
             write_demo_data(work / "data", days=args.days, rows_per_day=args.rows_per_day)
         snapshot_dir = str(build_snapshot(str(work / "data"), config, work / "snapshot").root)
@@ -288,9 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             d["samples_per_second"] / c["samples_per_second"]
             for c, d in zip(rows["ctpipe"], rows["ddp"], strict=True)
         )
-    tokens_per_example = _tokens_per_example(task, config)
+    lm = _language_model(config)
+    tokens_per_example = int(lm.model_config.seq_len) if lm is not None else 0
     if tokens_per_example:
-        summary.update(_sequence_figures(task, config, summary, rows, tokens_per_example))
+        summary.update(_sequence_figures(lm, config, summary, rows, tokens_per_example))
     if rows["perblock"]:
         summary["per_block_samples_per_second"] = statistics.median(
             r["samples_per_second"] for r in rows["perblock"]
@@ -321,27 +323,29 @@ def _device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def _tokens_per_example(task, config) -> int:
-    """Positions per example (its ``model_config.seq_len``) of a sequence task that states its FLOPs per token
-    (0 otherwise: ``flops_per_token`` None, unknown)."""
-    if task.sanity.sequence_dim is None or task.flops_per_token() is None:
-        return 0
-    return int(getattr(task.model_config, "seq_len", 0) or 0)
+def _language_model(config):
+    """The built-in language model's implementation (``CausalLM``), whose configured decoder states its size
+    and FLOPs per token (benchmark facts, not parts of the task); None for any other task: unknown."""
+    if config.task.entrypoint or config.task.name != "causal_lm":
+        return None
+    from ctpipe.components.tasks.causal_lm import CausalLM
+
+    return CausalLM(**dict(config.task.options))
 
 
-def _sequence_figures(task, config, summary: dict, rows: dict, tokens: int) -> dict:
+def _sequence_figures(lm, config, summary: dict, rows: dict, tokens: int) -> dict:
     """tokens/s of both loops and the model's MFU from the task's analytic FLOPs per token over the workers' peak."""
     import torch
 
     peak = statistics.median(c["peak_flops"] for c in rows["ctpipe"])
     ctpipe_tps = summary["ctpipe_samples_per_second"] * tokens
-    per_token = task.flops_per_token()
+    per_token = lm.flops_per_token()
     return {
         "tokens_per_example": tokens,
         "bare_tokens_per_second": summary["bare_samples_per_second"] * tokens,
         "ctpipe_tokens_per_second": ctpipe_tps,
         "flops_per_token": per_token,
-        "parameters": task.parameter_count(),
+        "parameters": lm.parameter_count(),
         "peak_flops_per_worker": peak,
         "peak_is_nominal": not torch.cuda.is_available(),  # CPU: the measured matmul rate, not a datasheet peak
         "lm_mfu": per_token * ctpipe_tps / config.train.workers / peak if peak > 0 else 0.0,

@@ -31,11 +31,11 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import generate_day, write_demo_data
 from ctpipe.components.lib.data.reference_stats import compute_reference_stats
 from ctpipe.components.lib.data.snapshot import fingerprint_files, infer_schema, list_data_files
 from ctpipe.components.lib.tracking import ensure_experiment, local_tracking_uri
+from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.triggers.watch import check_once
 
 

@@ -19,7 +19,7 @@ if [ -n "${IMAGE_TAG:-}" ]; then
     variant="$("$PYTHON" - "$CTPIPE_CONFIG" <<'PY'
 import sys
 
-from ctpipe.components.lib.config import load_config
+from ctpipe.components.run_config import load_config
 
 print("cuda" if load_config(sys.argv[1]).kubernetes.worker_gpus > 0 else "cpu")
 PY

@@ -99,8 +99,8 @@ def is_ctpipe_config(doc: dict) -> bool:
 def check_ctpipe_config(path: Path) -> list[str]:
     """Load a ctpipe config with the project's own validation (skipped when the project is not installed)."""
     try:
-        from ctpipe.components.lib.config import load_config
         from ctpipe.components.lib.errors import ConfigError
+        from ctpipe.components.run_config import load_config
     except ImportError:
         print(f"note: {path} is a ctpipe config; install the project to validate it", file=sys.stderr)
         return []

@@ -4,7 +4,7 @@
 ``plan`` (staging, build, strict validation) as a real run, with sample values where the run's own
 are known only at run time; nothing is created, deleted or contacted.
 
-Beside compile.py and cluster_config.py, in the pipeline layer: it shows what the compiled cluster pipeline's
+Beside compile.py, in the pipeline layer: it shows what the compiled cluster pipeline's
 train step submits, so it composes that step (its worker command and launcher) with the Kubernetes objects of
 ``components/lib/kube`` (which know nothing of training); the CLI imports it, never the step.
 """

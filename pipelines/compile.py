@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctpipe.components.lib.config import Config
 
 
 def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[str], image: str | None) -> Path:
@@ -16,12 +19,12 @@ def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[s
     from kfp import compiler
 
     from ctpipe.components.lib.kfp_support import COMPONENT_IMAGE
-    from ctpipe.pipelines.cluster_config import load_cluster_config
+    from ctpipe.components.run_config import resolve_config
     from ctpipe.pipelines.continuous_training import DEFAULT_CLUSTER_TRACKING_URI, build_pipeline
 
-    config = load_cluster_config(config_path, overrides)
-    if image:  # --image: the steps' image, also recorded in the compiled config
-        config.kubernetes = dataclasses.replace(config.kubernetes, image=image)
+    # --image: the steps' image, also recorded in the compiled config (a --set of kubernetes.image).
+    settings = [*overrides, *([f"kubernetes.image={image}"] if image else [])]
+    config = resolve_config(file=config_path, settings=settings, target="cluster")
     uri = config.registry.tracking_uri or ""
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,3 +42,12 @@ def compile_pipeline(out: str | Path, config_path: str | None, overrides: list[s
                 executor["container"]["image"] = target_image
         out_path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     return out_path
+
+
+def compiled_config(spec: dict) -> Config:
+    """The config a compiled pipeline (its first YAML document, as a dict) was compiled with: the constant that
+    prepare_run resolves a run from (the run form's ``config_json`` defaults to empty, meaning this)."""
+    from ctpipe.components.lib.config import Config
+
+    task = spec["root"]["dag"]["tasks"]["prepare-run"]["inputs"]["parameters"]["default_config_json"]
+    return Config.from_json(task["runtimeValue"]["constant"])

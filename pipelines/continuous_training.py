@@ -8,12 +8,19 @@ which also avoids the local runner's silent skip of a lone ``dsl.If`` on a Named
 """
 
 
+import inspect
+
 from kfp import dsl
 
 from ctpipe.components.lib.config import Config, KubernetesConfig
+from ctpipe.components.run_config.run_form import (
+    docstring_args,
+    form_defaults,
+    form_text,
+    pipeline_parameters,
+)
 from ctpipe.components.steps.evaluate.component import evaluate
 from ctpipe.components.steps.prepare_run.component import prepare_run
-from ctpipe.components.steps.prepare_run.run_form import defaults_of
 from ctpipe.components.steps.register.component import register
 from ctpipe.components.steps.sanity_checks.component import sanity_checks
 from ctpipe.components.steps.select_checkpoint.component import select_checkpoint
@@ -21,12 +28,21 @@ from ctpipe.components.steps.train.component import train
 from ctpipe.components.steps.validate_data.component import validate_data
 
 PIPELINE_NAME = "ctpipe-continuous-training"
+PIPELINE_DESCRIPTION = "Validate data, sanity-check, train with FSDP, select, evaluate, register."
 DEFAULT_CLUSTER_DATA_URI = "/mnt/ctpipe/data"
 # The MLflow Service of manifests/ in the namespace the run is in (a relative name: the pods' DNS search path).
 DEFAULT_CLUSTER_TRACKING_URI = "http://mlflow:5000"
 # Reused by KFP's cache while the data's fingerprint, the resolved config and the image are unchanged.
 CACHED_STEPS = ("validate_data", "sanity_checks", "train", "select_checkpoint")
 STEP_NAMES = ("prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register")
+
+
+# The pipeline's parameters around the run form's knobs (components/run_config/run_form.py), in the UI's order.
+_LEADING_ARGS = """            data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
+            trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model."""
+_TRAILING_ARGS = """            config_json: The full ctpipe config as JSON; empty (the default) means this pipeline version's config, resolved when it was compiled.
+            config_overrides: KEY=VALUE overrides applied after the typed parameters, as ctpipe run --set applies them, one per line or separated by ';' (a ';' in a value, e.g. in a URI, stays when no SECTION.FIELD= follows it), e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
+            mlflow_tracking_uri: MLflow tracking and registry URI; credentials come from Kubernetes secrets, never from here."""
 
 
 def build_pipeline(
@@ -38,43 +54,27 @@ def build_pipeline(
 ):
     """The pipeline; with ``cluster`` its tasks carry kfp-kubernetes settings (secrets, SA, placement, limits).
 
-    The typed run parameters default to ``default_config_json``'s values (components/steps/prepare_run/run_form.py);
-    ``caching`` (default: that config's ``pipeline.caching``) lets KFP reuse the steps in ``CACHED_STEPS``.
+    Its signature is the run form's table (``run_form.KNOBS``) between the data and the config parameters,
+    each knob defaulting to ``default_config_json``'s value; ``caching`` (default: that config's
+    ``pipeline.caching``) lets KFP reuse the steps in ``CACHED_STEPS``.
     """
 
     compiled = Config.from_json(default_config_json) if default_config_json.strip() else Config()
-    form = defaults_of(compiled)
     caching = compiled.pipeline.caching if caching is None else caching
+    signature = inspect.Signature([
+        _parameter("data_uri", str, DEFAULT_CLUSTER_DATA_URI),
+        _parameter("trigger", str, "manual"),
+        *pipeline_parameters(form_defaults(compiled)),
+        _parameter("config_json", str, ""),
+        _parameter("config_overrides", str, ""),
+        _parameter("mlflow_tracking_uri", str, default_tracking_uri),
+    ])
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Validate data, sanity-check, train with FSDP, select, evaluate, register.")
-    def continuous_training(
-        data_uri: str = DEFAULT_CLUSTER_DATA_URI,
-        trigger: str = "manual",
-        training_steps: int = form.training_steps,
-        workers: int = form.workers,
-        learning_rate: float = form.learning_rate,
-        batch_size: int = form.batch_size,
-        blessing_allowed_change: float = form.blessing_allowed_change,
-        training_window_days: int = form.training_window_days,
-        config_json: str = default_config_json,
-        config_overrides: str = "",
-        mlflow_tracking_uri: str = default_tracking_uri,
-    ):
-        """Continuous training of the configured task's model (task.name or task.entrypoint; tabular by default).
-
-        Args:
-            data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
-            trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model.
-            training_steps: Optimizer steps of training (train.max_steps); must exceed train.warmup_steps. The default is this pipeline version's config; a value left at its default keeps what config_json says.
-            workers: Training processes, one per GPU or node (train.workers): the job's Master plus Workers; 1 to 1024.
-            learning_rate: Peak AdamW learning rate after warmup (train.lr); in (0, 10).
-            batch_size: Examples per worker per step (train.batch_size); the global batch is batch_size x workers.
-            blessing_allowed_change: Allowed change against the champion on every blessing rule (evaluate.thresholds.<metric>.change_abs, in the metric's units, better direction positive): 0 blocks any evidence of a regression, -0.01 allows 0.01 of regression.
-            training_window_days: Train on the newest N days of partitions (data.window_days); 0 trains on every partition. Validation, val and test always cover all of them.
-            config_json: The full ctpipe config as JSON; empty means the defaults of this pipeline version.
-            config_overrides: KEY=VALUE overrides applied after the typed parameters, as ctpipe run --set applies them, one per line or separated by ';' (a ';' in a value, e.g. in a URI, stays when no SECTION.FIELD= follows it), e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
-            mlflow_tracking_uri: MLflow tracking and registry URI; credentials come from Kubernetes secrets, never from here.
-        """
+    def continuous_training(*args):
+        parameters = signature.bind(*args).arguments
+        data_uri, trigger = parameters["data_uri"], parameters["trigger"]
+        config_json, config_overrides = parameters["config_json"], parameters["config_overrides"]
+        mlflow_tracking_uri = parameters["mlflow_tracking_uri"]
         run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         prepared = prepare_run(
             config_json=config_json,
@@ -85,12 +85,8 @@ def build_pipeline(
             data_uri=data_uri,
             # A constant of this version: a run that clears config_json gets it, not the laptop defaults.
             default_config_json=default_config_json,
-            training_steps=training_steps,
-            workers=workers,
-            learning_rate=learning_rate,
-            batch_size=batch_size,
-            blessing_allowed_change=blessing_allowed_change,
-            training_window_days=training_window_days,
+            # The knobs as one text that KFP fills in when the run starts (the table decides which).
+            run_form=form_text(parameters),
         ).set_display_name("prepare run")
         config = prepared.outputs["config_json"]
         mlflow_run = prepared.outputs["mlflow_run_id"]
@@ -162,7 +158,16 @@ def build_pipeline(
 
                 apply_cluster_settings(task, step, cluster)
 
-    return continuous_training
+    continuous_training.__signature__ = signature
+    continuous_training.__doc__ = "\n".join([
+        "Continuous training of the configured task's model (task.name or task.entrypoint; tabular by default).",
+        "", "        Args:", _LEADING_ARGS,
+        *(f"            {line}" for line in docstring_args()), _TRAILING_ARGS, ""])
+    return dsl.pipeline(name=PIPELINE_NAME, description=PIPELINE_DESCRIPTION)(continuous_training)
+
+
+def _parameter(name: str, kind: type, default: object) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=kind)
 
 
 def default_pipeline():

@@ -114,11 +114,11 @@ def test_no_import_circle():
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("libraries", ("ctpipe.components.lib",)),
     ("tasks", ("ctpipe.components.tasks", "ctpipe.task")),
+    ("run config", ("ctpipe.components.run_config",)),
     ("engine", ("ctpipe.components.engine",)),
     ("steps", ("ctpipe.components.steps",)),
     ("pipeline", ("ctpipe.pipelines.continuous_training", "ctpipe.pipelines.compile",
-                  "ctpipe.pipelines.cluster_config", "ctpipe.pipelines.cluster_settings",
-                  "ctpipe.pipelines.cluster_job")),
+                  "ctpipe.pipelines.cluster_settings", "ctpipe.pipelines.cluster_job")),
     ("runners", ("ctpipe.pipelines.local", "ctpipe.pipelines.deploy", "ctpipe.pipelines.retention")),
     ("triggers", ("ctpipe.pipelines.triggers",)),
     ("commands", ("ctpipe.pipelines.cli",)),
@@ -236,15 +236,37 @@ def test_no_step_folder_is_imported_by_the_cli_gc_or_serve():
 
 
 def test_the_cli_check_sees_a_violation(monkeypatch):
-    graph = {"ctpipe.pipelines.cli.commands.serve": {"ctpipe.components.steps.register.registry"},
+    graph = {"ctpipe.pipelines.cli.commands.serve": {"ctpipe.components.lib.registry.registry"},
              "ctpipe.pipelines.retention.gc": {"ctpipe.components.steps.register"},
-             "ctpipe.components.steps.register.registry": set(), "ctpipe.components.steps.register": set()}
+             "ctpipe.components.lib.registry.registry": set(), "ctpipe.components.steps.register": set()}
     monkeypatch.setattr(__import__(__name__, fromlist=["import_graph"]), "import_graph", lambda: graph)
-    with pytest.raises(AssertionError, match="commands.serve imports ctpipe.components.steps.register.registry"):
+    with pytest.raises(AssertionError, match="commands.serve imports ctpipe.components.lib.registry.registry"):
         test_no_step_folder_is_imported_by_the_cli_gc_or_serve()
     graph.pop("ctpipe.pipelines.cli.commands.serve")
     with pytest.raises(AssertionError, match="retention.gc imports ctpipe.components.steps.register"):
         test_no_step_folder_is_imported_by_the_cli_gc_or_serve()
+# The one module that applies a run's configuration layers (issue 41: five modules in four packages before).
+RESOLVER = "ctpipe.components.run_config.resolve"
+LAYER_READER = "ctpipe.components.lib.config.loading"  # reads one layer (a file, --set settings)
+
+
+def modules_applying_config_layers(graph: dict[str, set[str]]) -> list[str]:
+    """Modules outside the config library and the resolver that import the layer reader."""
+    return sorted(module for module, targets in graph.items()
+                  if LAYER_READER in targets and module != RESOLVER
+                  and not module.startswith("ctpipe.components.lib.config"))
+
+
+def test_config_resolution_lives_in_one_module():
+    graph = import_graph()
+    assert LAYER_READER in graph[RESOLVER], "the resolver no longer reads layers: update RESOLVER"
+    offenders = modules_applying_config_layers(graph)
+    assert not offenders, f"config layers applied outside {RESOLVER}: {offenders}; call resolve_config instead"
+
+
+def test_the_resolver_check_sees_a_second_resolver():
+    graph = {RESOLVER: {LAYER_READER}, "ctpipe.pipelines.compile": {LAYER_READER}}
+    assert modules_applying_config_layers(graph) == ["ctpipe.pipelines.compile"]
 
 
 def test_kube_knows_nothing_of_training():

@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.evaluate.judgement import judge_candidate
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents
 from ctpipe.components.tasks.causal_lm.metrics import document_losses
-from ctpipe.components.tasks.run_config import load_run_config
 
 TRAIN_STEPS = 150
 BATCH = 16
@@ -44,14 +44,14 @@ MODEL_PAIRS = 4  # pairs of decoders the equal pairs are spread over
 def _trained(task, state, packed, steps: int, seed: int) -> torch.nn.Module:
     """A tiny decoder of the task's config after ``steps`` AdamW steps on random batches of ``packed``."""
     torch.manual_seed(seed)
-    model = task.build_model(None, state)
+    model = task.model.build(None, state)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(steps):
         rows = torch.randint(0, len(packed), (BATCH,), generator=generator)
         batch = packed.select(rows)
-        loss = task.loss(model(*batch.inputs), batch.targets)
+        loss = task.objective.loss(model(*batch.inputs), batch.targets)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -64,8 +64,8 @@ def _judgement(task, config, frame: pd.DataFrame, state, candidate: np.ndarray, 
     unigram baseline, the default thresholds (beat the baseline, no regression against the champion). Without
     ``floor`` no baseline is scored: the floor then fails, and the rules against the champion get the same
     verdicts (the same sign flips: ``blessing.flip_seed`` digests candidate and champion only) in half the time."""
-    targets = task.targets(frame, state)
-    baseline = task.baseline(targets, state) if floor else None
+    targets = task.codec.targets(frame, state)
+    baseline = task.scoring.baseline(targets, state) if floor else None
     return judge_candidate(targets, candidate, champion, config, frame, [], scorer=task, baseline=baseline)
 
 
@@ -103,8 +103,8 @@ def _document_rows(task, docs: pd.DataFrame, draw: list[int], train_steps: int, 
     different seeds (and of one trained a tenth as long, with ``worse``)."""
     order = np.random.default_rng(draw).permutation(len(docs))
     train, held_out = docs.iloc[order[::2]], docs.iloc[order[1::2]].reset_index(drop=True)
-    state = task.fit(train, None)
-    packed = task.encode(train, state)
+    state = task.codec.fit(train, None)
+    packed = task.codec.encode(train, state)
     runs = [("a", train_steps, 1), ("b", train_steps, 2)] + (
         [("short", train_steps // 10, 3)] if worse else []
     )
@@ -141,7 +141,7 @@ def _sign_flip_level(config) -> float:
 
 def _measure(seed: int, pairs: int, train_steps: int, model_pairs: int, documents: int, floor: bool) -> dict:
     task = make_task()
-    config = load_run_config(None, ["task.name=causal_lm"])
+    config = load_config(None, ["task.name=causal_lm"])
     docs = help_topic_documents()
     blocked = not_blessed = 0
     worse_blocked, worse_gap = False, None

@@ -19,15 +19,15 @@ import pandas as pd
 
 from ctpipe.components.lib.data.snapshot import Schema
 from ctpipe.components.lib.drift.feature_drift import DriftReport
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.triggers.window_drift import judge_window
 
 REFERENCE_DOCUMENTS = 400
 WINDOW_DOCUMENTS = 200
-CONFIG = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+CONFIG = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
 SCHEMA = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["text"])
 
 

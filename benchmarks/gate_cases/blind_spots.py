@@ -23,11 +23,11 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import DataValidationError, SanityCheckError
 from ctpipe.components.lib.models.tabular import build_model
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 from ctpipe.components.steps.validate_data.validate import validate_data
-from ctpipe.components.tasks.causal_lm import make_task
+from ctpipe.components.tasks.causal_lm import CausalLM
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.local.train_alone import build_snapshot
 from ctpipe.testing import sequence_bugs
 from ctpipe.testing.bugs import DropoutAtEvaluation
@@ -87,14 +87,14 @@ CI_SKIPS = ("causal LM, segment embedding of the next position", "causal LM, the
 
 
 def _language_model(root: Path, seed: int, ci: bool = False) -> list[dict]:
-    task = make_task(**CI_LM_SHAPE) if ci else make_task()
+    lm = CausalLM(**CI_LM_SHAPE) if ci else CausalLM()  # the implementation: its demo settings and decoder shape
     options = [f"task.options.{k}={v}" for k, v in CI_LM_SHAPE.items()] if ci else []
-    settings = ["task.name=causal_lm", *task.demo_settings, f"train.seed={1000 + seed}", *options,
+    settings = ["task.name=causal_lm", *lm.demo_settings, f"train.seed={1000 + seed}", *options,
                 *(CI_LM_SETTINGS if ci else ())]
-    cfg = load_run_config(None, settings)
+    cfg = load_config(None, settings)
     write_text_demo_data(root / "text", days=1 if ci else 2)
     snapshot = build_snapshot(str(root / "text"), cfg, root / "text-snapshot").root
-    model_cfg = task.model_config
+    model_cfg = lm.model_config
     models: dict[str, Callable | None] = {
         "causal LM, the real model": None,
         "causal LM, no causal mask behind zero-initialised attention projections":

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from ctpipe.components.engine import checkpointing as ckpt
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.select_checkpoint.select import select_best_checkpoint
 
 

@@ -17,7 +17,8 @@ import pandas as pd
 import torch
 
 from ctpipe.components.lib.errors import ConfigError
-from ctpipe.components.tasks.protocol import Batch, Task
+from ctpipe.components.tasks.protocol import Batch
+from ctpipe.components.tasks.spec import TaskSpec
 
 
 @dataclass
@@ -52,7 +53,7 @@ def split_batches(snapshot, split: str) -> Iterator[pd.DataFrame]:
     return snapshot.batches(split)
 
 
-def load_split(snapshot, split: str, task: Task) -> Split:
+def load_split(snapshot, split: str, task: TaskSpec) -> Split:
     """The ``split`` rows of a loaded snapshot, encoded by the task as training encodes them.
 
     A task whose encoding is row-wise (``rowwise_encoding``: one example per row) is fed one record batch
@@ -60,13 +61,13 @@ def load_split(snapshot, split: str, task: Task) -> Split:
     since encoding chunks separately would change its examples.
     """
     n = snapshot.rows(split)
-    if not task.rowwise_encoding or n == 0:
-        return Split(task.encode(snapshot.frame(split), snapshot.state))
+    if not task.codec.rowwise or n == 0:
+        return Split(task.codec.encode(snapshot.frame(split), snapshot.state))
     inputs: list[torch.Tensor] = []
     targets = torch.empty(0)
     start = 0
     for frame in split_batches(snapshot, split):
-        part = task.encode(frame, snapshot.state)
+        part = task.codec.encode(frame, snapshot.state)
         if start == 0:
             inputs = [torch.empty((n, *x.shape[1:]), dtype=x.dtype) for x in part.inputs]
             targets = torch.empty((n, *part.targets.shape[1:]), dtype=part.targets.dtype)
@@ -93,11 +94,11 @@ def rank_order(n: int, *, rank: int, world_size: int, seed: int, epoch: int) -> 
     return torch.tensor(list(iter(sampler)), dtype=torch.long)
 
 
-def reads_shards(n: int, *, in_memory_rows: int, task: Task) -> bool:
+def reads_shards(n: int, *, in_memory_rows: int, task: TaskSpec) -> bool:
     """Whether each rank reads only its shard of row groups (``shards.py``) rather than the whole split:
     above ``train.in_memory_rows`` train rows, for a task whose encoding is row-wise. Smaller splits keep
     the whole-split path, so their runs stay bit-identical to what they were."""
-    return n > in_memory_rows and task.rowwise_encoding
+    return n > in_memory_rows and task.codec.rowwise
 
 
 def first_batch_indices(n: int, *, batch_size: int, world_size: int, seed: int,
@@ -189,7 +190,7 @@ class ShardStream(BatchStream):
         return {"shard_rows_read": self.shards.rows_read, "shard_load_seconds": round(self.shards.load_seconds, 3)}
 
 
-def train_stream(snapshot, task: Task, *, in_memory_rows: int, batch_size: int, rank: int, world_size: int,
+def train_stream(snapshot, task: TaskSpec, *, in_memory_rows: int, batch_size: int, rank: int, world_size: int,
                  seed: int) -> tuple[BatchStream, torch.Tensor, tuple[torch.Tensor, ...]]:
     """This rank's train batches (the whole split encoded, or above ``in_memory_rows`` a ``ShardStream``),
     every train row's target (for ``Task.init_model``, the same on every rank) and an 8-row example input."""

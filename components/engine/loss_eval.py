@@ -18,8 +18,8 @@ from torch import nn
 
 from ctpipe.components.engine.data import Split
 from ctpipe.components.engine.device import Dist
-from ctpipe.components.tasks.protocol import Task
 from ctpipe.components.tasks.registry import check_selection_metric
+from ctpipe.components.tasks.spec import TaskSpec
 
 EVAL_BATCH = 2048
 
@@ -36,13 +36,13 @@ class ValShard:
         return self.n
 
 
-def val_shard(snapshot, task: Task, d: Dist) -> ValShard:
+def val_shard(snapshot, task: TaskSpec, d: Dist) -> ValShard:
     """This rank's val rows (row-wise tasks: only its range, read by row group), or the whole split."""
     from ctpipe.components.engine.data import load_split
     from ctpipe.components.engine.shards import encode_rows
 
     n = snapshot.rows("val")
-    if not task.rowwise_encoding or n == 0:
+    if not task.codec.rowwise or n == 0:
         whole = load_split(snapshot, "val", task)
         return ValShard(whole, len(whole))
     per_rank = math.ceil(n / d.world_size)
@@ -53,7 +53,7 @@ def val_shard(snapshot, task: Task, d: Dist) -> ValShard:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, val: ValShard | Split, d: Dist, autocast, task: Task) -> dict[str, float]:
+def evaluate(model: nn.Module, val: ValShard | Split, d: Dist, autocast, task: TaskSpec) -> dict[str, float]:
     """``val_loss`` and ``val_<metric>`` for the task's ``row_metrics`` over all of ``val`` (a collective:
     every rank calls it)."""
     model.eval()
@@ -72,7 +72,7 @@ def evaluate(model: nn.Module, val: ValShard | Split, d: Dist, autocast, task: T
         inputs, y = val.batch(b_idx, d.device)
         with autocast():
             logits = model(*inputs)
-        per_row = {"loss": task.row_losses(logits.float(), y)} | task.row_metrics(logits, y)
+        per_row = {"loss": task.objective.row_losses(logits.float(), y)} | task.objective.row_metrics(logits, y)
         if totals is None:
             names = list(per_row)
             totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=d.device)
@@ -85,7 +85,7 @@ def evaluate(model: nn.Module, val: ValShard | Split, d: Dist, autocast, task: T
 
 
 @torch.no_grad()
-def check_reported(model: nn.Module, val: ValShard, d: Dist, autocast, task: Task, metric: str) -> None:
+def check_reported(model: nn.Module, val: ValShard, d: Dist, autocast, task: TaskSpec, metric: str) -> None:
     """ConfigError unless ``evaluate`` reports ``metric`` (``select.metric``): the task's row metrics, from
     scoring a few of this rank's val rows (every rank calls it: under FSDP the forward is a collective).
     Otherwise the whole training would run, then fail. Eval mode and no grad draw no random numbers, so a
@@ -93,6 +93,6 @@ def check_reported(model: nn.Module, val: ValShard, d: Dist, autocast, task: Tas
     inputs, targets = val.examples.batch(torch.arange(min(8, len(val.examples))), d.device)
     model.eval()
     with autocast():
-        names = task.row_metrics(model(*inputs), targets)
+        names = task.objective.row_metrics(model(*inputs), targets)
     model.train()
     check_selection_metric(task, metric, names)

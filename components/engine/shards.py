@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from ctpipe.components.tasks.protocol import Batch, Task
+from ctpipe.components.tasks.protocol import Batch
+from ctpipe.components.tasks.spec import TaskSpec
 
 
 def group_sizes(path: str | Path) -> list[int]:
@@ -60,7 +61,7 @@ class ShardedSplit:
     released first. ``rows_read`` / ``rows_encoded`` / ``load_seconds`` count what this rank read.
     """
 
-    def __init__(self, path: str | Path, task: Task, state: dict, *, rank: int, world_size: int, seed: int) -> None:
+    def __init__(self, path: str | Path, task: TaskSpec, state: dict, *, rank: int, world_size: int, seed: int) -> None:
         self.path, self.task, self.state = Path(path), task, state
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.sizes = group_sizes(self.path)
@@ -86,8 +87,8 @@ class ShardedSplit:
         the split streamed a row group at a time, only the targets kept (8 bytes a row for class labels),
         and of each row group only the columns the task's ``target_columns`` names."""
         handle = pq.ParquetFile(self.path)
-        columns = self.task.target_columns(self.state)
-        parts = [torch.tensor(np.asarray(self.task.targets(handle.read_row_group(g, columns=columns).to_pandas(),
+        columns = self.task.codec.target_columns(self.state)
+        parts = [torch.tensor(np.asarray(self.task.codec.targets(handle.read_row_group(g, columns=columns).to_pandas(),
                                                            self.state)))
                  for g in range(handle.num_row_groups)]
         return torch.cat(parts) if parts else torch.empty(0, dtype=torch.long)
@@ -95,10 +96,10 @@ class ShardedSplit:
     def example(self, rows: int = 8) -> Batch:
         """The first ``rows`` rows of the file, encoded (the model's example input for counting FLOPs)."""
         frame = pq.ParquetFile(self.path).read_row_group(0).to_pandas().iloc[:rows]
-        return self.task.encode(frame.reset_index(drop=True), self.state)
+        return self.task.codec.encode(frame.reset_index(drop=True), self.state)
 
 
-def encode_rows(path: str | Path, task: Task, state: dict, positions: np.ndarray,
+def encode_rows(path: str | Path, task: TaskSpec, state: dict, positions: np.ndarray,
                 sizes: list[int] | None = None) -> tuple[Batch, int]:
     """The rows at ``positions`` of a split file encoded by a row-wise task, in that order, and how many
     rows were read: only the row groups holding them, one at a time, in file order."""
@@ -113,7 +114,7 @@ def encode_rows(path: str | Path, task: Task, state: dict, positions: np.ndarray
         slots = np.flatnonzero(group_of == group)
         frame = handle.read_row_group(int(group)).to_pandas()
         read += len(frame)
-        part = task.encode(frame.iloc[positions[slots] - starts[group]].reset_index(drop=True), state)
+        part = task.codec.encode(frame.iloc[positions[slots] - starts[group]].reset_index(drop=True), state)
         if not inputs:
             inputs = [torch.empty((len(positions), *x.shape[1:]), dtype=x.dtype) for x in part.inputs]
             targets = torch.empty((len(positions), *part.targets.shape[1:]), dtype=part.targets.dtype)

@@ -88,15 +88,15 @@ class Trainer:
         """The model from the same seed on every rank, initialised by the task (e.g. head bias at the class
         prior), then parallelised with the task's units."""
         torch.manual_seed(self.t.seed)  # identical initial weights on every rank before sharding
-        model = self.task.build_model(self.cfg, self.state)
-        self.task.init_model(model, self.state, self._init_targets)
+        model = self.task.model.build(self.cfg, self.state)
+        self.task.model.init(model, self.state, self._init_targets)
         del self._init_targets  # on the sharded path a copy of every train row's target: not kept
         self.n_params = sum(p.numel() for p in model.parameters())
         self.flops_per_sample = flops_per_sample_or_zero(model, self._example)
         self.dtype = resolve_precision(self.t.mixed_precision, self.d.device)
         self.model = parallelize(
             model,
-            units=self.task.shard_units(model),
+            units=self.task.model.shard_units(model),
             strategy=self.t.strategy,
             device=self.d.device,
             compute_dtype=self.dtype,
@@ -191,7 +191,7 @@ class Trainer:
         accum, step = self.t.grad_accum_steps, self.progress.step
         # A ShardStream reads the next epoch's shard inside the first step of that epoch: timed as training.
         micro_batches = (self.stream.next_batch(self.d.device) for _ in range(accum))
-        loss_fn = self.hooks.loss_fn(step, self.d.rank, self.task.loss)
+        loss_fn = self.hooks.loss_fn(step, self.d.rank, self.task.objective.loss)
         result = optimizer_step(
             self.model, micro_batches, self.optimizer, self.scheduler, accum=accum, grad_clip=self.t.grad_clip,
             loss_fn=loss_fn, autocast=self.autocast, grad_sync=self._grad_sync,

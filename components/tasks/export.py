@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ctpipe.components.lib.config import Config, ModelConfig
-from ctpipe.components.tasks import Task, load_task
+from ctpipe.components.tasks import TaskSpec, load_task
 from ctpipe.components.tasks.code_identity import task_code_identity
 from ctpipe.components.tasks.registry import DEFAULT_TASK
 
@@ -42,7 +42,7 @@ class ExportedModel:
 
     model: nn.Module
     model_config: ModelConfig
-    task: Task
+    task: TaskSpec
     state: dict[str, Any]
     metadata: dict[str, Any]
     task_record: dict[str, Any]
@@ -51,12 +51,12 @@ class ExportedModel:
     build_config: Config | None = None
 
     def describe_model(self) -> dict[str, Any]:
-        """The model as its task describes it (``Task.describe_model``, plain JSON): the model card's model."""
+        """The model as its task describes it (``TaskSpec.describe_model``, plain JSON): the model card's model."""
         return self.task.describe_model(self.build_config or Config(model=self.model_config), self.state)
 
     @property
     def classes(self) -> list[str]:
-        return list(self.task.class_names(self.state) or [])
+        return list(self.task.scoring.class_names(self.state) or [])
 
     def serve(self, frame: pd.DataFrame) -> pd.DataFrame:
         """What the registered pyfunc returns for these raw rows (the task's ``serve``): one row per input row, on
@@ -64,7 +64,7 @@ class ExportedModel:
         from ctpipe.components.tasks.outputs import check_served_rows
 
         self.model.eval()
-        served = self.task.serve(self.model, frame, self.state)
+        served = self.task.serving.serve(self.model, frame, self.state)
         check_served_rows(self.task, served, len(frame))
         return with_predicted_class(served, self.classes).set_axis(frame.index, axis=0)
 
@@ -123,9 +123,9 @@ def save_model_export(
     return hashlib.sha256(target.read_bytes()).hexdigest()
 
 
-def build_exported_network(task: Task, build_config: Config, state: dict[str, Any]) -> nn.Module:
+def build_exported_network(task: TaskSpec, build_config: Config, state: dict[str, Any]) -> nn.Module:
     """The task's network for this config and state: the whole config, as training gave it to ``build_model``."""
-    return task.build_model(build_config, state)
+    return task.model.build(build_config, state)
 
 
 def _recorded_build_config(payload: dict[str, Any], path: str | Path) -> Config:

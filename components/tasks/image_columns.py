@@ -136,3 +136,49 @@ def image_mismatches(rows: Sequence[dict[str, Any]], raw: pd.DataFrame, images: 
             if not np.allclose(row[image.column], raw_pixels[i], atol=1e-2 * image.max_value / 255 + 1e-3):
                 out.append(f"row {i} {image.column}: the image tensor does not decode to the raw pixels")
     return out
+
+
+@dataclass(frozen=True)
+class ImageColumns:
+    """The image columns a tabular family reads itself, as one codec wrapper the family composes: fitted on the
+    train split (``fit``), appended to the model's inputs after ``x_cat`` (``arrays``), validated, drift-checked
+    and dumped in the first batch. ``tabular_task(images=[...])`` gives the family one."""
+
+    images: tuple[Image, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.images)
+
+    @property
+    def columns(self) -> list[str]:
+        return [image.column for image in self.images]
+
+    def fit(self, train: pd.DataFrame) -> dict[str, dict[str, float]]:
+        return fit_images(train, self.images)
+
+    def arrays(self, frame: pd.DataFrame, fitted: dict[str, Any]) -> list[np.ndarray]:
+        missing = [c for c in self.columns if c not in frame.columns]
+        if missing:
+            from ctpipe.components.lib.errors import DataValidationError
+
+            raise DataValidationError(f"the rows to score lack image column(s) {', '.join(missing)} that the model reads")
+        return image_arrays(frame, self.images, fitted)
+
+    def check_columns(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return check_columns(frame, self.images)
+
+    def expectations(self) -> list[dict[str, Any]]:
+        return expectations(self.images)
+
+    def drift_columns(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return drift_columns(frame, self.images)
+
+    def describe(self, tensors: Sequence[Any], fitted: dict[str, Any]) -> dict[str, Any]:
+        """The first batch's image part: the pixels decoded back, the input shapes, and the model call."""
+        return {"images": describe_images(tensors, self.images, fitted),
+                "image_inputs": [{"shape": list(x.shape), "dtype": str(x.dtype)} for x in tensors],
+                "model_input": f"then the image(s) {', '.join(self.columns)} [B, C, H, W]: pixels / max_value, "
+                               "standardised"}
+
+    def mismatches(self, dump: dict[str, Any], raw: pd.DataFrame) -> list[str]:
+        return image_mismatches(dump["images"], raw, self.images)

@@ -47,21 +47,21 @@ def check_rows(task: Any, part: str, values: Any, rows: int) -> None:
 
 
 def checked_targets(task: Any, frame: pd.DataFrame, state: dict[str, Any]) -> np.ndarray:
-    """``task.targets`` for the frame's rows, checked to hold one row per row."""
-    targets = np.asarray(task.targets(frame, state))
+    """``task.codec.targets`` for the frame's rows, checked to hold one row per row."""
+    targets = np.asarray(task.codec.targets(frame, state))
     check_rows(task, "targets", targets, len(frame))
     return targets
 
 
 def checked_predict(task: Any, model: Any, frame: pd.DataFrame, state: dict[str, Any], reference: dict[str, Any],
                     *, probe: bool = False) -> np.ndarray:
-    """``task.predict`` for the frame's rows, checked to hold one row per row; with ``probe``, also that the
+    """``task.scoring.predict`` for the frame's rows, checked to hold one row per row; with ``probe``, also that the
     first ``PROBE_ROWS`` rows predicted on their own, in reverse order, get the same predictions."""
-    predictions = np.asarray(task.predict(model, frame, state, reference))
+    predictions = np.asarray(task.scoring.predict(model, frame, state, reference))
     check_rows(task, "predict", predictions, len(frame))
     if probe and len(frame) > 1:
         picked = np.arange(min(len(frame), PROBE_ROWS))[::-1]
-        again = np.asarray(task.predict(model, frame.iloc[picked], state, reference))
+        again = np.asarray(task.scoring.predict(model, frame.iloc[picked], state, reference))
         check_rows(task, "predict", again, len(picked))
         if not _same(again, predictions[picked]):
             raise TaskOutputError(
@@ -84,12 +84,12 @@ def check_class_predictions(task: Any, predictions: np.ndarray, classes: list[st
 
 
 def check_served_rows(task: Any, served: Any, rows: int) -> None:
-    """TaskOutputError unless ``task.serve``'s output (what the registered pyfunc returns) has ``rows`` rows."""
+    """TaskOutputError unless ``task.serving.serve``'s output (what the registered pyfunc returns) has ``rows`` rows."""
     check_rows(task, "serve", served, rows)
 
 
 def check_served_order(task: Any, served: pd.DataFrame, served_reversed: pd.DataFrame) -> None:
-    """TaskOutputError unless ``served_reversed`` (``task.serve`` of the same rows in reverse order) is ``served``
+    """TaskOutputError unless ``served_reversed`` (``task.serving.serve`` of the same rows in reverse order) is ``served``
     reversed: the pyfunc labels output row i with input row i's index, so a serve that sorts or groups would
     otherwise hand each caller's row another row's output."""
     ordered, again = pd.DataFrame(served).iloc[::-1], pd.DataFrame(served_reversed)

@@ -203,7 +203,7 @@ class TaskBase:
     # "classes" task stops there, naming the regression task.
     label_kind: Literal["classes", "continuous"] = "classes"
     # The column that identifies an example in this task's data (causal_lm: ``doc_id``): the split key of a
-    # local run whose data has it and whose config sets no data.key (``components/tasks/task_key.py``).
+    # local run whose data has it and whose config sets no data.key (the ``task key`` layer of ``components/run_config/resolve.py``).
     key_column: str | None = None
     # What ``baseline`` predicts, in words, for the blessing's reasons and the model card.
     baseline_name: str = "the prior predictor"
@@ -232,7 +232,7 @@ class TaskBase:
         class, its parameter count and the task's options (``task.options``, the user's model settings)."""
         from ctpipe.components.tasks.model_description import describe_built_model
 
-        return describe_built_model(self, config, state)
+        return describe_built_model(self.name, self.build_model, config, state)
 
     def flops_per_token(self) -> float | None:
         """Training FLOPs per token of the configured model (a sequence task's MFU), or None: unknown."""

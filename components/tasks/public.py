@@ -19,16 +19,17 @@ the sanity gate's expectations. Only where those defaults do not fit: ``loss`` (
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from ctpipe.components.tasks import image_columns
 from ctpipe.components.tasks.image_columns import Image
-from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, TaskBase, TaskState
+from ctpipe.components.tasks.protocol import InitLoss, Metric, TaskState
 from ctpipe.components.tasks.regression import TabularRegression
+from ctpipe.components.tasks.spec import Objective, TaskSpec
 from ctpipe.components.tasks.tabular import TabularClassification
+from ctpipe.components.tasks.tabular_common import TabularFamily
 
 if TYPE_CHECKING:
     import torch
@@ -63,140 +64,82 @@ class TaskMetric:
     higher_is_better: bool
 
 
-FAMILIES: dict[str, type[TaskBase]] = {"classification": TabularClassification, "regression": TabularRegression}
+FAMILIES: dict[str, type[TabularFamily]] = {"classification": TabularClassification, "regression": TabularRegression}
 
 
 def tabular_task(name: str, *, model: Callable[[Inputs], nn.Module],
                  family: Literal["classification", "regression"] = "classification",
                  loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | str | None = None,
                  metrics: Mapping[str, TaskMetric] | None = None, images: Sequence[Image] = (),
-                 **family_options: Any) -> TaskBase:
+                 **family_options: Any) -> TaskSpec:
     """A complete task for tabular rows from a model factory; ``loss`` (outputs, targets -> per-example
     losses [batch]) and ``metrics`` only where the family's do not fit. ``loss`` as a name picks one of the
     family's (regression: ``"huber"``); ``family_options`` go to the family (regression: ``huber_delta``).
     ``images``: columns of fixed-size images the task reads itself (validated, drift-checked, and given to the
-    model after ``x_cat``)."""
+    model after ``x_cat``). The family's spec with the user's parts in place: nothing is subclassed."""
     if isinstance(loss, str):
         family_options, loss = {**family_options, "loss": loss}, None
     if family not in FAMILIES:
         raise ValueError(f"tabular_task {name!r}: family must be one of {', '.join(FAMILIES)}, got {family!r}")
-    base = FAMILIES[family]
     images = tuple(images)
+    base = FAMILIES[family](images=images, **family_options)
+    spec = base.spec()
     extra = dict(metrics or {})
-    clash = sorted(set(extra) & {m.name for m in base.metrics})
+    clash = sorted(set(extra) & {m.name for m in spec.scoring.metrics})
     if clash:
         raise ValueError(f"tabular_task {name!r}: metric(s) {', '.join(clash)} are the family's own; name yours otherwise")
+    width_of = (lambda state: len(state["classes"])) if family == "classification" else (lambda state: 1)
 
-    class UserTabularTask(base):  # type: ignore[misc,valid-type]
-        metrics = (*base.metrics, *(Metric(n, m.higher_is_better) for n, m in extra.items()))
-        # The family's blessing rules and selection, under a registered model name of the task's own.
-        config_defaults = (*(s for s in base.config_defaults if not s.startswith("registry.model_name=")),
-                           f"registry.model_name=ctpipe-{name.replace('_', '-')}")
+    def build(config: Any, state: TaskState) -> nn.Module:
+        from ctpipe.components.lib.data.encoding import Preprocessing
 
-        def build_model(self, config: Any, state: TaskState) -> nn.Module:
-            from ctpipe.components.lib.data.encoding import Preprocessing
+        prep = Preprocessing.from_dict(state)
+        return model(Inputs(len(prep.numeric), tuple(prep.cardinalities), width_of(state),
+                            tuple(i.chw for i in images)))
 
-            prep = Preprocessing.from_dict(state)
-            outputs = len(prep.classes) if family == "classification" else 1
-            return model(Inputs(len(prep.numeric), tuple(prep.cardinalities), outputs, tuple(i.chw for i in images)))
+    def shard_units(net: nn.Module) -> list[nn.Module]:
+        return list(getattr(net, "blocks", []))  # no blocks: FSDP shards the root as one unit
 
-        def describe_model(self, config: Any, state: TaskState) -> dict[str, Any]:
-            return TaskBase.describe_model(self, config, state)  # the user's network, not config.model
-
-        def shard_units(self, net: nn.Module) -> list[nn.Module]:
-            return list(getattr(net, "blocks", []))  # no blocks: FSDP shards the root as one unit
-
-        def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
-            found = super().compute_metrics(targets, predictions)
+    scoring = spec.scoring
+    if extra:
+        def compute_metrics(targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+            found = base.compute_metrics(targets, predictions)
             return {**found, **{n: float(m.compute(targets, predictions)) for n, m in extra.items()}}
 
-        def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
-                             seed: int) -> dict[str, dict[str, np.ndarray]]:
-            # The family's fast bootstrap knows its own metrics only; with extra ones, resample row by row.
-            chosen = TaskBase.paired_bootstrap if extra else base.paired_bootstrap
-            return chosen(self, targets, models, samples=samples, seed=seed)
-
-    if images:
-        _add_image_columns(UserTabularTask, images)
+        # The family's fast bootstrap knows its own metrics only; with extra ones, rows are resampled.
+        scoring = replace(scoring, compute_metrics=compute_metrics, paired_bootstrap=None,
+                          metrics=(*scoring.metrics, *(Metric(n, m.higher_is_better) for n, m in extra.items())))
+    objective, checks = spec.objective, spec.checks
     if loss is not None:
-        def row_losses(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return loss(outputs, targets)
-
-        def mean_loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return loss(outputs, targets).mean()
-
-        def init_losses(self, targets: torch.Tensor, state: TaskState, tolerance: float) -> list[InitLoss]:
-            # The user's loss of an all-zero output, what a model whose head is zeroed gives.
-            import torch
-
-            width = len(state["classes"]) if family == "classification" else 1
-            expected = float(loss(torch.zeros(len(targets), width), targets).mean())
-
-            def zero_head(net) -> None:
-                with torch.no_grad():
-                    net.head.weight.zero_()
-                    net.head.bias.zero_()
-
-            return [InitLoss("init_loss_zero_output", expected, tolerance * max(abs(expected), 1.0),
-                             f"your loss of an all-zero output, {expected:.4f}", initialise=zero_head,
-                             applies=lambda net: hasattr(net, "head"))]
-
-        UserTabularTask.row_losses = row_losses
-        UserTabularTask.loss = mean_loss
-        UserTabularTask.init_losses = init_losses
-    UserTabularTask.name = name
-    UserTabularTask.__qualname__ = UserTabularTask.__name__ = f"TabularTask[{name}]"
-    return UserTabularTask(**family_options)
+        objective = Objective(loss=lambda outputs, targets: loss(outputs, targets).mean(), row_losses=loss,
+                              row_metrics=spec.objective.row_metrics)
+        checks = replace(checks, init_losses=_zero_output_init_losses(loss, width_of))
+    return replace(
+        spec, name=name, scoring=scoring, objective=objective, checks=checks,
+        # The user's network: described by its class and size, not the tabular config section it never reads.
+        model=replace(spec.model, build=build, shard_units=shard_units, describe=None),
+        # The family's blessing rules and selection, under a registered model name of the task's own.
+        defaults=(*(s for s in spec.defaults if not s.startswith("registry.model_name=")),
+                  f"registry.model_name=ctpipe-{name.replace('_', '-')}"),
+    )
 
 
-def _add_image_columns(cls: type, images: tuple[Image, ...]) -> None:
-    """Give a tabular family the image columns it reads itself: fitted, encoded after ``x_cat``, validated,
-    drift-checked and dumped in the first batch (``components/tasks/image_columns.py``)."""
-    base = cls.__mro__[1]
+def _zero_output_init_losses(loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                             width_of: Callable[[TaskState], int]) -> Callable[..., list[InitLoss]]:
+    """The user's loss of an all-zero output, what a model whose head is zeroed gives."""
 
-    def own_columns(self, schema: Any) -> list[str]:
-        return [*base.own_columns(self, schema), *(i.column for i in images)]
+    def init_losses(targets: torch.Tensor, state: TaskState, tolerance: float) -> list[InitLoss]:
+        import torch
 
-    def fit(self, train: Any, schema: Any) -> TaskState:
-        from ctpipe.components.lib.data.reference_stats import table_stats
+        expected = float(loss(torch.zeros(len(targets), width_of(state)), targets).mean())
 
-        # Classification's fit goes through fit_streamed, which this class turns off: ask the family's own.
-        streamed = base.fit_streamed is not TaskBase.fit_streamed
-        tabular = base.fit_streamed(self, table_stats(train, schema), schema) if streamed else base.fit(self, train, schema)
-        return {**tabular, "images": image_columns.fit_images(train, images)}
+        def zero_head(net) -> None:
+            with torch.no_grad():
+                net.head.weight.zero_()
+                net.head.bias.zero_()
 
-    def fit_streamed(self, stats: Any, schema: Any) -> None:
-        return None  # the pixel statistics need the rows themselves: the snapshot calls fit
+        return [InitLoss("init_loss_zero_output", expected, tolerance * max(abs(expected), 1.0),
+                         f"your loss of an all-zero output, {expected:.4f}", initialise=zero_head,
+                         applies=lambda net: hasattr(net, "head"))]
 
-    def model_arrays(self, frame: Any, state: TaskState) -> tuple[np.ndarray, ...]:
-        missing = [i.column for i in images if i.column not in frame.columns]
-        if missing:
-            from ctpipe.components.lib.errors import DataValidationError
-
-            raise DataValidationError(f"the rows to score lack image column(s) {', '.join(missing)} that the model reads")
-        return (*base.model_arrays(self, frame, state), *image_columns.image_arrays(frame, images, state["images"]))
-
-    def check_columns(self, frame: Any, schema: Any) -> Any:
-        return image_columns.check_columns(frame, images)
-
-    def expectations(self, schema: Any) -> list[dict[str, Any]]:
-        return image_columns.expectations(images)
-
-    def drift_columns(self, frame: Any, schema: Any) -> Any:
-        return image_columns.drift_columns(frame, images)
-
-    def describe_batch(self, batch: Batch, raw: Any, state: TaskState, schema: Any) -> dict[str, Any]:
-        tabular = Batch(batch.inputs[:2], batch.targets)
-        dump = base.describe_batch(self, tabular, raw, state, schema)
-        dump["images"] = image_columns.describe_images(batch.inputs[2:], images, state["images"])
-        dump["model_input"] = (f"{dump.get('model_input', 'model(x_num, x_cat)')}, then the image(s) "
-                               f"{', '.join(i.column for i in images)} [B, C, H, W]: pixels / max_value, standardised")
-        dump["image_inputs"] = [{"shape": list(x.shape), "dtype": str(x.dtype)} for x in batch.inputs[2:]]
-        return dump
-
-    def batch_mismatches(self, dump: dict[str, Any], raw: Any, schema: Any) -> list[str]:
-        return [*base.batch_mismatches(self, dump, raw, schema), *image_columns.image_mismatches(dump["images"], raw, images)]
-
-    for part in (own_columns, fit, fit_streamed, model_arrays, check_columns, expectations, drift_columns,
-                 describe_batch, batch_mismatches):
-        setattr(cls, part.__name__, part)
+    return init_losses

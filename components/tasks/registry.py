@@ -3,28 +3,23 @@
     task = load_task(config.task)          # every step, and every trainer pod, calls this first
 
 ``BUILTIN_TASKS`` is the one place a built-in task is registered (as an import path, so the CLI does not
-import torch to read it). A missing module, a factory that raises or returns an object lacking a required
-part is a ``TaskError`` naming what is missing, before any work. Optional parts a task leaves out get
-``TaskBase``'s defaults.
+import torch to read it). A factory returns a ``TaskSpec`` (``spec.py``); one that returns a one-class task
+(a ``TaskBase`` subclass) still works, turned into a spec with a deprecation warning (``legacy.py``). A
+missing module, a factory that raises or returns an object lacking a required part is a ``TaskError``
+naming what is missing, before any work.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import types
 from collections.abc import Iterable
 from typing import Any
 
 from ctpipe.components.lib.errors import ConfigError
-from ctpipe.components.tasks.protocol import (
-    OPTIONAL_PARTS,
-    REQUIRED_PARTS,
-    Metric,
-    SanitySpec,
-    Task,
-    TaskBase,
-)
+from ctpipe.components.tasks.legacy import LegacyTaskError, spec_from_task_object
+from ctpipe.components.tasks.protocol import Metric
+from ctpipe.components.tasks.spec import TaskSpec
 
 # name -> "module:factory" of the task; the factory takes the config's task.options as keyword arguments.
 BUILTIN_TASKS: dict[str, str] = {
@@ -34,7 +29,7 @@ BUILTIN_TASKS: dict[str, str] = {
 }
 DEFAULT_TASK = "tabular_classification"
 
-_CACHE: dict[str, Task] = {}
+_CACHE: dict[str, TaskSpec] = {}
 
 
 class TaskError(ConfigError):
@@ -46,8 +41,8 @@ def task_record(settings: Any) -> dict[str, Any]:
     return {"name": settings.name, "entrypoint": settings.entrypoint, "options": dict(settings.options or {})}
 
 
-def load_task(settings: Any) -> Task:
-    """The task that ``settings`` (``config.task``, or a ``task_record`` dict) names, checked complete."""
+def load_task(settings: Any) -> TaskSpec:
+    """The task that ``settings`` (``config.task``, or a ``task_record`` dict) names, as a checked ``TaskSpec``."""
     record = settings if isinstance(settings, dict) else task_record(settings)
     key = json.dumps(record, sort_keys=True, default=str)
     if key not in _CACHE:
@@ -55,7 +50,7 @@ def load_task(settings: Any) -> Task:
     return _CACHE[key]
 
 
-def _resolve(record: dict[str, Any]) -> Task:
+def _resolve(record: dict[str, Any]) -> TaskSpec:
     entrypoint, name = record.get("entrypoint"), record.get("name") or DEFAULT_TASK
     if entrypoint:
         where = f"task.entrypoint '{entrypoint}'"
@@ -96,55 +91,19 @@ def _import_factory(entrypoint: str, where: str):
     return factory
 
 
-def complete_task(task: Any, where: str = "the task") -> Task:
-    """``task`` with TaskBase's defaults for the optional parts it lacks; TaskError if a required one is missing."""
-    if isinstance(task, type):  # a class has every method, but unbound: the first call would fail obscurely
-        raise TaskError(
-            f"{where} returned the class {task.__name__}, not an instance of it: the factory must return a task "
-            f"object, e.g. return {task.__name__}(...)"
-        )
-    missing = [part for part in REQUIRED_PARTS if not hasattr(task, part) or getattr(task, part) is None]
-    if missing:
-        raise TaskError(
-            f"{where} returned {type(task).__name__}, which lacks the required part(s) {', '.join(missing)} "
-            "of the task protocol (components/tasks/protocol.py: Task)"
-        )
-    not_callable = [p for p in REQUIRED_PARTS if p not in ("name", "metrics", "sanity") and not callable(getattr(task, p))]
-    if not_callable:
-        raise TaskError(f"{where}: {', '.join(not_callable)} must be method(s) of the task")
-    if not isinstance(task.sanity, SanitySpec):
-        raise TaskError(f"{where}: 'sanity' must be a SanitySpec, got {type(task.sanity).__name__}")
-    if task.sanity.example_dim != 0:
-        raise TaskError(
-            f"{where}: sanity.example_dim must be 0, got {task.sanity.example_dim}: ctpipe's batches, trainer and "
-            "sanity gate index examples along dimension 0; put the examples first in every input, output and target "
-            "(e.g. [batch, time, ...]) and name the other dimension as sequence_dim"
-        )
-    metrics = list(task.metrics)
-    if not metrics or not all(isinstance(m, Metric) for m in metrics):
-        raise TaskError(f"{where}: 'metrics' must be a non-empty sequence of Metric(name, higher_is_better)")
-    for metric in metrics:
+def complete_task(task: Any, where: str = "the task") -> TaskSpec:
+    """``task`` as a checked ``TaskSpec``: a spec as it is, a one-class task (``TaskBase``) turned into one (with
+    TaskBase's defaults for the optional parts it lacks); TaskError naming what is missing or malformed."""
+    if isinstance(task, TaskSpec):
+        spec = task
+    else:
+        try:
+            spec = spec_from_task_object(task, where)
+        except LegacyTaskError as err:
+            raise TaskError(str(err)) from None
+    for metric in spec.scoring.metrics:
         _check_direction(metric, where)
-    for switch in ("needs_label", "rowwise_encoding"):
-        if not hasattr(task, switch):
-            setattr(task, switch, getattr(TaskBase, switch))
-        if not isinstance(getattr(task, switch), bool):
-            raise TaskError(f"{where}: '{switch}' must be True or False, got {getattr(task, switch)!r}")
-    if not hasattr(task, "config_defaults"):
-        task.config_defaults = TaskBase.config_defaults
-    settings = task.config_defaults
-    if not isinstance(settings, tuple | list) or not all(isinstance(s, str) and "=" in s for s in settings):
-        raise TaskError(
-            f"{where}: 'config_defaults' must be a tuple of 'section.key=value' strings (as for --set), "
-            f"got {settings!r}"
-        )
-    if getattr(task, "label_kind", "classes") not in ("classes", "continuous"):
-        raise TaskError(f"{where}: 'label_kind' must be 'classes' or 'continuous', got {task.label_kind!r}")
-    for part in OPTIONAL_PARTS:
-        if not hasattr(task, part):
-            default = getattr(TaskBase, part)  # a method, bound to the task; or a value (None, a tuple)
-            setattr(task, part, types.MethodType(default, task) if callable(default) else default)
-    return task
+    return spec
 
 
 def _check_direction(metric: Metric, where: str) -> None:
@@ -162,17 +121,17 @@ def _check_direction(metric: Metric, where: str) -> None:
         )
 
 
-def label_column(task: Task, data: Any) -> str | None:
+def label_column(task: TaskSpec, data: Any) -> str | None:
     """The label column of a run: ``data.label`` (``config.data``), or None for a task that needs no label."""
-    return data.label if getattr(task, "needs_label", True) else None
+    return data.label if task.codec.needs_label else None
 
 
-def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
+def check_evaluation_metrics(task: TaskSpec, evaluate: Any) -> None:
     """ConfigError unless every blessing rule (``config.evaluate``) names one of ``task.metrics``.
 
     A rule on a metric the task never computes could only ever fail the blessing, after a whole training;
     the first step calls this so that it stops the run before any work, with the task's metrics named."""
-    names = [m.name for m in task.metrics]
+    names = [m.name for m in task.scoring.metrics]
     for where, rules in (("evaluate.thresholds", evaluate.thresholds),
                          ("evaluate.slice_thresholds", evaluate.slice_thresholds)):
         unknown = [metric for metric in rules if metric not in names]
@@ -183,7 +142,7 @@ def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
                 f"{where}.{names[0]}.value=baseline), or remove the rule"
             )
         # The metric says which way it improves; a rule saying the other would bless the worse model.
-        better = {m.name: m.higher_is_better for m in task.metrics}
+        better = {m.name: m.higher_is_better for m in task.scoring.metrics}
         for metric, rule in rules.items():
             said = getattr(rule, "direction", "auto")
             if said != "auto" and (said == "higher") != better[metric]:
@@ -192,19 +151,19 @@ def check_evaluation_metrics(task: Task, evaluate: Any) -> None:
                     f"'{task.name}', whose metric {metric!r} is better when {'higher' if better[metric] else 'lower'} "
                     f"(the blessing would prefer the worse model); use direction=auto"
                 )
-        # TaskBase's baseline gives no predictions: a 'baseline' floor could then never be met.
-        if getattr(task.baseline, "__func__", None) is TaskBase.baseline:
+        # A task without a baseline gives no predictions: a 'baseline' floor could then never be met.
+        if task.scoring.baseline is None:
             relative = [metric for metric, rule in rules.items() if getattr(rule, "value", None) == "baseline"]
             if relative:
                 raise ConfigError(
                     f"invalid config value for '{where}.{relative[0]}.value': 'baseline' needs the task's trivial "
-                    f"predictor, and task '{task.name}' has none (its baseline is TaskBase's, which predicts nothing), "
+                    f"predictor, and task '{task.name}' has none (Scoring.baseline is None: it predicts nothing), "
                     f"so no model could ever pass it. Give the task a baseline(targets, state), or set an absolute "
                     f"bound, e.g. --set {where}.{relative[0]}.value=0.9"
                 )
 
 
-def check_selection_metric(task: Task, metric: str, row_metric_names: Iterable[str]) -> None:
+def check_selection_metric(task: TaskSpec, metric: str, row_metric_names: Iterable[str]) -> None:
     """ConfigError unless ``metric`` (``select.metric``) is one the trainer's validation reports: ``val_loss``
     and ``val_<name>`` for the task's ``row_metrics`` (``row_metric_names``, found by scoring one batch).
 
@@ -219,6 +178,6 @@ def check_selection_metric(task: Task, metric: str, row_metric_names: Iterable[s
         )
 
 
-def metric_directions(task: Task) -> dict[str, bool]:
+def metric_directions(task: TaskSpec) -> dict[str, bool]:
     """Name -> True when higher is better, for the task's test metrics."""
-    return {m.name: m.higher_is_better for m in task.metrics}
+    return {m.name: m.higher_is_better for m in task.scoring.metrics}

@@ -15,11 +15,12 @@ import numpy as np
 import pandas as pd
 
 from ctpipe.components.lib.data.demo_regression import DEMO_SETTINGS, write_regression_demo
-from ctpipe.components.lib.data.encoding import Preprocessing, preprocessing_of
-from ctpipe.components.lib.data.reference_stats import table_stats
+from ctpipe.components.lib.data.encoding import Preprocessing
 from ctpipe.components.lib.data.snapshot import Schema
 from ctpipe.components.lib.errors import DataValidationError
-from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskState
+from ctpipe.components.tasks.image_columns import Image
+from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, TaskState
+from ctpipe.components.tasks.spec import TaskSpec
 from ctpipe.components.tasks.tabular_common import TabularFamily, zero_unknown_category_slots
 
 if TYPE_CHECKING:
@@ -82,18 +83,18 @@ class TabularRegression(TabularFamily):
     label_kind = "continuous"
     baseline_name = "the mean predictor"
     metrics = (Metric("rmse", False), Metric("mae", False), Metric("r2", True))
-    sanity = SanitySpec(example_dim=0, sequence_dim=None)
-    rowwise_encoding = True
-    # Select by validation loss; bless on beating the mean predictor on RMSE and MAE, no regression on them.
     # The demo data (``ctpipe demo-data --task tabular_regression``) and the settings that go with it.
     write_demo_data = staticmethod(write_regression_demo)
     demo_settings = DEMO_SETTINGS
+    # Select by validation loss; bless on beating the mean predictor on RMSE and MAE, no regression on them.
     config_defaults = (
         "select.metric=val_loss", "registry.model_name=ctpipe-regression",
         "evaluate.thresholds={rmse: {value: baseline, change_abs: 0.0}, mae: {value: baseline, change_abs: 0.0}}",
     )
 
-    def __init__(self, *, loss: Literal["mse", "huber"] = "mse", huber_delta: float = 1.0) -> None:
+    def __init__(self, *, loss: Literal["mse", "huber"] = "mse", huber_delta: float = 1.0,
+                 images: tuple[Image, ...] = ()) -> None:
+        super().__init__(images=images)
         if loss not in ("mse", "huber"):
             raise ValueError(f"task.options.loss must be 'mse' or 'huber', got {loss!r}")
         if not huber_delta > 0:
@@ -107,7 +108,7 @@ class TabularRegression(TabularFamily):
         y = y[np.isfinite(y)]
         std = float(y.std()) if len(y) > 1 else 1.0
         target = {"mean": float(y.mean()) if len(y) else 0.0, "std": std if std > 1e-12 else 1.0}
-        return {**preprocessing_of(table_stats(train, schema), []).to_dict(), "label": schema.label, "target": target}
+        return {**self.fit_features(train, schema, []), "target": target}
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
         import torch
@@ -184,9 +185,6 @@ class TabularRegression(TabularFamily):
     def targets(self, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
         return label_values(frame, state["label"])
 
-    def target_columns(self, state: TaskState) -> list[str]:
-        return [state["label"]]
-
     def predict(self, model: nn.Module, frame: pd.DataFrame, state: TaskState, reference: TaskState) -> np.ndarray:
         """Predictions in the label's units (each model undoes its own standardisation, so a champion and a
         candidate fitted on different train splits score the same targets)."""
@@ -209,6 +207,6 @@ class TabularRegression(TabularFamily):
         return pd.DataFrame({"prediction": self.predict(model, frame, state, state)})
 
 
-def make_task(**options: Any) -> TabularRegression:
+def make_task(**options: Any) -> TaskSpec:
     """The factory ``task.name: tabular_regression`` resolves to (``task.options``: loss, huber_delta)."""
-    return TabularRegression(**options)
+    return TabularRegression(**options).spec()

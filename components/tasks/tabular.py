@@ -17,7 +17,8 @@ import pandas as pd
 from ctpipe.components.lib.data.encoding import Preprocessing, encode_labels, preprocessing_of
 from ctpipe.components.lib.data.reference_stats import table_stats
 from ctpipe.components.lib.data.snapshot import Schema
-from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskState
+from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, TaskState
+from ctpipe.components.tasks.spec import TaskSpec
 from ctpipe.components.tasks.tabular_common import TabularFamily, zero_unknown_category_slots
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
@@ -52,16 +53,19 @@ class TabularClassification(TabularFamily):
     name = "tabular_classification"
     metrics = (Metric("accuracy", True), Metric("macro_f1", True), Metric("log_loss", False),
                Metric("roc_auc", True))
-    sanity = SanitySpec(example_dim=0, sequence_dim=None)
-    rowwise_encoding = True  # one example per row: a split may be encoded record batch by record batch
 
     # -- data -------------------------------------------------------------------------------------
     def fit(self, train: pd.DataFrame, schema: Schema) -> TaskState:
         # the same numbers as ``fit_streamed``: the statistics of one frame are those of its batches merged
+        if self.images:  # the pixel statistics need the rows themselves
+            return self.fit_features(train, schema, schema.classes)
         return self.fit_streamed(table_stats(train, schema), schema)
 
-    def fit_streamed(self, stats: Any, schema: Schema) -> TaskState:
-        """The preprocessing statistics (numeric mean/std, vocabularies, classes) and the label column."""
+    def fit_streamed(self, stats: Any, schema: Schema) -> TaskState | None:
+        """The preprocessing statistics (numeric mean/std, vocabularies, classes) and the label column; None
+        with image columns (their statistics need the rows: the snapshot calls ``fit``)."""
+        if self.images:
+            return None
         return {**preprocessing_of(stats, schema.classes).to_dict(), "label": schema.label}
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
@@ -143,9 +147,6 @@ class TabularClassification(TabularFamily):
     def targets(self, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
         return encode_labels(frame, state["label"], list(state["classes"]))
 
-    def target_columns(self, state: TaskState) -> list[str]:
-        return [state["label"]]
-
     def probabilities(self, model: nn.Module, frame: pd.DataFrame, state: TaskState) -> np.ndarray:
         """Class probabilities for every row, preprocessed with this model's own statistics."""
         import torch
@@ -179,19 +180,7 @@ class TabularClassification(TabularFamily):
     def class_names(self, state: TaskState) -> list[str] | None:
         return list(state["classes"])
 
-    def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Schema) -> dict[str, Any]:
-        from ctpipe.components.tasks.tabular_first_batch import TabularFirstBatch, decode_first_batch
 
-        x_num, x_cat = batch.inputs
-        return decode_first_batch(TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), Preprocessing.from_dict(state),
-                                  schema.label)
-
-    def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:
-        from ctpipe.components.tasks.tabular_first_batch import first_batch_mismatches
-
-        return first_batch_mismatches(dump, raw, schema.label)
-
-
-def make_task() -> TabularClassification:
+def make_task() -> TaskSpec:
     """The factory ``task.name: tabular_classification`` resolves to."""
-    return TabularClassification()
+    return TabularClassification().spec()

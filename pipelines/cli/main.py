@@ -19,6 +19,7 @@ from ctpipe.components.lib.credentials import redact_text, refuse_uri_credential
 from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.cli.commands import compile as compile_command
 from ctpipe.pipelines.cli.commands import (
+    config,
     demo_data,
     deploy,
     gc,
@@ -33,7 +34,7 @@ from ctpipe.pipelines.cli.commands import (
 )
 
 # In the order `ctpipe --help` lists them.
-COMMANDS = (run, demo_data, compile_command, deploy, gc, models, serve, render_job, submit, suite, train, watch)
+COMMANDS = (run, config, demo_data, compile_command, deploy, gc, models, serve, render_job, submit, suite, train, watch)
 # The options that take a URI, in any command.
 URI_OPTIONS = ("data", "host", "tracking_uri")
 

@@ -1,6 +1,9 @@
-"""The demo data of ``ctpipe run`` without ``--data``: written once under the ctpipe home, with its settings.
+"""The demo data of ``ctpipe run`` without ``--data``: written once under the ctpipe home.
 
-    data_uri, config = demo_data_and_config(home, config, config_path, overrides)
+    data_uri = ensure_demo_data_for(home, config)    # then resolve_config(..., data_uri=data_uri, demo=True)
+
+The settings that go with the demo data (its key column, a task's own ``demo_settings``) are a layer of
+the run's config (``ctpipe.components.run_config``: the ``demo`` layer).
 """
 
 from __future__ import annotations
@@ -9,32 +12,18 @@ import tempfile
 from pathlib import Path
 
 from ctpipe.components.lib.config import Config
-from ctpipe.components.tasks.run_config import load_run_config
-
-DEMO_KEY_COLUMN = "customer_id"
 
 
-def demo_data_and_config(home: Path, config: Config, config_path: str | None, overrides: list[str]) -> tuple[str, Config]:
-    """The task's demo data under the home, and the config with the demo's settings under the user's own:
-    the config file and ``--set`` win over them."""
-    data_uri, demo_settings = ensure_demo_data_for(home, config)
-    if not demo_settings:
-        return data_uri, config
-    return data_uri, load_run_config(config_path, overrides, defaults=[demo_settings])
-
-
-def ensure_demo_data_for(home: Path, config) -> tuple[str, list[str]]:
-    """The configured task's demo data under the home (its ``write_demo_data``, else the tabular demo)
-    and the config settings that go with it (the key column; the task's ``demo_settings``), which
-    ``demo_data_and_config`` puts under the user's own."""
+def ensure_demo_data_for(home: Path, config: Config) -> str:
+    """The configured task's demo data under the home: its ``write_demo_data``, else the tabular demo."""
     from ctpipe.components.tasks import load_task
 
     task = load_task(config.task)  # complete: the optional parts have their defaults (protocol.TaskBase)
-    if task.write_demo_data is None:
-        return ensure_demo_data(home), [f"data.key={DEMO_KEY_COLUMN}"]
+    if task.demo is None:
+        return ensure_demo_data(home)
     root = home / f"data-{task.name}"
-    _write_whole(root, task.write_demo_data)
-    return str(root.resolve()), list(task.demo_settings)
+    _write_whole(root, task.demo.write_data)
+    return str(root.resolve())
 
 
 def ensure_demo_data(home: Path) -> str:

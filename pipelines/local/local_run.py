@@ -26,9 +26,8 @@ from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_server
-from ctpipe.components.tasks.run_config import load_run_config
-from ctpipe.components.tasks.task_key import with_task_key
-from ctpipe.pipelines.local.demo_setup import demo_data_and_config
+from ctpipe.components.run_config import resolve_config
+from ctpipe.pipelines.local.demo_setup import ensure_demo_data_for
 from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_output_decoded_leniently
 from ctpipe.pipelines.local.local_cache import cache_hits_recorded
 from ctpipe.pipelines.local.progress import StepProgress, output_to
@@ -65,16 +64,16 @@ def run_local(
     # imports the task, the demo data, KFP): started first, so that these overlap its imports.
     with running_server() as warm:
         setup = {"cli_start_seconds": round(called - process_started, 3) if process_started else None}
-        config = load_run_config(config_path, overrides)
         home_dir.mkdir(parents=True, exist_ok=True)
-        if data_uri is None:
+        demo = data_uri is None
+        if demo:
             clock = time.time()
-            data_uri, config = demo_data_and_config(home_dir, config, config_path, overrides)
+            # The task the file and --set name decides which demo data to write.
+            data_uri = ensure_demo_data_for(home_dir, resolve_config(file=config_path, settings=overrides))
             setup["demo_data_seconds"] = round(time.time() - clock, 3)
-        else:
-            if "://" not in data_uri:
-                data_uri = str(Path(data_uri).resolve())
-            config = with_task_key(config, data_uri, config_path, overrides)
+        elif "://" not in data_uri:
+            data_uri = str(Path(data_uri).resolve())
+        config = resolve_config(file=config_path, settings=overrides, data_uri=data_uri, demo=demo)
         _preflight(config, data_uri)
 
         from ctpipe.components.lib.tracking import local_tracking_uri
@@ -126,7 +125,9 @@ def _run_pipeline(
     from ctpipe.pipelines.continuous_training import build_pipeline
 
     caching = config.pipeline.caching
-    pipeline = build_pipeline(None, caching=caching)
+    # Compiled with the resolved config as its own, as a cluster pipeline is: the run form's defaults are
+    # this config's values and an empty config_json means it.
+    pipeline = build_pipeline(None, default_config_json=config.to_json(), caching=caching)
     previous = os.environ.get(STATUS_DIR_ENV)
     os.environ[STATUS_DIR_ENV] = str(status_dir.resolve())
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -154,7 +155,7 @@ def _run_pipeline(
                     pipeline(
                         data_uri=data_uri,
                         trigger=trigger,
-                        config_json=config.to_json(),
+                        config_json="",
                         config_overrides="",
                         mlflow_tracking_uri=tracking_uri,
                         **(parameters or {}),

@@ -65,7 +65,7 @@ def build_snapshot(data_uri: str, config: Config, out_dir: str | Path) -> Snapsh
         categorical=list(config.data.categorical),
         text_column=config.data.text_column,
     )
-    schema = schema.with_task_columns(task.own_columns(schema))
+    schema = schema.with_task_columns(task.profile.own_columns(schema))
     splits = assign_splits(
         split_keys(data, schema),
         val_fraction=config.data.val_fraction,
@@ -89,7 +89,7 @@ def _build_snapshot_streamed(data_uri: str, config: Config, out_dir: str | Path,
                    sample_rows=config.validation.sample_rows)
     schema = infer_schema(scanned.sample, label=label, key=config.data.key, features=list(config.data.features),
                           categorical=list(config.data.categorical), text_column=config.data.text_column)
-    schema = schema.with_task_columns(task.own_columns(schema))
+    schema = schema.with_task_columns(task.profile.own_columns(schema))
     return write_snapshot_stream(str(out_dir), data_uri, files, config.data.format, scanned, schema,
                                  fingerprint=fingerprint_files(files), window=TrainWindow.from_config(config.data),
                                  task=task)

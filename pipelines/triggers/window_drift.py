@@ -79,7 +79,7 @@ def _task_and_schema(reference: dict[str, Any], config: Config):
     schema = Schema(label=label_column(task, config.data), key=config.data.key,
                     numeric=list(reference.get("numeric") or {}), categorical=list(reference.get("categorical") or {}),
                     classes=[], text_column=config.data.text_column)
-    return task, schema.with_task_columns([c for c in task.own_columns(schema) if c in schema.features])
+    return task, schema.with_task_columns([c for c in task.profile.own_columns(schema) if c in schema.features])
 
 
 def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
@@ -88,7 +88,7 @@ def with_task_drift_columns(frame, reference: dict[str, Any], config: Config):
     import pandas as pd
 
     task, schema = _task_and_schema(reference, config)
-    derived = task.drift_columns(frame, schema)
+    derived = task.profile.drift_columns(frame, schema)
     return pd.concat([frame, derived], axis=1) if len(derived.columns) else frame
 
 
@@ -97,4 +97,4 @@ def task_drift_histograms(frame, reference: dict[str, Any], config: Config) -> d
     if not reference.get("distributions"):
         return {}
     task, schema = _task_and_schema(reference, config)
-    return task.drift_histograms(frame, schema)
+    return task.profile.drift_histograms(frame, schema)

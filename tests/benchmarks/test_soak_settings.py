@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.run_config import load_config
 from tests.fixtures.paths import REPO_ROOT
 
 

@@ -197,7 +197,7 @@ SCHEME = {f"{REGISTRY}/ctpipe:{TAG}", f"{REGISTRY}/ctpipe-trainer:{TAG}-cuda", f
 def test_ci_compiles_for_exactly_the_images_it_builds(tmp_path):
     """One naming scheme: <registry>/ctpipe[-trainer|-mlflow]:<tag>[-cuda|-cpu]; the compiled pipeline uses the
     images the build job pushes, the trainer variant following the config (CPU config -> -cpu image)."""
-    from ctpipe.components.lib.config import Config
+    from ctpipe.pipelines.compile import compiled_config
 
     env = {"IMAGE_REGISTRY": REGISTRY, "IMAGE_TAG": TAG, "BUILD_DIR": str(tmp_path)}
     built = run_script("build_images.sh", {**env, "DRY_RUN": "1"})
@@ -208,7 +208,7 @@ def test_ci_compiles_for_exactly_the_images_it_builds(tmp_path):
         assert out.returncode == 0, out.stderr
         spec = next(yaml.safe_load_all((tmp_path / "pipelines" / "continuous_training.yaml").read_text()))
         assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {f"{REGISTRY}/ctpipe:{TAG}"}
-        kube = Config.from_json(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]).kubernetes
+        kube = compiled_config(spec).kubernetes
         assert kube.image == f"{REGISTRY}/ctpipe:{TAG}"
         assert kube.trainer_image == f"{REGISTRY}/ctpipe-trainer:{TAG}-{variant}" and kube.trainer_image in SCHEME
 

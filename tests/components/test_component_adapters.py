@@ -15,10 +15,10 @@ import mlflow
 import pytest
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Markdown, Metrics, Model
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.lib.tracking.lineage import version_lineage
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.evaluate.component import evaluate
 from ctpipe.components.steps.prepare_run.component import prepare_run
 from ctpipe.components.steps.register.component import register

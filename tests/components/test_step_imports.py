@@ -49,7 +49,7 @@ def test_validation_of_a_tabular_task_does_not_import_torch(tmp_path):
     write_demo_data(tmp_path / "data", days=2, rows_per_day=300)
     loaded = _loaded_after(
         f"""
-        from ctpipe.components.lib.config import load_config
+        from ctpipe.components.run_config import load_config
         from ctpipe.components.steps.validate_data.validate import validate_data
         config = load_config(None, ["data.key=customer_id"])  # the demo's row id: a feature it would be an error
         result = validate_data("{tmp_path}/data", config, snapshot_dir="{tmp_path}/snapshot",
@@ -70,7 +70,7 @@ def test_validation_of_the_causal_lm_task_does_not_import_torch(tmp_path):
     write_text_demo_data(str(tmp_path / "data"), days=2)
     loaded = _loaded_after(
         f"""
-        from ctpipe.components.lib.config import load_config
+        from ctpipe.components.run_config import load_config
         from ctpipe.components.steps.validate_data.validate import validate_data
         config = load_config(None, ["task.name=causal_lm", "data.key=doc_id", "data.text_column=text"])
         result = validate_data("{tmp_path}/data", config, snapshot_dir="{tmp_path}/snapshot",

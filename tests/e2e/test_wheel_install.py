@@ -130,7 +130,7 @@ def test_render_job_from_the_wheel_validates_strictly(installed):
 def test_compile_from_the_wheel_gives_a_cluster_pipeline(installed):
     from kfp import components as kfp_components
 
-    from ctpipe.components.lib.config import Config
+    from ctpipe.pipelines.compile import compiled_config
 
     _, _, work, _ = installed
     _run(installed, "compile", "--config", "prod.yaml", "--out", "pipeline.yaml")
@@ -138,7 +138,7 @@ def test_compile_from_the_wheel_gives_a_cluster_pipeline(installed):
     loaded = kfp_components.load_component_from_file(str(compiled))  # the KFP SDK's own loader
     assert loaded.name == "ctpipe-continuous-training"
     spec, platform = yaml.safe_load_all(compiled.read_text())
-    config = Config.from_json(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"])
+    config = compiled_config(spec)
     assert config.train.backend == "auto"
     images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
     assert images == {config.kubernetes.image}

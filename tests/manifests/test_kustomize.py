@@ -189,7 +189,7 @@ def test_the_watcher_cronjob_applies_the_retention_policy_to_the_watchers_home_a
 
 
 def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overlay):
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
     from ctpipe.pipelines.cluster_job import render_pytorchjob
 
     name, objects = overlay
@@ -305,7 +305,7 @@ def test_every_pod_is_reachable_without_a_sidecar_under_istio(overlay):
     profile's `ns-owner-access-istio` policy, which admits only mTLS peers of the namespace: plain requests from
     sidecar-less clients get 403. So every pod either opts out of the sidecar or an AuthorizationPolicy admits
     any source on its ports."""
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
     from ctpipe.pipelines.cluster_job import render_pytorchjob
 
     name, objects = overlay
@@ -337,7 +337,7 @@ def _mounts_shared_volume(pod: dict) -> bool:
 def test_every_pod_on_the_shared_volume_skips_the_recursive_chown(overlay):
     """With fsGroup the kubelet chowns the whole volume at every mount unless fsGroupChangePolicy is
     OnRootMismatch: on a shared volume full of snapshots and checkpoints that delays every pod start."""
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
     from ctpipe.pipelines.cluster_job import render_pytorchjob
 
     name, objects = overlay
@@ -403,7 +403,7 @@ def test_overlays_and_their_configs_use_one_image_scheme_and_tag(overlay):
     builds. The trainer variant follows the config (GPU workers -> -cuda)."""
     import re
 
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
 
     name, objects = overlay
     refs = {c["image"] for _, c in _ctpipe_images(objects)}
@@ -432,7 +432,7 @@ def test_the_config_defaults_follow_the_scheme_at_the_package_version():
 def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):
     """A tag can be pushed again: IfNotPresent would keep running a node's stale copy. Pods pull ctpipe images
     (Always) unless they are pinned by digest, in the manifests, the training jobs and the pipeline's steps."""
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
     from ctpipe.pipelines.cluster_job import render_pytorchjob
     from ctpipe.pipelines.compile import compile_pipeline
 

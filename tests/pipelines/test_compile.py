@@ -6,8 +6,9 @@ import pytest
 import yaml
 from kfp import components as kfp_components
 
+from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import UserError
-from ctpipe.pipelines.compile import compile_pipeline
+from ctpipe.pipelines.compile import compile_pipeline, compiled_config
 from ctpipe.pipelines.continuous_training import STEP_NAMES
 
 
@@ -76,17 +77,18 @@ def test_an_empty_config_json_runs_the_compiled_config_not_the_laptop_defaults(c
     # to Config(), the laptop defaults: train.backend=local, so a cluster run trained in the train step's own
     # 1-CPU pod, and an override back to the local backend was not refused either.
     from ctpipe.components.lib.errors import ConfigError
-    from ctpipe.components.steps.prepare_run.prepare import resolve_config
+    from ctpipe.components.run_config import resolve_config
 
     spec = next(yaml.safe_load_all(compiled.read_text()))
-    compiled_default = spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]
+    # The run form's config_json is empty by default (not the whole config: issue 41), meaning the compiled one.
+    assert spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"] == ""
     baked = spec["root"]["dag"]["tasks"]["prepare-run"]["inputs"]["parameters"]["default_config_json"]
-    assert baked["runtimeValue"]["constant"] == compiled_default
-    config = resolve_config("", "train.max_steps=70", default_json=baked["runtimeValue"]["constant"])
+    assert Config.from_json(baked["runtimeValue"]["constant"]) == compiled_config(spec)
+    config = resolve_config(compiled=baked["runtimeValue"]["constant"], overrides="train.max_steps=70")
     assert config.train.backend == "auto" and config.train.max_steps == 70
     assert config.kubernetes.image == "registry.example.com/ctpipe:1.2.3"
     with pytest.raises(ConfigError, match="train.backend=local"):
-        resolve_config("", "train.backend=local", default_json=compiled_default)
+        resolve_config(compiled=baked["runtimeValue"]["constant"], overrides="train.backend=local")
 
 
 def test_every_step_runs_in_the_project_image_without_installing_kfp(compiled):
@@ -120,10 +122,8 @@ def test_credentials_in_tracking_uri_are_refused(tmp_path):
 
 
 def test_the_compiled_default_config_carries_the_text_column(tmp_path):
-    import json
 
     out = tmp_path / "p.yaml"
     compile_pipeline(out, None, ["task.name=causal_lm", "data.text_column=body"], image=None)
     spec = next(yaml.safe_load_all(out.read_text()))
-    default = json.loads(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"])
-    assert default["data"]["text_column"] == "body"
+    assert compiled_config(spec).data.text_column == "body"

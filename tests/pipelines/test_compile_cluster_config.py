@@ -9,14 +9,14 @@ import yaml
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import ConfigError, UserError
 from ctpipe.pipelines.cli.main import main
-from ctpipe.pipelines.compile import compile_pipeline
+from ctpipe.pipelines.compile import compile_pipeline, compiled_config
 
 CREDENTIALS = {"ctpipe-mlflow-client": ["MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"]}
 
 
 def _compiled(path) -> tuple[Config, dict]:
     spec, platform = yaml.safe_load_all(path.read_text())
-    config = Config.from_json(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"])
+    config = compiled_config(spec)
     return config, platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
 
 
@@ -37,8 +37,8 @@ def test_the_compiled_pipeline_parses_as_kfp_protobuf(tmp_path):
 
     spec, platform = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, [], image=None).read_text())
     parsed = json_format.ParseDict(spec, pipeline_spec_pb2.PipelineSpec())
-    default = parsed.root.input_definitions.parameters["config_json"].default_value.string_value
-    assert Config.from_json(default).train.backend == "auto"
+    baked = parsed.root.dag.tasks["prepare-run"].inputs.parameters["default_config_json"]
+    assert Config.from_json(baked.runtime_value.constant.string_value).train.backend == "auto"
     json_format.ParseDict(platform, pipeline_spec_pb2.PlatformSpec())
 
 

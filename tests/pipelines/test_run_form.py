@@ -3,16 +3,10 @@
 import pytest
 import yaml
 
+from ctpipe.components.run_config.run_form import KNOBS
 from ctpipe.pipelines.compile import compile_pipeline
 
-TYPED = {
-    "training_steps": "NUMBER_INTEGER",
-    "workers": "NUMBER_INTEGER",
-    "learning_rate": "NUMBER_DOUBLE",
-    "batch_size": "NUMBER_INTEGER",
-    "blessing_allowed_change": "NUMBER_DOUBLE",
-    "training_window_days": "NUMBER_INTEGER",
-}
+TYPED = {knob.name: "NUMBER_INTEGER" if knob.type is int else "NUMBER_DOUBLE" for knob in KNOBS}
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +41,9 @@ def test_the_compiled_pipeline_parses_as_kfp_protobuf(spec):
 
 
 def test_prepare_run_gets_every_knob_from_the_form(spec):
+    """Each knob reaches prepare_run inside its one run_form text, which KFP fills in at run time."""
     inputs = spec["root"]["dag"]["tasks"]["prepare-run"]["inputs"]["parameters"]
+    text = inputs["run_form"]["runtimeValue"]["constant"]
     for name in TYPED:
-        assert inputs[name] == {"componentInputParameter": name}
+        assert inputs[f"pipelinechannel--{name}"] == {"componentInputParameter": name}
+        assert f"{name}={{{{$.inputs.parameters['pipelinechannel--{name}']}}}}" in text.splitlines()

@@ -1,13 +1,13 @@
-"""The one typed configuration of a ctpipe run: its sections, and loading it from files and ``--set``.
+"""The one typed configuration of a ctpipe run: its sections, validated at construction.
 
-    from ctpipe.components.lib.config import Config, load_config
-    config = load_config("my.yaml", ["train.max_steps=200"])
+    from ctpipe.components.lib.config import Config
+    config = Config.from_json(config_json)          # the resolved config a step is handed
 
 ``sections.py`` holds ``Config``; the sections (one dataclass per part of a run, validated at
 construction with ``rules.py``) live by what they configure: ``run_sections.py``, ``gate_sections.py``,
-``cluster_sections.py``. ``loading.py`` merges defaults, a YAML/JSON file and ``--set`` overrides;
-``coerce.py`` turns plain values into typed sections with errors that name the field. Everything a
-caller needs is importable from here.
+``cluster_sections.py``. ``loading.py`` reads one layer (a YAML/JSON file, ``--set`` settings);
+``coerce.py`` turns plain values into typed sections with errors that name the field. Resolving a run's
+config from its layers is ``ctpipe.components.run_config`` (``resolve_config``), and nowhere else.
 """
 
 from ctpipe.components.lib.config.cluster_sections import KubernetesConfig, WatchConfig
@@ -18,14 +18,7 @@ from ctpipe.components.lib.config.gate_sections import (
     Threshold,
     metric_direction,
 )
-from ctpipe.components.lib.config.loading import (
-    apply_override,
-    apply_settings,
-    load_config,
-    load_values,
-    merge_values,
-    parse_set_value,
-)
+from ctpipe.components.lib.config.loading import parse_set_value
 from ctpipe.components.lib.config.pipeline_section import PipelineConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.config.run_sections import (
@@ -57,11 +50,6 @@ __all__ = [
     "TrainConfig",
     "ValidationConfig",
     "WatchConfig",
-    "apply_override",
-    "apply_settings",
-    "load_config",
-    "load_values",
-    "merge_values",
     "metric_direction",
     "parse_set_value",
 ]

@@ -1,9 +1,11 @@
-"""Load a config: defaults, then a YAML/JSON file, then ``--set section.field=value`` overrides, validated.
+"""Read one layer of a config: a YAML/JSON file's sections, or ``--set section.field=value`` settings.
 
-    config = load_config("my.yaml", ["train.max_steps=200", "evaluate.thresholds={}"])
+    values = apply_settings(values, ["train.max_steps=200", "evaluate.thresholds={}"])
+    values = merge_mapping(values, read_config_file(Path("my.yaml")))
 
-A mapping given in full (in a file, or as one ``--set`` value) replaces the default mapping; unknown
-sections and keys are refused before anything is merged, so none is silently dropped.
+A mapping given in full (in a file, or as one ``--set`` value) replaces the mapping below it; unknown
+sections and keys are refused before anything is merged, so none is silently dropped. Which layers a run
+has, and in what order, is ``ctpipe.components.run_config.resolve``'s alone.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 import re
 import types
 import typing
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,38 +24,11 @@ from ctpipe.components.lib.config.sections import Config
 from ctpipe.components.lib.errors import ConfigError
 
 
-def load_config(
-    path: str | Path | None = None,
-    overrides: list[str] | None = None,
-    *,
-    defaults: dict[str, Any] | Sequence[dict[str, Any] | Sequence[str]] | None = None,
-) -> Config:
-    """Defaults over the dataclass ones, then the YAML/JSON file at ``path``, then ``--set`` overrides; validated.
-
-    ``defaults``: one mapping, or several layers, each over the one before; a layer is a mapping (as a
-    file holds) or ``section.key=value`` settings applied as ``--set`` applies them (a task's
-    ``config_defaults``, the demo's settings)."""
-    return Config.from_dict(load_values(path, overrides, defaults=defaults))
-
-
-def load_values(
-    path: str | Path | None = None,
-    overrides: list[str] | None = None,
-    *,
-    defaults: dict[str, Any] | Sequence[dict[str, Any] | Sequence[str]] | None = None,
-) -> dict[str, Any]:
-    """``load_config``'s merged plain values, keys checked but not yet validated as a whole ``Config``."""
-    values = Config().to_dict()
-    for layer in [defaults] if isinstance(defaults, dict) else list(defaults or []):
-        if isinstance(layer, dict):
-            _reject_unknown(layer)
-            values = _replace_whole_maps(merge_values(values, layer), layer)
-        else:
-            values = apply_settings(values, list(layer))
-    if path is not None:
-        loaded = _read_file(Path(path))
-        values = _replace_whole_maps(merge_values(values, loaded), loaded)
-    return apply_settings(values, list(overrides or []))
+def merge_mapping(values: dict[str, Any], mapping: dict[str, Any]) -> dict[str, Any]:
+    """``mapping`` (a file's sections, checked for unknown keys) merged over ``values``; a mapping field it
+    gives whole (``thresholds: {}``) replaces the one in ``values``."""
+    _reject_unknown(mapping)
+    return _replace_whole_maps(merge_values(values, mapping), mapping)
 
 
 def apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any]:
@@ -72,7 +46,9 @@ def apply_settings(values: dict[str, Any], settings: list[str]) -> dict[str, Any
     return values
 
 
-def _read_file(p: Path) -> dict[str, Any]:
+def read_config_file(p: Path) -> dict[str, Any]:
+    """The sections of the YAML/JSON config file at ``p``, refused with its name when unreadable, not a mapping,
+    or holding an unknown section or key, or one key twice."""
     if not p.is_file():
         raise ConfigError(f"config file '{p}' does not exist; pass an existing YAML or JSON file to --config")
     text = p.read_text()

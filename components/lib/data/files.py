@@ -120,3 +120,18 @@ def fingerprint_files(files: list[DataFile]) -> str:
     for f in sorted(files, key=lambda f: f.path):
         h.update(f"{f.path}\0{f.size}\0{f.sha256}\n".encode())
     return h.hexdigest()
+
+
+def data_columns(data_uri: str) -> list[str]:
+    """The column names of the first data file under ``data_uri`` (its header only: no rows are read)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    fs, listed = scan_data_files(data_uri)
+    if not listed:
+        return []
+    first = listed[0]
+    with fs.open(first.full_path, "rb") as handle:
+        if first.full_path.lower().endswith(".csv"):
+            return [str(c) for c in pd.read_csv(handle, nrows=0).columns]
+        return list(pq.read_schema(handle).names)

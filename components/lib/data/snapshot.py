@@ -235,8 +235,8 @@ class SnapshotWriter:
 
     ``add`` takes any number of record batches (with their splits); ``close`` writes the schema, the
     task's state and the reference statistics of the train rows (``stream_stats``) and the fingerprint.
-    The state comes from ``task.fit_streamed`` on the streamed statistics when the task offers it (the
-    tabular task: the same numbers as its ``fit``), otherwise from ``task.fit`` on the written train split.
+    The state comes from ``task.codec.fit_streamed`` on the streamed statistics when the task offers it (the
+    tabular task: the same numbers as its ``fit``), otherwise from ``task.codec.fit`` on the written train split.
     """
 
     def __init__(self, out_dir: str | Path, schema: Schema, *, task: Any, row_group_rows: int = ROW_GROUP_ROWS) -> None:
@@ -285,10 +285,10 @@ class SnapshotWriter:
         return Snapshot(self.root, self.schema, state, fingerprint, data_uri, files)
 
     def _state(self) -> dict[str, Any]:
-        state = self.task.fit_streamed(self.stats, self.schema)
+        state = self.task.codec.fit_streamed(self.stats, self.schema)
         if state is None:
             # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
-            state = self.task.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)
+            state = self.task.codec.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)
         check_task_state(self.task, state)
         return state
 

@@ -66,19 +66,20 @@ def flip_seed(seed: int, candidate: np.ndarray, reference: np.ndarray) -> list[i
 
 
 class Scorer(Protocol):
-    """What the blessing needs from a task: its metrics, and the same metrics on paired resamples of the rows."""
+    """What the blessing needs from a task (its ``scoring`` part, ``tasks.spec.Scoring``): its metrics, and the
+    same metrics on paired resamples of the rows."""
 
     def compute_metrics(self, targets: np.ndarray, predictions: np.ndarray) -> dict[str, float]: ...
 
-    def paired_bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
-                         seed: int) -> dict[str, dict[str, np.ndarray]]: ...
+    def bootstrap(self, targets: np.ndarray, models: dict[str, np.ndarray], *, samples: int,
+                  seed: int) -> dict[str, dict[str, np.ndarray]]: ...
 
 
 class _ClassProbabilities:
     """The default scorer: class-probability metrics (``metrics.py``), for callers that pass no task."""
 
     compute_metrics = staticmethod(compute_metrics)
-    paired_bootstrap = staticmethod(paired_bootstrap)
+    bootstrap = staticmethod(paired_bootstrap)
 
 
 CLASSIFICATION: Scorer = _ClassProbabilities()
@@ -273,7 +274,7 @@ def collect_evidence(
     if p_champion is not None:
         models["champion"] = p_champion
     points = {name: scorer.compute_metrics(y, p) for name, p in models.items()}
-    draws = scorer.paired_bootstrap(y, models, samples=samples, seed=seed)
+    draws = scorer.bootstrap(y, models, samples=samples, seed=seed)
     interval = normal_interval if normal else percentile_interval
     units = len(y)  # the resampled units (rows; a causal LM's documents): small ones widen the intervals
     empty = np.array([])

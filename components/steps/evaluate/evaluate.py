@@ -31,6 +31,7 @@ from ctpipe.components.steps.evaluate.judgement import judge_candidate
 from ctpipe.components.steps.evaluate.scoring import score_batches
 from ctpipe.components.tasks.export import ExportedModel, load_model_export
 from ctpipe.components.tasks.outputs import check_class_predictions
+from ctpipe.components.tasks.spec import trivial_predictions
 
 MODEL_ARTIFACT_PATH = "ctpipe/model.pt"
 # What the champion predicted on its own test split (registration writes it from the blessing).
@@ -116,7 +117,7 @@ def evaluate_candidate(
         )
     candidate = load_model_export(model_path)
     task, reference = candidate.task, candidate.state
-    classes = list(task.class_names(reference) or [])
+    classes = list(task.scoring.class_names(reference) or [])
     champion, champion_model = load_champion(tracking_uri, config)
     if champion_model is not None:
         champion.task_code = champion_task_code(champion_model, champion.version)
@@ -135,14 +136,14 @@ def evaluate_candidate(
     if split_check is not None and not split_check.ok:
         champion.error = split_check.message  # reported and compared, but nothing is blessed against it
 
-    cand_metrics = task.compute_metrics(y, p_cand)
+    cand_metrics = task.scoring.compute_metrics(y, p_cand)
     predictions = prediction_reference(p_cand, classes)
     drift = (prediction_drift(champion.prediction_reference, predictions, config.watch)
              if champion.prediction_reference and predictions else None)
     if p_champ is not None:
-        champion.metrics = task.compute_metrics(y, p_champ)
-    judgement = judge_candidate(y, p_cand, p_champ, config, scored.slice_columns, snapshot.schema.numeric, scorer=task,
-                                baseline=task.baseline(y, reference))
+        champion.metrics = task.scoring.compute_metrics(y, p_champ)
+    judgement = judge_candidate(y, p_cand, p_champ, config, scored.slice_columns, snapshot.schema.numeric, scorer=task.scoring,
+                                baseline=trivial_predictions(task.scoring, y, reference))
     all_checks = judgement.checks
     has_rules = bool(ev.thresholds)
     blessed = judgement.passed and champion.error is None
@@ -184,7 +185,7 @@ def evaluate_candidate(
         "slices": slices,
         "checks": result.checks,
         "class_names": classes,
-        "baseline_name": task.baseline_name,
+        "baseline_name": task.scoring.baseline_name,
         "confusion_matrix": result.confusion_matrix,
         "thresholds": {k: vars(v) for k, v in ev.thresholds.items()},
         "champion_error": champion.error,

@@ -1,6 +1,6 @@
 """KFP adapter: prepare_run."""
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from kfp import dsl
 
@@ -16,12 +16,7 @@ def prepare_run(
     trigger: str,
     data_uri: str,
     default_config_json: str = "",
-    training_steps: Optional[int] = None,  # noqa: UP045 - kfp 2.17 reads no `X | None`
-    workers: Optional[int] = None,  # noqa: UP045 - kfp 2.17 reads no `X | None`
-    learning_rate: Optional[float] = None,  # noqa: UP045 - kfp 2.17 reads no `X | None`
-    batch_size: Optional[int] = None,  # noqa: UP045 - kfp 2.17 reads no `X | None`
-    blessing_allowed_change: Optional[float] = None,  # noqa: UP045 - kfp 2.17 reads no `X | None`
-    training_window_days: Optional[int] = None,  # noqa: UP045 - kfp 2.17 reads no `X | None`
+    run_form: str = "",
 ) -> NamedTuple(
     "PreparedRun",
     [("config_json", str), ("mlflow_run_id", str), ("data_fingerprint", str), ("training_run_id", str)],
@@ -29,8 +24,8 @@ def prepare_run(
     """Validate the run's config, fingerprint the data cheaply and open the run's MLflow runs.
 
     ``default_config_json`` is the config the pipeline was compiled with: a run whose ``config_json`` is
-    empty gets it, not the laptop defaults. ``training_steps`` … ``training_window_days``: the run form's
-    knobs (the pipeline's typed parameters, components/steps/prepare_run/run_form.py); all None: no form."""
+    empty gets it, not the laptop defaults. ``run_form``: the run form's knobs as ``name=value`` lines
+    (the pipeline's typed parameters, ``ctpipe.components.run_config.run_form``); empty: no form."""
     from collections import namedtuple
 
     from ctpipe.components.lib.kfp_support import step_status
@@ -38,13 +33,7 @@ def prepare_run(
     with step_status("prepare_run") as record:
         # Imported inside the step, so its record counts the import time (components/lib/kfp_support.py).
         from ctpipe.components.steps.prepare_run.prepare import prepare_run as prepare
-        from ctpipe.components.steps.prepare_run.run_form import run_form_from_values
 
-        knobs = {
-            "training_steps": training_steps, "workers": workers, "learning_rate": learning_rate,
-            "batch_size": batch_size, "blessing_allowed_change": blessing_allowed_change,
-            "training_window_days": training_window_days,
-        }
         prepared = prepare(
             config_json,
             config_overrides,
@@ -53,7 +42,7 @@ def prepare_run(
             trigger=trigger,
             data_uri=data_uri,
             default_config_json=default_config_json,
-            run_form=run_form_from_values(knobs) if any(v is not None for v in knobs.values()) else None,
+            run_form=run_form,
         )
         record.setup_seconds = prepared.mlflow_setup_seconds
         record.result = {

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctpipe.components.lib.config import TRIGGERS, Config, apply_settings
+from ctpipe.components.lib.config import TRIGGERS, Config
 from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import ConfigError
-from ctpipe.components.steps.prepare_run.run_form import RunForm, apply_run_form, defaults_of
-
-_NEXT_SETTING = re.compile(r";(?=\s*[A-Za-z_]\w*\.[\w.]+\s*=)")
+from ctpipe.components.run_config import resolve_config
+from ctpipe.components.run_config.run_form import parse_form_text
 
 
 @dataclass
@@ -30,47 +28,6 @@ class PreparedRun:
     # Opening the experiment and the run, imports excluded: on a new local home this creates the MLflow
     # database with all its migrations (orchestration, not the step's work: components/lib/kfp_support.py).
     mlflow_setup_seconds: float = 0.0
-
-
-def resolve_config(config_json: str, overrides: str, *, default_json: str = "", run_form: RunForm | None = None) -> Config:
-    """The config from JSON with newline- or ';'-separated KEY=VALUE overrides applied (a ';' followed by
-    something other than ``section.field=`` is part of the value); an empty JSON means
-    ``default_json`` (the config the pipeline was compiled with), and the defaults when that is empty too.
-
-    The overrides apply exactly as ``ctpipe run --set`` applies them (``evaluate.thresholds={}`` replaces the
-    whole mapping). An override that changes the task (``task.name``, ``task.entrypoint``) layers as a local
-    run does: the compiled task's ``config_defaults`` (where the compiled config kept them) give way to the
-    new task's, then the run's overrides apply, so a pipeline compiled for one task runs another with that
-    task's selection metric, blessing rules and model name, and the compiled user's own settings.
-
-    ``run_form`` (the pipeline's typed parameters) applies over the JSON and under the overrides: each knob
-    that differs from its default, the compiled config's value (``run_form.py``).
-
-    A pipeline compiled for a cluster (a PyTorchJob or TrainJob backend) refuses a run's override back to
-    the local backend: it would train inside the 1-CPU step pod instead of the workers.
-    """
-    # Empty on a cluster pipeline: its compiled config (a PyTorchJob backend), never the laptop defaults.
-    chosen = config_json if config_json.strip() else default_json
-    base = Config.from_json(chosen).to_dict() if chosen.strip() else Config().to_dict()
-    if run_form is not None:
-        compiled = Config.from_json(default_json) if default_json.strip() else Config()
-        base = apply_run_form(base, run_form, defaults_of(compiled))
-    # A ';' separates settings only where another SECTION.FIELD= follows, so a value keeps its own ';' (a URI).
-    settings = [s.strip() for line in overrides.splitlines() for s in _NEXT_SETTING.split(line) if s.strip()]
-    values = apply_settings(base, settings)
-    if values["task"] != base["task"]:
-        from ctpipe.components.tasks.run_config import with_task_defaults_of
-
-        values = apply_settings(with_task_defaults_of(base, values["task"]), settings)
-    config = Config.from_dict(values)
-    compiled_backend = base["train"]["backend"]
-    if compiled_backend != "local" and config.train.backend == "local":
-        raise ConfigError(
-            f"invalid run override 'train.backend=local': this pipeline was compiled for a cluster "
-            f"(train.backend={compiled_backend}), where a local backend would train inside the train step's own "
-            "1-CPU pod. Allowed at run time: 'auto', 'trainjob' or 'pytorchjob'; run `ctpipe run` for local training."
-        )
-    return config
 
 
 def git_commit() -> str:
@@ -115,16 +72,20 @@ def content_key(data_fingerprint: str, config: Config, code_version: str) -> str
 
 def prepare_run(
     config_json: str, overrides: str, *, tracking_uri: str, pipeline_run_id: str, trigger: str, data_uri: str,
-    default_config_json: str = "", run_form: RunForm | None = None,
+    default_config_json: str = "", run_form: str = "",
 ) -> PreparedRun:
     """Validate everything a run is configured with, then get-or-create its MLflow run (idempotent on retry)
-    and, with caching on, the MLflow run of its data, config and code, which the cached steps log to."""
+    and, with caching on, the MLflow run of its data, config and code, which the cached steps log to.
+
+    The config: the compiled ``default_config_json`` (or the run's own ``config_json``), the ``run_form``
+    knobs (``name=value`` lines) and the run's ``overrides``, resolved by ``ctpipe.components.run_config``."""
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     # Both are recorded (MLflow tags, step records, KFP's run): a password in either would be kept there.
     for name, uri in (("data_uri", data_uri), ("tracking_uri", tracking_uri)):
         refuse_uri_credentials(uri, name=name, recorded_in="it is recorded in MLflow tags and step records")
-    config = resolve_config(config_json, overrides, default_json=default_config_json, run_form=run_form)
+    config = resolve_config(compiled=default_config_json, config_json=config_json,
+                            run_form=parse_form_text(run_form) if run_form.strip() else None, overrides=overrides)
     from ctpipe.components.tasks import check_evaluation_metrics, load_task
 
     # The first step of a run: a missing or incomplete task, or a blessing rule on a metric it does not

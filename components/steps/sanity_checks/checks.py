@@ -71,7 +71,7 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     (None: the task's own loss)."""
     tracker = StepTracker()
     timed: list[CheckResult] = []
-    ctx = CheckContext(factory, data, task, loss_fn or task.loss, loss_fn, trainer_precision(cfg))
+    ctx = CheckContext(factory, data, task, loss_fn or task.objective.loss, loss_fn, trainer_precision(cfg))
 
     def timed_run(fn, *args):
         start = time.perf_counter()
@@ -97,9 +97,9 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
 def task_checks(ctx: CheckContext, cfg: Config) -> list[CheckResult]:
     """The task's own checks (``Task.extra_checks``), e.g. causality and next-token targets for a language model,
     on the fresh model and again after ``WARM_UP_STEPS`` of the trainer's steps."""
-    fresh = list(ctx.task.extra_checks(ctx.factory, ctx.data.train, ctx.data.state))
+    fresh = list(ctx.task.checks.extra_checks(ctx.factory, ctx.data.train, ctx.data.state))
     steps = max(ctx.warm_up_steps, WARM_UP_STEPS)
-    warmed = list(ctx.task.extra_checks(lambda: warmed_up(ctx, cfg, ctx.factory(), steps), ctx.data.train,
+    warmed = list(ctx.task.checks.extra_checks(lambda: warmed_up(ctx, cfg, ctx.factory(), steps), ctx.data.train,
                                         ctx.data.state))
     return at_init_and_warmed_up(fresh, warmed, steps, zero_layers=bool(ctx.warm_up_steps))
 
@@ -169,7 +169,7 @@ def check_init_loss(ctx: CheckContext, tol: float) -> list[CheckResult]:
     initialisation), and torch's raw default init as a warning (its logits have a spread of their own).
     """
     out = []
-    for case in ctx.task.init_losses(ctx.data.train.targets, ctx.data.state, tol):
+    for case in ctx.task.checks.init_losses(ctx.data.train.targets, ctx.data.state, tol):
         model = ctx.factory()
         if not case.applies(model):
             continue
@@ -320,7 +320,7 @@ def check_overfit_one_batch(ctx: CheckContext, cfg: Config, tracker: StepTracker
 
     def scores() -> tuple[float, float | None]:
         logits = eval_logits(model, batch.inputs, ctx.precision.autocast)
-        metrics = ctx.task.row_metrics(logits, yb)
+        metrics = ctx.task.objective.row_metrics(logits, yb)
         accuracy = float(metrics["accuracy"].double().mean()) if "accuracy" in metrics else None
         return float(ctx.loss_fn(logits, yb)), accuracy
 

@@ -57,7 +57,7 @@ def run_sanity_checks(
     data = load_sanity_data(snapshot, config, task)
 
     def default_factory():
-        return task.build_model(config, snapshot.state)
+        return task.model.build(config, snapshot.state)
 
     build = model_factory or default_factory
 
@@ -67,10 +67,10 @@ def run_sanity_checks(
 
     first = data.first_batch
     check_selection_metric(seeded_factory(), first.examples, config, task)
-    described = task.describe_batch(first.examples, first.raw, snapshot.state, snapshot.schema)
+    described = task.checks.describe_batch(first.examples, first.raw, snapshot.state, snapshot.schema)
     dump = {"drawn": first.drawn, **{k: v for k, v in described.items() if k != "drawn"}}
     write_text(first_batch_path, json.dumps(dump, indent=1, default=str))
-    checks = [check_first_batch_roundtrip(dump, task.batch_mismatches(dump, first.raw, snapshot.schema))]
+    checks = [check_first_batch_roundtrip(dump, task.checks.batch_mismatches(dump, first.raw, snapshot.schema))]
     # Tiny models: one thread is as fast, and far faster when the CPU is shared (2 threads spin-wait; the task
     # outputs check generates text token by token: 10x slower on two threads of a busy 2-core machine).
     threads = torch.get_num_threads()
@@ -106,5 +106,5 @@ def check_selection_metric(model: Any, batch: Any, config: Config, task: Any) ->
 
     model.eval()
     with torch.no_grad():
-        names = task.row_metrics(model(*batch.inputs), batch.targets)
+        names = task.objective.row_metrics(model(*batch.inputs), batch.targets)
     check(task, config.select.metric, names)

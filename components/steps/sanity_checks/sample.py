@@ -89,7 +89,7 @@ def _counts(strata: pd.Series | None) -> str:
 
 
 def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = SAMPLE_SEED) -> SanityData:
-    """Samples of the train and val splits (stratified by ``task.strata``), encoded exactly as training does.
+    """Samples of the train and val splits (stratified by ``task.checks.strata``), encoded exactly as training does.
 
     The splits are read a record batch at a time for the strata; only the sampled rows are read whole.
     """
@@ -104,7 +104,7 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = 
         """Each row's stratum in ``split`` (0 throughout when the task does not stratify), and whether it does."""
         parts, stratified = [], True
         for frame in snapshot.batches(split):
-            found = task.strata(frame, schema)
+            found = task.checks.strata(frame, schema)
             stratified = stratified and found is not None
             parts.append(pd.Series(0, index=frame.index) if found is None else found)
         return (pd.concat(parts, ignore_index=True) if parts else pd.Series([], dtype=object)), stratified
@@ -125,8 +125,8 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = 
     val = _rows_of_rest(train_path, val_path, others, chosen)
     n_rest = len(rest_strata)
 
-    train_examples = task.encode(train, state)
-    val_examples = task.encode(val, state) if len(val) else train_examples.select(slice(0, 0))
+    train_examples = task.codec.encode(train, state)
+    val_examples = task.codec.encode(val, state) if len(val) else train_examples.select(slice(0, 0))
     try:
         sharded = reads_shards(n_train, in_memory_rows=cfg.train.in_memory_rows, task=task)
         first_rows = first_batch_indices(n_train, batch_size=cfg.train.batch_size, world_size=cfg.train.workers,
@@ -138,9 +138,9 @@ def load_sanity_data(snapshot: Snapshot, cfg: Config, task: Any, *, seed: int = 
     except (ValueError, RuntimeError):
         first_rows, drawn = list(range(min(FIRST_BATCH_ROWS, n_train))), "the first train rows"
     raw = take_rows(train_path, np.asarray(first_rows, dtype=np.int64))
-    first = FirstBatch(raw, task.encode(raw, state), drawn=drawn)
-    sampled = (f"train sample {len(train)} of {n_train} train rows ({_counts(task.strata(train, schema))}), "
+    first = FirstBatch(raw, task.codec.encode(raw, state), drawn=drawn)
+    sampled = (f"train sample {len(train)} of {n_train} train rows ({_counts(task.checks.strata(train, schema))}), "
                f"held-out sample {len(val)} of the other {n_rest} train and val rows "
-               f"({_counts(task.strata(val, schema)) if len(val) else 'none'}){', stratified' if stratified else ''} "
+               f"({_counts(task.checks.strata(val, schema)) if len(val) else 'none'}){', stratified' if stratified else ''} "
                f"by label (at least {floor} rows a class where there are)")
     return SanityData(train_examples, val_examples, state, first, sampled)

@@ -77,14 +77,14 @@ def row_losses(model, task, batch, loss_fn: LossFn | None = None, autocast: Auto
     logits = eval_logits(model, batch.inputs, autocast)
     y = batch.targets
     if loss_fn is None:
-        return task.row_losses(logits, y).double()
+        return task.objective.row_losses(logits, y).double()
     with torch.no_grad():
         return torch.stack([loss_fn(logits[i : i + 1], y[i : i + 1]) for i in range(len(y))]).double()
 
 
 def trainer_init(model, task, state, targets) -> Any:
     """The model initialised as the trainer does (the task's ``init_model``, e.g. bias at the log prior)."""
-    task.init_model(model, state, targets)
+    task.model.init(model, state, targets)
     return model
 
 

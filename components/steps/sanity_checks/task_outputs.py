@@ -39,13 +39,13 @@ def check_task_outputs(task: Any, model: Any, raw: Any, state: dict[str, Any], f
             targets = checked_targets(task, rows, state)
             part = "predict"
             predictions = checked_predict(task, model, rows, state, state, probe=True)
-            check_class_predictions(task, predictions, list(task.class_names(state) or []))
+            check_class_predictions(task, predictions, list(task.scoring.class_names(state) or []))
             part = "compute_metrics"
-            metrics = dict(task.compute_metrics(targets, predictions))
+            metrics = dict(task.scoring.compute_metrics(targets, predictions))
             part = "serve"
-            served = task.serve(model, rows[features], state)
+            served = task.serving.serve(model, rows[features], state)
             check_served_rows(task, served, len(rows))
-            check_served_order(task, served, task.serve(model, rows[features].iloc[::-1], state))
+            check_served_order(task, served, task.serving.serve(model, rows[features].iloc[::-1], state))
     except TaskOutputError as err:
         return CheckResult("task_outputs", False, None, RULE, f"on {len(rows)} first-batch rows: {err}")
     except Exception as err:  # the user's code: any error is theirs to see, with the part that raised it

@@ -85,17 +85,17 @@ def score_export(model_path: str | Path, snapshot_dir: str | Path) -> dict[str, 
     task = exported.task
     # A task that encodes row by row is scored a row group at a time (the split may not fit in memory);
     # one that packs rows (causal_lm) encodes the split whole, as the trainer does.
-    frames = snapshot.batches("val") if task.rowwise_encoding else [snapshot.frame("val")]
+    frames = snapshot.batches("val") if task.codec.rowwise else [snapshot.frame("val")]
     sums: dict[str, float] = {}
     count = 0
     with torch.no_grad():
         for frame in frames:
-            examples = task.encode(frame, exported.state)
+            examples = task.codec.encode(frame, exported.state)
             count += len(examples)
             for start in range(0, len(examples), SCORE_BATCH):
                 part = examples.select(torch.arange(start, min(start + SCORE_BATCH, len(examples))))
                 outputs = exported.model(*part.inputs)
-                per_row = {"loss": task.row_losses(outputs.float(), part.targets)} | task.row_metrics(outputs,
+                per_row = {"loss": task.objective.row_losses(outputs.float(), part.targets)} | task.objective.row_metrics(outputs,
                                                                                                        part.targets)
                 for name, values in per_row.items():
                     sums[name] = sums.get(name, 0.0) + float(values.double().sum())

@@ -25,7 +25,7 @@ from ctpipe.components.lib.data.stream_stats import TableStats
 def task_table_stats(train: pd.DataFrame, schema: Schema, task: Any, *, first_row: int = 0) -> TableStats:
     """The statistics of ``train``'s columns and of the task's drift columns derived from its rows (``first_row``:
     the position of its first row in the train split, for the sample's priorities)."""
-    derived = task.drift_columns(train, schema)
+    derived = task.profile.drift_columns(train, schema)
     if not len(derived.columns):
         return table_stats(train, schema, first_row=first_row)
     extended = dataclasses.replace(schema, numeric=[*schema.numeric, *derived.columns])
@@ -36,7 +36,7 @@ def task_reference_stats(train: pd.DataFrame, schema: Schema, task: Any) -> dict
     """The train split's reference statistics, with the task's drift columns (``Task.drift_columns``)
     judged like numeric columns by the watcher, and its summed ``Task.drift_histograms``."""
     return reference_stats_of(task_table_stats(train, schema, task),
-                              add_histograms({}, task.drift_histograms(train, schema)))
+                              add_histograms({}, task.profile.drift_histograms(train, schema)))
 
 
 def add_task_drift_stats(snapshot: Snapshot, task: Any) -> None:
@@ -45,12 +45,12 @@ def add_task_drift_stats(snapshot: Snapshot, task: Any) -> None:
     stats, histograms, seen = None, {}, 0
     for frame in snapshot.batches("train"):
         first = frame.iloc[:1]
-        if stats is None and not len(task.drift_columns(first, snapshot.schema).columns) and not (
-                task.drift_histograms(first, snapshot.schema)):
+        if stats is None and not len(task.profile.drift_columns(first, snapshot.schema).columns) and not (
+                task.profile.drift_histograms(first, snapshot.schema)):
             return
         part = task_table_stats(frame, snapshot.schema, task, first_row=seen)
         seen += len(frame)
         stats = part if stats is None else stats.merge(part)
-        add_histograms(histograms, task.drift_histograms(frame, snapshot.schema))
+        add_histograms(histograms, task.profile.drift_histograms(frame, snapshot.schema))
     if stats is not None:
         write_reference_stats(snapshot.root / "reference_stats.json", reference_stats_of(stats, histograms))

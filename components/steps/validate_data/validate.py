@@ -172,9 +172,9 @@ def _structure(data: pd.DataFrame, config: Config, reference_schema: dict[str, A
             examples=example_rows(data, data[label].isna(), list(data.columns)[:8])))
     if label in data.columns:
         # The label's kind first: a continuous label given to a classifier is no matter of class counts.
-        kind = check_label_kind(data[label], task.label_kind, task.name)
+        kind = check_label_kind(data[label], task.codec.label_kind, task.name)
         found += kind
-        if task.label_kind == "classes" and not errors(kind):
+        if task.codec.label_kind == "classes" and not errors(kind):
             found += checks.check_label_classes(data[label])
     return found
 
@@ -199,7 +199,7 @@ def _batch_size_findings(config: Config, train_rows: int, task: Any) -> list[Fin
     sanity gate. Each of train.workers ranks gets ``train_rows // workers`` rows (the sampler drops the rest)
     and needs one full batch; data.max_train_rows caps the rows (data.window_days is known only when the
     snapshot is written; the ranks check that case). Only for a task with one example per row."""
-    if not task.rowwise_encoding or train_rows == 0:
+    if not task.codec.rowwise or train_rows == 0:
         return []
     t = config.train
     rows = train_rows if config.data.max_train_rows is None else min(train_rows, config.data.max_train_rows)
@@ -230,7 +230,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
         scanned = stream.scan(data_uri, files, config.data.format, label=label, key=config.data.key,
                               features=list(config.data.features), settings=SplitSettings.from_config(config.data),
                               sample_rows=config.validation.sample_rows,
-                              stratify_by_label=task.label_kind == "classes", on_batch=meter.advance)
+                              stratify_by_label=task.codec.label_kind == "classes", on_batch=meter.advance)
         meter.finish()
         data = scanned.sample
         summary.judged_on = scanned.judged_on()
@@ -256,8 +256,8 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     summary.findings += _window_findings(config, partitions)
     if errors(summary.findings):
         return _Outcome(None, None)
-    schema = _schema_for(data, config, reference_schema, label, task.label_kind)
-    schema = schema.with_task_columns(task.own_columns(schema))
+    schema = _schema_for(data, config, reference_schema, label, task.codec.label_kind)
+    schema = schema.with_task_columns(task.profile.own_columns(schema))
     summary.findings += checks.check_schema_changes(data, reference_schema, schema)
     if errors(summary.findings):
         return _Outcome(None, None)
@@ -277,7 +277,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     suite = ref.suite or profile_suite(
         train, parts, schema, range_margin=config.validation.range_margin,
         null_fraction_allowance=config.validation.null_fraction_allowance, min_rows=config.validation.min_rows,
-        label_kind=task.label_kind)
+        label_kind=task.codec.label_kind)
     if scanned is not None and ref.suite is None:
         v = config.validation
         suite = exact_profile(suite, scanned, schema.label, range_margin=v.range_margin,
@@ -285,9 +285,9 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     timer.lap("profile")
     # The task's own expectations (an image decodes, a text is valid UTF-8) run in the same suite, over
     # columns it derives from the rows; they are added at every run, not stored in the profiled suite.
-    task_suite = {**suite, "expectations": [*suite["expectations"], *task.expectations(schema)]}
+    task_suite = {**suite, "expectations": [*suite["expectations"], *task.profile.expectations(schema)]}
     checked = data.drop(columns=[SPLIT_COLUMN])
-    derived = task.check_columns(checked, schema)
+    derived = task.profile.check_columns(checked, schema)
     if len(derived.columns):
         checked = pd.concat([checked, derived], axis=1)
     summary.findings += run_suite(task_suite, checked, parts)

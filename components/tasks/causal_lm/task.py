@@ -19,12 +19,24 @@ from ctpipe.components.lib.errors import DataValidationError
 from ctpipe.components.tasks.causal_lm import tokenizer
 from ctpipe.components.tasks.causal_lm.sizes import LMConfig, lm_config
 from ctpipe.components.tasks.causal_lm.text_stats import (
+    SHARE_NAMES,
     as_bytes,
     text_byte_counts,
     text_checks,
     text_drift_columns,
 )
 from ctpipe.components.tasks.protocol import Batch, InitLoss, Metric, SanitySpec, TaskBase, TaskState
+from ctpipe.components.tasks.spec import (
+    DataCodec,
+    DataProfile,
+    Demo,
+    ModelParts,
+    Objective,
+    SanityChecks,
+    Scoring,
+    Serving,
+    TaskSpec,
+)
 
 if TYPE_CHECKING:  # torch is imported where a method needs it: validation reads the task's data side only
     import torch
@@ -36,7 +48,7 @@ MAX_DOCUMENT_BYTES = 1_000_000
 
 
 class CausalLM(TaskBase):
-    """Next-byte prediction on a text column by a GPT-style decoder (``model.py``)."""
+    """Next-byte prediction on a text column by a GPT-style decoder (``model.py``); ``spec()`` is the task."""
 
     name = "causal_lm"
     metrics = (Metric("loss", False), Metric("bits_per_byte", False))
@@ -63,6 +75,34 @@ class CausalLM(TaskBase):
         self.text_column = text_column
         self.model_config = lm_config(size, **model_overrides)
         self.generate_tokens = int(generate_tokens)
+
+    def spec(self) -> TaskSpec:
+        """The task's parts: the targets are the text's own next tokens (no label column), one document may
+        span several sequences (not row-wise), the model must be causal along dimension 1. Read from this
+        object's methods and attributes, so a subclass's overrides are its spec's."""
+        return TaskSpec(
+            name=self.name,
+            codec=DataCodec(fit=self.fit, encode=self.encode, targets=self.targets, fit_streamed=self.fit_streamed,
+                            target_columns=self.target_columns, rowwise=self.rowwise_encoding,
+                            needs_label=self.needs_label, label_kind=self.label_kind, key_column=self.key_column),
+            model=ModelParts(build=self.build_model, shard_units=self.shard_units, init=self.init_model,
+                             describe=self.describe_model),
+            objective=Objective(loss=self.loss, row_losses=self.row_losses, row_metrics=self.row_metrics),
+            scoring=Scoring(metrics=self.metrics, predict=self.predict, compute_metrics=self.compute_metrics,
+                            baseline=self.baseline, baseline_name=self.baseline_name,
+                            paired_bootstrap=self.paired_bootstrap, unit_sums=self.unit_sums),
+            checks=SanityChecks(init_losses=self.init_losses, sanity=self.sanity,
+                                strata=self.strata, describe_batch=self.describe_batch,
+                                batch_mismatches=self.batch_mismatches, extra_checks=self.extra_checks),
+            serving=Serving(serve=self.serve),
+            profile=DataProfile(own_columns=self.own_columns, expectations=self.expectations,
+                                check_columns=self.check_columns, drift_columns=self.drift_columns,
+                                drift_histograms=self.drift_histograms,
+                                # A text's byte-class shares drift together: judged as one profile.
+                                joint_profiles={"profile": SHARE_NAMES}),
+            defaults=tuple(self.config_defaults),
+            demo=Demo(write_data=self.write_demo_data, settings=tuple(self.demo_settings)),
+        )
 
     # -- data -------------------------------------------------------------------------------------
     def column(self, schema: Any) -> str:
@@ -116,6 +156,7 @@ class CausalLM(TaskBase):
         """The decoder's shape: the one fitted into ``state`` (what ``build_model`` builds), else the configured."""
         return dict(state.get("model") or self.model_config.to_dict())
 
+    # Benchmark facts of the configured model, not parts of the task (``benchmarks/trainer.py``'s MFU).
     def flops_per_token(self) -> float:
         """Training FLOPs per token of the configured model (for MFU in ``benchmarks/trainer.py``)."""
         from ctpipe.components.tasks.causal_lm.model import flops_per_token
@@ -293,6 +334,6 @@ class CausalLM(TaskBase):
         return out
 
 
-def make_task(**options: Any) -> CausalLM:
+def make_task(**options: Any) -> TaskSpec:
     """The factory ``task.name: causal_lm`` resolves to; ``task.options`` are ``CausalLM``'s keywords."""
-    return CausalLM(**options)
+    return CausalLM(**options).spec()

@@ -41,13 +41,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_task_demo(args: argparse.Namespace) -> int:
-    """A task's own demo data: the task provides ``write_demo_data(out, days=, drift_from_day=)``."""
+    """A task's own demo data: the task's ``demo.write_data(out, days=, drift_from_day=)``."""
     from ctpipe.components.tasks import load_task
 
     task = load_task({"name": args.task, "entrypoint": None, "options": {}})
-    writer = task.write_demo_data
-    if writer is None:
+    if task.demo is None:
         raise UserError(f"task {args.task!r} has no demo data of its own; leave out --task for the tabular demo")
-    paths = writer(args.out, days=args.days, drift_from_day=args.drift_from_day)
+    paths = task.demo.write_data(args.out, days=args.days, drift_from_day=args.drift_from_day)
     print(f"wrote {len(paths)} partitions of {args.task} demo data under {Path(args.out).resolve()}")
     return 0

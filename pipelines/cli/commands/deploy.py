@@ -58,7 +58,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctpipe.pipelines.cluster_config import load_cluster_config
+    from ctpipe.components.run_config import resolve_config
     from ctpipe.pipelines.continuous_training import PIPELINE_NAME
     from ctpipe.pipelines.deploy import upload as deploy
     from ctpipe.pipelines.deploy.kfp_client import connect
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_uri_credentials(args.host, name="--host", recorded_in="it is echoed in messages and logs")
     if args.schedule:
         deploy.validate_cron(args.schedule)  # fail before compiling or contacting anything
-    config = load_cluster_config(args.config, args.overrides)
+    config = resolve_config(file=args.config, settings=args.overrides, target="cluster")
     with tempfile.TemporaryDirectory() as tmp:
         if args.package:
             package = Path(args.package)

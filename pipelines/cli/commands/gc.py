@@ -36,11 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.tracking import RegistryUnavailableError, bounded_mlflow_http
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import resolve_config
     from ctpipe.pipelines.local.local_run import default_home
     from ctpipe.pipelines.retention.gc import collect_garbage
 
-    config = load_run_config(args.config, list(args.overrides))
+    config = resolve_config(file=args.config, settings=args.overrides)
     home = Path(args.home) if args.home else default_home()
     uri = existing_registry_uri(args, config.registry.tracking_uri)
     try:

@@ -72,9 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _registry(args: argparse.Namespace):
     from ctpipe.components.lib.registry.registry import Registry
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import resolve_config
 
-    config = load_run_config(args.config, list(args.overrides)).registry
+    config = resolve_config(file=args.config, settings=args.overrides).registry
     if args.model_name:
         config.model_name = args.model_name
     return Registry(existing_registry_uri(args, config.tracking_uri), config)

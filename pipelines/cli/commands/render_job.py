@@ -19,14 +19,11 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import copy
-
-    from ctpipe.components.tasks.run_config import load_run_config
-    from ctpipe.pipelines.cluster_config import CLUSTER_DEFAULTS
+    from ctpipe.components.run_config import resolve_config
     from ctpipe.pipelines.cluster_job import render_pytorchjob_yaml
 
     # The defaults `ctpipe compile` starts from, so the same flags show the job the compiled pipeline submits
     # (train.backend=auto, MLflow credentials from the manifests' secret), not one built on `ctpipe run`'s defaults.
-    config = load_run_config(args.config, args.overrides, defaults=copy.deepcopy(CLUSTER_DEFAULTS))
+    config = resolve_config(file=args.config, settings=args.overrides, target="cluster", check_target=False)
     print(render_pytorchjob_yaml(config), end="")
     return 0

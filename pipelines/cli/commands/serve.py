@@ -46,11 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.errors import UserError
     from ctpipe.components.lib.registry.verified_model import download_verified
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import resolve_config
 
     if not 0 < args.port < 65536:
         raise UserError(f"--port {args.port}: expected a port number from 1 to 65535")
-    registry = load_run_config(args.config, list(args.overrides)).registry
+    registry = resolve_config(file=args.config, settings=args.overrides).registry
     uri = existing_registry_uri(args, registry.tracking_uri)
     model_uri = args.model or f"models:/{registry.model_name}@{registry.champion_alias}"
     if args.download:

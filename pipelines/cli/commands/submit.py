@@ -59,13 +59,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
-    from ctpipe.pipelines.cluster_config import load_cluster_config
+    from ctpipe.components.run_config import resolve_config
     from ctpipe.pipelines.deploy import kfp_runs
     from ctpipe.pipelines.deploy.kfp_client import connect
 
     # Validates --config and --set before contacting the server; the file travels as config_json, over the
     # same cluster defaults the pipeline was compiled with (else it would bring back train.backend=local).
-    config = load_cluster_config(args.config, args.overrides)
+    config = resolve_config(file=args.config, settings=args.overrides, target="cluster")
     config_json = config.to_json() if args.config else None
     parameters = kfp_runs.run_parameters(
         trigger=args.trigger, data_uri=args.data, overrides=args.overrides, config_json=config_json, extra=params
@@ -134,10 +134,10 @@ def _submit_local(args: argparse.Namespace) -> int:
 def _attach_report(summary: dict, report: str, config_path: str | None, overrides: list[str], home: str | None) -> None:
     """Log the drift report that started this run on the run's MLflow run (artifact folder ``drift/``)."""
     from ctpipe.components.lib.tracking import local_tracking_uri
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import resolve_config
     from ctpipe.pipelines.local.local_run import default_home
     from ctpipe.pipelines.triggers.report import log_drift_report
 
-    config = load_run_config(config_path, overrides)
+    config = resolve_config(file=config_path, settings=overrides)
     uri = config.registry.tracking_uri or local_tracking_uri(home or default_home())
     log_drift_report(uri, summary["mlflow_run_id"], report)

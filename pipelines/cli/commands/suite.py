@@ -44,9 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import resolve_config
 
-    config = load_run_config(args.config, list(args.overrides))
+    config = resolve_config(file=args.config, settings=args.overrides)
     if args.suite_command == "profile":
         from ctpipe.pipelines.local.validate_alone import profile_suite
 

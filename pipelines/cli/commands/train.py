@@ -42,10 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.errors import TrainingError
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import resolve_config
     from ctpipe.pipelines.local.train_alone import SUMMARY_FILE, train_standalone
 
-    config = load_run_config(args.config, args.overrides)
+    config = resolve_config(file=args.config, settings=args.overrides)
     try:
         summary = train_standalone(args.data, args.out, config, tracking_uri=args.tracking_uri or None)
     except TrainingError as err:

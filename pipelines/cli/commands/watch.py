@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.credentials import refuse_uri_credentials
     from ctpipe.components.lib.errors import UserError
     from ctpipe.components.lib.tracking import local_tracking_uri
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import resolve_config
     from ctpipe.pipelines.triggers.watch import check_once, watch_loop
 
     # Same default as 'ctpipe run', so the watcher finds the champion that run registered.
@@ -53,12 +53,10 @@ def run(args: argparse.Namespace) -> int:
     if args.host and args.local:
         raise UserError("--host and --local exclude each other: start runs on KFP (--host URL) or locally (--local).")
     if args.host:
-        from ctpipe.pipelines.cluster_config import load_cluster_config
-
         # Runs on KFP get config_json over the cluster defaults the pipeline was compiled with (as submit does).
-        config = load_cluster_config(args.config, args.overrides)
+        config = resolve_config(file=args.config, settings=args.overrides, target="cluster")
     else:
-        config = load_run_config(args.config, args.overrides)
+        config = resolve_config(file=args.config, settings=args.overrides)
     data_uri = args.data if "://" in args.data else str(Path(args.data).resolve())
     tracking_uri = args.tracking_uri or config.registry.tracking_uri or local_tracking_uri(home)
     # A dry run uses the starter only to read whether runs are still going (it starts and stops nothing).

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from ctpipe.components.engine.device import choose_device, gpus_per_rank
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.run_config import load_config
 
 CPU_ONLY = not torch.cuda.is_available()
 
@@ -71,6 +71,6 @@ def test_a_worker_asked_for_a_gpu_exits_before_joining_the_group(tmp_path):
 def test_the_precision_the_ranks_will_compute_in_is_known_before_they_start(settings, expected):
     """What the sanity gate trains in, from a CPU step: the ranks' precision, decided by the config as their device is."""
     from ctpipe.components.engine.parallelize import planned_precision
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import load_config
 
-    assert planned_precision(load_run_config(None, settings)) == expected
+    assert planned_precision(load_config(None, settings)) == expected

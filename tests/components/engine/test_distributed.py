@@ -14,10 +14,10 @@ import mlflow
 import pytest
 
 from ctpipe.components.engine import checkpointing as ckpt
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.lib.tracking import ensure_experiment
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.select_checkpoint.select import select_and_export
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch

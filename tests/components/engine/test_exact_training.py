@@ -37,10 +37,10 @@ def _causal_lm(_kind: str):
 
     task = make_task(dropout=0.1)
     docs = help_topic_documents().iloc[:16]
-    state = task.fit(docs, None)
-    batch = task.encode(docs, state)
+    state = task.codec.fit(docs, None)
+    batch = task.codec.encode(docs, state)
     part = batch.select(torch.arange(min(8, len(batch))))
-    return task.build_model(None, state), (part.inputs, part.targets), task.loss
+    return task.model.build(None, state), (part.inputs, part.targets), task.objective.loss
 
 
 def _trained_weights_sha256(build, kind: str) -> str:

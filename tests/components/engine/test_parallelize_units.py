@@ -8,9 +8,10 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
 from ctpipe.components.engine.parallelize import apply_fsdp, plan_fsdp_units
-from ctpipe.components.lib.config import ModelConfig, load_config
+from ctpipe.components.lib.config import ModelConfig
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.models.tabular import InputSpec, build_model
+from ctpipe.components.run_config import load_config
 
 SPEC = InputSpec(n_numeric=6, cardinalities=[5, 7], n_classes=3)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.fixtures.exact import EXACT_TRAINING

@@ -17,6 +17,7 @@ from ctpipe.components.lib.data.snapshot import (
     split_keys,
 )
 from ctpipe.components.lib.data.split_files import take_rows
+from ctpipe.components.tasks.legacy import with_members
 from ctpipe.components.tasks.tabular import make_task
 
 
@@ -48,7 +49,7 @@ def test_a_rank_reads_and_encodes_only_its_row_groups(snap):
     assert len(loaded) == shards.rows_encoded == n // 2
     # Only the groups its slice touches, two of them at most partly: far fewer than the whole split.
     assert n // 2 <= shards.rows_read <= n // 2 + 2 * max(sizes)
-    whole = make_task().encode(snap.frame("train"), snap.state)
+    whole = make_task().codec.encode(snap.frame("train"), snap.state)
     positions = shards.positions(0)
     assert torch.equal(loaded.targets, whole.targets[positions])
     assert all(torch.equal(a, b[positions]) for a, b in zip(loaded.inputs, whole.inputs, strict=True))
@@ -77,11 +78,11 @@ def test_the_sanity_first_batch_is_rank_0s_first_sharded_batch(snap):
     _, targets = stream.next_batch(torch.device("cpu"))
     first = first_batch_indices(n, batch_size=32, world_size=2, seed=11, group_sizes=group_sizes(snap.root / "train.parquet"))
     raw = take_rows(snap.root / "train.parquet", torch.tensor(first).numpy())
-    assert torch.equal(targets, make_task().encode(raw, snap.state).targets)
+    assert torch.equal(targets, make_task().codec.encode(raw, snap.state).targets)
 
 
 def test_the_sanity_step_shows_rank_0s_first_sharded_batch(snap):
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
     from ctpipe.components.steps.sanity_checks.sample import load_sanity_data
 
     cfg = load_config(None, ["data.key=customer_id", "train.in_memory_rows=0", "train.batch_size=32",
@@ -106,7 +107,7 @@ def test_a_restored_shard_stream_gives_the_same_batches(snap):
 
 
 def test_init_targets_are_the_whole_split_in_file_order(snap):
-    whole = make_task().encode(pd.read_parquet(snap.root / "train.parquet"), snap.state)
+    whole = make_task().codec.encode(pd.read_parquet(snap.root / "train.parquet"), snap.state)
     assert torch.equal(_shards(snap, rank=0).targets(), whole.targets)
 
 
@@ -119,13 +120,13 @@ def test_a_rank_loads_only_its_val_rows_and_scores_them_as_from_the_whole_split(
     from ctpipe.components.engine.data import load_split
     from ctpipe.components.engine.device import Dist
     from ctpipe.components.engine.loss_eval import evaluate, val_shard
-    from ctpipe.components.lib.config import load_config
+    from ctpipe.components.run_config import load_config
 
     monkeypatch.setattr(dist, "all_reduce", lambda tensor: None)  # each rank's own totals, compared below
     task = make_task()
     cfg = load_config(None, ["data.key=customer_id", "model.hidden=8", "model.depth=1"])
     torch.manual_seed(0)
-    model = task.build_model(cfg, snap.state)
+    model = task.model.build(cfg, snap.state)
     whole = load_split(snap, "val", task)
     n = len(whole)
     for rank in range(world):
@@ -140,14 +141,14 @@ def test_init_targets_read_only_the_columns_the_task_names(snap):
     (``Task.target_columns``) gets frames of those columns only, and the same targets."""
     task = make_task()
     seen: list[list[str]] = []
-    original = task.targets
+    original = task.codec.targets
 
     def recording(frame, state):
         seen.append(list(frame.columns))
         return original(frame, state)
 
-    task.targets = recording
+    task = with_members(task, targets=recording)
     shards = ShardedSplit(snap.root / "train.parquet", task, snap.state, rank=0, world_size=2, seed=7)
-    whole = make_task().encode(pd.read_parquet(snap.root / "train.parquet"), snap.state)
+    whole = make_task().codec.encode(pd.read_parquet(snap.root / "train.parquet"), snap.state)
     assert torch.equal(shards.targets(), whole.targets)
     assert seen and all(columns == [snap.state["label"]] for columns in seen), seen[:2]

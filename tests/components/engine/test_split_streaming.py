@@ -30,7 +30,7 @@ def test_batched_loading_equals_encoding_the_whole_split(tmp_path):
     assert len(list(split_batches(snap, "train"))) > 5
     loaded = load_split(snap, "train", make_task()).examples
     x_num, x_cat, y = tabular_arrays(snap, "train")
-    whole = make_task().encode(snap.frame("train"), snap.state)
+    whole = make_task().codec.encode(snap.frame("train"), snap.state)
     assert torch.equal(loaded.inputs[0], torch.tensor(x_num)) and torch.equal(loaded.inputs[1], torch.tensor(x_cat))
     assert torch.equal(loaded.targets, torch.tensor(np.asarray(y)))
     assert all(torch.equal(a, b) for a, b in zip(loaded.inputs, whole.inputs, strict=True))

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import torch
 
 from ctpipe.components.engine.trainer import Trainer
+from ctpipe.components.run_config import load_config
 from ctpipe.components.tasks import load_task
-from ctpipe.components.tasks.run_config import load_run_config
 
 
 def facts(settings: list[str], state: dict) -> dict:
-    cfg = load_run_config(None, settings)
+    cfg = load_config(None, settings)
     # system_facts reads only these of a built Trainer (which needs a process group and a snapshot).
     trainer = SimpleNamespace(cfg=cfg, task=load_task(cfg.task), state=state, n_params=10, global_batch=8,
                               dtype=torch.float32, d=SimpleNamespace(world_size=1, device=torch.device("cpu")))
@@ -20,8 +20,9 @@ def facts(settings: list[str], state: dict) -> dict:
 
 
 def test_a_language_models_params_name_its_decoder():
-    task = load_task(load_run_config(None, ["task.name=causal_lm"]).task)
-    logged = facts(["task.name=causal_lm"], {"model": task.model_config.to_dict()})
+    from ctpipe.components.tasks.causal_lm import CausalLM
+
+    logged = facts(["task.name=causal_lm"], {"model": CausalLM().model_config.to_dict()})
     assert logged["system.model.d_model"] == "64" and logged["system.model.seq_len"] == "64"
     assert "system.model.hidden" not in logged
 

@@ -13,8 +13,8 @@ from torch import nn
 from ctpipe.components.engine import checkpointing as ckpt
 from ctpipe.components.engine.data import BatchStream
 from ctpipe.components.engine.schedule import build_scheduler, lr_multiplier
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError, TrainingError
+from ctpipe.components.run_config import load_config
 
 
 def test_warmup_then_cosine_values():

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import DataValidationError, SanityCheckError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.registry import _CACHE
@@ -167,10 +167,10 @@ def test_the_example_registers_under_its_own_model_name(digits):
     """Before: the README's digits command, run on the home of the README's first command, registered under
     the demo's 'ctpipe-classifier' and so was validated against the tabular champion's suite (nine 'column
     dropped' errors). The task brings its own registry.model_name, as causal_lm does; --set still wins."""
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import load_config
 
-    assert load_run_config(None, TASK).registry.model_name == "ctpipe-digits"
-    assert load_run_config(None, [*TASK, "registry.model_name=mine"]).registry.model_name == "mine"
+    assert load_config(None, TASK).registry.model_name == "ctpipe-digits"
+    assert load_config(None, [*TASK, "registry.model_name=mine"]).registry.model_name == "mine"
 
 
 def test_the_example_is_written_on_the_minimal_api_in_at_most_80_lines():

@@ -38,7 +38,8 @@ def test_a_model_that_cannot_be_built_without_data_is_described_by_its_task():
         def build_model(self, config, state):
             return Wide(state["width"])
 
-    assert describe_built_model(NeedsState(), Config(), {}) == {"kind": "wide_task"}
+    task = NeedsState()
+    assert describe_built_model(task.name, task.model.build, Config(), {}) == {"kind": "wide_task"}
 
 
 def test_the_tabular_tasks_keep_describing_their_model_section():

@@ -27,8 +27,8 @@ def frame(rows: int = 300, seed: int = 0) -> pd.DataFrame:
 def task_and_state():
     task = load_task({"name": "tabular_regression", "entrypoint": None, "options": {}})
     data = frame()
-    schema = infer_schema(data, label="y", key=None, features=[], categorical=[], label_kind=task.label_kind)
-    return task, data, schema, task.fit(data, schema)
+    schema = infer_schema(data, label="y", key=None, features=[], categorical=[], label_kind=task.codec.label_kind)
+    return task, data, schema, task.codec.fit(data, schema)
 
 
 def test_the_schema_of_a_continuous_label_has_no_classes(task_and_state):
@@ -63,38 +63,38 @@ def test_paired_bootstrap_scores_each_resample_as_the_metrics_of_its_rows():
 
 def test_baseline_is_the_train_mean_and_a_trained_model_is_scored_in_label_units(task_and_state):
     task, data, schema, state = task_and_state
-    y = task.targets(data, state)
-    baseline = task.baseline(y, state)
+    y = task.codec.targets(data, state)
+    baseline = task.scoring.baseline(y, state)
     assert np.allclose(baseline, data["y"].mean())
-    assert task.compute_metrics(y, baseline)["r2"] == pytest.approx(0.0, abs=1e-12)
+    assert task.scoring.compute_metrics(y, baseline)["r2"] == pytest.approx(0.0, abs=1e-12)
     torch.manual_seed(0)
-    model = task.build_model(Config.from_dict({"model": {"hidden": 16, "depth": 1}}), state)
-    batch = task.encode(data, state)
-    task.init_model(model, state, batch.targets)
+    model = task.model.build(Config.from_dict({"model": {"hidden": 16, "depth": 1}}), state)
+    batch = task.codec.encode(data, state)
+    task.model.init(model, state, batch.targets)
     optimiser = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(200):
         optimiser.zero_grad()
-        task.loss(model(*batch.inputs), batch.targets).backward()
+        task.objective.loss(model(*batch.inputs), batch.targets).backward()
         optimiser.step()
-    predictions = task.predict(model, data, state, state)
+    predictions = task.scoring.predict(model, data, state, state)
     assert predictions.shape == (len(data),)
-    metrics = task.compute_metrics(y, predictions)
-    assert metrics["rmse"] < 0.3 * task.compute_metrics(y, baseline)["rmse"] and metrics["r2"] > 0.9
-    served = task.serve(model, data.drop(columns=["y"]), state)
+    metrics = task.scoring.compute_metrics(y, predictions)
+    assert metrics["rmse"] < 0.3 * task.scoring.compute_metrics(y, baseline)["rmse"] and metrics["r2"] > 0.9
+    served = task.serving.serve(model, data.drop(columns=["y"]), state)
     assert list(served.columns) == ["prediction"] and np.allclose(served["prediction"], predictions)
 
 
 def test_loss_at_init_with_the_output_at_the_mean_is_the_label_variance(task_and_state):
     task, data, schema, state = task_and_state
-    targets = task.encode(data, state).targets
-    expectations = {e.name: e for e in task.init_losses(targets, state, 0.1)}
+    targets = task.codec.encode(data, state).targets
+    expectations = {e.name: e for e in task.checks.init_losses(targets, state, 0.1)}
     mean = expectations["init_loss_mean"]
     # On the train rows the standardised label has variance 1 (population std), so the MSE at the mean is 1.
     assert mean.expected == pytest.approx(1.0, rel=1e-5)
-    model = task.build_model(Config(), state)
+    model = task.model.build(Config(), state)
     mean.initialise(model)
     with torch.no_grad():
-        loss = float(task.loss(model(*task.encode(data, state).inputs), targets))
+        loss = float(task.objective.loss(model(*task.codec.encode(data, state).inputs), targets))
     assert loss == pytest.approx(mean.expected, abs=mean.tolerance)
 
 
@@ -115,22 +115,22 @@ def test_a_non_numeric_label_is_named(task_and_state):
     from ctpipe.components.lib.errors import DataValidationError
 
     with pytest.raises(DataValidationError, match="label column 'y' holds non-numeric value"):
-        task.targets(bad, state)
+        task.codec.targets(bad, state)
 
 
 def test_slices_of_a_regression_are_judged_against_the_mean_predictor(task_and_state):
     from ctpipe.components.steps.evaluate.judgement import judge_candidate
 
     task, data, schema, state = task_and_state
-    y = task.targets(data, state)
+    y = task.codec.targets(data, state)
     # A candidate that is right on the red rows and no better than the mean on the blue ones.
     candidate = np.where(data["colour"] == "red", y, data["y"].mean())
     config = Config.from_dict({"task": {"name": "tabular_regression"},
                                "evaluate": {"slices": ["colour"], "slice_min_rows": 20, "bootstrap_samples": 200,
                                             "thresholds": {"rmse": {"value": "baseline"}},
                                             "slice_thresholds": {"rmse": {"value": "baseline"}}}})
-    judgement = judge_candidate(y, candidate, None, config, data, schema.numeric, scorer=task,
-                                baseline=task.baseline(y, state))
+    judgement = judge_candidate(y, candidate, None, config, data, schema.numeric, scorer=task.scoring,
+                                baseline=task.scoring.baseline(y, state))
     by_slice = {s["slice"]: s for s in judgement.slices}
     assert set(by_slice) == {"colour=red", "colour=blue"}
     failed = [c for c in judgement.checks if not c.passed]

@@ -25,12 +25,12 @@ def test_the_unknown_category_slot_starts_at_zero_whatever_the_random_draw(tmp_p
 
     def initialised(noise_seed: int):
         torch.manual_seed(0)
-        model = task.build_model(config, snapshot.state)
+        model = task.model.build(config, snapshot.state)
         generator = torch.Generator().manual_seed(noise_seed)
         with torch.no_grad():
             for embedding in model.embeddings:  # another random draw of the unknown slot
                 embedding.weight[0] = torch.randn(embedding.weight.shape[1], generator=generator)
-        task.init_model(model, snapshot.state, targets)
+        task.model.init(model, snapshot.state, targets)
         return model.eval()
 
     first, second = initialised(1), initialised(2)

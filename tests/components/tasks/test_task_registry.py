@@ -7,8 +7,9 @@ import textwrap
 
 import pytest
 
-from ctpipe.components.lib.config import Config, ConfigError, load_config
-from ctpipe.components.tasks import BUILTIN_TASKS, Task, TaskError, load_task
+from ctpipe.components.lib.config import Config, ConfigError
+from ctpipe.components.run_config import load_config
+from ctpipe.components.tasks import BUILTIN_TASKS, TaskError, TaskSpec, load_task
 from ctpipe.components.tasks.registry import _CACHE
 
 
@@ -33,7 +34,7 @@ def test_default_task_is_tabular_classification():
     config = Config()
     assert config.task.name == "tabular_classification" and config.task.entrypoint is None
     task = load_task(config.task)
-    assert isinstance(task, Task)
+    assert isinstance(task, TaskSpec)
     assert task.name == "tabular_classification"
     assert "tabular_classification" in BUILTIN_TASKS
 
@@ -105,10 +106,10 @@ def test_options_reach_the_factory_and_optional_parts_get_defaults(user_module):
     """)
     config = load_config(None, ["task.entrypoint=user_task_options:make_task", "task.options.width=32"])
     task = load_task(config.task)
-    assert task.width == 32
-    assert task.expectations(None) == [] and task.class_names({}) is None
+    assert task.codec.fit.__self__.width == 32  # the one-class object the factory made, its parts its methods
+    assert task.profile.expectations(None) == [] and task.scoring.class_names({}) is None
     # The streaming parts get their defaults too: the steps read them as plain attributes.
-    assert task.rowwise_encoding is False and task.fit_streamed(None, None) is None
+    assert task.codec.rowwise is False and task.codec.fit_streamed(None, None) is None
 
 
 def test_a_task_without_the_demo_size_and_description_parts_gets_their_defaults(user_module):
@@ -128,8 +129,7 @@ def test_a_task_without_the_demo_size_and_description_parts_gets_their_defaults(
     """)
     config = load_config(None, ["task.entrypoint=user_task_bare:make_task", "model.hidden=32"])
     task = load_task(config.task)
-    assert task.write_demo_data is None and task.demo_settings == () and task.model_config is None
-    assert task.flops_per_token() is None and task.parameter_count() is None
+    assert task.demo is None and task.defaults == ()
     # Not the tabular model section it never reads (issue 33): its build_model builds nothing, so its name alone.
     assert task.describe_model(config, {}) == {"kind": "bare"}
 
@@ -206,7 +206,7 @@ def test_metric_names_that_say_nothing_or_negate_keep_the_declared_direction(use
     user_module("user_task_free_names", _TASK_WITH_METRICS.format(
         metrics='Metric("accuracy", True), Metric("neg_log_loss", True), Metric("dice", True), Metric("ece", False)'))
     config = load_config(None, ["task.entrypoint=user_task_free_names:make_task"])
-    assert [m.higher_is_better for m in load_task(config.task).metrics] == [True, True, True, False]
+    assert [m.higher_is_better for m in load_task(config.task).scoring.metrics] == [True, True, True, False]
 
 
 _TASK_WITHOUT_BASELINE = """

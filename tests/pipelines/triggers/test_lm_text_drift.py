@@ -9,16 +9,16 @@ import dataclasses
 from ctpipe.components.lib.data.snapshot import Schema
 from ctpipe.components.lib.drift.column_drift import psi_p_value
 from ctpipe.components.lib.drift.feature_drift import compute_drift
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
 from ctpipe.components.tasks.causal_lm.text_stats import SHARE_NAMES
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.triggers.window_drift import judge_window, with_task_drift_columns
 
 
 def test_text_drift_is_judged_on_length_and_byte_profile():
-    config = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+    config = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
     task = load_task(config.task)
     docs = help_topic_documents()
     train, fresh = docs.iloc[::2].reset_index(drop=True), docs.iloc[1::2].reset_index(drop=True)
@@ -39,7 +39,7 @@ BYTE_UNIGRAM = "text__byte_unigram"
 
 
 def _text_setup():
-    config = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+    config = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
     task = load_task(config.task)
     docs = help_topic_documents()
     train, fresh = docs.iloc[::2].reset_index(drop=True), docs.iloc[1::2].reset_index(drop=True)
@@ -119,7 +119,7 @@ def register_text_champion(home, data_root, config) -> None:
     frame = read_data(str(data_root), files)
     schema = infer_schema(frame, label=label_column(task, config.data), key=config.data.key, features=[],
                           categorical=[], text_column=config.data.text_column)
-    schema = schema.with_task_columns(task.own_columns(schema))
+    schema = schema.with_task_columns(task.profile.own_columns(schema))
     stats = home / "tmp-reference" / "reference_stats.json"
     stats.parent.mkdir(parents=True)
     stats.write_text(json.dumps(task_reference_stats(frame, schema, task)))
@@ -140,7 +140,7 @@ def test_the_watcher_starts_a_drift_run_for_drifted_text_of_a_causal_lm_config(t
     from ctpipe.pipelines.triggers.watch import check_once
 
     data, home = tmp_path / "data", tmp_path / "home"
-    config = load_run_config(None, ["task.name=causal_lm", *make_task().demo_settings, "watch.min_rows=50",
+    config = load_config(None, ["task.name=causal_lm", *make_task().demo.settings, "watch.min_rows=50",
                                 "watch.window_partitions=2"])
     write_text_demo_data(data, days=3)
     register_text_champion(home, data, config)

@@ -12,15 +12,15 @@ import pytest
 from ctpipe.components.lib.data.snapshot import Schema
 from ctpipe.components.lib.drift.profile_drift import profile_groups, profile_test
 from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.validate_data.task_reference import task_reference_stats
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
 from ctpipe.components.tasks.causal_lm.text_stats import SHARE_NAMES, text_drift_columns
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.triggers.report import render_html
 from ctpipe.pipelines.triggers.window_drift import judge_window
 
-CONFIG = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+CONFIG = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
 SCHEMA = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["text"])
 PROFILE = "text__profile"
 
@@ -109,7 +109,7 @@ def test_a_window_without_text_is_not_judged_on_its_profile_and_the_report_still
 
 def test_a_negative_profile_threshold_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="watch.profile_distance_threshold"):
-        load_run_config(None, ["task.name=causal_lm", "watch.profile_distance_threshold=-1"])
+        load_config(None, ["task.name=causal_lm", "watch.profile_distance_threshold=-1"])
 
 
 def test_only_a_texts_byte_class_shares_form_a_profile():

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.processes import pid_alive
 from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.cli.main import main
 from ctpipe.pipelines.triggers.ledger import Ledger
 from ctpipe.pipelines.triggers.start import LocalStarter

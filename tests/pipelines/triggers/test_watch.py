@@ -19,11 +19,11 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.data.reference_stats import compute_reference_stats
 from ctpipe.components.lib.data.snapshot import fingerprint_files, infer_schema, list_data_files, read_data
 from ctpipe.components.lib.tracking import ensure_experiment, local_tracking_uri
+from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.triggers.ledger import Ledger
 from ctpipe.pipelines.triggers.new_data import data_state
 from ctpipe.pipelines.triggers.start import FunctionStarter

@@ -70,9 +70,9 @@ def test_submit_records_the_outcome_of_a_local_run_in_the_ledger(tmp_path, monke
 
 
 def test_watch_loop_prints_one_decision_per_check_and_survives_errors(tmp_path, capsys):
-    from ctpipe.components.lib.config import load_config
     from ctpipe.components.lib.data.demo import write_demo_data
     from ctpipe.components.lib.tracking import local_tracking_uri
+    from ctpipe.components.run_config import load_config
 
     write_demo_data(tmp_path / "data", days=1, rows_per_day=50)
     common = dict(home=tmp_path / "home", config=load_config(None, []), tracking_uri=local_tracking_uri(tmp_path / "home"), dry_run=True)

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from ctpipe.components.lib.config import Config, load_config
+from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.run_config import load_config
 
 
 def test_defaults_round_trip_through_json():

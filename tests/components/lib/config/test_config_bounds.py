@@ -12,7 +12,8 @@ import typing
 
 import pytest
 
-from ctpipe.components.lib.config import Config, ConfigError, load_config
+from ctpipe.components.lib.config import Config, ConfigError
+from ctpipe.components.run_config import load_config
 
 
 def numeric_settings() -> list[tuple[str, type]]:

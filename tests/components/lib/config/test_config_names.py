@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.run_config import load_config
 
 
 @pytest.mark.parametrize("setting", [

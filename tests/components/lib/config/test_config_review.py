@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError
-from ctpipe.components.steps.prepare_run.prepare import resolve_config
+from ctpipe.components.run_config import load_config, resolve_config
 
 
 def test_duplicate_key_in_a_config_file_is_refused_naming_it(tmp_path):
@@ -25,7 +24,7 @@ def test_a_whole_mapping_then_one_of_its_keys_keeps_both_in_order():
     settings = ["evaluate.thresholds={}", "evaluate.thresholds.auc.value=0.7"]
     config = load_config(None, settings)
     assert list(config.evaluate.thresholds) == ["auc"] and config.evaluate.thresholds["auc"].value == 0.7
-    assert list(resolve_config("", "\n".join(settings)).evaluate.thresholds) == ["auc"]
+    assert list(resolve_config(overrides="\n".join(settings)).evaluate.thresholds) == ["auc"]
     # The other order still means "no rules": the later whole mapping replaces the earlier rule.
     assert load_config(None, settings[::-1]).evaluate.thresholds == {}
 
@@ -47,7 +46,7 @@ def test_set_keeps_the_text_of_a_text_field_as_given(text):
     config = load_config(None, [f"data.split_salt={text}", f"kubernetes.node_selector.pool={text}"])
     assert config.data.split_salt == text
     assert config.kubernetes.node_selector == {"pool": text}
-    assert resolve_config("", f"data.label={text}").data.label == text  # registry names refuse spaces and '#'
+    assert resolve_config(overrides=f"data.label={text}").data.label == text  # registry names refuse spaces and '#'
 
 
 def test_set_text_field_quotes_and_null_keep_their_yaml_meaning():
@@ -70,7 +69,7 @@ def test_a_boolean_for_a_text_field_in_a_file_is_refused(tmp_path):
 
 def test_config_overrides_split_on_a_semicolon_only_before_another_setting():
     # A ';' inside a value (a URI's parameters, a salt) split it into a bogus "setting" and failed the run.
-    config = resolve_config("", "registry.tracking_uri=http://mlflow:5000/x?a=1;b=2; data.split_salt=s;1\n"
+    config = resolve_config(overrides="registry.tracking_uri=http://mlflow:5000/x?a=1;b=2; data.split_salt=s;1\n"
                                 "train.max_steps=50;train.warmup_steps=5")
     assert config.registry.tracking_uri == "http://mlflow:5000/x?a=1;b=2"
     assert config.data.split_salt == "s;1"
@@ -81,12 +80,12 @@ def test_config_overrides_split_on_a_semicolon_only_before_another_setting():
 def test_a_setting_valid_only_with_the_tasks_defaults_is_accepted(setting):
     # The task was found by validating the config WITHOUT its defaults first, so a tweak of the task's own
     # settings (min for its val_loss, a direction for its loss rule) was refused as if applied to the tabular ones.
-    from ctpipe.components.tasks.run_config import load_run_config
+    from ctpipe.components.run_config import load_config
 
-    config = load_run_config(None, ["task.name=causal_lm", setting])
+    config = load_config(None, ["task.name=causal_lm", setting])
     assert config.select.metric == "val_loss" and config.select.direction == "min"
     assert config.evaluate.thresholds["loss"].value == "baseline"
-    assert resolve_config("", f"task.name=causal_lm\n{setting}").select.metric == "val_loss"
+    assert resolve_config(overrides=f"task.name=causal_lm\n{setting}").select.metric == "val_loss"
 
 
 def test_a_json_config_file_is_read_as_json(tmp_path):

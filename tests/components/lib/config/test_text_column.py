@@ -2,8 +2,9 @@
 
 import pytest
 
-from ctpipe.components.lib.config import Config, load_config
+from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import ConfigError
+from ctpipe.components.run_config import load_config
 
 
 def test_data_text_column_is_a_data_key():

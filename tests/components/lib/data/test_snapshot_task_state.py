@@ -21,6 +21,7 @@ from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents
 from ctpipe.components.tasks.causal_lm.task import make_task as make_lm_task
 from ctpipe.components.tasks.tabular import TabularClassification
 from ctpipe.components.tasks.tabular import make_task as make_tabular_task
+from ctpipe.task import task_spec
 
 
 def _write(tmp_path, data, schema, task, rows_per_group):
@@ -38,7 +39,7 @@ def test_tabular_state_from_streamed_statistics_equals_fit_on_the_train_frame(tm
     schema = infer_schema(data, label="label", key="customer_id", features=[], categorical=[])
     task = make_tabular_task()
     snap = _write(tmp_path, data, schema, task, 400)
-    expected = task.fit(snap.frame("train"), schema)
+    expected = task.codec.fit(snap.frame("train"), schema)
     assert snap.state["categorical"] == expected["categorical"] and snap.state["label"] == expected["label"]
     for col, st in expected["numeric"].items():
         assert abs(snap.state["numeric"][col]["mean"] - st["mean"]) < 1e-9 * max(1.0, abs(st["mean"]))
@@ -49,13 +50,13 @@ def test_a_packing_task_is_fitted_and_encoded_on_whole_splits(tmp_path):
     docs = help_topic_documents().head(300)
     schema = infer_schema(docs, label=None, key="doc_id", features=["text"], categorical=[])
     task = make_lm_task()
-    schema = schema.with_task_columns(task.own_columns(schema))
-    assert not task.rowwise_encoding
+    schema = schema.with_task_columns(task.profile.own_columns(schema))
+    assert not task.codec.rowwise
     snap = _write(tmp_path, docs, schema, task, 50)  # many row groups: chunked packing would differ
     train = snap.frame("train")
-    assert snap.state == task.fit(train, schema)
+    assert snap.state == task.codec.fit(train, schema)
     loaded = load_split(snap, "train", task).examples
-    whole = task.encode(train, snap.state)
+    whole = task.codec.encode(train, snap.state)
     assert all(torch.equal(a, b) for a, b in zip(loaded.inputs, whole.inputs, strict=True))
     assert torch.equal(loaded.targets, whole.targets)
 
@@ -75,8 +76,8 @@ class _IntKeyedState(TabularClassification):
 
 
 @pytest.mark.parametrize("task, named", [
-    (_NumpyScalarState(), r"state\['scale'\] is a numpy\.float32"),
-    (_IntKeyedState(), r"state\['weights'\] has the key 0 \(int\), which JSON turns into \"0\""),
+    (task_spec(_NumpyScalarState()), r"state\['scale'\] is a numpy\.float32"),
+    (task_spec(_IntKeyedState()), r"state\['weights'\] has the key 0 \(int\), which JSON turns into \"0\""),
 ])
 def test_a_state_that_is_not_plain_json_is_named_with_the_part_that_made_it(tmp_path, task, named):
     # Before: "Object of type float32 is not JSON serializable" (nothing named), or the int keys silently

@@ -8,13 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ctpipe.components.lib.config import ConfigError, WatchConfig, load_config
+from ctpipe.components.lib.config import ConfigError, WatchConfig
 from ctpipe.components.lib.data.demo import generate_day
 from ctpipe.components.lib.data.reference_stats import compute_reference_stats
 from ctpipe.components.lib.data.simulate import drift_window
 from ctpipe.components.lib.data.snapshot import Schema, infer_schema
 from ctpipe.components.lib.drift.column_drift import merge_rare_categories, psi, psi_p_value, threshold_for
 from ctpipe.components.lib.drift.feature_drift import compute_drift
+from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.triggers.report import render_html, write_drift_report
 
 

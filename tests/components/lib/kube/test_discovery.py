@@ -8,9 +8,9 @@ import functools
 import pytest
 from kubernetes import client
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import UserError
 from ctpipe.components.lib.kube.discovery import NoTrainingBackendError, discover_backends
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launchers.auto import AutoLauncher
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 from ctpipe.components.steps.train.launchers.factory import launcher_for

@@ -9,15 +9,16 @@ import pytest
 import yaml
 from kubernetes import client
 
-from ctpipe.components.lib.config import Config, load_config
+from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.kube import namespace as kube_namespace
 from ctpipe.components.lib.kube.names import job_name_for
 from ctpipe.components.lib.kube.pytorchjob import validate_pytorchjob
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 from ctpipe.components.steps.train.launchers.pytorchjob import PyTorchJobLauncher
 from ctpipe.pipelines.cluster_job import NAMESPACE, render_pytorchjob
-from ctpipe.pipelines.compile import compile_pipeline
+from ctpipe.pipelines.compile import compile_pipeline, compiled_config
 from tests.fakes.k8s_api import FakeKubeAPI, run_job
 
 
@@ -119,5 +120,5 @@ def test_render_job_shows_the_namespace_as_a_placeholder_when_unset():
 
 def test_the_compiled_pipeline_fixes_no_namespace(tmp_path):
     spec, _ = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, [], image=None).read_text())
-    config = Config.from_json(spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"])
+    config = compiled_config(spec)
     assert config.kubernetes.namespace is None

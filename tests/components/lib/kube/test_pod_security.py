@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.kube.pod_security import restricted_violations
+from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.cluster_job import render_pytorchjob
 from tests.fakes.controllers import pytorchjob_pods, torch_distributed_runtime, trainjob_pods
 

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.kube.names import is_dns1035_label, job_name_for, training_job_name
 from ctpipe.components.lib.kube.pod import JobValidationError
 from ctpipe.components.lib.kube.pytorchjob import build_pytorchjob, validate_pytorchjob
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 
 LAUNCH = WorkerLaunch(job_name="ctpipe-train-abc", world_size=4, command=["python", "-m", "ctpipe.components.steps.train.worker"],

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.kube.trainjob import NODE, JobValidationError, build_trainjob, validate_trainjob
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 
 # The KFP run id the train step passes as the launch name (dsl.PIPELINE_JOB_ID_PLACEHOLDER).

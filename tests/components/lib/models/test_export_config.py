@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from ctpipe.components.lib.config import Config, ModelConfig, load_config
+from ctpipe.components.lib.config import Config, ModelConfig
 from ctpipe.components.lib.data.encoding import Preprocessing
+from ctpipe.components.run_config import load_config
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.export import load_model_export, save_model_export
 from ctpipe.components.tasks.registry import _CACHE
@@ -54,13 +55,13 @@ def test_a_task_reading_its_options_in_build_model_gets_the_trained_network_back
     task = load_task(config.task)
     state = {**PREP.to_dict(), "label": "y"}
     torch.manual_seed(0)
-    model = task.build_model(config, state).eval()
+    model = task.model.build(config, state).eval()
     record = {"name": config.task.name, "entrypoint": config.task.entrypoint, "options": dict(config.task.options)}
     save_model_export(tmp_path / "m.pt", model.state_dict(), config.model, record, state, {}, config)
     loaded = load_model_export(tmp_path / "m.pt")  # with model.hidden alone (16) the shapes would not match
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.model.state_dict()[name], tensor)
-    assert np.allclose(loaded.predict_proba(FRAME), task.serve(model, FRAME, state).to_numpy())
+    assert np.allclose(loaded.predict_proba(FRAME), task.serving.serve(model, FRAME, state).to_numpy())
 
 
 def test_an_export_written_before_the_config_was_recorded_loads_as_before(tmp_path):

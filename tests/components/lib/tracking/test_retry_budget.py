@@ -12,9 +12,9 @@ import mlflow
 import pytest
 
 from ctpipe.components.engine.tracker import make_tracker
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.tracking import RegistryUnavailableError, RetryPolicy, ensure_experiment
+from ctpipe.components.run_config import load_config
 from ctpipe.testing.mlflow_server import LocalMlflowServer
 
 

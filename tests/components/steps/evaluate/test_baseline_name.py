@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.evaluate.judgement import judge_candidate
 from ctpipe.components.tasks import load_task
-from ctpipe.components.tasks.run_config import load_run_config
 
 
 @pytest.mark.parametrize(("name", "words"), [("tabular_regression", "the mean predictor's"),
                                              ("causal_lm", "the unigram model's")])
 def test_the_baseline_is_named_by_the_task(name, words):
     task = load_task({"name": name, "entrypoint": None, "options": {}})
-    assert task.baseline_name in words
+    assert task.scoring.baseline_name in words
 
 
 def test_a_regression_reason_names_the_mean_predictor():
@@ -22,8 +22,8 @@ def test_a_regression_reason_names_the_mean_predictor():
     rng = np.random.default_rng(0)
     y = rng.normal(10.0, 2.0, 300)
     # The task's own rules (its config_defaults): RMSE and MAE against the baseline.
-    config = load_run_config(None, ["task.name=tabular_regression", "evaluate.bootstrap_samples=200"])
-    judgement = judge_candidate(y, y + rng.normal(0, 0.5, 300), None, config, None, [], scorer=task,
+    config = load_config(None, ["task.name=tabular_regression", "evaluate.bootstrap_samples=200"])
+    judgement = judge_candidate(y, y + rng.normal(0, 0.5, 300), None, config, None, [], scorer=task.scoring,
                                 baseline=np.full(300, 10.0))
     reasons = [c.message for c in judgement.checks]
     assert reasons and all("vs the mean predictor's" in r and "prior predictor" not in r for r in reasons)

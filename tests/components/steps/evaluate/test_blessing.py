@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ctpipe.components.lib.config import Config, EvaluationConfig, Threshold, load_config
+from ctpipe.components.lib.config import Config, EvaluationConfig, Threshold
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.metrics import Interval, bootstrap_intervals
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.evaluate.blessing import Evidence, judge
 from ctpipe.components.steps.evaluate.judgement import evaluate_slices, judge_candidate
 

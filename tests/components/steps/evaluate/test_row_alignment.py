@@ -13,18 +13,14 @@ import pytest
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.steps.evaluate.scoring import score_batches
 from ctpipe.components.tasks.export import load_model_export
+from ctpipe.components.tasks.legacy import with_members
 from ctpipe.components.tasks.outputs import TaskOutputError
 from tests.fixtures.registry import make_model, make_snapshot
 
 
-class Wrapped:
-    """The exported model's own task with one part replaced, as a user's buggy task would have it."""
-
-    def __init__(self, task, **parts) -> None:
-        self._task, self._parts = task, parts
-
-    def __getattr__(self, name):
-        return self._parts[name] if name in self._parts else getattr(self._task, name)
+def Wrapped(task, **members):  # noqa: N802 - named as the class it replaced
+    """The exported model's own task with one member replaced, as a user's buggy task would have it."""
+    return with_members(task, **members)
 
 
 def sorts_by_label(task):
@@ -32,14 +28,14 @@ def sorts_by_label(task):
 
     def predict(model, frame, state, reference):
         order = np.argsort(frame[state["label"]].astype(str).to_numpy(), kind="stable")
-        return task.predict(model, frame.iloc[order], state, reference)
+        return task.scoring.predict(model, frame.iloc[order], state, reference)
 
     return Wrapped(task, predict=predict)
 
 
 def drops_last_row(task, part):
     def dropping(*args):
-        return getattr(task, part)(*args)[:-1]
+        return {"predict": task.scoring.predict, "targets": task.codec.targets}[part](*args)[:-1]
 
     return Wrapped(task, **{part: dropping})
 

@@ -50,7 +50,7 @@ def test_an_equal_language_model_is_blocked_at_most_at_the_nominal_rate_over_une
         sign = np.where(rng.random(100) < 0.5, 1.0, -1.0)
         candidate, champion = _rows(base + sign * gap / 2, tokens), _rows(base - sign * gap / 2, tokens)
         evidence = collect_evidence(np.zeros((100, 2)), candidate, champion, None, samples=200, seed=0,
-                                    confidence=0.95, scorer=task)
+                                    confidence=0.95, scorer=task.scoring)
         blocked += evidence["loss"].vs_champion.low > 0  # loss is lower-is-better: worse with evidence
         difference = sign * gap
         draws = weights @ difference / (weights @ tokens)
@@ -97,7 +97,7 @@ def test_the_blessing_flips_documents_only_where_both_models_share_the_denominat
     champion = _rows(2.0 * tokens, tokens + 5)
     champion[:, BYTES] = candidate[:, BYTES]
     evidence = collect_evidence(np.zeros((100, 2)), candidate, champion, None, samples=1000, seed=0,
-                                confidence=0.95, scorer=task)
+                                confidence=0.95, scorer=task.scoring)
     differences = candidate[:, NLL] / np.log(2) - champion[:, NLL] / np.log(2)
     bits = evidence["bits_per_byte"].vs_champion
     assert bits == sign_flip_interval(bits.value, differences, candidate[:, BYTES], 0.95, samples=SIGN_FLIPS,

@@ -39,14 +39,14 @@ def test_streamed_scores_equal_the_whole_frames(world):
     scored = score_batches(snap.batches("test"), candidate=model, reference=model.state, champion=champion,
                            champion_version="1", slices=["region", "tenure_months"], schema=snap.schema)
     task = model.task
-    whole_y = task.targets(frame, model.state)
-    whole_p = task.predict(model.model, frame, model.state, model.state)
+    whole_y = task.codec.targets(frame, model.state)
+    whole_p = task.scoring.predict(model.model, frame, model.state, model.state)
     assert scored.rows == len(frame)
     assert np.array_equal(scored.targets, whole_y)
     np.testing.assert_allclose(scored.candidate, whole_p, rtol=0, atol=1e-6)
-    np.testing.assert_allclose(scored.champion, task.predict(champion.model, frame, champion.state, model.state),
+    np.testing.assert_allclose(scored.champion, task.scoring.predict(champion.model, frame, champion.state, model.state),
                                rtol=0, atol=1e-6)
-    assert task.compute_metrics(scored.targets, scored.candidate) == pytest.approx(task.compute_metrics(whole_y, whole_p))
+    assert task.scoring.compute_metrics(scored.targets, scored.candidate) == pytest.approx(task.scoring.compute_metrics(whole_y, whole_p))
     assert scored.slice_columns.equals(frame[["region", "tenure_months"]].reset_index(drop=True))
 
 
@@ -102,17 +102,12 @@ def test_a_champion_that_fails_to_score_with_any_error_is_reported_not_a_crash(w
     snap = load_snapshot(world["snap"])
     model, champion = load_model_export(world["model"]), load_model_export(world["champion"])
 
-    class FailingTask:
-        def __init__(self, inner):
-            self._inner = inner
+    from ctpipe.components.tasks.legacy import with_members
 
-        def __getattr__(self, name):
-            return getattr(self._inner, name)
+    def predict(*args, **kwargs):
+        raise error
 
-        def predict(self, *args, **kwargs):
-            raise error
-
-    broken = replace(champion, task=FailingTask(champion.task))
+    broken = replace(champion, task=with_members(champion.task, predict=predict))
     scored = score_batches(snap.batches("test"), candidate=model, reference=model.state, champion=broken,
                            champion_version="3", slices=[], schema=snap.schema)
     assert scored.champion is None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import mlflow
 import pandas as pd
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.tracking import TRAINING_RUN_TAG
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.prepare_run.prepare import prepare_run
 
 

@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from ctpipe.components.lib.config import ConfigError, load_config
+from ctpipe.components.lib.config import ConfigError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.prepare_run.prepare import prepare_run
 from ctpipe.components.tasks.registry import _CACHE
 

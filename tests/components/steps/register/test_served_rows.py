@@ -24,7 +24,7 @@ def test_a_model_serving_one_row_less_is_not_registered(models, tmp_path, monkey
     def serving_one_row_less(path):
         model = loaded(path)
         return dataclasses.replace(model, task=Wrapped(
-            model.task, serve=lambda net, frame, state: model.task.serve(net, frame, state).iloc[:-1]))
+            model.task, serve=lambda net, frame, state: model.task.serving.serve(net, frame, state).iloc[:-1]))
 
     monkeypatch.setattr(export, "load_model_export", serving_one_row_less)
     with pytest.raises(TaskOutputError, match=r"serve returned 4 row\(s\) for a frame of 5 row\(s\)"):
@@ -44,7 +44,7 @@ def test_a_model_serving_its_rows_in_another_order_is_not_registered(models, tmp
         model = loaded(path)
 
         def serve(net, frame, state):
-            return model.task.serve(net, frame.sort_values("tenure_months"), state).reset_index(drop=True)
+            return model.task.serving.serve(net, frame.sort_values("tenure_months"), state).reset_index(drop=True)
 
         return dataclasses.replace(model, task=Wrapped(model.task, serve=serve))
 

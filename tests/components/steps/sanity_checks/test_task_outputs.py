@@ -7,15 +7,16 @@ import sys
 
 import pytest
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import SanityCheckError
+from ctpipe.components.run_config import load_config
 from tests.components.tasks.test_digits_task import SMALL_SANITY, TASK, _run_gate, _snapshot, digits  # noqa: F401
 
 BUGGY = '''
 import numpy as np
 from digits_task import make_task
+from ctpipe.task import task_class
 
-DigitsTask = type(make_task())  # the class tabular_task made: the buggy tasks below are its subclasses
+DigitsTask = task_class(make_task)  # make_task's spec as a class: the buggy tasks below are its subclasses
 
 
 class SortsRows(DigitsTask):

@@ -9,11 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from ctpipe.components.engine import checkpointing as ckpt
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import ConfigError, TrainingError
 from ctpipe.components.lib.models.tabular import InputSpec, build_model
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.select_checkpoint.select import select_and_export
 from ctpipe.components.tasks.export import load_model_export
 from ctpipe.pipelines.local.train_alone import build_snapshot

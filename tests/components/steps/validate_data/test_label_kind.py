@@ -92,12 +92,12 @@ def test_kinds_of_labels():
 
 
 def test_the_regression_demo_data_validates_with_its_own_settings(tmp_path):
+    from ctpipe.components.run_config import load_config
     from ctpipe.components.tasks import load_task
-    from ctpipe.components.tasks.run_config import load_run_config
 
     task = load_task({"name": "tabular_regression", "entrypoint": None, "options": {}})
-    task.write_demo_data(str(tmp_path / "data"), days=2, rows_per_day=300)
-    cfg = load_run_config(None, ["task.name=tabular_regression"], defaults=[list(task.demo_settings)])
+    task.demo.write_data(str(tmp_path / "data"), days=2, rows_per_day=300)
+    cfg = load_config(None, ["task.name=tabular_regression"], demo=True)
     result = validate_data(str(tmp_path / "data"), cfg, snapshot_dir=str(tmp_path / "snapshot"),
                            data_docs_path=str(tmp_path / "docs.html"), report_path=str(tmp_path / "report.md"),
                            tracking_uri="", mlflow_run_id="")
@@ -112,7 +112,7 @@ def test_a_streamed_continuous_label_keeps_the_sample_within_its_budget(tmp_path
     from ctpipe.components.tasks import load_task
 
     task = load_task({"name": "tabular_regression", "entrypoint": None, "options": {}})
-    task.write_demo_data(str(tmp_path / "data"), days=2, rows_per_day=3000)
+    task.demo.write_data(str(tmp_path / "data"), days=2, rows_per_day=3000)
     cfg = Config.from_dict({"data": {"label": "spend_next_month", "key": "customer_id"},
                             "task": {"name": "tabular_regression"},
                             "validation": {"in_memory_rows": 0, "sample_rows": 1000}})

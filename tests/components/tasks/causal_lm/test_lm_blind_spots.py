@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.sanity_checks.loss_probes import check_loss_oracle, check_loss_padding
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.causality import sequence_checks
 from ctpipe.components.tasks.causal_lm.sizes import lm_config
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.testing.sequence_bugs import (
     BatchNormOverPositions,
     NextSegmentEmbedding,
@@ -36,7 +36,7 @@ def test_a_leak_behind_a_zero_weight_passes_at_init_but_the_gate_stops_it_after_
     fresh = by_name(sequence_checks(zero_projection_without_mask(lm_config("tiny", seq_len=32)), tokens, targets, doc_ids))
     assert fresh["causal_gradient"].passed and fresh["future_tokens"].passed  # invisible on the fresh model
 
-    checks = sequence_results(snapshot_dir, tmp_path, load_run_config(None, settings()),
+    checks = sequence_results(snapshot_dir, tmp_path, load_config(None, settings()),
                               lambda: zero_projection_without_mask(lm_config("tiny")))
     for name in ("causal_gradient", "future_tokens"):
         assert not checks[name]["passed"], checks[name]["message"]
@@ -47,7 +47,7 @@ def test_a_leak_behind_a_zero_weight_passes_at_init_but_the_gate_stops_it_after_
 
 
 def test_the_real_model_still_passes_after_warm_up(snapshot_dir, tmp_path):
-    checks = sequence_results(snapshot_dir, tmp_path, load_run_config(None, settings()))
+    checks = sequence_results(snapshot_dir, tmp_path, load_config(None, settings()))
     for name in ("causal_gradient", "future_tokens", "sequence_independence", "batch_independence"):
         assert checks[name]["passed"], checks[name]["message"]
 
@@ -100,9 +100,9 @@ def test_the_task_loss_passes_both_loss_probes(batch):
     tokens, targets, doc_ids = batch
     outputs = tiny()(tokens, doc_ids).detach()
     task = make_task()
-    for result in (check_loss_oracle(task.loss, outputs, targets), check_loss_padding(task.loss, outputs, targets)):
+    for result in (check_loss_oracle(task.objective.loss, outputs, targets), check_loss_padding(task.objective.loss, outputs, targets)):
         assert result.passed, result.message
-    assert check_loss_oracle(task.loss, outputs, targets).value < 1e-6
+    assert check_loss_oracle(task.objective.loss, outputs, targets).value < 1e-6
 
 
 def test_the_gate_stops_a_loss_that_shifts_the_targets_again_naming_the_shift(snapshot_dir, tmp_path):
@@ -110,7 +110,7 @@ def test_the_gate_stops_a_loss_that_shifts_the_targets_again_naming_the_shift(sn
     from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 
     with pytest.raises(SanityCheckError) as err:
-        run_sanity_checks(snapshot_dir, load_run_config(None, settings()), report_path=str(tmp_path / "r.md"),
+        run_sanity_checks(snapshot_dir, load_config(None, settings()), report_path=str(tmp_path / "r.md"),
                           first_batch_path=str(tmp_path / "fb.json"), tracking_uri="", mlflow_run_id="",
                           loss_fn=shifts_targets_again)
     assert ("sanity check 'loss_oracle' failed before training, so the run stops here: loss_oracle: the loss shifts "

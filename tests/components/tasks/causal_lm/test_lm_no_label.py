@@ -12,11 +12,11 @@ import pytest
 from ctpipe.components.lib.data.demo import write_day_partition
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import DataValidationError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 from ctpipe.components.steps.validate_data.validate import validate_data
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents
-from ctpipe.components.tasks.run_config import load_run_config
 
 SETTINGS = ["task.name=causal_lm", "data.text_column=body", "sanity.sample_rows=256", "train.batch_size=8"]
 
@@ -36,8 +36,8 @@ def validate(data, config, out):
 
 
 def test_causal_lm_declares_it_needs_no_label_and_tabular_does():
-    assert load_task(load_run_config(None, ["task.name=causal_lm"]).task).needs_label is False
-    assert load_task(load_run_config(None, []).task).needs_label is True
+    assert load_task(load_config(None, ["task.name=causal_lm"]).task).codec.needs_label is False
+    assert load_task(load_config(None, []).task).codec.needs_label is True
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def unkeyed(tmp_path_factory):
     """Only ``date=`` and a text column named ``body`` (data.text_column), no key: split by content."""
     out = tmp_path_factory.mktemp("lm-unkeyed")
     data = text_partitions(out / "data", {"text": "body"})
-    config = load_run_config(None, SETTINGS)
+    config = load_config(None, SETTINGS)
     result = validate(data, config, out)
     return out, config, result
 
@@ -99,7 +99,7 @@ def test_text_only_snapshot_passes_the_sanity_gate(unkeyed, tmp_path):
 
 def test_keyed_text_partitions_split_documents_by_key(tmp_path):
     data = text_partitions(tmp_path / "data", {"doc_id": "doc_id", "text": "text"})
-    config = load_run_config(None, ["task.name=causal_lm", "data.key=doc_id"])
+    config = load_config(None, ["task.name=causal_lm", "data.key=doc_id"])
     validate(data, config, tmp_path)
     snapshot = load_snapshot(tmp_path / "snapshot")
     ids = {split: set(snapshot.frame(split)["doc_id"]) for split in ("train", "val", "test")}
@@ -109,12 +109,12 @@ def test_keyed_text_partitions_split_documents_by_key(tmp_path):
 def test_a_tabular_task_without_its_label_column_is_still_a_clear_error(tmp_path):
     data = text_partitions(tmp_path / "data", {"doc_id": "doc_id", "text": "text"})
     with pytest.raises(DataValidationError, match=r"label column 'label' is missing.*data\.label"):
-        validate(data, load_run_config(None, ["data.key=doc_id"]), tmp_path)
+        validate(data, load_config(None, ["data.key=doc_id"]), tmp_path)
 
 
 def test_streamed_validation_of_text_only_partitions_reports_the_same(tmp_path):
     data = text_partitions(tmp_path / "data", {"text": "body"})
-    config = load_run_config(None, [*SETTINGS, "validation.in_memory_rows=0"])
+    config = load_config(None, [*SETTINGS, "validation.in_memory_rows=0"])
     result = validate(data, config, tmp_path)
     assert {f.check for f in result.findings if f.not_applicable} >= {"label_not_null", "label_leakage"}
     snapshot = load_snapshot(tmp_path / "snapshot")

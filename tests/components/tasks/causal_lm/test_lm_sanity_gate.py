@@ -14,13 +14,13 @@ import pytest
 import torch.nn.functional as F
 
 from ctpipe.components.lib.errors import SanityCheckError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
 from ctpipe.components.tasks.causal_lm.model import GPT, CausalSelfAttention
 from ctpipe.components.tasks.causal_lm.sizes import lm_config
 from ctpipe.components.tasks.registry import _CACHE
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.local.train_alone import build_snapshot
 from tests.components.tasks.causal_lm.test_lm_causality import LeaksInTrainModeAttention
 
@@ -30,14 +30,14 @@ QUICK = ["sanity.overfit_steps=5", "sanity.short_train_steps=5", "sanity.sample_
 
 
 def settings(extra=()) -> list[str]:
-    return ["task.name=causal_lm", *make_task().demo_settings, *QUICK, *extra]
+    return ["task.name=causal_lm", *make_task().demo.settings, *QUICK, *extra]
 
 
 @pytest.fixture(scope="module")
 def snapshot_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm-gate")
     write_text_demo_data(root / "data", days=2)
-    return str(build_snapshot(str(root / "data"), load_run_config(None, settings()), root / "snapshot").root)
+    return str(build_snapshot(str(root / "data"), load_config(None, settings()), root / "snapshot").root)
 
 
 def gate(snapshot_dir, tmp_path, config, factory=None):
@@ -86,7 +86,7 @@ def sequence_results(snapshot_dir, tmp_path, config, factory=None) -> dict:
 
 
 def test_the_real_model_passes_the_sequence_checks(snapshot_dir, tmp_path):
-    checks = sequence_results(snapshot_dir, tmp_path, load_run_config(None, settings()))
+    checks = sequence_results(snapshot_dir, tmp_path, load_config(None, settings()))
     for name in ("next_token_targets", "causal_gradient", "future_tokens", "sequence_independence",
                  "first_batch_roundtrip"):
         assert checks[name]["passed"], checks[name]["message"]
@@ -97,7 +97,7 @@ def test_the_real_model_passes_the_sequence_checks(snapshot_dir, tmp_path):
 
 
 def test_a_model_without_a_causal_mask_is_stopped(snapshot_dir, tmp_path):
-    message = failure(snapshot_dir, tmp_path, load_run_config(None, settings()), no_mask_model)
+    message = failure(snapshot_dir, tmp_path, load_config(None, settings()), no_mask_model)
     assert "causal_gradient" in message and "FUTURE tokens" in message
 
 
@@ -108,7 +108,7 @@ def test_a_model_that_sees_the_future_only_while_training_is_stopped(snapshot_di
             block.attn.__class__ = LeaksInTrainModeAttention
         return model
 
-    message = failure(snapshot_dir, tmp_path, load_run_config(None, settings()), factory)
+    message = failure(snapshot_dir, tmp_path, load_config(None, settings()), factory)
     assert "future_tokens" in message and "only in TRAIN mode" in message
 
 
@@ -116,7 +116,7 @@ def test_attention_across_packed_documents_is_stopped_when_isolation_is_claimed(
     def factory():
         return LeakyIsolation(lm_config("tiny", isolate_documents=True))
 
-    message = failure(snapshot_dir, tmp_path, load_run_config(None, settings()), factory)
+    message = failure(snapshot_dir, tmp_path, load_config(None, settings()), factory)
     assert "document_isolation" in message and "attention crosses packed documents" in message
 
 
@@ -156,6 +156,6 @@ def broken_encoding(tmp_path, monkeypatch):
 @pytest.mark.parametrize(("factory", "needle"), [("unshifted", "targets are not shifted"),
                                                  ("backwards", "shifted the wrong way")])
 def test_targets_that_are_not_the_next_token_are_stopped(snapshot_dir, tmp_path, broken_encoding, factory, needle):
-    config = load_run_config(None, settings([f"task.entrypoint=lm_broken_shift:{factory}"]))
+    config = load_config(None, settings([f"task.entrypoint=lm_broken_shift:{factory}"]))
     message = failure(snapshot_dir, tmp_path, config)
     assert "next_token_targets" in message and needle in message

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
+from ctpipe.components.run_config import load_config
 from ctpipe.components.tasks import load_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents, module_docstring_documents
 from ctpipe.components.tasks.causal_lm.packing import IGNORE
 from ctpipe.components.tasks.registry import complete_task
-from ctpipe.components.tasks.run_config import load_run_config
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +33,13 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def task():
-    return load_task(load_run_config(None, ["task.name=causal_lm", "task.options.size=tiny"]).task)
+    return load_task(load_config(None, ["task.name=causal_lm", "task.options.size=tiny"]).task)
 
 
 def test_causal_lm_is_a_complete_builtin_task(task):
     assert task.name == "causal_lm" and complete_task(task) is task
-    assert {m.name: m.higher_is_better for m in task.metrics} == {"loss": False, "bits_per_byte": False}
-    assert task.sanity.sequence_dim == 1
+    assert {m.name: m.higher_is_better for m in task.scoring.metrics} == {"loss": False, "bits_per_byte": False}
+    assert task.checks.sanity.sequence_dim == 1
 
 
 def test_a_bad_size_is_a_clear_error():
@@ -52,7 +52,7 @@ def test_a_bad_size_is_a_clear_error():
 def test_a_missing_text_column_names_the_key(task, docs):
     train, _ = docs
     with pytest.raises(Exception, match=r"text column 'text' is not in the data.*data\.text_column"):
-        task.fit(train.rename(columns={"text": "body"}), None)
+        task.codec.fit(train.rename(columns={"text": "body"}), None)
 
 
 def test_the_schema_names_the_text_column(task, docs):
@@ -61,56 +61,56 @@ def test_the_schema_names_the_text_column(task, docs):
     train, _ = docs
     schema = Schema(label=None, key="doc_id", numeric=[], categorical=[], classes=[], other=["body"],
                     text_column="body")
-    assert task.fit(train.rename(columns={"text": "body"}), schema)["text_column"] == "body"
-    assert task.own_columns(schema) == ["body"]
+    assert task.codec.fit(train.rename(columns={"text": "body"}), schema)["text_column"] == "body"
+    assert task.profile.own_columns(schema) == ["body"]
 
 
 def test_training_through_the_protocol_beats_the_unigram_baseline(task, docs):
     train, val = docs
-    state = task.fit(train, None)
-    batch = task.encode(train, state)
+    state = task.codec.fit(train, None)
+    batch = task.codec.encode(train, state)
     assert batch.inputs[0].shape[1] == 64 and len(batch) == batch.targets.shape[0]
     torch.manual_seed(0)
-    model = task.build_model(None, state)
+    model = task.model.build(None, state)
     with torch.no_grad():
-        init = float(task.loss(model(*batch.inputs), batch.targets))
+        init = float(task.objective.loss(model(*batch.inputs), batch.targets))
     assert abs(init - math.log(259)) < 0.05 * math.log(259)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for step in range(150):
         idx = torch.randint(0, len(batch), (16,), generator=torch.Generator().manual_seed(step))
         part = batch.select(idx)
-        loss = task.loss(model(*part.inputs), part.targets)
+        loss = task.objective.loss(model(*part.inputs), part.targets)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    targets = task.targets(val, state)
-    model_metrics = task.compute_metrics(targets, task.predict(model, val, state, state))
-    unigram = task.compute_metrics(targets, task.baseline(targets, state))
+    targets = task.codec.targets(val, state)
+    model_metrics = task.scoring.compute_metrics(targets, task.scoring.predict(model, val, state, state))
+    unigram = task.scoring.compute_metrics(targets, task.scoring.baseline(targets, state))
     assert model_metrics["bits_per_byte"] < unigram["bits_per_byte"] < 8.0
     assert model_metrics["loss"] < unigram["loss"]
-    served = task.serve(model, val.iloc[:2], state)
+    served = task.serving.serve(model, val.iloc[:2], state)
     assert list(served.columns) == ["loss", "bits_per_byte", "continuation"]
     assert served["continuation"].map(len).gt(0).all()
 
 
 def test_per_document_rows_feed_a_document_bootstrap(task, docs):
     _, val = docs
-    state = task.fit(val, None)
+    state = task.codec.fit(val, None)
     torch.manual_seed(0)
-    rows = task.predict(task.build_model(None, state), val, state, state)
+    rows = task.scoring.predict(task.model.build(None, state), val, state, state)
     assert rows.shape == (len(val), 3)
     assert np.array_equal(rows[:, 2], val["text"].map(lambda t: len(t.encode())).to_numpy())
     assert np.array_equal(rows[:, 1], rows[:, 2] + 1)  # every byte and the EOS, each predicted once
-    whole = task.compute_metrics(task.targets(val, state), rows)
-    halves = [task.compute_metrics(None, rows[:10]), task.compute_metrics(None, rows[10:])]
+    whole = task.scoring.compute_metrics(task.codec.targets(val, state), rows)
+    halves = [task.scoring.compute_metrics(None, rows[:10]), task.scoring.compute_metrics(None, rows[10:])]
     assert min(h["loss"] for h in halves) <= whole["loss"] <= max(h["loss"] for h in halves)
 
 
 def test_extra_checks_pass_on_the_real_model_and_encoding(task, docs):
     train, _ = docs
-    state = task.fit(train, None)
-    batch = task.encode(train.iloc[:8], state)
-    results = task.extra_checks(lambda: task.build_model(None, state), batch, state)
+    state = task.codec.fit(train, None)
+    batch = task.codec.encode(train.iloc[:8], state)
+    results = task.checks.extra_checks(lambda: task.model.build(None, state), batch, state)
     assert {r.name for r in results} == {"next_token_targets", "causal_gradient", "future_tokens",
                                          "sequence_independence"}
     assert all(r.passed for r in results), [r.message for r in results]
@@ -119,27 +119,27 @@ def test_extra_checks_pass_on_the_real_model_and_encoding(task, docs):
 
 def test_first_batch_dump_round_trips_to_the_raw_texts(task, docs):
     train, _ = docs
-    state = task.fit(train, None)
-    batch = task.encode(train.iloc[:4], state)
-    dump = task.describe_batch(batch, train.iloc[:4], state, None)
-    assert task.batch_mismatches(dump, train.iloc[:4], None) == []
+    state = task.codec.fit(train, None)
+    batch = task.codec.encode(train.iloc[:4], state)
+    dump = task.checks.describe_batch(batch, train.iloc[:4], state, None)
+    assert task.checks.batch_mismatches(dump, train.iloc[:4], None) == []
     dump["rows"][0]["tokens"][5] = ord("#") if dump["rows"][0]["tokens"][5] != ord("#") else ord("$")
-    assert task.batch_mismatches(dump, train.iloc[:4], None)
+    assert task.checks.batch_mismatches(dump, train.iloc[:4], None)
 
 
 def test_validation_columns_flag_empty_and_invalid_texts(task):
     frame = pd.DataFrame({"text": ["fine", "", "bad \udcff surrogate", b"\xff\xfe"]})
-    checks = task.check_columns(frame, None)
+    checks = task.profile.check_columns(frame, None)
     assert checks["text__bytes"].tolist()[:2] == [4, 0]
     assert checks["text__valid_utf8"].tolist() == [True, True, False, False]
-    kinds = {e["kwargs"]["column"]: e["type"] for e in task.expectations(None)}
+    kinds = {e["kwargs"]["column"]: e["type"] for e in task.profile.expectations(None)}
     assert kinds["text__bytes"] == "expect_column_values_to_be_between"
     assert kinds["text__valid_utf8"] == "expect_column_values_to_be_in_set"
 
 
 def test_drift_columns_separate_help_topics_from_module_docstrings(task):
-    help_docs = task.drift_columns(help_topic_documents(), None)
-    module_docs = task.drift_columns(module_docstring_documents(), None)
+    help_docs = task.profile.drift_columns(help_topic_documents(), None)
+    module_docs = task.profile.drift_columns(module_docstring_documents(), None)
     assert set(help_docs.columns) >= {"text__bytes", "text__letter_share", "text__non_ascii_share"}
     from scipy.stats import ks_2samp
 
@@ -154,17 +154,20 @@ def test_paired_bootstrap_resamples_documents_like_the_generic_one(task):
     rows_a = np.column_stack([n_bytes * rng.uniform(1.0, 2.0, 40), n_bytes + 1, n_bytes])
     rows_b = np.column_stack([rows_a[:, 0] * 1.1, n_bytes + 1, n_bytes])
     targets = np.column_stack([n_bytes, n_bytes])
-    fast = task.paired_bootstrap(targets, {"a": rows_a, "b": rows_b}, samples=200, seed=3)
+    fast = task.scoring.bootstrap(targets, {"a": rows_a, "b": rows_b}, samples=200, seed=3)
     assert fast["a"]["bits_per_byte"].shape == (200,)
     # b is 10% worse on every document: every paired resample sees it, whatever the spread across documents
     assert bool((fast["b"]["loss"] > fast["a"]["loss"]).all())
-    point = task.compute_metrics(targets, rows_a)["bits_per_byte"]
+    point = task.scoring.compute_metrics(targets, rows_a)["bits_per_byte"]
     low, high = np.quantile(fast["a"]["bits_per_byte"], [0.025, 0.975])
     assert low < point < high
 
 
-def test_the_task_states_its_size_and_flops_for_mfu():
-    large = load_task({"name": "causal_lm", "entrypoint": None, "options": {"size": "gpt-350m"}})
+def test_the_language_model_states_its_size_and_flops_for_mfu():
+    """Benchmark facts of the built-in's implementation (``benchmarks/trainer.py``'s MFU), not task parts."""
+    from ctpipe.components.tasks.causal_lm import CausalLM
+
+    large = CausalLM(size="gpt-350m")
     assert large.parameter_count() >= 300_000_000
     # 6 N per token (N without the position table) plus attention: ~2.1 GFLOP per token at 1,024 positions
     assert 6 * 300e6 < large.flops_per_token() < 6 * 360e6
@@ -175,18 +178,18 @@ def test_a_documents_score_does_not_depend_on_the_documents_scored_with_it(task,
     so a text's loss changed with the texts before it in the request (the model attended across them and
     the row cuts moved); the same document scored 3.87, 3.82 and 3.83 bits per byte in three requests."""
     train, val = docs
-    state = task.fit(train, None)
+    state = task.codec.fit(train, None)
     torch.manual_seed(0)
-    model = task.build_model(None, state)
+    model = task.model.build(None, state)
     with torch.no_grad():  # a model far from uniform, so that context matters
         model.embed.weight.mul_(10.0)
-    alone = task.serve(model, val.iloc[[3]], state)
+    alone = task.serving.serve(model, val.iloc[[3]], state)
     for before in ([0], [1, 2], [5]):
-        together = task.serve(model, val.iloc[[*before, 3]], state).iloc[-1]
+        together = task.serving.serve(model, val.iloc[[*before, 3]], state).iloc[-1]
         assert together["loss"] == pytest.approx(alone["loss"].iloc[0], rel=1e-6)
         assert together["bits_per_byte"] == pytest.approx(alone["bits_per_byte"].iloc[0], rel=1e-6)
-    rows = task.predict(model, val, state, state)
-    reversed_rows = task.predict(model, val.iloc[::-1], state, state)[::-1]
+    rows = task.scoring.predict(model, val, state, state)
+    reversed_rows = task.scoring.predict(model, val.iloc[::-1], state, state)[::-1]
     np.testing.assert_allclose(rows, reversed_rows, rtol=1e-6)
 
 
@@ -194,9 +197,9 @@ def test_an_empty_text_has_no_bits_per_byte(task, docs):
     """Zero bytes: bits per byte is undefined. Before, the pyfunc divided the EOS's bits by 1 and served a
     finite number (72 bits per byte for a confident model) that ranked the empty text as the worst text."""
     train, _ = docs
-    state = task.fit(train, None)
+    state = task.codec.fit(train, None)
     torch.manual_seed(0)
-    served = task.serve(task.build_model(None, state), pd.DataFrame({"text": ["", "abc"]}), state)
+    served = task.serving.serve(task.model.build(None, state), pd.DataFrame({"text": ["", "abc"]}), state)
     assert math.isnan(served["bits_per_byte"].iloc[0]) and math.isfinite(served["loss"].iloc[0])
     assert math.isfinite(served["bits_per_byte"].iloc[1])
 
@@ -212,7 +215,7 @@ def test_served_texts_that_are_not_valid_text_are_a_clear_error(task, docs, valu
     from ctpipe.components.lib.errors import DataValidationError
 
     train, _ = docs
-    state = task.fit(train, None)
+    state = task.codec.fit(train, None)
     torch.manual_seed(0)
     with pytest.raises(DataValidationError, match=needle):
-        task.serve(task.build_model(None, state), pd.DataFrame({"text": pd.Series(values, dtype=object)}), state)
+        task.serving.serve(task.model.build(None, state), pd.DataFrame({"text": pd.Series(values, dtype=object)}), state)

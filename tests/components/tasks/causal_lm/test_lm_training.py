@@ -6,18 +6,17 @@ import pytest
 
 from ctpipe.components.engine import checkpointing as ckpt
 from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.tasks.causal_lm import make_task
 from ctpipe.components.tasks.causal_lm.corpus import write_text_demo_data
-from ctpipe.components.tasks.run_config import load_run_config
 from ctpipe.pipelines.local.train_alone import build_snapshot
-from tests.fixtures.exact import EXACT_TRAINING
 
 pytestmark = pytest.mark.slow
 
 # The resumed run is compared with the uninterrupted one bit for bit: EXACT_TRAINING pins what makes that exact.
 TINY = [
-    "task.name=causal_lm", *make_task().demo_settings, *EXACT_TRAINING,
+    "task.name=causal_lm", *make_task().demo.settings,
     "task.options.dropout=0.1",  # dropout draws from the RNG: resume must restore it exactly
     "train.workers=2", "train.max_steps=6", "train.warmup_steps=1", "train.eval_every=2",
     "train.checkpoint_every=2", "train.batch_size=4", "train.timeout_minutes=3",
@@ -25,7 +24,7 @@ TINY = [
 
 
 def _train(snapshot_dir, ckpt_dir, *extra):
-    return train_model(snapshot_dir, str(ckpt_dir), load_run_config(None, TINY + list(extra)), tracking_uri=None,
+    return train_model(snapshot_dir, str(ckpt_dir), load_config(None, TINY + list(extra)), tracking_uri=None,
                        mlflow_run_id=None, job_name="lm")
 
 
@@ -33,7 +32,7 @@ def _train(snapshot_dir, ckpt_dir, *extra):
 def snapshot_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm-train")
     write_text_demo_data(root / "data", days=1)
-    return str(build_snapshot(str(root / "data"), load_run_config(None, TINY), root / "snapshot").root)
+    return str(build_snapshot(str(root / "data"), load_config(None, TINY), root / "snapshot").root)
 
 
 @pytest.fixture(scope="module")

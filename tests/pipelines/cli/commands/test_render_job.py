@@ -7,8 +7,8 @@ import sys
 
 import yaml
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.kube.pytorchjob import validate_pytorchjob
+from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.cli.main import main
 from ctpipe.pipelines.cluster_job import render_pytorchjob
 
@@ -116,11 +116,11 @@ def test_the_trainer_pods_get_the_text_column_like_every_config_key(capsys):
 def test_render_job_shows_the_job_the_compiled_pipeline_submits(tmp_path, capsys):
     """Same flags, same job: the trainer pods get the config the compiled pipeline carries (the cluster defaults:
     train.backend=auto, MLflow credentials from the ctpipe-mlflow-client secret), not the laptop defaults."""
-    from ctpipe.pipelines.compile import compile_pipeline
+    from ctpipe.pipelines.compile import compile_pipeline, compiled_config
 
     flags = ["train.workers=3"]
     spec, _ = yaml.safe_load_all(compile_pipeline(tmp_path / "p.yaml", None, flags, image=None).read_text())
-    compiled = spec["root"]["inputDefinitions"]["parameters"]["config_json"]["defaultValue"]
+    compiled = compiled_config(spec).to_json()
     assert main(["render-job", *[a for f in flags for a in ("--set", f)]]) == 0
     trainjob, pytorchjob = yaml.safe_load_all(capsys.readouterr().out)
     container = pytorchjob["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]

@@ -6,8 +6,8 @@ import json
 
 import mlflow
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
+from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.cli.main import main
 from ctpipe.pipelines.local.train_alone import mlflow_run_for_output
 from tests.fixtures.exact import EXACT_TRAINING

@@ -10,9 +10,9 @@ import functools
 import pytest
 from kubernetes import client
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.kube.pod_security import restricted_violations
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.launchers.factory import kubeflow_launcher_for
 from ctpipe.pipelines.local.train_alone import build_snapshot
@@ -101,7 +101,7 @@ def test_pytorchjob_pods_with_the_operator_env_train_to_the_end(snapshot_dir, tm
 STEP = """
 import sys
 from kubernetes import client
-from ctpipe.components.lib.config import load_config
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.launchers.factory import kubeflow_launcher_for
 host, snapshot, out, run_id, *overrides = sys.argv[1:]

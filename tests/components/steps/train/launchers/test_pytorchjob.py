@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.lib.kube.names import job_name_for
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 from ctpipe.components.steps.train.launchers.pytorchjob import PyTorchJobLauncher
 from tests.fakes.k8s_api import FakeKubeAPI, run_job

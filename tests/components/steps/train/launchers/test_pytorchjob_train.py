@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.launchers.pytorchjob import PyTorchJobLauncher
 from ctpipe.pipelines.local.train_alone import build_snapshot

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 from ctpipe.components.steps.train.launchers.factory import kubeflow_launcher_for
 from ctpipe.components.steps.train.launchers.kubeflow import ATTEMPT_ANNOTATION

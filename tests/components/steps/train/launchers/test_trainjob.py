@@ -12,7 +12,6 @@ import time
 import pytest
 from kubernetes import client
 
-from ctpipe.components.lib.config import load_config
 from ctpipe.components.lib.errors import ConfigError, TrainingError
 from ctpipe.components.lib.kube.trainjob import (
     JobValidationError,
@@ -20,6 +19,7 @@ from ctpipe.components.lib.kube.trainjob import (
     torchrun_command,
     validate_trainjob,
 )
+from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.train.launchers.base import WorkerLaunch
 from ctpipe.components.steps.train.launchers.factory import launcher_for
 from ctpipe.components.steps.train.launchers.trainjob import TrainJobLauncher
