@@ -66,11 +66,6 @@ def test_the_readme_check_sees_a_stale_table(tmp_path):
 
 MAX_MODULE_LINES = 450  # nanochat's rule of thumb: one job per module, readable top to bottom
 # Named, temporary exceptions: each must still be over the limit (else drop it here).
-LONG_MODULES = {
-    "components/steps/sanity_checks/checks.py",  # the task-spec refactor of issue 41 splits it
-}
-
-
 def long_modules(paths) -> dict[str, int]:
     """Module (relative to the repository) -> its line count, for those over MAX_MODULE_LINES."""
     counts = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in paths}
@@ -78,11 +73,8 @@ def long_modules(paths) -> dict[str, int]:
 
 
 def test_no_module_is_longer_than_450_lines():
-    found = long_modules(p for folder in code_folders() for p in folder.glob("*.py"))
-    over = {name: lines for name, lines in found.items() if name not in LONG_MODULES}
+    over = long_modules(p for folder in code_folders() for p in folder.glob("*.py"))
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by job): {over}"
-    stale = sorted(LONG_MODULES - found.keys())
-    assert not stale, f"no longer over {MAX_MODULE_LINES} lines: remove them from LONG_MODULES: {stale}"
 
 
 def test_the_size_check_counts_lines(tmp_path, monkeypatch):

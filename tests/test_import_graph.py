@@ -236,11 +236,11 @@ def test_no_step_folder_is_imported_by_the_cli_gc_or_serve():
 
 
 def test_the_cli_check_sees_a_violation(monkeypatch):
-    graph = {"ctpipe.pipelines.cli.commands.serve": {"ctpipe.components.lib.registry.registry"},
+    graph = {"ctpipe.pipelines.cli.commands.serve": {"ctpipe.components.steps.register.registry"},
              "ctpipe.pipelines.retention.gc": {"ctpipe.components.steps.register"},
-             "ctpipe.components.lib.registry.registry": set(), "ctpipe.components.steps.register": set()}
+             "ctpipe.components.steps.register.registry": set(), "ctpipe.components.steps.register": set()}
     monkeypatch.setattr(__import__(__name__, fromlist=["import_graph"]), "import_graph", lambda: graph)
-    with pytest.raises(AssertionError, match="commands.serve imports ctpipe.components.lib.registry.registry"):
+    with pytest.raises(AssertionError, match="commands.serve imports ctpipe.components.steps.register.registry"):
         test_no_step_folder_is_imported_by_the_cli_gc_or_serve()
     graph.pop("ctpipe.pipelines.cli.commands.serve")
     with pytest.raises(AssertionError, match="retention.gc imports ctpipe.components.steps.register"):
@@ -289,3 +289,38 @@ def test_examples_import_ctpipe_only_through_the_public_task_api():
             if name.split(".")[0] == "ctpipe" and not (name == "ctpipe.task" or name.startswith("ctpipe.task.")):
                 offenders.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not offenders, "; ".join(offenders)
+
+
+# What code outside the task layer may import of it: the protocol and the registry, never a task's own module
+# (a built-in's code, e.g. causal_lm's text statistics): every consumer reaches a task through its spec's parts.
+TASK_API = {
+    "ctpipe.components.tasks", "ctpipe.components.tasks.spec", "ctpipe.components.tasks.protocol",
+    "ctpipe.components.tasks.legacy", "ctpipe.components.tasks.registry", "ctpipe.components.tasks.public",
+    "ctpipe.components.tasks.export", "ctpipe.components.tasks.outputs", "ctpipe.components.tasks.code_identity",
+    "ctpipe.components.tasks.trusted_code", "ctpipe.components.tasks.model_description",
+    "ctpipe.components.tasks.image_columns",
+}
+
+
+def modules_importing_a_tasks_own_module(graph: dict[str, set[str]]) -> list[str]:
+    """``module imports target`` where a module outside the task layer (and the test material) imports a task's own
+    module."""
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if not module.startswith("ctpipe.components.tasks") and module != "ctpipe.task" and not _is_testing(module)
+        for target in targets
+        if target.startswith("ctpipe.components.tasks.") and target not in TASK_API
+    )
+
+
+def test_no_module_outside_a_task_imports_a_tasks_module():
+    offenders = modules_importing_a_tasks_own_module(import_graph())
+    assert not offenders, "code outside the task layer reaches into a task's own module: " + "; ".join(offenders)
+
+
+def test_the_task_module_check_sees_a_violation():
+    graph = {"ctpipe.pipelines.triggers.window_drift": {"ctpipe.components.tasks.causal_lm.text_stats",
+                                                         "ctpipe.components.tasks.spec"}}
+    assert modules_importing_a_tasks_own_module(graph) == [
+        "ctpipe.pipelines.triggers.window_drift imports ctpipe.components.tasks.causal_lm.text_stats"]

@@ -22,7 +22,7 @@ output and targets index independent examples along dimension 0. docs/task-proto
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -271,19 +271,21 @@ class DataProfile:
     and ``check_columns``: extra Great Expectations checks and the derived columns they name.
     ``drift_columns(frame, schema)``: numeric per-row statistics the watcher judges like numeric columns.
     ``drift_histograms(frame, schema)``: per name, each row's counts over fixed bins (summed and judged as
-    one distribution). ``joint_profiles``: name -> drift columns judged jointly as one profile (a text's
-    byte-class shares): the watcher reads them here and branches on no task."""
+    one distribution). ``joint_profile``: the suffixes of drift columns (``<column>__<suffix>``) that are judged
+    jointly as one profile per column (a text's byte-class shares): the watcher reads them here and branches on
+    no task."""
 
     own_columns: Callable[[Schema], list[str]] = _no_columns
     expectations: Callable[[Schema], list[dict[str, Any]]] = _no_expectations
     check_columns: Callable[[pd.DataFrame, Schema], pd.DataFrame] = _empty_frame
     drift_columns: Callable[[pd.DataFrame, Schema], pd.DataFrame] = _empty_frame
     drift_histograms: Callable[[pd.DataFrame, Schema], dict[str, pd.DataFrame]] = _no_histograms
-    joint_profiles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    joint_profile: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _require_callables(self, ("own_columns", "expectations", "check_columns", "drift_columns",
                                   "drift_histograms"))
+        object.__setattr__(self, "joint_profile", tuple(self.joint_profile))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,14 +61,12 @@ def judge_window(
     ``watch`` (default ``config.watch``)."""
     from ctpipe.components.lib.drift.feature_drift import compute_drift
 
-    # TODO(task spec): the share columns a text's profile is judged jointly over are causal_lm's SHARE_NAMES,
-    # looked up here by the task's module; they become a part of the task's drift profile in its spec.
-    from ctpipe.components.tasks.causal_lm.text_stats import SHARE_NAMES
-
+    task, _ = _task_and_schema(reference, config)
     histograms = task_drift_histograms(frame, reference, config)
+    # The columns judged jointly as one profile are the task's to say (its spec's ``profile.joint_profile``).
     return compute_drift(with_task_drift_columns(frame, reference, config), reference, watch or config.watch,
                          window=window, champion_version=champion_version, histograms=histograms,
-                         profile_shares=SHARE_NAMES)
+                         profile_shares=task.profile.joint_profile)
 
 
 def _task_and_schema(reference: dict[str, Any], config: Config):

@@ -9,9 +9,9 @@ import copy
 import pytest
 import yaml
 
-from ctpipe.components.lib.config.loading import load_config
 from ctpipe.components.lib.kube import crds
 from ctpipe.components.lib.kube.schema import validate_strict
+from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.cli.main import build_parser
 from tests.fixtures.paths import REPO_ROOT as ROOT
 

@@ -99,7 +99,7 @@ class CausalLM(TaskBase):
                                 check_columns=self.check_columns, drift_columns=self.drift_columns,
                                 drift_histograms=self.drift_histograms,
                                 # A text's byte-class shares drift together: judged as one profile.
-                                joint_profiles={"profile": SHARE_NAMES}),
+                                joint_profile=SHARE_NAMES),
             defaults=tuple(self.config_defaults),
             demo=Demo(write_data=self.write_demo_data, settings=tuple(self.demo_settings)),
         )

@@ -341,7 +341,7 @@ def rare_snapshot(tmp_path_factory) -> Path:
 def test_overfit_batch_holds_two_classes_so_the_bias_alone_cannot_memorise_it(rare_snapshot, tmp_path):
     # Before: the batch was the sample's first rows, all negatives at 0.6% positives: a model whose only
     # trainable parameter is the head's bias memorised it.
-    from ctpipe.components.steps.sanity_checks.checks import overfit_batch_rows
+    from ctpipe.components.steps.sanity_checks.training_checks import overfit_batch_rows
 
     y = torch.tensor([0] * 994 + [1] * 6)[torch.randperm(1000, generator=torch.Generator().manual_seed(0))]
     assert set(y[overfit_batch_rows(y, 8)].tolist()) == {0, 1}
