@@ -31,7 +31,7 @@ import torch
 
 from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.evaluate.judgement import judge_candidate
-from ctpipe.components.tasks.causal_lm import make_task
+from ctpipe.components.tasks.causal_lm import CausalLM, make_task
 from ctpipe.components.tasks.causal_lm.corpus import help_topic_documents
 from ctpipe.components.tasks.causal_lm.metrics import document_losses
 
@@ -108,7 +108,8 @@ def _document_rows(task, docs: pd.DataFrame, draw: list[int], train_steps: int, 
     runs = [("a", train_steps, 1), ("b", train_steps, 2)] + (
         [("short", train_steps // 10, 3)] if worse else []
     )
-    texts, seq_len = task.texts(held_out, state), int(state["model"]["seq_len"])
+    # The documents as the task reads them (its text column, valid UTF-8): the built-in's own reader.
+    texts, seq_len = CausalLM().texts(held_out, state), int(state["model"]["seq_len"])
     rows = {
         name: document_losses(
             _trained(task, state, packed, steps, 1000 * sum(draw) + s), texts, seq_len=seq_len
