@@ -180,6 +180,18 @@ class TabularClassification(TabularFamily):
     def class_names(self, state: TaskState) -> list[str] | None:
         return list(state["classes"])
 
+    def describe_tabular_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Schema) -> dict[str, Any]:
+        from ctpipe.components.tasks.tabular_first_batch import TabularFirstBatch, decode_first_batch
+
+        x_num, x_cat = batch.inputs
+        return decode_first_batch(TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""), Preprocessing.from_dict(state),
+                                  schema.label)
+
+    def tabular_batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Schema) -> list[str]:
+        from ctpipe.components.tasks.tabular_first_batch import first_batch_mismatches
+
+        return first_batch_mismatches(dump, raw, schema.label)
+
 
 def make_task() -> TaskSpec:
     """The factory ``task.name: tabular_classification`` resolves to."""

@@ -31,10 +31,15 @@ def register(subparsers) -> None:
                       help="resolve as `ctpipe compile` does: the cluster defaults, and its checks")
     show.add_argument("--json", action="store_true", help="one JSON object: {config, origins}")
     add_config_args(show)
-    show.set_defaults(func=run)
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """``ctpipe config ACTION``: ``show`` is the one action."""
+    return show_config(args)
+
+
+def show_config(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ctpipe.components.run_config import resolve_layers

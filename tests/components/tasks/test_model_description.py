@@ -39,7 +39,7 @@ def test_a_model_that_cannot_be_built_without_data_is_described_by_its_task():
             return Wide(state["width"])
 
     task = NeedsState()
-    assert describe_built_model(task.name, task.model.build, Config(), {}) == {"kind": "wide_task"}
+    assert describe_built_model(task.name, task.build_model, Config(), {}) == {"kind": "wide_task"}
 
 
 def test_the_tabular_tasks_keep_describing_their_model_section():

@@ -85,7 +85,9 @@ def test_the_regression_example_learns_the_diabetes_score_better_than_the_mean(m
     from ctpipe.components.tasks import load_task
 
     task = load_task({"name": "tabular_regression", "entrypoint": "diabetes_task:make_task", "options": {"width": 16}})
-    assert task.name == "diabetes" and task.loss_name == "huber"
+    assert task.name == "diabetes"
+    # Huber: quadratic within delta, linear beyond it (MSE would give 12.5 for an error of 5).
+    assert task.objective.row_losses(torch.tensor([[5.0]]), torch.tensor([0.0])).tolist() != [12.5]
     data = load_diabetes(as_frame=True).frame
     train, test = data.iloc[:350], data.iloc[350:]
     schema = infer_schema(train, label="target", key=None, features=[], categorical=[], label_kind=task.codec.label_kind)

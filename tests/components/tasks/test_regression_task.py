@@ -101,7 +101,7 @@ def test_loss_at_init_with_the_output_at_the_mean_is_the_label_variance(task_and
 def test_huber_is_an_option_and_a_bad_loss_names_the_option():
     huber = load_task({"name": "tabular_regression", "entrypoint": None, "options": {"loss": "huber"}})
     outputs, targets = torch.tensor([[0.0], [3.0]]), torch.tensor([0.0, 0.0])
-    assert huber.row_losses(outputs, targets).tolist() == pytest.approx([0.0, 2.5])
+    assert huber.objective.row_losses(outputs, targets).tolist() == pytest.approx([0.0, 2.5])
     from ctpipe.components.tasks.registry import TaskError
 
     with pytest.raises(TaskError, match="task.options.loss must be 'mse' or 'huber'"):
