@@ -62,7 +62,7 @@ def _memory(value: str, python: bool) -> str:
 
 
 def _pod(app: dict[str, Any], role: str, name: str, labels: dict[str, str], args: list[str],
-         env: list[dict[str, Any]], owner: dict[str, Any], conf_map: str) -> dict[str, Any]:
+         env: list[dict[str, Any]], owner: dict[str, Any], conf_map: str | None) -> dict[str, Any]:
     """A Spark pod from the application's ``role`` template, as Spark's feature steps complete it."""
     spec = app["spec"]
     part = spec[role]
@@ -80,10 +80,9 @@ def _pod(app: dict[str, Any], role: str, name: str, labels: dict[str, str], args
     container["env"] = [*container.get("env", []), *env,
                         {"name": "SPARK_LOCAL_DIRS", "value": local_dir},
                         {"name": "SPARK_CONF_DIR", "value": SPARK_CONF_DIR}]
-    container["volumeMounts"] = [*container.get("volumeMounts", []),
-                                 {"name": "spark-local-dir-1", "mountPath": local_dir},
-                                 {"name": f"spark-conf-volume-{'driver' if role == 'driver' else 'exec'}",
-                                  "mountPath": SPARK_CONF_DIR}]
+    conf_volume = f"spark-conf-volume-{'driver' if role == 'driver' else 'exec'}"
+    container["volumeMounts"] = [*container.get("volumeMounts", []), {"name": "spark-local-dir-1", "mountPath": local_dir},
+                                 *([{"name": conf_volume, "mountPath": SPARK_CONF_DIR}] if conf_map else [])]
     if role == "driver":
         container["ports"] = [{"name": "driver-rpc-port", "containerPort": 7078, "protocol": "TCP"},
                               {"name": "blockmanager", "containerPort": 7079, "protocol": "TCP"},
@@ -91,8 +90,7 @@ def _pod(app: dict[str, Any], role: str, name: str, labels: dict[str, str], args
     else:
         container["ports"] = [{"name": "blockmanager", "containerPort": 7079, "protocol": "TCP"}]
     pod_spec["volumes"] = [*pod_spec.get("volumes", []), {"name": "spark-local-dir-1", "emptyDir": {}},
-                           {"name": f"spark-conf-volume-{'driver' if role == 'driver' else 'exec'}",
-                            "configMap": {"name": conf_map, "defaultMode": 420}}]
+                           *([{"name": conf_volume, "configMap": {"name": conf_map, "defaultMode": 420}}] if conf_map else [])]
     pod_spec["restartPolicy"] = "Never"
     # Executors run as the driver's service account unless one is given (Spark 3.1+).
     pod_spec["serviceAccountName"] = part.get("serviceAccount") or spec["driver"].get("serviceAccount") or "default"
@@ -139,8 +137,10 @@ def spark_application_pods(app: dict[str, Any], submission_id: str = "0" * 32) -
                {"name": "SPARK_EXECUTOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
         labels = {**operator_labels, **spec["executor"].get("labels", {}), **spark_labels, "spark-role": "executor",
                   "spark-exec-id": str(index), "spark-exec-resourceprofile-id": "0"}
+        # spark.kubernetes.executor.disableConfigMap: the driver makes no ConfigMap, the executors mount none.
+        no_map = (spec.get("sparkConf") or {}).get("spark.kubernetes.executor.disableConfigMap") == "true"
         executors.append(_pod(app, "executor", f"{prefix}-exec-{index}", labels, ["executor"], env, driver_owner,
-                              f"spark-exec-{uuid.uuid4().hex[:16]}-conf-map"))
+                              None if no_map else f"spark-exec-{uuid.uuid4().hex[:16]}-conf-map"))
     return driver, executors
 
 

@@ -74,6 +74,10 @@ class KubernetesConfig:
     spark_service_account: str = "ctpipe-spark-driver"
     spark_deadline_seconds: int = 4 * 3600
     spark_backoff_limit: int = 2
+    # Secret name -> keys the Spark pods get as env vars (by reference), e.g. an object store's credentials for
+    # data at s3://. Not env_from_secrets: the Spark pods never talk to MLflow (the step logs), so they get none
+    # of its credentials.
+    spark_env_from_secrets: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctpipe.components.lib.config import KubernetesConfig
@@ -53,11 +53,15 @@ DENIED_SPARK_CONF = (
     "spark.kubernetes.authenticate.driver.oauthToken", "spark.kubernetes.authenticate.executor.oauthTokenFile",
     "spark.kubernetes.authenticate.executor.oauthToken",
 )
-# The data sits on the shared volume or in an object store, never on a claim Spark would own: the driver then
-# never lists or deletes PersistentVolumeClaims, and its Role grants none.
+# What keeps the driver's Role to its executor pods (manifests/base/rbac-spark-driver.yaml): no claims of its own
+# (the data is on the shared volume or in an object store), no ConfigMap for the executors (their configuration
+# comes from the driver when they register), and its service (created by the operator's spark-submit, owned by
+# the driver pod) left to the garbage collector with the driver pod rather than deleted by the driver.
 SPARK_CONF = {
     "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
     "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
+    "spark.kubernetes.executor.disableConfigMap": "true",
+    "spark.kubernetes.driver.service.deleteOnTermination": "false",
 }
 
 
@@ -110,7 +114,8 @@ def module_arguments(command: list[str]) -> list[str]:
 
 
 def _template(kube: KubernetesConfig, launch: SparkLaunch, container: str, *, api_access: bool) -> dict[str, Any]:
-    """A Spark pod template: non-root, the shared volume, a writable /tmp, env (secrets by reference), placement."""
+    """A Spark pod template: non-root, the shared volume, a writable /tmp, env (kubernetes.spark_env_from_secrets by
+    reference, never the MLflow credentials: the Spark pods do not log), placement."""
     mounts = [{"name": "tmp", "mountPath": "/tmp"}]
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if kube.shared_pvc:
@@ -120,7 +125,7 @@ def _template(kube: KubernetesConfig, launch: SparkLaunch, container: str, *, ap
         "securityContext": copy.deepcopy(kube_pod.POD_SECURITY_CONTEXT),
         "containers": [{
             "name": container,
-            "env": kube_pod.container_env(kube, launch),
+            "env": kube_pod.container_env(replace(kube, env_from_secrets=kube.spark_env_from_secrets), launch),
             "volumeMounts": mounts,
             "securityContext": copy.deepcopy(kube_pod.CONTAINER_SECURITY_CONTEXT),
         }],

@@ -30,11 +30,15 @@ LAUNCH = SparkLaunch(job_name=RUN_ID, command=["python", "-m", "ctpipe.component
                                                "--data-uri", "/mnt/ctpipe/data"], env={}, deadline_seconds=600)
 PLACEMENT = ["kubernetes.step_node_selector={pool: cpu}", "kubernetes.image_pull_secrets=[regcred]",
              "kubernetes.step_tolerations=[{key: spot, operator: Exists, effect: NoSchedule}]",
-             "kubernetes.env_from_secrets={object-store: [AWS_ACCESS_KEY_ID]}"]
+             "kubernetes.spark_env_from_secrets={object-store: [AWS_ACCESS_KEY_ID]}"]
+
+
+MLFLOW_SECRET = "kubernetes.env_from_secrets={ctpipe-mlflow-client: [MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD]}"
 
 
 def _app(*extra: str) -> dict:
-    return build_sparkapplication(load_config(overrides=["kubernetes.namespace=team-a", *extra]).kubernetes, LAUNCH)
+    return build_sparkapplication(load_config(overrides=["kubernetes.namespace=team-a", MLFLOW_SECRET, *extra]).kubernetes,
+                                  LAUNCH)
 
 
 @pytest.mark.parametrize("extra", [[], PLACEMENT, ["kubernetes.shared_pvc=null"]])
@@ -63,7 +67,8 @@ def test_placement_secrets_and_the_shared_volume_reach_both_templates():
         assert pod["nodeSelector"] == {"pool": "cpu"} and pod["tolerations"][0]["key"] == "spot"
         (container,) = pod["containers"]
         refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
-        assert refs == {"AWS_ACCESS_KEY_ID": {"name": "object-store", "key": "AWS_ACCESS_KEY_ID"}}  # by reference
+        # By reference, and only what kubernetes.spark_env_from_secrets names: not the MLflow credentials.
+        assert refs == {"AWS_ACCESS_KEY_ID": {"name": "object-store", "key": "AWS_ACCESS_KEY_ID"}}
         assert {"name": "ctpipe-shared", "mountPath": "/mnt/ctpipe"} in container["volumeMounts"]
 
 
