@@ -441,8 +441,8 @@ def _ctpipe_images(objects: list[dict]) -> list[tuple[str, dict]]:
 
 
 def test_overlays_and_their_configs_use_one_image_scheme_and_tag(overlay):
-    """<registry>/ctpipe, ctpipe-trainer (-cuda/-cpu), ctpipe-mlflow, all at one tag: what ci/build_images.sh
-    builds. The trainer variant follows the config (GPU workers -> -cuda)."""
+    """<registry>/ctpipe, ctpipe-trainer (-cuda/-cpu), ctpipe-mlflow, ctpipe-spark, all at one tag: what
+    ci/build_images.sh builds. The trainer variant follows the config (GPU workers -> -cuda)."""
     import re
 
     from ctpipe.components.run_config import load_config
@@ -450,12 +450,12 @@ def test_overlays_and_their_configs_use_one_image_scheme_and_tag(overlay):
     name, objects = overlay
     refs = {c["image"] for _, c in _ctpipe_images(objects)}
     config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml").kubernetes
-    refs |= {config.image, config.trainer_image}
-    parsed = [re.fullmatch(r"(?P<registry>.+)/(?P<name>ctpipe(-trainer|-mlflow)?):(?P<tag>[\w.]+?)(-(?P<variant>cuda|cpu))?", r)
+    refs |= {config.image, config.trainer_image, config.spark_image}
+    parsed = [re.fullmatch(r"(?P<registry>.+)/(?P<name>ctpipe(-trainer|-mlflow|-spark)?):(?P<tag>[\w.]+?)(-(?P<variant>cuda|cpu))?", r)
               for r in refs]
     assert all(parsed), refs
     assert len({(m["registry"], m["tag"]) for m in parsed}) == 1, refs
-    assert {m["name"] for m in parsed} == {"ctpipe", "ctpipe-trainer", "ctpipe-mlflow"}
+    assert {m["name"] for m in parsed} == {"ctpipe", "ctpipe-trainer", "ctpipe-mlflow", "ctpipe-spark"}
     assert config.trainer_image.endswith("-cuda" if config.worker_gpus > 0 else "-cpu")
     assert all(m["variant"] is None for m in parsed if m["name"] != "ctpipe-trainer")
 
@@ -469,6 +469,7 @@ def test_the_config_defaults_follow_the_scheme_at_the_package_version():
     kube = Config().kubernetes
     assert kube.image == f"ghcr.io/ctpipe/ctpipe:{version}"
     assert kube.trainer_image == f"ghcr.io/ctpipe/ctpipe-trainer:{version}-{'cuda' if kube.worker_gpus else 'cpu'}"
+    assert kube.spark_image == f"ghcr.io/ctpipe/ctpipe-spark:{version}"
 
 
 def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):
