@@ -7,7 +7,8 @@ the driver's application; the tests pass its module name where the step names th
 
 ``CTPIPE_TEST_SPARK_DRIVER`` picks what it does: ``pass`` (outputs and a passing verdict), ``fail`` (reports and a
 failing verdict, exit 2), ``refuse`` (exit 2 before any verdict), ``crash`` (exit 1), ``crash-once`` (exit 1 the
-first time in this application's folder on the shared volume, then ``pass``), ``hang`` (never ends), ``local``
+first time in this application's folder on the shared volume, then ``pass``), ``hang`` (never ends), ``silent``
+(exit 0 without a result record), ``local``
 (ctpipe's local engine on the data: the real snapshot, Data Docs, report and verdict).
 """
 
@@ -70,6 +71,8 @@ def main() -> int:
         return 1
     if mode == "hang":
         time.sleep(3600)
+    if mode == "silent":
+        return 0
     if mode == "refuse":
         print("stub driver: config refused", flush=True)
         return 2

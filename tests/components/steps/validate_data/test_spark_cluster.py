@@ -17,6 +17,7 @@ from kubernetes import client
 from ctpipe.components.lib.errors import DataValidationError, UserError
 from ctpipe.components.lib.kube.discovery import SparkOperatorMissing
 from ctpipe.components.lib.kube.pod import JobValidationError
+from ctpipe.components.lib.kube.pod_security import restricted_violations
 from ctpipe.components.lib.kube.sparkapplication import SparkLaunch
 from ctpipe.components.run_config import load_config
 from ctpipe.components.steps.validate_data.on_spark_cluster import (
@@ -99,6 +100,8 @@ def test_a_completed_application_gives_the_step_its_outputs(fake, tmp_path):
     assert "passed" in step.docs.read_text() and "passed" in step.report.read_text()
     ((app, driver, executors),) = operator.record
     assert app["metadata"]["annotations"][ATTEMPT_ANNOTATION] == "1" and len(executors) == 2
+    for pod in (driver, *executors):  # what the operator and Spark made of it starts in a restricted namespace
+        assert restricted_violations(pod) == [], pod["metadata"]["name"]
     argv = app["spec"]["arguments"]
     assert argv[0] == STUB and argv[argv.index("--snapshot") + 1].startswith(str(tmp_path / "pvc" / "jobs"))
     # The driver's log is in the step's log, and the states the operator reported.
@@ -247,3 +250,31 @@ def test_without_a_shared_volume_or_with_unreachable_data_nothing_is_created(fak
         Step(tmp_path).run(fake, _config(tmp_path), [], data=str(tmp_path / "elsewhere"))
     check_data_reachable("s3://bucket/data", _config(tmp_path, "kubernetes.shared_pvc=null"))  # a URL needs none
     assert fake.count("POST") == 0
+
+
+def test_a_completed_application_without_a_result_record_is_an_infrastructure_failure(fake, tmp_path):
+    _operator(fake, "silent")
+    with pytest.raises(SparkApplicationError, match="wrote no result record"):
+        Step(tmp_path).run(fake, _config(tmp_path), [])
+
+
+def test_transient_api_errors_are_retried_and_failing_watches_fall_back_to_polling(fake, tmp_path):
+    _operator(fake, "pass")
+    fake.fail("POST", "/sparkapplications", 500, times=2)
+    fake.fail("POST", "/sparkapplications", 429, times=1)
+    fake.fail("GET", "watch=true", 503, times=4)  # three failed watches: the launcher polls instead
+    lines: list[str] = []
+    assert Step(tmp_path).run(fake, _config(tmp_path), lines).fingerprint == "stub-fingerprint"
+    assert fake.count("POST", "/sparkapplications") == 4
+    assert any("transient Kubernetes API error (500)" in ln for ln in lines), lines
+    assert any("failed (503); polling" in ln for ln in lines), lines
+
+
+def test_an_application_the_operator_never_picks_up_is_named_in_the_log(fake, tmp_path):
+    fake.on_create = None  # the CRD is served, but no controller watches the namespace
+    lines: list[str] = []
+    with pytest.raises(SparkApplicationError, match="did not finish"):
+        _launcher(fake, _config(tmp_path), lines, watch_seconds=1, operator_wait_seconds=0.5,
+                  grace_seconds=0.0).run(_hang_launch(tmp_path, 3))
+    warned = [ln for ln in lines if "has no state after" in ln]
+    assert len(warned) == 1 and "spark.jobNamespaces" in warned[0], lines
