@@ -70,6 +70,7 @@ class FakeKubeAPI:
         self.drop_watches = 0  # break the next N watch connections mid-chunk after their first events
         self.expire_watches = 0  # answer the next N watches that resume from a resourceVersion with 410 Gone
         self.on_create: Any = None  # callable(fake, namespace, name) run in a thread after a create
+        self.on_delete: Any = None  # callable(fake, namespace, name, object) run after a delete (a controller's clean-up)
         self.starts: list[tuple[str, int, int]] = []  # run_job_locally: (job uid, rank, incarnation) per process start
         # The installed CRDs (all by default) and ClusterTrainingRuntimes by name.
         self.served: dict[str, dict[str, tuple[str, bool]]] = {
@@ -302,6 +303,8 @@ class FakeKubeAPI:
                         fake.rv += 1
                         fake.events.append((fake.rv, "DELETED", ns, name, job))
                         fake.lock.notify_all()
+                    if fake.on_delete:
+                        fake.on_delete(fake, ns, name, job)
                     return self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
                 if name:
                     job = fake.jobs.get((ns, name))

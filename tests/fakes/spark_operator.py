@@ -158,6 +158,20 @@ class SparkOperator:
         self.extra_env = extra_env or {}
         self.timeout = timeout
 
+    def attach(self, fake: FakeKubeAPI) -> SparkOperator:
+        """Run for every SparkApplication created in ``fake``, and clean up after every one deleted."""
+        fake.on_create, fake.on_delete = self, self.deleted
+        return self
+
+    @staticmethod
+    def deleted(fake: FakeKubeAPI, ns: str, name: str, app: dict[str, Any]) -> None:
+        """``handleSparkApplicationDeletion``: the driver pod is deleted; its executors go with it (owned by it)."""
+        with fake.lock:
+            for key in [k for k, p in fake.pods.items() if k[0] == ns
+                        and p["metadata"]["labels"].get("sparkoperator.k8s.io/app-name") == name]:
+                fake.pods.pop(key)
+            fake.lock.notify_all()
+
     def __call__(self, fake: FakeKubeAPI, ns: str, name: str) -> None:
         app = copy.deepcopy(fake.jobs[(ns, name)])
         uid = app["metadata"]["uid"]

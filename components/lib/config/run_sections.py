@@ -91,6 +91,7 @@ class ValidationConfig:
     progress_seconds: float = 5.0
     # Where the validate step computes: "local" (its own process) or "spark"; on a cluster pipeline
     # (train.backend != local) "spark" runs the validation as a SparkApplication (kubernetes.spark_*).
+    # "auto" is the Spark engine's choice by the data's size (until it decides, the step's own process).
     engine: Literal["local", "spark", "auto"] = "local"
 
     def __post_init__(self) -> None:

@@ -246,6 +246,21 @@ class SparkApplicationLauncher:
         self.emit(f"{apps.where(name)} failed: creating it again (attempt {attempt + 1} of {limit + 1})")
         apps.delete(name)
         apps.wait_gone(name)
+        self._wait_driver_gone(name)
+
+    def _wait_driver_gone(self, name: str, timeout: float = 120.0) -> None:
+        """The operator deletes the old driver pod when its application goes; while that pod still terminates, the
+        next application's spark-submit would fail on its name (the same ``<name>-driver``)."""
+        core, pod = client.CoreV1Api(self.api_client), f"{name}-driver"
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                core.read_namespaced_pod(pod, self.namespace)
+            except client.exceptions.ApiException as err:
+                if err.status == 404:
+                    return
+            time.sleep(min(self.poll_seconds, 2.0))
+        self.emit(f"driver pod {self.namespace}/{pod} is still there after {timeout:.0f}s; creating the application anyway")
 
     def _clean_up_after(self, apps: CustomObjects, name: str) -> None:
         """kubernetes.clean_pod_policy All: delete the finished application now (else its TTL does)."""

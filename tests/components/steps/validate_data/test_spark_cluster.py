@@ -77,9 +77,7 @@ class Step:
 
 
 def _operator(fake: FakeKubeAPI, mode: str, **kw) -> SparkOperator:
-    operator = SparkOperator(extra_env={MODE_ENV: mode}, **kw)
-    fake.on_create = operator
-    return operator
+    return SparkOperator(extra_env={MODE_ENV: mode}, **kw).attach(fake)
 
 
 def test_the_selection_rule_spark_engine_on_a_cluster_pipeline():
@@ -136,6 +134,11 @@ def test_a_crashed_driver_is_created_again_and_its_retry_succeeds(fake, tmp_path
     assert result.fingerprint == "stub-fingerprint"
     assert fake.count("POST") == 2 and fake.count("DELETE") == 1
     assert [a["metadata"]["annotations"][ATTEMPT_ANNOTATION] for a, _, _ in operator.record] == ["1", "2"]
+    # The next application is created only once the old driver pod is gone (spark-submit would fail on its name).
+    deleted = next(i for i, (m, _) in enumerate(fake.requests) if m == "DELETE")
+    created = [i for i, (m, _) in enumerate(fake.requests) if m == "POST"][1]
+    driver = f"/pods/{operator.record[0][1]['metadata']['name']}"
+    assert any(m == "GET" and p.endswith(driver) for m, p in fake.requests[deleted:created])
     assert any("driver container failed with ExitCode: 1" in ln and "lost an executor" in ln for ln in lines), lines
 
 

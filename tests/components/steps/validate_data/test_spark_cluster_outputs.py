@@ -48,7 +48,7 @@ def test_the_cluster_step_gives_the_outputs_of_a_local_validation(tmp_path):
                           report_path=str(tmp_path / "local" / "report.md"), tracking_uri="", mlflow_run_id="")
     step = tmp_path / "step"
     with FakeKubeAPI() as fake:
-        fake.on_create = SparkOperator(extra_env={MODE_ENV: "local"})
+        SparkOperator(extra_env={MODE_ENV: "local"}).attach(fake)
         result = validate_on_spark_cluster(
             str(data), config, snapshot_dir=str(step / "snapshot"), data_docs_path=str(step / "docs.html"),
             report_path=str(step / "report.md"), tracking_uri="", mlflow_run_id=RUN, module=STUB,
@@ -62,8 +62,7 @@ def test_the_kfp_step_runs_a_spark_application_for_the_spark_engine_on_a_cluster
     (tmp_path / "pvc" / "data").mkdir(parents=True)
     config = _config(tmp_path)
     with FakeKubeAPI() as fake:
-        operator = SparkOperator(extra_env={MODE_ENV: "pass"})
-        fake.on_create = operator
+        operator = SparkOperator(extra_env={MODE_ENV: "pass"}).attach(fake)
         kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
                       "clusters": [{"name": "k", "cluster": {"server": fake.url}}],
                       "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u", "namespace": NS}}],
