@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the images from containers/ (the component image, the trainer image as -cuda and -cpu variants,
-# the MLflow server image), named by the scheme in common.sh and tagged with IMAGE_TAG (default: the git
-# commit); PUSH=1 pushes them. ONLY=<image> builds one of ctpipe, ctpipe-trainer-cuda, ctpipe-trainer-cpu,
-# ctpipe-mlflow (CI builds each in its own job: a hosted runner's disk holds one CUDA build, not four).
+# the MLflow server image, the Spark image of validation.engine=spark), named by the scheme in common.sh and
+# tagged with IMAGE_TAG (default: the git commit); PUSH=1 pushes them. ONLY=<image> builds one of ctpipe,
+# ctpipe-trainer-cuda, ctpipe-trainer-cpu, ctpipe-mlflow, ctpipe-spark (CI builds each in its own job: a hosted
+# runner's disk holds one CUDA build, not all of them).
 # DRY_RUN=1 prints the commands (no Docker daemon needed). The images built are listed in build/images.txt.
 #   IMAGE_REGISTRY=ghcr.io/org IMAGE_TAG=abc123 ONLY=ctpipe PUSH=1 ci/build_images.sh
 . "$(dirname "$0")/common.sh"
@@ -59,6 +60,6 @@ for dockerfile in "${dockerfiles[@]}"; do
     done
 done
 if [ ! -s "$BUILD_DIR/images.txt" ]; then
-    echo "ci/build_images.sh: ONLY=${ONLY:-} names no image; use one of ctpipe, ctpipe-trainer-cuda, ctpipe-trainer-cpu, ctpipe-mlflow" >&2
+    echo "ci/build_images.sh: ONLY=${ONLY:-} names no image; use one of ctpipe, ctpipe-trainer-cuda, ctpipe-trainer-cpu, ctpipe-mlflow, ctpipe-spark" >&2
     exit 2
 fi

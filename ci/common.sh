@@ -14,6 +14,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 GIT_SHA="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 # The one image naming scheme (ci/build_images.sh builds, ci/compile.sh compiles for, the overlays run):
 #   <registry>/ctpipe:<tag>  <registry>/ctpipe-trainer:<tag>-cuda|-cpu  <registry>/ctpipe-mlflow:<tag>
+#   <registry>/ctpipe-spark:<tag>
 IMAGE_REGISTRY="${IMAGE_REGISTRY:-ghcr.io/ctpipe}"
 export ROOT PYTHON BUILD_DIR GIT_SHA IMAGE_REGISTRY
 # image_ref NAME TAG [VARIANT] prints the reference of one image.

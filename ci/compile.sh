@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compile every pipeline to KFP IR YAML under build/pipelines/, load each back, and check that no
 # compiled spec carries a credential. With IMAGE_TAG set, the pipeline uses the images ci/build_images.sh
-# builds with that tag (the scheme in common.sh): the component image for every step, and the trainer
-# image whose variant the config asks for (-cuda when kubernetes.worker_gpus > 0, else -cpu).
+# builds with that tag (the scheme in common.sh): the component image for every step, the trainer
+# image whose variant the config asks for (-cuda when kubernetes.worker_gpus > 0, else -cpu), and the Spark
+# image of validation.engine=spark.
 #   CTPIPE_CONFIG=manifests/overlays/prod/ctpipe.yaml IMAGE_REGISTRY=ghcr.io/org IMAGE_TAG=abc123 ci/compile.sh
 . "$(dirname "$0")/common.sh"
 out="$BUILD_DIR/pipelines"
@@ -25,7 +26,8 @@ print("cuda" if load_config(sys.argv[1]).kubernetes.worker_gpus > 0 else "cpu")
 PY
 )"
     config_args+=(--set "kubernetes.image=$(image_ref ctpipe "$IMAGE_TAG")"
-                  --set "kubernetes.trainer_image=$(image_ref ctpipe-trainer "$IMAGE_TAG" "$variant")")
+                  --set "kubernetes.trainer_image=$(image_ref ctpipe-trainer "$IMAGE_TAG" "$variant")"
+                  --set "kubernetes.spark_image=$(image_ref ctpipe-spark "$IMAGE_TAG")")
 fi
 log "compile continuous_training -> $out/continuous_training.yaml"
 "$PYTHON" -m ctpipe.pipelines.cli.main compile --out "$out/continuous_training.yaml" "${config_args[@]}"

@@ -1,6 +1,7 @@
 """Vendor upstream Kubeflow and KServe CRDs into the package: the schemas ctpipe validates generated jobs against.
 
-    python ci/vendor_crds.py kubeflow/trainer=/path/to/trainer kserve/kserve=/path/to/kserve   # git clones; by hand
+    python ci/vendor_crds.py kubeflow/trainer=/path/to/trainer kserve/kserve=/path/to/kserve \
+        kubeflow/spark-operator=/path/to/spark-operator                                       # git clones; by hand
 
 Not run by CI. Reads each upstream CustomResourceDefinition named in ``UPSTREAM`` at its pinned commit from
 a git clone of its repository (``git show COMMIT:PATH``: several releases of one file side by side),
@@ -65,6 +66,15 @@ UPSTREAM = {
         "1fb781055dd1567164358233e1125142ca6ef1fe",
         "57c3bf13f77de94678bf2ae3748056ec071ad2b9e88d6a28f44fb4710758fcff",
     ),
+    # The validate step's SparkApplication (validation.engine=spark on a cluster): the Kubeflow Spark Operator 2.5,
+    # the release line the Kubeflow distribution installs; v2.5.2 is its latest patch (same CRD as v2.5.0).
+    "sparkoperator.k8s.io_sparkapplications.json": (
+        "kubeflow/spark-operator",
+        "charts/spark-operator-chart/crds/sparkoperator.k8s.io_sparkapplications.yaml",
+        "v2.5.2",
+        "43afb8bbd32463037d8fb6e414e252c69081882b",
+        "ecd9c14fcadb9d5f8ced4c4ee31920548ea53a892e0a69c3e43aa758bfca6d94",
+    ),
 }
 
 
@@ -106,10 +116,11 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str, str]]) -> No
     lines = [
         "# Provenance of the vendored CRD schemas",
         "",
-        "Upstream Kubernetes CustomResourceDefinitions of Kubeflow's training jobs and KServe's InferenceService,",
-        "trimmed and kept in the package so that every install (wheel, images, a fork's CI) validates generated",
-        "jobs and the serving manifests strictly against them. Written by",
-        "`python ci/vendor_crds.py kubeflow/trainer=CLONE kserve/kserve=CLONE`; do not edit by hand",
+        "Upstream Kubernetes CustomResourceDefinitions of Kubeflow's training jobs, the Spark Operator's SparkApplication",
+        "and KServe's InferenceService, trimmed and kept in the package so that every install (wheel, images, a fork's",
+        "CI) validates generated jobs and the serving manifests strictly against them. Written by",
+        "`python ci/vendor_crds.py kubeflow/trainer=CLONE kserve/kserve=CLONE kubeflow/spark-operator=CLONE`; do not",
+        "edit by hand",
         "(`tests/components/lib/kube/test_crds_vendored.py` checks the hashes below).",
         "",
         "Trimming: every `description` text is removed and the CRD is stored as JSON with sorted keys; nothing",
@@ -131,6 +142,9 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str, str]]) -> No
         "most 63 characters, CEL rules on `metadata.name`) are the same in all three.",
         "InferenceService (`serving.kserve.io/v1beta1`) is KServe v0.20's, the release the Kubeflow distribution",
         "installs; the champion's predictor (`manifests/components/kserve/`) is validated against it.",
+        "SparkApplication (`sparkoperator.k8s.io/v1beta2`) is the Kubeflow Spark Operator's, release v2.5.2 (the CRD",
+        "file is byte-identical in v2.5.0, v2.5.1 and v2.5.2); the validate step's application",
+        "(`validation.engine: spark` on a cluster) is validated against it.",
         "",
         "What the schemas do not say (and `components/lib/kube/` checks itself):",
         "- They do not forbid unknown fields: a field at the wrong level (`spec.ttlSecondsAfterFinished` instead of",
@@ -140,6 +154,12 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str, str]]) -> No
         "- The Training Operator's admission webhook adds rules: the job name is a DNS-1035 label; only Master and",
         "  Worker replica types; Master has exactly 1 replica; every container has an image and one is named",
         "  `pytorch`; elasticPolicy needs a Worker.",
+        "- The Spark Operator's admission webhook (v2.5.2 `internal/webhook/sparkapplication_validator.go`,",
+        "  `sparkconf_validator.go`) adds: the application name is a DNS-1035 label; pod templates need Spark >= 3.0;",
+        "  a node selector on the application and on the driver/executor at once is refused; `sparkConf` must not set",
+        "  the master, the images, the service accounts or credentials, and `spark.kubernetes.namespace` only to the",
+        "  application's own namespace. The driver and executor `template`s are free-form in the CRD",
+        "  (`x-kubernetes-preserve-unknown-fields`); ctpipe's tests validate them against the core Pod schema.",
         "",
     ]
     (TARGET / "PROVENANCE.md").write_text("\n".join(lines))

@@ -1,8 +1,9 @@
-"""The PyTorchJob (or TrainJob) the train step would submit, rendered offline with run-time values as placeholders.
+"""The PyTorchJob (or TrainJob) the train step would submit, and with ``validation.engine: spark`` the validate
+step's SparkApplication, rendered offline with run-time values as placeholders.
 
-``ctpipe render-job`` prints it. The job comes from the same ``build_launch`` and the same launcher
-``plan`` (staging, build, strict validation) as a real run, with sample values where the run's own
-are known only at run time; nothing is created, deleted or contacted.
+``ctpipe render-job`` prints them. Each comes from the same launch builder (``build_launch``,
+``build_spark_launch``) and the same launcher ``plan`` (staging, build, strict validation) as a real run, with
+sample values where the run's own are known only at run time; nothing is created, deleted or contacted.
 
 Beside compile.py, in the pipeline layer: it shows what the compiled cluster pipeline's
 train step submits, so it composes that step (its worker command and launcher) with the Kubernetes objects of
@@ -18,8 +19,11 @@ import yaml
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.kube.names import training_job_name
 from ctpipe.components.lib.kube.pod import JobValidationError
+from ctpipe.components.lib.kube.sparkapplication import application_name
 from ctpipe.components.steps.train.launch import build_launch
 from ctpipe.components.steps.train.launchers.factory import kubeflow_launcher_for
+from ctpipe.components.steps.validate_data.on_spark_cluster import build_spark_launch
+from ctpipe.components.steps.validate_data.spark_launcher import SparkApplicationLauncher
 
 RUN_ID = "${PIPELINE_RUN_ID}"
 MLFLOW_RUN_ID = "${MLFLOW_RUN_ID}"
@@ -27,6 +31,10 @@ TRACKING_URI = "${MLFLOW_TRACKING_URI}"
 NAMESPACE = "${NAMESPACE}"
 SNAPSHOT = "${SNAPSHOT_DIR}"
 CHECKPOINTS = "${CHECKPOINT_DIR}"
+DATA_URI = "${DATA_URI}"
+DATA_DOCS = "${DATA_DOCS}"
+REPORT = "${VALIDATION_REPORT}"
+RESULT = "${RESULT_FILE}"
 # A stand-in run id that makes a valid name for validation; replaced by RUN_ID in the output.
 _SAMPLE_RUN_ID = "00000000-0000-4000-8000-000000000000"
 # Likewise for an unset kubernetes.namespace (the train step's own, known only at run time).
@@ -35,6 +43,9 @@ _SAMPLE_NAMESPACE = "ctpipe-render"
 # them like the real ones; never created.
 _SAMPLE_SNAPSHOT = "/ctpipe-render/snapshot"
 _SAMPLE_CHECKPOINTS = "/ctpipe-render/checkpoints"
+_SAMPLE_DATA_DOCS = "/ctpipe-render/data_docs"
+_SAMPLE_REPORT = "/ctpipe-render/validation_report"
+_SAMPLE_RESULT = "/ctpipe-render/validation_result.json"
 
 
 def _substitute(value: Any, replacements: dict[str, str]) -> Any:
@@ -73,25 +84,51 @@ def render_pytorchjob(config: Config, *, backend: str | None = None) -> dict[str
     return job
 
 
+def render_sparkapplication(config: Config) -> dict[str, Any]:
+    """The validated SparkApplication the validate step submits (``validation.engine: spark``), with placeholders."""
+    launch = build_spark_launch(DATA_URI, config, snapshot_dir=_SAMPLE_SNAPSHOT, data_docs_path=_SAMPLE_DATA_DOCS,
+                                report_path=_SAMPLE_REPORT, result_path=_SAMPLE_RESULT, launch_name=_SAMPLE_RUN_ID)
+    namespace = config.kubernetes.namespace or _SAMPLE_NAMESPACE
+    placeholders = {application_name(_SAMPLE_RUN_ID): f"ctpipe-validate-{RUN_ID}", _SAMPLE_RUN_ID: RUN_ID,
+                    _SAMPLE_SNAPSHOT: SNAPSHOT, _SAMPLE_DATA_DOCS: DATA_DOCS, _SAMPLE_REPORT: REPORT,
+                    _SAMPLE_RESULT: RESULT}
+    try:
+        app, _ = SparkApplicationLauncher(config, api_client=None, namespace=namespace).plan(launch)
+    except JobValidationError as err:
+        raise JobValidationError(_substitute(str(err), placeholders)) from None
+    app = _substitute(app, placeholders)
+    if not config.kubernetes.namespace:
+        app["metadata"]["namespace"] = NAMESPACE
+    return app
+
+
 def render_pytorchjob_yaml(config: Config) -> str:
     """YAML of ``render_pytorchjob`` with a header that names the placeholders; under ``train.backend: auto``
-    both kinds, TrainJob first (the one chosen where Trainer v2 is installed), as two YAML documents."""
+    both kinds, TrainJob first (the one chosen where Trainer v2 is installed), as two YAML documents. With
+    ``validation.engine: spark`` the validate step's SparkApplication comes first (it runs first)."""
+    documents, note = [], ""
+    if config.validation.engine == "spark":
+        documents.append(render_sparkapplication(config))
+        note += ("# validation.engine=spark: the validate step submits the first document (a SparkApplication of the\n"
+                 "# Kubeflow Spark Operator 2.5); the train step the job(s) after it.\n")
     if config.train.backend == "auto":
-        note = (
-            "# train.backend=auto: the train step submits the first job (TrainJob) where the cluster serves\n"
+        note += (
+            "# train.backend=auto: the train step submits the TrainJob where the cluster serves\n"
             f"# trainjobs.trainer.kubeflow.org and ClusterTrainingRuntime {config.kubernetes.trainjob_runtime!r},\n"
-            "# else the second (PyTorchJob); see docs/cluster.md.\n"
+            "# else the PyTorchJob after it; see docs/cluster.md.\n"
         )
-        documents = [render_pytorchjob(config, backend=kind) for kind in ("trainjob", "pytorchjob")]
-        return note + _header() + "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in documents)
-    return _header() + yaml.safe_dump(render_pytorchjob(config), sort_keys=False, width=120)
+        documents += [render_pytorchjob(config, backend=kind) for kind in ("trainjob", "pytorchjob")]
+    else:
+        documents.append(render_pytorchjob(config))
+    return note + _header() + "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in documents)
 
 
 def _header() -> str:
     return (
-        "# The job the train step submits (validated strictly against the CRD and the admission rules).\n"
+        "# What the steps submit, each validated strictly against its CRD and the admission rules.\n"
         f"# Set at run time: {RUN_ID} (KFP run id; the real name is a DNS-1035 label derived from it),\n"
         f"# {MLFLOW_RUN_ID}, {TRACKING_URI}; {NAMESPACE} is the namespace the train step runs in (when\n"
-        f"# kubernetes.namespace is unset); {SNAPSHOT}/{CHECKPOINTS} stand for the step's artifact paths\n"
-        "# (in a refusal; a job shows them staged under the shared volume's mount).\n"
+        f"# kubernetes.namespace is unset); {SNAPSHOT}/{CHECKPOINTS} (and the validate step's {DATA_DOCS},\n"
+        f"# {REPORT}, {RESULT}) stand for the steps' artifact paths (in a refusal; a job shows them staged under\n"
+        f"# the shared volume's mount); {DATA_URI} is the run's data_uri.\n"
     )

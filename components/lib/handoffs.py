@@ -3,6 +3,7 @@
 | file | written by | read by | record |
 |---|---|---|---|
 | ``validation.json`` in the snapshot | validate data | evaluate (card), register (tags) | ``ValidationVerdict`` |
+| the Spark driver's ``--result`` file | validate data's driver (a SparkApplication) | validate data's step pod | ``ValidationVerdict`` |
 | the ``sanity_summary`` artifact | sanity checks | evaluate (card), register (tags) | ``SanitySummary`` |
 | the ``model`` artifact's metadata | select checkpoint | the KFP UI, the run summary | ``SelectionRecord`` |
 | ``blessing.json`` | evaluate | register | ``Blessing`` (``steps/evaluate``'s fields) |
@@ -184,6 +185,14 @@ def record_from(cls: type, value: dict[str, Any], path: str | Path) -> Any:
 def write_validation(snapshot_dir: str | Path, verdict: ValidationVerdict) -> None:
     """``<snapshot_dir>/validation.json``."""
     write_record(Path(snapshot_dir) / VALIDATION_FILE, verdict)
+
+
+def read_verdict(path: str | Path) -> ValidationVerdict:
+    """The verdict record at ``path`` (the Spark driver's result record); a missing file is an error."""
+    value = _read_json(Path(path))
+    if value is None:
+        raise ValueError(f"step result '{path}' does not exist: the validation driver did not finish")
+    return record_from(ValidationVerdict, value, path)
 
 
 def read_validation(snapshot_dir: str | Path) -> ValidationOutcome:

@@ -190,7 +190,7 @@ def test_the_ci_entrypoint_lints_as_well_as_tests():
 
 REGISTRY, TAG = "ghcr.io/acme", "abc123"
 SCHEME = {f"{REGISTRY}/ctpipe:{TAG}", f"{REGISTRY}/ctpipe-trainer:{TAG}-cuda", f"{REGISTRY}/ctpipe-trainer:{TAG}-cpu",
-          f"{REGISTRY}/ctpipe-mlflow:{TAG}"}
+          f"{REGISTRY}/ctpipe-mlflow:{TAG}", f"{REGISTRY}/ctpipe-spark:{TAG}"}
 
 
 @pytest.mark.slow  # compiles the pipeline twice (~10 s each)
@@ -211,13 +211,15 @@ def test_ci_compiles_for_exactly_the_images_it_builds(tmp_path):
         kube = compiled_config(spec).kubernetes
         assert kube.image == f"{REGISTRY}/ctpipe:{TAG}"
         assert kube.trainer_image == f"{REGISTRY}/ctpipe-trainer:{TAG}-{variant}" and kube.trainer_image in SCHEME
+        assert kube.spark_image == f"{REGISTRY}/ctpipe-spark:{TAG}"  # validation.engine=spark's application
 
 
 def test_build_images_can_build_one_image_per_job(tmp_path):
     """The workflow builds each image in its own job (a hosted runner's disk holds one CUDA build, not four)."""
     env = {"IMAGE_REGISTRY": REGISTRY, "IMAGE_TAG": TAG, "BUILD_DIR": str(tmp_path), "DRY_RUN": "1"}
     expected = {"ctpipe": f"{REGISTRY}/ctpipe:{TAG}", "ctpipe-trainer-cuda": f"{REGISTRY}/ctpipe-trainer:{TAG}-cuda",
-                "ctpipe-trainer-cpu": f"{REGISTRY}/ctpipe-trainer:{TAG}-cpu", "ctpipe-mlflow": f"{REGISTRY}/ctpipe-mlflow:{TAG}"}
+                "ctpipe-trainer-cpu": f"{REGISTRY}/ctpipe-trainer:{TAG}-cpu", "ctpipe-mlflow": f"{REGISTRY}/ctpipe-mlflow:{TAG}",
+                "ctpipe-spark": f"{REGISTRY}/ctpipe-spark:{TAG}"}
     for only, image in expected.items():
         out = run_script("build_images.sh", {**env, "ONLY": only})
         assert out.returncode == 0, out.stderr
@@ -226,7 +228,8 @@ def test_build_images_can_build_one_image_per_job(tmp_path):
     assert run_script("build_images.sh", {**env, "ONLY": "nope"}).returncode != 0
     workflow = yaml.safe_load(WORKFLOW.read_text())
     job = workflow["jobs"]["build-images"]
-    assert sorted(job["strategy"]["matrix"]["image"]) == sorted(["ctpipe", "ctpipe-trainer-cuda", "ctpipe-trainer-cpu", "ctpipe-mlflow"])
+    assert sorted(job["strategy"]["matrix"]["image"]) == sorted(["ctpipe", "ctpipe-trainer-cuda", "ctpipe-trainer-cpu", "ctpipe-mlflow",
+                                                                 "ctpipe-spark"])
     runs = " ".join(step.get("run", "") for step in job["steps"])
     assert "ONLY=" in runs and "IMAGE_TAG=" in runs
     compile_runs = " ".join(step.get("run", "") for step in workflow["jobs"]["compile"]["steps"])

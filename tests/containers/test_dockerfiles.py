@@ -109,7 +109,7 @@ def dockerfile(request):
 
 def test_the_images_exist():
     names = {p.name for p in DOCKERFILES}
-    assert {"component.Dockerfile", "trainer.Dockerfile", "mlflow.Dockerfile"} <= names
+    assert {"component.Dockerfile", "trainer.Dockerfile", "mlflow.Dockerfile", "spark.Dockerfile"} <= names
 
 
 def test_multi_stage_with_pinned_bases(dockerfile):
@@ -199,6 +199,9 @@ def test_entrypoints_exist(dockerfile):
             assert importlib.util.find_spec("mlflow.server") is not None
         elif argv[0].startswith("python") and argv[1] == "-m":
             assert importlib.util.find_spec(argv[2]) is not None, f"{path.name}: module {argv[2]} does not exist"
+        elif argv == ["/opt/entrypoint.sh"]:  # Spark's own, copied from the Spark image in the final stage
+            copies = [a for w, a in stages(instructions)[-1] if w == "COPY"]
+            assert any("--from=spark" in c and "/opt/entrypoint.sh" in c for c in copies), path.name
         else:
             raise AssertionError(f"{path.name}: unknown entrypoint {argv}")
 
@@ -238,3 +241,56 @@ def test_component_image_owns_the_kfp_launcher_scratch_directories():
                 prepared.update({p: (prepared.get(p, (False, False))[0], True) for p in argv if p.startswith("/")})
     for path in ("/gcs", "/minio", "/s3"):
         assert prepared.get(path) == (True, True), f"{path} is not created and chowned to {uid}:{gid} before USER"
+
+
+def _spark_image() -> tuple[list[tuple[str, str]], dict[str, str]]:
+    instructions = parse_dockerfile((ROOT / "containers" / "spark.Dockerfile").read_text())
+    return instructions, global_args(instructions)
+
+
+def test_the_spark_image_is_the_spark_release_the_application_names():
+    """The SparkApplication's sparkVersion is the Spark the image copies, 4.1 or later, on Java 17; and ctpipe's
+    `spark` extra, where it pins pyspark, pins that release too (the driver's Python and the JVM must agree)."""
+    from ctpipe.components.lib.kube.sparkapplication import SPARK_VERSION
+
+    _, args = _spark_image()
+    image = args["SPARK_IMAGE"]
+    assert image.startswith(f"apache/spark:{SPARK_VERSION}-") and "java17" in image, image
+    assert tuple(int(p) for p in SPARK_VERSION.split(".")[:2]) >= (4, 1)
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
+    pins = [r for r in extras.get("spark", []) if r.replace(" ", "").startswith("pyspark==")]
+    assert all(r.replace(" ", "") == f"pyspark=={SPARK_VERSION}" for r in pins), pins
+
+
+def test_the_spark_image_runs_the_application_as_the_pods_non_root_user():
+    """The pods' security context (runAsUser, fsGroup) is the image's user; the venv is the Python of the driver and
+    the executors' workers; the entry file is where the application's mainApplicationFile points."""
+    from ctpipe.components.lib.kube.pod import IMAGE_UID
+    from ctpipe.components.lib.kube.sparkapplication import ENTRY_FILE
+
+    instructions, _ = _spark_image()
+    final = stages(instructions)[-1]
+    assert [a for w, a in final if w == "USER"][-1] == f"{IMAGE_UID}:{IMAGE_UID}"
+    env = " ".join(a for w, a in final if w == "ENV")
+    for setting in ("PYSPARK_PYTHON=/opt/venv/bin/python", "PYSPARK_DRIVER_PYTHON=/opt/venv/bin/python",
+                    "SPARK_HOME=/opt/spark", "JAVA_HOME=/opt/java/openjdk", "HOME=/tmp"):
+        assert setting in env, setting
+    build = stages(instructions)[0]
+    assert any(w == "COPY" and a.split()[-1] == ENTRY_FILE and "containers/spark_entry.py" in a for w, a in build)
+    copies = [a for w, a in final if w == "COPY"]
+    assert any("/opt/ctpipe" in c and "--from=build" in c for c in copies)
+    for tree in ("/opt/spark", "/opt/java/openjdk", "/usr/bin/tini"):
+        assert any("--from=spark" in c and tree in c for c in copies), tree
+
+
+def test_the_entry_file_runs_a_module_as_python_dash_m_does(tmp_path):
+    """spark-submit runs containers/spark_entry.py; the module gets its arguments and its exit status is the driver's."""
+    import subprocess
+    import sys
+
+    (tmp_path / "probe.py").write_text("import sys\nprint(__name__, sys.argv[1:])\nsys.exit(int(sys.argv[-1]))\n")
+    run = [sys.executable, str(ROOT / "containers" / "spark_entry.py"), "probe", "--data-uri", "x", "2"]
+    done = subprocess.run(run, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)}, timeout=60)
+    assert done.returncode == 2 and done.stdout.strip() == "__main__ ['--data-uri', 'x', '2']", done
+    usage = subprocess.run([sys.executable, str(ROOT / "containers" / "spark_entry.py")], capture_output=True, text=True)
+    assert usage.returncode == 1 and "usage: spark_entry.py MODULE" in usage.stderr

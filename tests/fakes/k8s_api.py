@@ -1,8 +1,8 @@
-"""A stand-in Kubernetes API server on 127.0.0.1 for the PyTorchJob and TrainJob launcher tests.
+"""A stand-in Kubernetes API server on 127.0.0.1 for the PyTorchJob, TrainJob and SparkApplication launcher tests.
 
 It speaks the real REST paths and JSON the `kubernetes` client uses: custom objects
-(create/get/list/watch/delete of kubeflow.org/v1 pytorchjobs and trainer.kubeflow.org/v1alpha1 trainjobs,
-with resourceVersions and watch events), API discovery (``/apis/<group>/<version>``: the resources of the
+(create/get/list/watch/delete of kubeflow.org/v1 pytorchjobs, trainer.kubeflow.org/v1alpha1 trainjobs and
+sparkoperator.k8s.io/v1beta2 sparkapplications, with resourceVersions and watch events), API discovery (``/apis/<group>/<version>``: the resources of the
 CRDs in ``served``; a job kind not served answers 404 like an API server without its CRD), cluster-scoped
 ClusterTrainingRuntimes, pods list by label selector, and pod logs (tailLines, timestamps, follow). Tests script the
 "operator" (conditions, pods, log lines) through methods, and can inject HTTP errors and dropped
@@ -23,10 +23,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 JOBS = re.compile(
-    r"^/apis/(?:kubeflow\.org/v1|trainer\.kubeflow\.org/v1alpha1)/namespaces/(?P<ns>[^/]+)/(?P<plural>pytorchjobs|trainjobs)"
-    r"(?:/(?P<name>[^/]+))?$"
+    r"^/apis/(?:kubeflow\.org/v1|trainer\.kubeflow\.org/v1alpha1|sparkoperator\.k8s\.io/v1beta2)/namespaces/(?P<ns>[^/]+)/"
+    r"(?P<plural>pytorchjobs|trainjobs|sparkapplications)(?:/(?P<name>[^/]+))?$"
 )
-LIST_KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJobList"), "trainjobs": ("trainer.kubeflow.org/v1alpha1", "TrainJobList")}
+LIST_KINDS = {"pytorchjobs": ("kubeflow.org/v1", "PyTorchJobList"), "trainjobs": ("trainer.kubeflow.org/v1alpha1", "TrainJobList"),
+              "sparkapplications": ("sparkoperator.k8s.io/v1beta2", "SparkApplicationList")}
 DISCOVERY = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/?$")
 RUNTIMES = re.compile(r"^/apis/trainer\.kubeflow\.org/v1alpha1/clustertrainingruntimes/(?P<name>[^/]+)$")
 # group/version -> {plural: (kind, namespaced)}: what installing each CRD adds to discovery.
@@ -34,6 +35,10 @@ TRAINJOB_CRDS = {"trainer.kubeflow.org/v1alpha1": {"trainjobs": ("TrainJob", Tru
                                                    "clustertrainingruntimes": ("ClusterTrainingRuntime", False),
                                                    "trainingruntimes": ("TrainingRuntime", True)}}
 PYTORCHJOB_CRDS = {"kubeflow.org/v1": {"pytorchjobs": ("PyTorchJob", True)}}
+# The Kubeflow Spark Operator 2.5's CRDs in its group (charts/spark-operator-chart/crds).
+SPARK_CRDS = {"sparkoperator.k8s.io/v1beta2": {"sparkapplications": ("SparkApplication", True),
+                                               "scheduledsparkapplications": ("ScheduledSparkApplication", True),
+                                               "sparkconnects": ("SparkConnect", True)}}
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?P<log>/log)?)?$")
 EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
 
@@ -65,9 +70,11 @@ class FakeKubeAPI:
         self.drop_watches = 0  # break the next N watch connections mid-chunk after their first events
         self.expire_watches = 0  # answer the next N watches that resume from a resourceVersion with 410 Gone
         self.on_create: Any = None  # callable(fake, namespace, name) run in a thread after a create
+        self.on_delete: Any = None  # callable(fake, namespace, name, object) run after a delete (a controller's clean-up)
         self.starts: list[tuple[str, int, int]] = []  # run_job_locally: (job uid, rank, incarnation) per process start
-        # The installed CRDs (both by default) and ClusterTrainingRuntimes by name.
-        self.served: dict[str, dict[str, tuple[str, bool]]] = {**copy.deepcopy(TRAINJOB_CRDS), **copy.deepcopy(PYTORCHJOB_CRDS)}
+        # The installed CRDs (all by default) and ClusterTrainingRuntimes by name.
+        self.served: dict[str, dict[str, tuple[str, bool]]] = {
+            **copy.deepcopy(TRAINJOB_CRDS), **copy.deepcopy(PYTORCHJOB_CRDS), **copy.deepcopy(SPARK_CRDS)}
         self.cluster_runtimes: dict[str, dict[str, Any]] = {}
         self.stopping = False
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -239,7 +246,7 @@ class FakeKubeAPI:
                         return self._send(headers_code, _status(headers_code, "InternalError", "injected fault"))
                 body = json.loads(raw) if method == "POST" and raw else None
                 if m := JOBS.match(url.path):
-                    group_version = "kubeflow.org/v1" if m["plural"] == "pytorchjobs" else "trainer.kubeflow.org/v1alpha1"
+                    group_version = LIST_KINDS[m["plural"]][0]
                     if m["plural"] not in fake.served.get(group_version, {}):
                         return self._send(404, _status(404, "NotFound", "the server could not find the requested resource"))
                     return self._jobs(method, m["ns"], m["name"], query, body, m["plural"])
@@ -282,7 +289,7 @@ class FakeKubeAPI:
                 if method == "POST":
                     key = (ns, body["metadata"]["name"])
                     if key in fake.jobs:
-                        return self._send(409, _status(409, "AlreadyExists", f"pytorchjobs {key[1]} already exists"))
+                        return self._send(409, _status(409, "AlreadyExists", f"{plural} {key[1]} already exists"))
                     body["metadata"]["namespace"] = ns
                     created = fake.put_job(body)
                     if fake.on_create:
@@ -292,15 +299,17 @@ class FakeKubeAPI:
                     with fake.lock:
                         job = fake.jobs.pop((ns, name), None)
                         if job is None:
-                            return self._send(404, _status(404, "NotFound", f"pytorchjobs {name} not found"))
+                            return self._send(404, _status(404, "NotFound", f"{plural} {name} not found"))
                         fake.rv += 1
                         fake.events.append((fake.rv, "DELETED", ns, name, job))
                         fake.lock.notify_all()
+                    if fake.on_delete:
+                        fake.on_delete(fake, ns, name, job)
                     return self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
                 if name:
                     job = fake.jobs.get((ns, name))
                     if job is None:
-                        return self._send(404, _status(404, "NotFound", f"pytorchjobs.kubeflow.org \"{name}\" not found"))
+                        return self._send(404, _status(404, "NotFound", f"{plural} \"{name}\" not found"))
                     return self._send(200, job)
                 selected = query.get("fieldSelector", "").removeprefix("metadata.name=") or None
                 if query.get("watch") in ("true", "1"):

@@ -22,6 +22,8 @@ LAUNCHER_RULES = [
     {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
     # train.backend=auto (the compiled default) submits a TrainJob where Trainer v2 is installed.
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    # validation.engine=spark: the validate step's SparkApplication (the Spark Operator 2.5).
+    {"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"], "verbs": ["create", "get", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
@@ -115,6 +117,25 @@ def test_launcher_rbac_is_exactly_what_the_launcher_needs(overlay):
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], role["metadata"]["name"]
             if "secrets" in rule["resources"] or "configmaps" in rule["resources"]:
                 assert rule.get("resourceNames"), "secret/configmap access is limited to named objects"
+
+
+def test_the_spark_driver_may_manage_its_executor_pods_and_nothing_else(overlay):
+    """The driver's Role is pods only; what Spark would otherwise touch (an executor ConfigMap, its service, claims
+    of its own) the application turns off, and a Role with any of those would fail here."""
+    from ctpipe.components.lib.config import KubernetesConfig
+    from ctpipe.components.lib.kube.sparkapplication import SPARK_CONF
+
+    _, objects = overlay
+    account = KubernetesConfig().spark_service_account
+    role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == account)
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
+                              "verbs": ["create", "get", "list", "watch", "patch", "delete", "deletecollection"]}]
+    binding = next(o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["name"] == account)
+    assert binding["roleRef"]["name"] == account and [s["name"] for s in binding["subjects"]] == [account]
+    assert any(o["kind"] == "ServiceAccount" and o["metadata"]["name"] == account for o in objects)
+    assert SPARK_CONF["spark.kubernetes.executor.disableConfigMap"] == "true"
+    assert SPARK_CONF["spark.kubernetes.driver.service.deleteOnTermination"] == "false"
+    assert SPARK_CONF["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"
 
 
 def test_every_pod_runs_as_non_root_with_a_locked_down_container(overlay):
@@ -217,6 +238,27 @@ def test_overlay_config_agrees_with_the_manifests_and_renders_a_valid_job(overla
         kubernetes_validate.validate(pod_template, K8S_VERSION, strict=True)
         claim = [v for v in rspec["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
         assert claim[0]["persistentVolumeClaim"]["claimName"] == kube.shared_pvc
+
+
+def test_the_overlay_config_renders_a_valid_spark_application(overlay):
+    """validation.engine=spark with the overlay's config: the application validates against the operator's CRD, its
+    pod templates against the core schema, it mounts the overlay's volume, runs as the overlay's driver account
+    and opts out of the Istio sidecar."""
+    from ctpipe.components.run_config import load_config
+    from ctpipe.pipelines.cluster_job import render_sparkapplication
+
+    name, objects = overlay
+    config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml", ["validation.engine=spark"])
+    app = render_sparkapplication(config)
+    assert any(o["kind"] == "ServiceAccount" and o["metadata"]["name"] == app["spec"]["driver"]["serviceAccount"]
+               for o in objects)
+    for role in ("driver", "executor"):
+        template = app["spec"][role]["template"]
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": f"t-{role}"},
+                                      "template": template}, K8S_VERSION, strict=True)
+        assert template["metadata"]["annotations"][ISTIO_INJECT] == "false"
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in template["spec"]["volumes"] if "persistentVolumeClaim" in v]
+        assert claims == [config.kubernetes.shared_pvc]
 
 
 def test_the_pipelines_default_tracking_uri_is_the_mlflow_of_the_runs_own_namespace():
@@ -399,8 +441,8 @@ def _ctpipe_images(objects: list[dict]) -> list[tuple[str, dict]]:
 
 
 def test_overlays_and_their_configs_use_one_image_scheme_and_tag(overlay):
-    """<registry>/ctpipe, ctpipe-trainer (-cuda/-cpu), ctpipe-mlflow, all at one tag: what ci/build_images.sh
-    builds. The trainer variant follows the config (GPU workers -> -cuda)."""
+    """<registry>/ctpipe, ctpipe-trainer (-cuda/-cpu), ctpipe-mlflow, ctpipe-spark, all at one tag: what
+    ci/build_images.sh builds. The trainer variant follows the config (GPU workers -> -cuda)."""
     import re
 
     from ctpipe.components.run_config import load_config
@@ -408,12 +450,12 @@ def test_overlays_and_their_configs_use_one_image_scheme_and_tag(overlay):
     name, objects = overlay
     refs = {c["image"] for _, c in _ctpipe_images(objects)}
     config = load_config(MANIFESTS / "overlays" / name / "ctpipe.yaml").kubernetes
-    refs |= {config.image, config.trainer_image}
-    parsed = [re.fullmatch(r"(?P<registry>.+)/(?P<name>ctpipe(-trainer|-mlflow)?):(?P<tag>[\w.]+?)(-(?P<variant>cuda|cpu))?", r)
+    refs |= {config.image, config.trainer_image, config.spark_image}
+    parsed = [re.fullmatch(r"(?P<registry>.+)/(?P<name>ctpipe(-trainer|-mlflow|-spark)?):(?P<tag>[\w.]+?)(-(?P<variant>cuda|cpu))?", r)
               for r in refs]
     assert all(parsed), refs
     assert len({(m["registry"], m["tag"]) for m in parsed}) == 1, refs
-    assert {m["name"] for m in parsed} == {"ctpipe", "ctpipe-trainer", "ctpipe-mlflow"}
+    assert {m["name"] for m in parsed} == {"ctpipe", "ctpipe-trainer", "ctpipe-mlflow", "ctpipe-spark"}
     assert config.trainer_image.endswith("-cuda" if config.worker_gpus > 0 else "-cpu")
     assert all(m["variant"] is None for m in parsed if m["name"] != "ctpipe-trainer")
 
@@ -427,6 +469,7 @@ def test_the_config_defaults_follow_the_scheme_at_the_package_version():
     kube = Config().kubernetes
     assert kube.image == f"ghcr.io/ctpipe/ctpipe:{version}"
     assert kube.trainer_image == f"ghcr.io/ctpipe/ctpipe-trainer:{version}-{'cuda' if kube.worker_gpus else 'cpu'}"
+    assert kube.spark_image == f"ghcr.io/ctpipe/ctpipe-spark:{version}"
 
 
 def test_mutable_tags_are_pulled_at_every_start(overlay, tmp_path):

@@ -15,6 +15,9 @@ from ctpipe.components.lib.config.rules import INT32_MAX, MAX_ROWS, MAX_WAIT_SEC
 # A Kubernetes resource quantity (the CRD's pattern for cpu/memory values).
 _QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 _DNS1123_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# A JVM memory size in Spark's own notation (spark.driver.memory, spark.executor.memory): 512m, 4g.
+_SPARK_MEMORY = re.compile(r"^[1-9][0-9]*[kmgt]$")
 
 
 @dataclass(kw_only=True)
@@ -56,6 +59,25 @@ class KubernetesConfig:
     step_memory_limit: str = "8Gi"
     step_node_selector: dict[str, str] = field(default_factory=dict)
     step_tolerations: list[dict[str, Any]] = field(default_factory=list)
+    # The validate step's SparkApplication (validation.engine=spark on a cluster, through the Kubeflow Spark Operator
+    # 2.5): the image (Spark 4.1 with ctpipe: containers/spark.Dockerfile); cores and JVM memory of the driver and of
+    # each executor (Spark's notation, e.g. 4g: Spark adds its overhead to the pod's memory); the executors; the
+    # driver's service account (manifests/base/rbac-spark-driver.yaml: it creates and deletes its executor pods);
+    # how long the step waits for the application; and how many times a failed application is created again (a
+    # driver exiting 2, bad data or config, never is). Placement: step_node_selector and step_tolerations.
+    spark_image: str = "ghcr.io/ctpipe/ctpipe-spark:0.1.0"
+    spark_driver_cores: int = 1
+    spark_driver_memory: str = "4g"
+    spark_executor_cores: int = 2
+    spark_executor_memory: str = "8g"
+    spark_executor_instances: int = 2
+    spark_service_account: str = "ctpipe-spark-driver"
+    spark_deadline_seconds: int = 4 * 3600
+    spark_backoff_limit: int = 2
+    # Secret name -> keys the Spark pods get as env vars (by reference), e.g. an object store's credentials for
+    # data at s3://. Not env_from_secrets: the Spark pods never talk to MLflow (the step logs), so they get none
+    # of its credentials.
+    spark_env_from_secrets: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check(
@@ -74,12 +96,29 @@ class KubernetesConfig:
         for name in ("worker_cpu", "worker_memory", "step_cpu_limit", "step_memory_limit"):
             value = getattr(self, name)
             check(bool(_QUANTITY.match(value)), f"kubernetes.{name}", f"{value!r} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")
+        self._check_spark()
         for where, tolerations in (("tolerations", self.tolerations), ("step_tolerations", self.step_tolerations)):
             for tol in tolerations:
                 unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
                 check(not unknown, f"kubernetes.{where}", f"unknown toleration field(s) {sorted(unknown)}; allowed: key, operator, value, effect, tolerationSeconds")
                 check(tol.get("operator", "Equal") in ("Equal", "Exists"), f"kubernetes.{where}", "operator must be Equal or Exists")
                 check(tol.get("effect") in (None, "", "NoSchedule", "PreferNoSchedule", "NoExecute"), f"kubernetes.{where}", "effect must be NoSchedule, PreferNoSchedule or NoExecute")
+
+    def _check_spark(self) -> None:
+        check(bool(self.spark_image), "kubernetes.spark_image", "must name an image (Spark 4.1 with ctpipe)")
+        # int32 fields of the SparkApplication (cores, instances: minimum 1 in its CRD).
+        check_range(self.spark_driver_cores, "kubernetes.spark_driver_cores", 1, 256)
+        check_range(self.spark_executor_cores, "kubernetes.spark_executor_cores", 1, 256)
+        check_range(self.spark_executor_instances, "kubernetes.spark_executor_instances", 1, 10_000)
+        for name in ("spark_driver_memory", "spark_executor_memory"):
+            value = getattr(self, name)
+            check(isinstance(value, str) and bool(_SPARK_MEMORY.match(value)), f"kubernetes.{name}",
+                  f"{value!r} is not a JVM memory size in Spark's notation: a whole number and k, m, g or t "
+                  "(e.g. 512m, 4g; not a Kubernetes quantity like 4Gi)")
+        check(bool(_DNS1123_SUBDOMAIN.match(self.spark_service_account)), "kubernetes.spark_service_account",
+              f"{self.spark_service_account!r} is not a service account name (a DNS-1123 subdomain)")
+        check_range(self.spark_deadline_seconds, "kubernetes.spark_deadline_seconds", 60, MAX_WAIT_SECONDS)
+        check_range(self.spark_backoff_limit, "kubernetes.spark_backoff_limit", 0, 100)
 
 
 @dataclass(kw_only=True)

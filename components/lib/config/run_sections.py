@@ -89,6 +89,10 @@ class ValidationConfig:
     sample_rows: int = 200_000
     # A streaming pass prints its progress line (rows, partitions, rate, ETA) to the log this often.
     progress_seconds: float = 5.0
+    # Where the validate step computes: "local" (its own process) or "spark"; on a cluster pipeline
+    # (train.backend != local) "spark" runs the validation as a SparkApplication (kubernetes.spark_*).
+    # "auto" is the Spark engine's choice by the data's size (until it decides, the step's own process).
+    engine: Literal["local", "spark", "auto"] = "local"
 
     def __post_init__(self) -> None:
         check_range(self.in_memory_rows, "validation.in_memory_rows", 0, MAX_ROWS)

@@ -26,6 +26,8 @@ TRAINJOB_CRDS = {
     "master": "trainer.kubeflow.org_trainjobs.master.json",
 }
 INFERENCESERVICE_CRD = "serving.kserve.io_inferenceservices.json"
+# The Kubeflow Spark Operator 2.5's SparkApplication (the validate step with validation.engine=spark on a cluster).
+SPARKAPPLICATION_CRD = "sparkoperator.k8s.io_sparkapplications.json"
 
 
 def crd_file(filename: str) -> Traversable:

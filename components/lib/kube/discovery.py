@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ctpipe.components.lib.errors import UserError
 from ctpipe.components.lib.kube import pytorchjob as pj
+from ctpipe.components.lib.kube import sparkapplication as sa
 from ctpipe.components.lib.kube import trainjob as tj
 from ctpipe.components.lib.kube.retry import retry_call
 
@@ -24,6 +25,10 @@ RUNTIME_PLURAL = "clustertrainingruntimes"
 
 class NoTrainingBackendError(UserError):
     """Neither TrainJob (with its runtime) nor PyTorchJob is installed: the platform must install one."""
+
+
+class SparkOperatorMissing(UserError):
+    """validation.engine=spark on a cluster whose API server does not serve SparkApplications."""
 
 
 @dataclass(frozen=True)
@@ -95,4 +100,16 @@ def discover_backends(api_client: client.ApiClient, runtime: str) -> InstalledBa
         runtime=runtime,
         runtime_found=runtime_found,
         pytorchjob=_serves(api, pj.GROUP, pj.VERSION, pj.PLURAL),
+    )
+
+
+def require_spark_operator(api_client: client.ApiClient) -> None:
+    """Raise SparkOperatorMissing, naming the CRD, unless the API server serves SparkApplications."""
+    if _serves(client.CustomObjectsApi(api_client), sa.GROUP, sa.VERSION, sa.PLURAL):
+        return
+    raise SparkOperatorMissing(
+        f"validation.engine=spark runs the validation as a {sa.KIND}, but this cluster does not serve the CRD "
+        f"{sa.CRD_NAME} ({sa.GROUP}/{sa.VERSION}): the Kubeflow Spark Operator is not installed. Install the Spark "
+        "Operator 2.5 (its Helm chart, with spark.jobNamespaces including this namespace) and apply "
+        "manifests/base/rbac-spark-driver.yaml, or set validation.engine=local. See docs/cluster.md."
     )

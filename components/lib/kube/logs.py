@@ -18,7 +18,9 @@ def _split_timestamp(line: str) -> tuple[str, str]:
 
 
 class LogFollower(threading.Thread):
-    """Follows the rank-0 pod's container log (the pod ``selector`` finds) in a thread, reconnecting without repeating lines."""
+    """Follows the rank-0 pod's container log (the pod ``selector`` finds) in a thread, reconnecting without repeating lines.
+
+    Each line is shown as ``[<job> <role>] text`` (``role``: master, a Spark application's driver)."""
 
     def __init__(
         self,
@@ -30,8 +32,10 @@ class LogFollower(threading.Thread):
         container: str,
         selector: str,
         poll_seconds: float = 1.0,
+        role: str = "master",
     ) -> None:
         super().__init__(name=f"logs-{job_name}", daemon=True)
+        self.role = role
         self.core, self.namespace, self.job_name = core, namespace, job_name
         self.emit, self.container, self.poll_seconds = emit, container, poll_seconds
         self.selector = selector
@@ -102,7 +106,7 @@ class LogFollower(threading.Thread):
             return  # already shown before a reconnect
         self.last_stamp = stamp or self.last_stamp
         self.lines += 1
-        self.emit(f"[{self.job_name} master] {text}")
+        self.emit(f"[{self.job_name} {self.role}] {text}")
 
     def run(self) -> None:
         while not self._halt.is_set():

@@ -29,11 +29,18 @@ def validate_data(
     from ctpipe.components.lib.kfp_support import step_status
 
     with step_status("validate_data", mlflow_run=(mlflow_tracking_uri, mlflow_run_id)) as record:
+        config = Config.from_json(config_json)
         # Imported inside the step, so its record counts the import time (components/lib/kfp_support.py).
-        from ctpipe.components.steps.validate_data.validate import validate_data as validate
+        from ctpipe.components.steps.validate_data.on_spark_cluster import runs_on_spark_cluster
+        if runs_on_spark_cluster(config):  # validation.engine=spark on a cluster: a SparkApplication
+            from ctpipe.components.steps.validate_data.on_spark_cluster import (
+                validate_on_spark_cluster as validate,
+            )
+        else:
+            from ctpipe.components.steps.validate_data.validate import validate_data as validate
         result = validate(
             data_uri,
-            Config.from_json(config_json),
+            config,
             snapshot_dir=snapshot.path,
             data_docs_path=data_docs.path,
             report_path=validation_report.path,

@@ -1,6 +1,7 @@
-"""``ctpipe render-job``: print the job the train step would submit (under train.backend=auto both kinds), after the same validation.
+"""``ctpipe render-job``: print the job the train step would submit (under train.backend=auto both kinds), and with
+validation.engine=spark the validate step's SparkApplication first, after the same validation.
 
-    ctpipe render-job --config prod.yaml --set train.workers=8
+    ctpipe render-job --config prod.yaml --set train.workers=8 --set validation.engine=spark
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from ctpipe.pipelines.cli.commands import add_config_args
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "render-job", allow_abbrev=False, help="print the job YAML the train step would submit (train.backend=auto: the TrainJob and the PyTorchJob it chooses between), validated; no cluster needed"
+        "render-job", allow_abbrev=False, help="print the job YAML the train step would submit (train.backend=auto: the TrainJob and the PyTorchJob it chooses between) and, with validation.engine=spark, the validate step's SparkApplication; validated, no cluster needed"
     )
     add_config_args(parser, example="train.workers=4")
     parser.set_defaults(func=run)

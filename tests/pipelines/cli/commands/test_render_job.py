@@ -130,3 +130,39 @@ def test_render_job_shows_the_job_the_compiled_pipeline_submits(tmp_path, capsys
     assert trainer_argv[trainer_argv.index("--config-json") + 1] == compiled
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
     assert refs == {"MLFLOW_TRACKING_USERNAME": "ctpipe-mlflow-client", "MLFLOW_TRACKING_PASSWORD": "ctpipe-mlflow-client"}
+
+
+def test_render_job_shows_the_validate_steps_spark_application_for_the_spark_engine(capsys):
+    """validation.engine=spark: the SparkApplication the validate step submits comes first, validated against the
+    Spark Operator's CRD, with the run's values as placeholders and its paths staged on the shared volume."""
+    from ctpipe.components.lib.kube.sparkapplication import validate_sparkapplication
+
+    assert main(["render-job", "--set", "validation.engine=spark", "--set", "kubernetes.worker_gpus=0",
+                 "--set", "kubernetes.spark_executor_instances=8"]) == 0
+    out = capsys.readouterr().out
+    app, trainjob, pytorchjob = yaml.safe_load_all(out)
+    assert app["kind"] == "SparkApplication" and trainjob["kind"] == "TrainJob" and pytorchjob["kind"] == "PyTorchJob"
+    assert app["metadata"]["name"] == "ctpipe-validate-${PIPELINE_RUN_ID}" and app["spec"]["executor"]["instances"] == 8
+    argv = app["spec"]["arguments"]
+    assert argv[argv.index("--data-uri") + 1] == "${DATA_URI}"
+    assert argv[argv.index("--snapshot") + 1].startswith("/mnt/ctpipe/jobs/ctpipe-validate-${PIPELINE_RUN_ID}/")
+    assert "validation.engine=spark" in out and "ctpipe-render" not in out
+    # The Spark pods get no MLflow credentials (the step logs, not the driver), though the config names the secret.
+    for role in ("driver", "executor"):
+        (container,) = app["spec"][role]["template"]["spec"]["containers"]
+        assert not [e for e in container["env"] if "valueFrom" in e], container["env"]
+    app["metadata"].update(name="ctpipe-validate-0123", namespace="team-a")
+    validate_sparkapplication(app)
+
+
+def test_render_job_shows_no_spark_application_for_the_local_engine(capsys):
+    assert main(["render-job", "--set", "train.backend=pytorchjob"]) == 0
+    assert [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)] == ["PyTorchJob"]
+
+
+def test_render_job_refuses_a_spark_application_the_cluster_would(capsys):
+    assert main(["render-job", "--set", "validation.engine=spark", "--set", "kubernetes.spark_executor_memory=8Gi"]) == 2
+    assert "kubernetes.spark_executor_memory" in capsys.readouterr().err
+    assert main(["render-job", "--set", "validation.engine=spark", "--set", "kubernetes.shared_pvc=null"]) == 2
+    err = capsys.readouterr().err
+    assert "kubernetes.shared_pvc is unset" in err and "Spark pods" in err and "ctpipe-render" not in err
