@@ -67,12 +67,18 @@ class Scan:
     weights: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
     # Non-null values per partition and column (a column a partition's files lack: absent, i.e. 0).
     present: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Set by an engine that keeps no per-row arrays (Spark, ``components/lib/spark/scan.py``): what the arrays give.
+    split_totals: dict[str, int] | None = None
+    train_per_partition: dict[str, int] | None = None
+    duplicates: tuple[int, int] | None = None
 
     @property
     def total(self) -> int:
         return int(sum(self.rows.values()))
 
     def split_rows(self) -> dict[str, int]:
+        if self.split_totals is not None:
+            return dict(self.split_totals)
         counts = np.bincount(self.splits, minlength=len(SPLITS))
         return {s: int(counts[i]) for i, s in enumerate(SPLITS)}
 
@@ -266,6 +272,8 @@ def scan(data_uri: str, files: list[DataFile], fmt: str, *, label: str | None, k
 
 def duplicate_count(scan_result: Scan) -> tuple[int, int]:
     """(val/test rows whose content repeats a row of an earlier split, val/test rows): exact over every row."""
+    if scan_result.duplicates is not None:
+        return scan_result.duplicates
     train, val, test = (scan_result.splits == i for i in range(3))
     content = pd.Series(scan_result.content)
     dup = (~train) & content.isin(scan_result.content[train]).to_numpy()
@@ -273,11 +281,20 @@ def duplicate_count(scan_result: Scan) -> tuple[int, int]:
     return int(dup.sum()), int((~train).sum())
 
 
-def window_quota(scan_result: Scan, partitions: list[str], window: TrainWindow) -> dict[str, int]:
-    """Train rows to keep per partition (its last ones), newest partition first, as ``window.window_mask``."""
+def train_rows_per_partition(scan_result: Scan) -> dict[str, int]:
+    """Train rows per partition (from the per-row splits, which are in partition order)."""
+    if scan_result.train_per_partition is not None:
+        return dict(scan_result.train_per_partition)
+    partitions = list(scan_result.rows)
     per_part = np.repeat(np.arange(len(partitions)), [scan_result.rows[p] for p in partitions])
     train = scan_result.splits == 0
-    counts = {p: int(train[per_part == i].sum()) for i, p in enumerate(partitions)}
+    return {p: int(train[per_part == i].sum()) for i, p in enumerate(partitions)}
+
+
+def window_quota(scan_result: Scan, partitions: list[str], window: TrainWindow) -> dict[str, int]:
+    """Train rows to keep per partition (its last ones), newest partition first, as ``window.window_mask``."""
+    counts = train_rows_per_partition(scan_result)
+    counts = {p: counts.get(p, 0) for p in partitions}
     if window.window_days is not None:
         newest = max(partition_date(p) for p in partitions)
         counts = {p: (n if (newest - partition_date(p)).days < window.window_days else 0) for p, n in counts.items()}
@@ -291,7 +308,7 @@ def window_quota(scan_result: Scan, partitions: list[str], window: TrainWindow) 
 
 def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fmt: str, scan_result: Scan,
                           schema: Schema, *, fingerprint: str, window: TrainWindow, task: Any,
-                          on_batch: BatchDone | None = None) -> Snapshot:
+                          on_batch: BatchDone | None = None, stats: Any = None) -> Snapshot:
     """Pass 2: the split files written batch by batch, in the sample's column order and dtypes (``on_batch`` as
     ``scan``'s)."""
     partitions = list(scan_result.rows)
@@ -302,7 +319,7 @@ def write_snapshot_stream(out_dir: str, data_uri: str, files: list[DataFile], fm
     for i, p in enumerate(partitions):
         train_total[p] = int((scan_result.splits[per_part == i] == 0).sum())
     dtypes = scan_result.sample.dtypes
-    writer = SnapshotWriter(out_dir, schema, task=task)
+    writer = SnapshotWriter(out_dir, schema, task=task, stats=stats)
     start, excluded = 0, 0
     for batch in iter_batches(data_uri, files, fmt):
         batch = batch.reindex(columns=list(scan_result.sample.columns))

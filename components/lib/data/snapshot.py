@@ -213,13 +213,14 @@ def write_snapshot(
     fingerprint: str,
     task: Any,
     window: TrainWindow | None = None,
+    stats: Any = None,
 ) -> Snapshot:
     """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
 
     With a ``window`` (data/window.py) only the train rows inside it are written (val and test in full).
     ``task`` (the run's, ``ctpipe.components.tasks``) fits the train-split state (``SnapshotWriter``).
     """
-    writer = SnapshotWriter(out_dir, schema, task=task)
+    writer = SnapshotWriter(out_dir, schema, task=task, stats=stats)
     if window is not None and not window.is_all and PARTITION_COLUMN in data.columns:
         is_train = np.asarray(splits) == "train"
         keep = window_mask(data[PARTITION_COLUMN].to_numpy(), is_train, window)
@@ -239,8 +240,12 @@ class SnapshotWriter:
     tabular task: the same numbers as its ``fit``), otherwise from ``task.codec.fit`` on the written train split.
     """
 
-    def __init__(self, out_dir: str | Path, schema: Schema, *, task: Any, row_group_rows: int = ROW_GROUP_ROWS) -> None:
+    def __init__(self, out_dir: str | Path, schema: Schema, *, task: Any, row_group_rows: int = ROW_GROUP_ROWS,
+                 stats: Any = None) -> None:
+        """``stats``: the train split's statistics computed elsewhere (the merged per-partition sketches of
+        ``components/lib/sketches/``, a ``TableStats``-like); without them they are streamed from the rows added."""
         self.root, self.schema, self.task = Path(out_dir), schema, task
+        self.given_stats = stats
         self.root.mkdir(parents=True, exist_ok=True)
         self.writers = {s: SplitWriter(self.root / f"{s}.parquet", row_group_rows=row_group_rows) for s in SPLITS}
         self.stats = TableStats.for_columns(schema.numeric, schema.categorical)
@@ -259,7 +264,7 @@ class SnapshotWriter:
             if mask.any():
                 part = batch.loc[mask, keep].reset_index(drop=True)
                 writer.write(part)
-                if split == "train":
+                if split == "train" and self.given_stats is None:
                     self.stats = self.stats.merge(table_stats(part, self.schema, first_row=self._train_rows))
                     self._train_rows += len(part)
 
@@ -269,6 +274,8 @@ class SnapshotWriter:
             writer.close(columns)
         if self.writers["train"].rows == 0:
             raise DataValidationError("the train split is empty: the data has too few rows to split")
+        if self.given_stats is not None:
+            self.stats = self.given_stats
         state = self._state()
         atomic_write_text(self.root / "schema.json", json.dumps(asdict(self.schema), indent=2))
         atomic_write_text(self.root / "preprocessing.json", json.dumps(state, indent=2))

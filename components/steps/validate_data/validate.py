@@ -54,6 +54,7 @@ from ctpipe.components.steps.validate_data.findings import (
 )
 from ctpipe.components.steps.validate_data.label_kind import check_label_kind
 from ctpipe.components.steps.validate_data.report import ValidationSummary, write_reports
+from ctpipe.components.steps.validate_data.statistics import keep_in_memory, keep_streamed, train_statistics
 from ctpipe.components.steps.validate_data.suite import (
     Reference,
     partition_rows,
@@ -351,16 +352,18 @@ def _meter(doing: str, rows: int, files: list, config: Config) -> WorkMeter:
 def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str, task: Any,
                     config: Config) -> None:
     inputs = outcome.inputs
+    keep = keep_streamed(inputs.scan, inputs.window) if inputs.scan is not None else keep_in_memory(inputs.data, inputs.window)
+    stats = train_statistics(data_uri, inputs.files, inputs.format, inputs.schema, config, keep).sketch
     if inputs.scan is not None:  # streamed: a second pass writes the split files batch by batch
         meter = _meter("writing the snapshot", sum(inputs.scan.rows.values()), inputs.files, config)
         snapshot = stream.write_snapshot_stream(snapshot_dir, data_uri, inputs.files, inputs.format, inputs.scan,
                                                 inputs.schema, fingerprint=fingerprint, window=inputs.window,
-                                                task=task, on_batch=meter.advance)
+                                                task=task, on_batch=meter.advance, stats=stats)
         meter.finish()
     else:
         snapshot = write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), inputs.data[SPLIT_COLUMN],
                                   inputs.schema, data_uri=data_uri, files=inputs.files, fingerprint=fingerprint,
-                                  window=inputs.window, task=task)
+                                  window=inputs.window, task=task, stats=stats)
     root = Path(snapshot_dir)
     atomic_write_text(root / "suite.json", json.dumps(outcome.suite, indent=2, default=str))
     add_task_drift_stats(snapshot, task)
