@@ -110,7 +110,9 @@ def validate_data(
                "validation/suite.json": suite_copy}
     _log_to_mlflow(tracking_uri, mlflow_run_id, summary, reports, config)
     if errors(summary.findings):
-        raise DataValidationError(_error_message(summary, report_path))
+        failure = DataValidationError(_error_message(summary, report_path))
+        failure.summary = summary_json(summary)  # every finding, for a caller that reports them (spark_driver.py)
+        raise failure
     return ValidationResult(
         fingerprint=summary.fingerprint,
         rows=summary.rows,
