@@ -10,4 +10,4 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
     python -m pip install torch==2.13.0
 fi
-python -m pip install -e '.[test]'
+python -m pip install -e '.[test,spark]'  # spark: the Spark engine's tests (skipped without it)
