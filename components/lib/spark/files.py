@@ -44,7 +44,8 @@ def file_facts(spark, data_uri: str, fmt: str, *, partitions: int) -> FileFacts:
 
     _, listed = scan_data_files(data_uri)
     items = [(f.path, f.full_path, f.size) for f in listed]
-    slices = max(1, min(partitions, len(items)))
+    # A task per ~100 files or ~32 MiB, at most ``partitions``: thousands of tiny files are a few tasks, not one each.
+    slices = max(1, min(partitions, len(items) // 100 + 1, sum(f.size for f in listed) // (32 << 20) + 1))
     found = spark.sparkContext.parallelize(items, slices).map(
         lambda item: _facts(data_uri, fmt, *item)).collect()
     for _, _, error in found:

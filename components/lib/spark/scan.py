@@ -1,6 +1,6 @@
 """Pass 1 in Spark: every file scanned in a Spark task by the local engine's code, joined in Spark and the driver.
 
-Each task runs ``scan_parts.ScanPart`` over one file's record batches (its global row position and its rows
+Each task runs ``scan_parts.ScanPart`` over one group of files' record batches (``file_groups``) (its global row position and its rows
 before it in its partition come from the row counts, so priorities, sample and error messages are the local
 engine's) and returns (a) one record with its part (figures, sample candidates: bounded) and (b) one record per
 row: split, content hash, key and label hashes, partition, row. The driver merges the parts in file order
@@ -11,6 +11,7 @@ with different labels. Parts travel pickled between this application's own proce
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Iterator
 from typing import Any
@@ -30,32 +31,47 @@ ROWS = ("file long, part_row boolean, split byte, content long, key long, label 
         "row long, pos long, part binary")
 
 
-def file_table(facts: FileFacts) -> pd.DataFrame:
-    """One row per file: its index, path, size, hash, global first row and its rows before it in its partition."""
-    position, in_part, rows = 0, {}, []
-    for index, (f, n) in enumerate(zip(facts.files, facts.rows, strict=True)):
+GROUP_ROWS = 1_000_000
+
+
+def file_groups(facts: FileFacts, max_rows: int = GROUP_ROWS) -> pd.DataFrame:
+    """One task's unit per row: consecutive files of one partition holding at most ``max_rows`` rows (at least one
+    file; a folder of 50,000 small files is a few tasks, not 50,000), with its global first row, the rows of its
+    partition before it and its files as JSON ([path, size, sha256])."""
+    groups, position, in_part = [], 0, {}
+    for f, n in zip(facts.files, facts.rows, strict=True):
         part = partition_of(f.path)
-        rows.append({"file": index, "path": f.path, "size": f.size, "sha256": f.sha256, "position": position,
-                     "in_part": in_part.get(part, 0)})
+        last = groups[-1] if groups else None
+        if last is None or last["partition"] != part or last["rows"] + n > max_rows:
+            last = {"group": len(groups), "partition": part, "files": [], "rows": 0, "position": position,
+                    "in_part": in_part.get(part, 0)}
+            groups.append(last)
+        last["files"].append([f.path, f.size, f.sha256])
+        last["rows"] += n
         position += n
         in_part[part] = in_part.get(part, 0) + n
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{**g, "files": json.dumps(g["files"])} for g in groups],
+                        columns=["group", "partition", "files", "rows", "position", "in_part"])
 
 
-def _scan_file(rec: dict[str, Any], ctx: dict[str, Any]) -> Iterator[pd.DataFrame]:
-    """One file's per-row records, then its part (or the user error it raised)."""
-    f = DataFile(rec["path"], int(rec["size"]), rec["sha256"])
-    part_name = partition_of(f.path)
+def group_files(rec: dict[str, Any]) -> list[DataFile]:
+    return [DataFile(path, int(size), sha) for path, size, sha in json.loads(rec["files"])]
+
+
+def _scan_group(rec: dict[str, Any], ctx: dict[str, Any]) -> Iterator[pd.DataFrame]:
+    """One group's per-row records, then its part (or the user error it raised)."""
+    files = group_files(rec)
+    part_name = rec["partition"]
     part = ScanPart(budget=ctx["budget"], keep_rows=False, position=int(rec["position"]),
                     in_part={part_name: int(rec["in_part"])}, **ctx["part"])
     try:
-        for batch in iter_batches(ctx["data_uri"], [f], ctx["fmt"]):
+        for batch in iter_batches(ctx["data_uri"], files, ctx["fmt"]):
             start = part.position
             rows = part.add(batch)
             n = len(rows["split"])
             keyed = "key" in rows
             yield pd.DataFrame({
-                "file": np.full(n, rec["file"], dtype=np.int64), "part_row": np.zeros(n, dtype=bool),
+                "file": np.full(n, rec["group"], dtype=np.int64), "part_row": np.zeros(n, dtype=bool),
                 "split": rows["split"], "content": rows["content"].view(np.int64),
                 "key": rows["key"].view(np.int64) if keyed else pd.array([None] * n, dtype="Int64"),
                 "label": rows["label"].view(np.int64) if keyed else pd.array([None] * n, dtype="Int64"),
@@ -64,7 +80,7 @@ def _scan_file(rec: dict[str, Any], ctx: dict[str, Any]) -> Iterator[pd.DataFram
         blob = pickle.dumps(("part", part))
     except UserError as err:  # the same named error the local engine raises, re-raised by the driver
         blob = pickle.dumps(("error", type(err).__name__, str(err)))
-    yield pd.DataFrame({"file": [rec["file"]], "part_row": [True], "split": [np.int8(-1)], "content": [0],
+    yield pd.DataFrame({"file": [rec["group"]], "part_row": [True], "split": [np.int8(-1)], "content": [0],
                         "key": pd.array([None], dtype="Int64"), "label": pd.array([None], dtype="Int64"),
                         "partition": [str(part_name)], "row": [0], "pos": [0], "part": [blob]})
 
@@ -73,7 +89,7 @@ def _scan_task(ctx: dict[str, Any]):
     def run(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for frame in frames:
             for rec in frame.to_dict("records"):
-                yield from _scan_file(rec, ctx)
+                yield from _scan_group(rec, ctx)
     return run
 
 
@@ -118,15 +134,16 @@ def _duplicates(rows) -> tuple[int, int]:
 def spark_scan(spark, data_uri: str, facts: FileFacts, fmt: str, *, label: str | None, key: str | None,
                features: list[str], settings: SplitSettings, sample_rows: int, seed: int = 0,
                stratify_by_label: bool = True, partitions: int = 64) -> tuple[Scan, dict[int, int]]:
-    """Pass 1 over every file in Spark tasks: the local ``scan``'s result (its per-row arrays left in Spark), and
-    each file's train rows (pass 2 needs them for the training window)."""
+    """Pass 1 over every group of files in Spark tasks: the local ``scan``'s result (its per-row arrays left in
+    Spark), and each group's train rows (pass 2 needs them for the training window)."""
     from pyspark import StorageLevel
 
     names = sorted({partition_of(f.path) for f in facts.files})
     ctx = {"data_uri": data_uri, "fmt": fmt, "budget": sample_budget(sample_rows, len(names)),
            "part": {"label": label, "key": key, "features": features, "settings": settings, "seed": seed,
                     "stratify_by_label": stratify_by_label}}
-    table = spark.createDataFrame(file_table(facts)).repartition(max(1, min(partitions, len(facts.files))))
+    groups = file_groups(facts)
+    table = spark.createDataFrame(groups).repartition(max(1, min(partitions, len(groups))))
     out = table.mapInPandas(_scan_task(ctx), ROWS).persist(StorageLevel.DISK_ONLY)
     try:
         found = sorted((r["file"], r["part"]) for r in out.filter("part_row").select("file", "part").collect())

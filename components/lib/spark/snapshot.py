@@ -1,7 +1,7 @@
 """Pass 2 in Spark: each task writes its file's rows into the snapshot's split folders; sketches in Spark tasks.
 
 The snapshot's ``train.parquet`` / ``val.parquet`` / ``test.parquet`` are folders: one ``part-NNNNNN.parquet``
-per data file (row groups of at most 65,536 rows, the columns and dtypes of the sample, as the local engine
+per group of data files (``scan.file_groups``) (row groups of at most 65,536 rows, the columns and dtypes of the sample, as the local engine
 writes its one file), which the training ranks read by row group across the parts
 (``split_files.SplitGroups``). A task writes a part under a private name and renames it, so a retried task
 leaves one whole part. The driver never holds a row: it writes the schema, the task's state, the reference
@@ -20,7 +20,6 @@ import pandas as pd
 
 from ctpipe.components.lib.data.batches import iter_batches
 from ctpipe.components.lib.data.concat import conform
-from ctpipe.components.lib.data.files import DataFile, partition_of
 from ctpipe.components.lib.data.scan import Scan, window_quota
 from ctpipe.components.lib.data.snapshot import Schema, Snapshot, finish_snapshot
 from ctpipe.components.lib.data.split_files import SplitWriter
@@ -29,19 +28,19 @@ from ctpipe.components.lib.data.window import TrainWindow
 from ctpipe.components.lib.sketches.partition_sketches import Compute, SketchJob, sketch_partition
 from ctpipe.components.lib.sketches.table_sketch import TableSketch
 from ctpipe.components.lib.spark.files import FileFacts
-from ctpipe.components.lib.spark.scan import file_table
+from ctpipe.components.lib.spark.scan import file_groups, group_files
 
 
-def _write_file(rec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, int]:
-    """Write one data file's rows into the split folders; rows written per split and train rows left out."""
-    f = DataFile(rec["path"], int(rec["size"]), rec["sha256"])
-    part = partition_of(f.path)
+def _write_group(rec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, int]:
+    """Write one group's rows into the split folders; rows written per split and train rows left out."""
+    files = group_files(rec)
+    part = rec["partition"]
     like: pd.DataFrame = ctx["like"]
     root = Path(ctx["root"])
     quota = ctx["quota"]
     writers, tmp = {}, {}
     train_seen, excluded, in_part = int(rec["train_before"]), 0, int(rec["in_part"])
-    for batch in iter_batches(ctx["data_uri"], [f], ctx["fmt"]):
+    for batch in iter_batches(ctx["data_uri"], files, ctx["fmt"]):
         batch = batch.reindex(columns=list(like.columns))
         for col, dtype in like.dtypes.items():
             if batch[col].dtype != dtype:
@@ -59,14 +58,14 @@ def _write_file(rec: dict[str, Any], ctx: dict[str, Any]) -> dict[str, int]:
             mask = split == name
             if mask.any():
                 if name not in writers:
-                    tmp[name] = root / f"{name}.parquet" / f".part-{rec['file']:06d}-{uuid.uuid4().hex}.parquet"
+                    tmp[name] = root / f"{name}.parquet" / f".part-{rec['group']:06d}-{uuid.uuid4().hex}.parquet"
                     writers[name] = SplitWriter(tmp[name])
                 writers[name].write(batch.loc[mask, [c for c in batch.columns if c != SPLIT_COLUMN]]
                                     .reset_index(drop=True))
     out = {"excluded": excluded}
     for name, writer in writers.items():
         writer.close(like)
-        os.replace(tmp[name], root / f"{name}.parquet" / f"part-{rec['file']:06d}.parquet")
+        os.replace(tmp[name], root / f"{name}.parquet" / f"part-{rec['group']:06d}.parquet")
         out[name] = writer.rows
     return out
 
@@ -78,11 +77,10 @@ def spark_write_snapshot(spark, out_dir: str, data_uri: str, facts: FileFacts, f
     root = Path(out_dir)
     for name in SPLITS:
         (root / f"{name}.parquet").mkdir(parents=True, exist_ok=True)
-    table = file_table(facts)
-    # Train rows of each file's partition in the files before it (the window keeps a partition's last train rows).
+    table = file_groups(facts)
+    # Train rows of each group's partition in the groups before it (the window keeps a partition's last train rows).
     before, seen = [], {}
-    for index, f in enumerate(facts.files):
-        part = partition_of(f.path)
+    for index, part in enumerate(table["partition"]):
         before.append(seen.get(part, 0))
         seen[part] = seen.get(part, 0) + file_train.get(index, 0)
     table["train_before"] = before
@@ -94,7 +92,7 @@ def spark_write_snapshot(spark, out_dir: str, data_uri: str, facts: FileFacts, f
            "quota": quota, "train_total": dict(seen)}
     records = table.to_dict("records")
     slices = max(1, min(partitions, len(records)))
-    results = spark.sparkContext.parallelize(records, slices).map(lambda rec: _write_file(rec, ctx)).collect()
+    results = spark.sparkContext.parallelize(records, slices).map(lambda rec: _write_group(rec, ctx)).collect()
     rows = {name: sum(r.get(name, 0) for r in results) for name in SPLITS}
     for name in SPLITS:
         if rows[name] == 0:  # an empty split is one empty part with the columns, as the local engine writes it

@@ -23,6 +23,8 @@ from ctpipe.components.lib.data.splits import SplitSettings
 from ctpipe.components.lib.work_progress import WorkMeter
 from ctpipe.components.steps.validate_data.statistics import keep_in_memory, keep_streamed, train_statistics
 
+MAX_IN_MEMORY_FILES = 1_000
+
 
 def _partition(rel_path: str) -> str:
     parts = rel_path.split("/")[:-1]
@@ -46,8 +48,10 @@ class LocalEngine:
     def count_rows(self, data_uri: str, files: list[DataFile], config: Config) -> int | None:
         return count_rows(data_uri, files, config.data.format)
 
-    def streams(self, total: int | None, config: Config) -> bool:
-        return total is not None and total > config.validation.in_memory_rows
+    def streams(self, total: int | None, config: Config, files: int = 0) -> bool:
+        """Above ``validation.in_memory_rows`` rows, or ``MAX_IN_MEMORY_FILES`` Parquet files (reading many small files
+        one frame each takes ~15 ms a file; the stream reads them into shared batches)."""
+        return total is not None and (total > config.validation.in_memory_rows or files > MAX_IN_MEMORY_FILES)
 
     def scan(self, data_uri: str, files: list[DataFile], config: Config, *, label: str | None,
              stratify_by_label: bool, total: int) -> stream.Scan:

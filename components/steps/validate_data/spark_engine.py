@@ -53,7 +53,7 @@ class SparkEngine:
     def count_rows(self, data_uri: str, files: list[DataFile], config: Config) -> int:
         return int(sum(self.facts.rows))
 
-    def streams(self, total: int | None, config: Config) -> bool:
+    def streams(self, total: int | None, config: Config, files: int = 0) -> bool:
         return True  # the driver never holds the data
 
     def scan(self, data_uri: str, files: list[DataFile], config: Config, *, label: str | None,

@@ -225,7 +225,7 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     check_width(data_uri, files, config)
     total = engine.count_rows(data_uri, files, config)
     scanned = None
-    if engine.streams(total, config):
+    if engine.streams(total, config, len(files)):
         # Too large for one frame (or on Spark): exact figures in one streaming pass, the row checks on a sample.
         scanned = engine.scan(data_uri, files, config, label=label, stratify_by_label=task.codec.label_kind == "classes",
                               total=total)
