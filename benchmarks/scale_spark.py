@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py --engine spark [--rows 4000000,16000000,64000000] [--compare-at 16000000]
                                [--rows-per-partition 250000] [--master local[2]] [--out DIR] [--keep]
+                               [--growth-rows-per-partition 50000] [--skip-growth]
 
 For each row count: demo-schema partitions (``scale.write_rows``), then ``validate_data`` with
 ``validation.engine=spark`` in a fresh interpreter (``scale.measure``: wall and CPU seconds of the whole process
@@ -98,6 +99,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rows-per-partition", type=int, default=250_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--skip-growth", action="store_true", help="skip the one-partition-added measurement")
+    parser.add_argument("--growth-rows-per-partition", type=int, default=50_000,
+                        help="rows of each of the 64 (+1) partitions of the one-partition-added measurement")
     parser.add_argument("--out", default="")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
@@ -126,7 +129,8 @@ def main(argv: list[str]) -> None:
         sizes.append(size)
         if not args.keep:
             shutil.rmtree(data, ignore_errors=True), shutil.rmtree(out, ignore_errors=True)
-    growth = {} if args.skip_growth else bytes_read_adding_a_partition(work, args.master)
+    growth = {} if args.skip_growth else bytes_read_adding_a_partition(work, args.master,
+                                                                       rows_each=args.growth_rows_per_partition)
     if not args.out and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({"engine": "spark", "master": args.master, "sizes": sizes, "against_local": compared,
