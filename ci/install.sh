@@ -10,4 +10,5 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
     python -m pip install torch==2.13.0
 fi
-python -m pip install -e '.[test,spark]'  # spark: the Spark engine's tests (skipped without it)
+python -m pip install -e '.[test]'
+python -m pip install -e '.[spark]'  # pyspark: the Spark engine's tests (they skip without it)
