@@ -3,7 +3,7 @@
 Each task runs ``scan_parts.ScanPart`` over one group of files' record batches (``file_groups``) (its global row position and its rows
 before it in its partition come from the row counts, so priorities, sample and error messages are the local
 engine's) and returns (a) one record with its part (figures, sample candidates: bounded) and (b) one record per
-row: split, content hash, key and label hashes, partition, row. The driver merges the parts in file order
+row: split, content hash, key and label hashes, row in its partition. The driver merges the parts in file order
 (``ScanPart.merge``: the local one-pass figures, tested in ``tests/components/lib/data/test_scan_parts.py``);
 the per-row records, which no process holds, are joined in Spark: cross-split duplicates and keys repeated
 with different labels. Parts travel pickled between this application's own processes; nothing is stored so.
@@ -27,8 +27,8 @@ from ctpipe.components.lib.data.splits import SplitSettings
 from ctpipe.components.lib.errors import DataValidationError, UserError
 from ctpipe.components.lib.spark.files import FileFacts
 
-ROWS = ("file long, part_row boolean, split byte, content long, key long, label long, partition string, "
-        "row long, pos long, part binary")
+# Per row ~40 bytes (persisted on the executors' disks during the pass): its group stands for its partition.
+ROWS = "file long, part_row boolean, split byte, content long, key long, label long, row long, pos long, part binary"
 
 
 GROUP_ROWS = 1_000_000
@@ -75,14 +75,14 @@ def _scan_group(rec: dict[str, Any], ctx: dict[str, Any]) -> Iterator[pd.DataFra
                 "split": rows["split"], "content": rows["content"].view(np.int64),
                 "key": rows["key"].view(np.int64) if keyed else pd.array([None] * n, dtype="Int64"),
                 "label": rows["label"].view(np.int64) if keyed else pd.array([None] * n, dtype="Int64"),
-                "partition": [str(part_name)] * n, "row": rows["row"],
+                "row": rows["row"],
                 "pos": np.arange(start, start + n, dtype=np.int64), "part": [None] * n})
         blob = pickle.dumps(("part", part))
     except UserError as err:  # the same named error the local engine raises, re-raised by the driver
         blob = pickle.dumps(("error", type(err).__name__, str(err)))
     yield pd.DataFrame({"file": [rec["group"]], "part_row": [True], "split": [np.int8(-1)], "content": [0],
                         "key": pd.array([None], dtype="Int64"), "label": pd.array([None], dtype="Int64"),
-                        "partition": [str(part_name)], "row": [0], "pos": [0], "part": [blob]})
+                        "row": [0], "pos": [0], "part": [blob]})
 
 
 def _scan_task(ctx: dict[str, Any]):
@@ -99,11 +99,11 @@ def _raise(kind: str, message: str) -> None:
     raise getattr(errors, kind, DataValidationError)(message)
 
 
-def _key_conflicts(rows, key: str, label: str) -> None:
+def _key_conflicts(rows, key: str, label: str, partition_of_group: list[str]) -> None:
     """Raise the local engine's error when a key carries two labels anywhere in the data (joined in Spark)."""
     from pyspark.sql import functions as F
 
-    keyed = rows.select("key", "label", "pos", "partition", "row")
+    keyed = rows.select("key", "label", "pos", "file", "row")
     per_key = keyed.groupBy("key").agg(F.countDistinct("label").alias("labels"), F.min("pos").alias("first"),
                                        F.count("*").alias("rows"))
     bad = per_key.filter("labels > 1").cache()
@@ -112,7 +112,8 @@ def _key_conflicts(rows, key: str, label: str) -> None:
         places = []
         for first in bad.orderBy("first").limit(3).collect():
             found = keyed.filter(F.col("key") == first["key"]).orderBy("pos").limit(8).collect()
-            places.append(rows_where([(r["partition"], int(r["row"])) for r in found], int(first["rows"])))
+            places.append(rows_where([(partition_of_group[r["file"]], int(r["row"])) for r in found],
+                                     int(first["rows"])))
         bad.unpersist()
         raise key_conflict_error(key, label, conflicting, places)
     bad.unpersist()
@@ -157,7 +158,7 @@ def spark_scan(spark, data_uri: str, facts: FileFacts, fmt: str, *, label: str |
             merged = part if merged is None else merged.merge(part)
         rows = out.filter("NOT part_row")
         if key is not None and label is not None:
-            _key_conflicts(rows, key, label)
+            _key_conflicts(rows, key, label, list(groups["partition"]))
         scanned = merged.to_scan(names)
         scanned.duplicates = _duplicates(rows)
         return scanned, file_train
