@@ -3,6 +3,7 @@
     python benchmarks/scale.py --rows 1000000,4000000,16000000 [--rows-per-partition 250000]
                                [--batch-size 2048] [--max-steps N] [--train-in-memory-rows N]
                                [--steps validation,snapshot,train_epoch] [--out DIR] [--keep]
+    python benchmarks/scale.py --engine spark [--rows 4000000,16000000,64000000]   # benchmarks/scale_spark.py
 
 For each row count it writes demo-schema partitions (``components/lib/data/demo.py``'s generator, one
 partition of ``--rows-per-partition`` rows at a time, so generating is itself bounded), then runs each
@@ -81,19 +82,32 @@ def write_rows(out: Path, rows: int, rows_per_partition: int, seed: int = 0) -> 
     return day
 
 
-def _tree_rss(pid: int) -> list[int]:
-    """Resident bytes of ``pid`` and every descendant (from /proc; vanished processes are skipped)."""
+def _tree(pid: int) -> list[tuple[int, str, int, float]]:
+    """(pid, role, resident bytes, CPU seconds so far) of ``pid`` and every descendant (from /proc; vanished
+    processes are skipped). Role: ``jvm`` (Spark's driver JVM, which holds the executors in local mode),
+    ``python_worker`` (Spark's Python workers), else ``driver`` (the step's own Python process and helpers)."""
     out, todo = [], [pid]
+    tick = os.sysconf("SC_CLK_TCK")
     while todo:
         p = todo.pop()
         try:
             status = Path(f"/proc/{p}/status").read_text()
-            out.append(int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) * 1024)
+            rss = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) * 1024
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / tick
+            role = "jvm" if "java" in cmd.split(" ")[0] else "python_worker" if "pyspark" in cmd else "driver"
+            out.append((p, role, rss, cpu))
             for task in Path(f"/proc/{p}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, StopIteration, ValueError):
+        except (OSError, StopIteration, ValueError, IndexError):
             continue
     return out
+
+
+def _tree_rss(pid: int) -> list[int]:
+    """Resident bytes of ``pid`` and every descendant."""
+    return [rss for _, _, rss, _ in _tree(pid)]
 
 
 def measure(step: str, data: Path, out: Path, overrides: dict) -> dict:
@@ -106,20 +120,27 @@ def measure(step: str, data: Path, out: Path, overrides: dict) -> dict:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
     peak_one = peak_tree = 0
+    peak_role: dict[str, int] = {}
+    cpu_of: dict[int, float] = {}  # each process's CPU seconds when last seen (JVMs and workers are not waited for)
     while proc.poll() is None:
-        rss = _tree_rss(proc.pid)
+        found = _tree(proc.pid)
+        rss = [r for _, _, r, _ in found]
         peak_one, peak_tree = max(peak_one, max(rss, default=0)), max(peak_tree, sum(rss))
+        for p, role, r, c in found:
+            peak_role[role] = max(peak_role.get(role, 0), r)
+            cpu_of[p] = max(cpu_of.get(p, 0.0), c)
         time.sleep(0.05)
     stdout, stderr = proc.communicate()
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = max((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), sum(cpu_of.values()))
     if proc.returncode != 0:
         raise SystemExit(f"{step} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
     result = json.loads(stdout.strip().splitlines()[-1])
     mb = 1024 * 1024
     return {"step": step, "seconds": round(wall, 2), "cpu_s": round(cpu, 1), "peak_rss_mb": round(peak_one / mb),
-            "peak_tree_rss_mb": round(peak_tree / mb), "load_1m": round(load, 2), **result}
+            "peak_tree_rss_mb": round(peak_tree / mb), "peak_rss_mb_by_role": {k: round(v / mb) for k, v in peak_role.items()},
+            "load_1m": round(load, 2), **result}
 
 
 def run_size(rows: int, args: argparse.Namespace, work: Path) -> dict:
@@ -154,6 +175,10 @@ def run_size(rows: int, args: argparse.Namespace, work: Path) -> dict:
 
 
 def main() -> None:
+    if "--engine" in sys.argv and sys.argv[sys.argv.index("--engine") + 1] == "spark":
+        from scale_spark import main as spark_main  # a sibling script (benchmarks/ is on the path)
+
+        return spark_main(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="1000000,4000000,16000000", help="comma-separated row counts")
     parser.add_argument("--rows-per-partition", type=int, default=250_000)

@@ -26,3 +26,18 @@ def _one_torch_thread():
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession (local[2]) for every Spark test: starting one takes ~20-40 s here. Skipped where pyspark or
+    Java is missing, except in CI (CTPIPE_REQUIRE_SPARK=1, set by .ci/run), where that is a failure."""
+    from ctpipe.components.lib.spark.session import pyspark_missing, spark_session
+
+    problem = pyspark_missing()
+    if problem:
+        if os.environ.get("CTPIPE_REQUIRE_SPARK"):
+            pytest.fail(f"CTPIPE_REQUIRE_SPARK is set but Spark cannot run: {problem}")
+        pytest.skip(problem)
+    with spark_session("local[2]", app_name="ctpipe-tests") as session:
+        yield session

@@ -18,17 +18,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
 
+from ctpipe.components.lib.data.split_files import SplitGroups
 from ctpipe.components.tasks.protocol import Batch
 from ctpipe.components.tasks.spec import TaskSpec
 
 
 def group_sizes(path: str | Path) -> list[int]:
-    """Rows in each row group of a split file, from its footer."""
-    meta = pq.ParquetFile(path).metadata
-    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    """Rows in each row group of a split (one file, or the Spark engine's folder of part files), from the footers."""
+    return list(SplitGroups(path).sizes)
 
 
 def shard_positions(sizes: list[int], *, rank: int, world_size: int, seed: int, epoch: int) -> torch.Tensor:
@@ -86,16 +85,15 @@ class ShardedSplit:
         """Every train row's target in file order (for the task's ``init_model``, the same on every rank):
         the split streamed a row group at a time, only the targets kept (8 bytes a row for class labels),
         and of each row group only the columns the task's ``target_columns`` names."""
-        handle = pq.ParquetFile(self.path)
+        groups = SplitGroups(self.path)
         columns = self.task.codec.target_columns(self.state)
-        parts = [torch.tensor(np.asarray(self.task.codec.targets(handle.read_row_group(g, columns=columns).to_pandas(),
-                                                           self.state)))
-                 for g in range(handle.num_row_groups)]
+        parts = [torch.tensor(np.asarray(self.task.codec.targets(groups.read(g, columns=columns), self.state)))
+                 for g in range(len(groups.sizes))]
         return torch.cat(parts) if parts else torch.empty(0, dtype=torch.long)
 
     def example(self, rows: int = 8) -> Batch:
         """The first ``rows`` rows of the file, encoded (the model's example input for counting FLOPs)."""
-        frame = pq.ParquetFile(self.path).read_row_group(0).to_pandas().iloc[:rows]
+        frame = SplitGroups(self.path).read(0).iloc[:rows]
         return self.task.codec.encode(frame.reset_index(drop=True), self.state)
 
 
@@ -106,13 +104,13 @@ def encode_rows(path: str | Path, task: TaskSpec, state: dict, positions: np.nda
     sizes = group_sizes(path) if sizes is None else sizes
     starts = np.concatenate([[0], np.cumsum(sizes)])[:-1].astype(np.int64)
     group_of = np.searchsorted(starts, positions, side="right") - 1
-    handle = pq.ParquetFile(path)
+    groups = SplitGroups(path)
     inputs: list[torch.Tensor] = []
     targets = torch.empty(0)
     read = 0
     for group in np.unique(group_of):
         slots = np.flatnonzero(group_of == group)
-        frame = handle.read_row_group(int(group)).to_pandas()
+        frame = groups.read(int(group))
         read += len(frame)
         part = task.codec.encode(frame.iloc[positions[slots] - starts[group]].reset_index(drop=True), state)
         if not inputs:

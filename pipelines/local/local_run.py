@@ -74,6 +74,9 @@ def run_local(
         elif "://" not in data_uri:
             data_uri = str(Path(data_uri).resolve())
         config = resolve_config(file=config_path, settings=overrides, data_uri=data_uri, demo=demo)
+        if not config.validation.sketch_store:  # the per-partition statistics live in the home, run after run
+            overrides.append(f"validation.sketch_store={(home_dir / 'sketches').resolve()}")
+            config = resolve_config(file=config_path, settings=overrides, data_uri=data_uri, demo=demo)
         _preflight(config, data_uri)
 
         from ctpipe.components.lib.tracking import local_tracking_uri

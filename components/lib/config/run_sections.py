@@ -89,10 +89,20 @@ class ValidationConfig:
     sample_rows: int = 200_000
     # A streaming pass prints its progress line (rows, partitions, rate, ETA) to the log this often.
     progress_seconds: float = 5.0
-    # Where the validate step computes: "local" (its own process) or "spark"; on a cluster pipeline
-    # (train.backend != local) "spark" runs the validation as a SparkApplication (kubernetes.spark_*).
-    # "auto" is the Spark engine's choice by the data's size (until it decides, the step's own process).
+    # Where the validate step computes: in its own process ("local"), on Spark ("spark": pyspark, the
+    # `spark` extra; local[*] here, a SparkApplication on a cluster), or "auto": Spark above spark_min_rows.
     engine: Literal["local", "spark", "auto"] = "local"
+    # With engine=auto, the row count (from the Parquet footers) above which Spark computes.
+    spark_min_rows: int = 50_000_000
+    # The Spark master when the step starts its own session (engine spark/auto outside spark-submit).
+    spark_master: str = "local[*]"
+    # Spark tasks per job: each reads whole files, so at most this many (and at most one per file).
+    spark_partitions: int = 64
+    # The per-partition sketch store (any fsspec URL); "" keeps it beside the data: DATA/_ctpipe_sketches/
+    # (a folder named with '_' is not data). Sketches of partitions that no longer exist are pruned.
+    sketch_store: str = ""
+    # Refuse data wider than this many columns before reading any row (a named limit, not a stall).
+    max_columns: int = 2_000
 
     def __post_init__(self) -> None:
         check_range(self.in_memory_rows, "validation.in_memory_rows", 0, MAX_ROWS)
@@ -104,6 +114,11 @@ class ValidationConfig:
         check_range(self.min_rows, "validation.min_rows", 1, MAX_ROWS)
         check_fraction(self.leakage_threshold, "validation.leakage_threshold", open_low=True)
         check_fraction(self.max_duplicate_fraction, "validation.max_duplicate_fraction")
+        check_range(self.spark_min_rows, "validation.spark_min_rows", 0, MAX_ROWS)
+        check_range(self.spark_partitions, "validation.spark_partitions", 1, 100_000)
+        check_range(self.max_columns, "validation.max_columns", 1, 1_000_000)
+        check(bool(str(self.spark_master).strip()), "validation.spark_master",
+              "name a Spark master, e.g. local[*] or spark://HOST:7077")
 
 
 @dataclass(kw_only=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctpipe.components.lib.data.files import DATA_SUFFIXES, DataFile, _fs_and_root, partition_of
@@ -63,15 +64,45 @@ def count_rows(data_uri: str, files: list[DataFile], fmt: str = "auto") -> int |
 
 def iter_batches(data_uri: str, files: list[DataFile], fmt: str = "auto", *,
                  batch_rows: int = BATCH_ROWS) -> Iterator[pd.DataFrame]:
-    """Every file's rows as DataFrames of at most ``batch_rows`` rows, with a ``__partition`` column, in file order."""
+    """Every file's rows as DataFrames of at most ``batch_rows`` rows, with a ``__partition`` column, in file order.
+
+    Consecutive small Parquet files of one partition with the same Arrow schema are read into one batch (a
+    partition written as 50,000 files of 20 rows is then ~16 batches, not 50,000: each batch costs
+    milliseconds of fixed work in every pass); a file of another schema starts a new batch, so a batch's
+    columns and dtypes are always those of its files."""
+    pending: list = []  # Arrow tables of small files waiting to be one batch
+    pending_rows, pending_key = 0, None
+
+    def flush() -> Iterator[pd.DataFrame]:
+        nonlocal pending, pending_rows, pending_key
+        if pending:
+            frame = (pending[0] if len(pending) == 1 else pa.concat_tables(pending)).to_pandas()
+            frame[PARTITION_COLUMN] = pending_key[0]
+            yield frame
+        pending, pending_rows, pending_key = [], 0, None
+
     for f in files:
         kind = _kind(f, fmt)
         fs, full = _full_path(data_uri, f)
         try:
             with fs.open(full, "rb") as handle:
                 if kind == "parquet":
-                    chunks = (b.to_pandas() for b in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows))
+                    source = pq.ParquetFile(handle)
+                    rows = source.metadata.num_rows
+                    if rows == 0:  # no batch, as pyarrow's own reader gives none
+                        continue
+                    if rows < batch_rows:  # small: join the pending batch when it fits and matches
+                        table = source.read()
+                        key = (partition_of(f.path), table.schema)
+                        if pending and (key != pending_key or pending_rows + rows > batch_rows):
+                            yield from flush()
+                        pending.append(table)
+                        pending_rows, pending_key = pending_rows + rows, key
+                        continue
+                    yield from flush()
+                    chunks = (b.to_pandas() for b in source.iter_batches(batch_size=batch_rows))
                 else:
+                    yield from flush()
                     chunks = read_csv(handle, chunksize=batch_rows)
                 for frame in chunks:
                     frame[PARTITION_COLUMN] = partition_of(f.path)
@@ -80,3 +111,4 @@ def iter_batches(data_uri: str, files: list[DataFile], fmt: str = "auto", *,
             raise
         except Exception as err:  # pyarrow/pandas raise many types for a damaged file
             raise _unreadable(f, data_uri, kind, err) from None
+    yield from flush()

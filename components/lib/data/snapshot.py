@@ -213,13 +213,14 @@ def write_snapshot(
     fingerprint: str,
     task: Any,
     window: TrainWindow | None = None,
+    stats: Any = None,
 ) -> Snapshot:
     """Write the split rows, schema, the task's train-only statistics and fingerprint into ``out_dir``.
 
     With a ``window`` (data/window.py) only the train rows inside it are written (val and test in full).
     ``task`` (the run's, ``ctpipe.components.tasks``) fits the train-split state (``SnapshotWriter``).
     """
-    writer = SnapshotWriter(out_dir, schema, task=task)
+    writer = SnapshotWriter(out_dir, schema, task=task, stats=stats)
     if window is not None and not window.is_all and PARTITION_COLUMN in data.columns:
         is_train = np.asarray(splits) == "train"
         keep = window_mask(data[PARTITION_COLUMN].to_numpy(), is_train, window)
@@ -239,8 +240,12 @@ class SnapshotWriter:
     tabular task: the same numbers as its ``fit``), otherwise from ``task.codec.fit`` on the written train split.
     """
 
-    def __init__(self, out_dir: str | Path, schema: Schema, *, task: Any, row_group_rows: int = ROW_GROUP_ROWS) -> None:
+    def __init__(self, out_dir: str | Path, schema: Schema, *, task: Any, row_group_rows: int = ROW_GROUP_ROWS,
+                 stats: Any = None) -> None:
+        """``stats``: the train split's statistics computed elsewhere (the merged per-partition sketches of
+        ``components/lib/sketches/``, a ``TableStats``-like); without them they are streamed from the rows added."""
         self.root, self.schema, self.task = Path(out_dir), schema, task
+        self.given_stats = stats
         self.root.mkdir(parents=True, exist_ok=True)
         self.writers = {s: SplitWriter(self.root / f"{s}.parquet", row_group_rows=row_group_rows) for s in SPLITS}
         self.stats = TableStats.for_columns(schema.numeric, schema.categorical)
@@ -259,7 +264,7 @@ class SnapshotWriter:
             if mask.any():
                 part = batch.loc[mask, keep].reset_index(drop=True)
                 writer.write(part)
-                if split == "train":
+                if split == "train" and self.given_stats is None:
                     self.stats = self.stats.merge(table_stats(part, self.schema, first_row=self._train_rows))
                     self._train_rows += len(part)
 
@@ -267,30 +272,34 @@ class SnapshotWriter:
         columns = self._columns if self._columns is not None else pd.DataFrame()
         for writer in self.writers.values():
             writer.close(columns)
-        if self.writers["train"].rows == 0:
-            raise DataValidationError("the train split is empty: the data has too few rows to split")
-        state = self._state()
-        atomic_write_text(self.root / "schema.json", json.dumps(asdict(self.schema), indent=2))
-        atomic_write_text(self.root / "preprocessing.json", json.dumps(state, indent=2))
-        write_reference_stats(self.root / "reference_stats.json", reference_stats_of(self.stats))
-        meta = {
-            "fingerprint": fingerprint,
-            "data_uri": data_uri,
-            "files": [asdict(f) for f in files],
-            "rows": {s: w.rows for s, w in self.writers.items()},
-        }
-        if self.window is not None:
-            meta["train_window"] = self.window
-        atomic_write_text(self.root / "fingerprint.json", json.dumps(meta, indent=2))
-        return Snapshot(self.root, self.schema, state, fingerprint, data_uri, files)
+        stats = self.given_stats if self.given_stats is not None else self.stats
+        return finish_snapshot(self.root, self.schema, self.task, stats, data_uri=data_uri, files=files,
+                               fingerprint=fingerprint, rows={s: w.rows for s, w in self.writers.items()},
+                               window=self.window)
 
-    def _state(self) -> dict[str, Any]:
-        state = self.task.codec.fit_streamed(self.stats, self.schema)
-        if state is None:
-            # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
-            state = self.task.codec.fit(pd.read_parquet(self.root / "train.parquet"), self.schema)
-        check_task_state(self.task, state)
-        return state
+
+def finish_snapshot(root: Path, schema: Schema, task: Any, stats: Any, *, data_uri: str, files: list[DataFile],
+                    fingerprint: str, rows: dict[str, int], window: dict[str, Any] | None) -> Snapshot:
+    """The snapshot's records once its split files are written (by ``SnapshotWriter``, or by Spark tasks): the
+    schema, the task's state, the reference statistics of the train rows (``stats``) and the fingerprint.
+    The state comes from ``task.codec.fit_streamed`` on the statistics when the task offers it (the tabular
+    task: the same numbers as its ``fit``), otherwise from ``task.codec.fit`` on the written train split."""
+    root = Path(root)
+    if rows.get("train", 0) == 0:
+        raise DataValidationError("the train split is empty: the data has too few rows to split")
+    state = task.codec.fit_streamed(stats, schema)
+    if state is None:
+        # A task that needs the rows themselves (a tokenizer, images) fits on the written train split.
+        state = task.codec.fit(pd.read_parquet(root / "train.parquet"), schema)
+    check_task_state(task, state)
+    atomic_write_text(root / "schema.json", json.dumps(asdict(schema), indent=2))
+    atomic_write_text(root / "preprocessing.json", json.dumps(state, indent=2))
+    write_reference_stats(root / "reference_stats.json", reference_stats_of(stats))
+    meta = {"fingerprint": fingerprint, "data_uri": data_uri, "files": [asdict(f) for f in files], "rows": rows}
+    if window is not None:
+        meta["train_window"] = window
+    atomic_write_text(root / "fingerprint.json", json.dumps(meta, indent=2))
+    return Snapshot(root, schema, state, fingerprint, data_uri, files)
 
 
 def load_snapshot(path: str | Path) -> Snapshot:

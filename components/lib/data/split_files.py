@@ -44,29 +44,65 @@ class SplitWriter:
             self._writer.close()
 
 
+class SplitGroups:
+    """The row groups of a split, numbered from 0 across its files: ``train.parquet`` is one file (the local engine
+    writes it) or a folder of part files (the Spark engine's tasks write one each, ``part-*.parquet``, in name
+    order; names starting with '.' or '_' are not data, as for Spark and pyarrow)."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path)
+        self.files = [path] if not path.is_dir() else sorted(
+            p for p in path.glob("*.parquet") if not p.name.startswith((".", "_")))
+        if not self.files:
+            raise FileNotFoundError(f"split '{path}' has no Parquet part files")
+        self._handles: dict[int, pq.ParquetFile] = {}
+        self.where: list[tuple[int, int]] = []  # (file, row group in it) of each global row group
+        self.sizes: list[int] = []
+        for f in range(len(self.files)):
+            meta = self._handle(f).metadata
+            for g in range(meta.num_row_groups):
+                self.where.append((f, g))
+                self.sizes.append(meta.row_group(g).num_rows)
+
+    def _handle(self, f: int) -> pq.ParquetFile:
+        if f not in self._handles:
+            self._handles = {f: pq.ParquetFile(self.files[f])}  # one open file at a time
+        return self._handles[f]
+
+    @property
+    def rows(self) -> int:
+        return int(sum(self.sizes))
+
+    def read(self, index: int, columns: list[str] | None = None) -> pd.DataFrame:
+        f, g = self.where[index]
+        return self._handle(f).read_row_group(g, columns=columns).to_pandas()
+
+    def empty(self) -> pd.DataFrame:
+        return self._handle(0).schema_arrow.empty_table().to_pandas()
+
+
 def split_rows(path: str | Path) -> int:
-    """Rows in a split file, from its footer (nothing else is read)."""
-    return pq.ParquetFile(path).metadata.num_rows
+    """Rows in a split, from its footers (nothing else is read)."""
+    return SplitGroups(path).rows
 
 
 def read_column(path: str | Path, column: str) -> pd.Series:
-    """One column of a split file (only that column is read)."""
+    """One column of a split (only that column is read)."""
     return pq.read_table(path, columns=[column]).to_pandas()[column]
 
 
 def take_rows(path: str | Path, positions: np.ndarray) -> pd.DataFrame:
-    """The rows at ``positions`` (from 0, any order) of a split file, in that order; only their row groups are read."""
-    handle = pq.ParquetFile(path)
-    sizes = [handle.metadata.row_group(i).num_rows for i in range(handle.num_row_groups)]
-    starts = np.concatenate([[0], np.cumsum(sizes)])[:-1].astype(np.int64)
+    """The rows at ``positions`` (from 0, any order) of a split, in that order; only their row groups are read."""
+    groups = SplitGroups(path)
+    starts = np.concatenate([[0], np.cumsum(groups.sizes)])[:-1].astype(np.int64)
     positions = np.asarray(positions, dtype=np.int64)
     if len(positions) == 0:
-        return handle.schema_arrow.empty_table().to_pandas()
+        return groups.empty()
     group = np.searchsorted(starts, positions, side="right") - 1
     pieces, order = [], []
     for g in np.unique(group):
         mine = np.flatnonzero(group == g)
-        pieces.append(handle.read_row_group(int(g)).to_pandas().iloc[positions[mine] - starts[g]])
+        pieces.append(groups.read(int(g)).iloc[positions[mine] - starts[g]])
         order.append(mine)
     frame = pd.concat(pieces, ignore_index=True)
     return frame.iloc[np.argsort(np.concatenate(order), kind="stable")].reset_index(drop=True)
@@ -75,6 +111,6 @@ def take_rows(path: str | Path, positions: np.ndarray) -> pd.DataFrame:
 def iter_split_batches(path: str | Path, *, columns: list[str] | None = None,
                        row_groups: list[int] | None = None) -> Iterator[pd.DataFrame]:
     """The split's rows as DataFrames, one row group at a time (all of them, or ``row_groups`` in that order)."""
-    handle = pq.ParquetFile(path)
-    for index in range(handle.num_row_groups) if row_groups is None else row_groups:
-        yield handle.read_row_group(index, columns=columns).to_pandas()
+    groups = SplitGroups(path)
+    for index in range(len(groups.sizes)) if row_groups is None else row_groups:
+        yield groups.read(index, columns=columns)

@@ -313,6 +313,21 @@ class ColumnTotals:
         return self
 
 
+    def merge(self, other: ColumnTotals) -> ColumnTotals:
+        """The totals of both (disjoint rows; in either order: ``counts`` is None once they hold too many)."""
+        counts = None
+        if self.counts is not None and other.counts is not None:
+            counts = dict(self.counts)
+            for value, n in other.counts.items():
+                counts[value] = counts.get(value, 0) + n
+            if len(counts) > MAX_TEXT_VALUES:
+                counts = None
+        return ColumnTotals(self.rows + other.rows, self.nulls + other.nulls, min(self.min, other.min),
+                            max(self.max, other.max), counts, self.numeric and other.numeric,
+                            self.numeric_values + other.numeric_values, min(self.finite_min, other.finite_min),
+                            max(self.finite_max, other.finite_max))
+
+
 # --- a table -------------------------------------------------------------------------------------
 
 

@@ -20,7 +20,6 @@ import pandas as pd
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data import scan as stream
-from ctpipe.components.lib.data.batches import count_rows
 from ctpipe.components.lib.data.reference_stats import (
     compute_reference_stats,
 )
@@ -31,18 +30,15 @@ from ctpipe.components.lib.data.snapshot import (
     assign_splits,
     fingerprint_files,
     infer_schema,
-    list_data_files,
     read_data,
     split_keys,
-    write_snapshot,
 )
-from ctpipe.components.lib.data.splits import SplitSettings
 from ctpipe.components.lib.data.window import TrainWindow, partition_date
 from ctpipe.components.lib.errors import DataValidationError, UserError
 from ctpipe.components.lib.handoffs import ValidationVerdict, write_validation
 from ctpipe.components.lib.tracking import RetryPolicy, log_step
-from ctpipe.components.lib.work_progress import WorkMeter
 from ctpipe.components.steps.validate_data import checks, feature_checks
+from ctpipe.components.steps.validate_data.engines import check_width, open_engine
 from ctpipe.components.steps.validate_data.exact import exact_overrides, exact_profile
 from ctpipe.components.steps.validate_data.findings import (
     ERROR,
@@ -93,18 +89,19 @@ def validate_data(
     started = time.perf_counter()
     task = load_task(config.task)  # a missing or incomplete task fails here, before any data is read
     summary = ValidationSummary(data_uri=data_uri)
-    try:
-        outcome = _run(data_uri, config, tracking_uri, summary, task)
-    except UserError as err:  # unreadable root/file, unknown label, broken suite: still write the reports
-        summary.findings.append(Finding(check="read_data", passed=False, severity=ERROR, source="structure",
-                                        message=str(err).rstrip(".")))
-        outcome = _Outcome(None, None)
-    if not errors(summary.findings) and outcome.inputs is not None:
-        t = time.perf_counter()
-        _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task, config)
-        summary.seconds["write_snapshot"] = time.perf_counter() - t
-        # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
-        write_validation(snapshot_dir, ValidationVerdict(**summary_json(summary)))
+    with open_engine(data_uri, config) as engine:
+        try:
+            outcome = _run(data_uri, config, tracking_uri, summary, task, engine)
+        except UserError as err:  # unreadable root/file, unknown label, broken suite: still write the reports
+            summary.findings.append(Finding(check="read_data", passed=False, severity=ERROR, source="structure",
+                                            message=str(err).rstrip(".")))
+            outcome = _Outcome(None, None)
+        if not errors(summary.findings) and outcome.inputs is not None:
+            t = time.perf_counter()
+            _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task, config, engine)
+            summary.seconds["write_snapshot"] = time.perf_counter() - t
+            # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
+            write_validation(snapshot_dir, ValidationVerdict(**summary_json(summary)))
     write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
     suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
     # Named with the extensions a browser and MLflow's artifact viewer need: KFP names an output file after
@@ -113,7 +110,9 @@ def validate_data(
                "validation/suite.json": suite_copy}
     _log_to_mlflow(tracking_uri, mlflow_run_id, summary, reports, config)
     if errors(summary.findings):
-        raise DataValidationError(_error_message(summary, report_path))
+        failure = DataValidationError(_error_message(summary, report_path))
+        failure.summary = summary_json(summary)  # every finding, for a caller that reports them (spark_driver.py)
+        raise failure
     return ValidationResult(
         fingerprint=summary.fingerprint,
         rows=summary.rows,
@@ -214,24 +213,22 @@ def _batch_size_findings(config: Config, train_rows: int, task: Any) -> list[Fin
     )]
 
 
-def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary, task: Any) -> _Outcome:
+def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSummary, task: Any,
+         engine: Any) -> _Outcome:
     from ctpipe.components.tasks import label_column, task_record
 
     timer = _Timer(summary.seconds)
     label = label_column(task, config.data)  # None: the task needs no label, its checks do not apply
-    files = list_data_files(data_uri)
+    files = engine.list_files(data_uri, config)
     summary.fingerprint = fingerprint_files(files)
     summary.files = len(files)
-    total = count_rows(data_uri, files, config.data.format)
+    check_width(data_uri, files, config)
+    total = engine.count_rows(data_uri, files, config)
     scanned = None
-    if total is not None and total > config.validation.in_memory_rows:
-        # Too large for one frame: exact figures in one streaming pass, the row checks on a sample.
-        meter = _meter("scanning", total, files, config)
-        scanned = stream.scan(data_uri, files, config.data.format, label=label, key=config.data.key,
-                              features=list(config.data.features), settings=SplitSettings.from_config(config.data),
-                              sample_rows=config.validation.sample_rows,
-                              stratify_by_label=task.codec.label_kind == "classes", on_batch=meter.advance)
-        meter.finish()
+    if engine.streams(total, config, len(files)):
+        # Too large for one frame (or on Spark): exact figures in one streaming pass, the row checks on a sample.
+        scanned = engine.scan(data_uri, files, config, label=label, stratify_by_label=task.codec.label_kind == "classes",
+                              total=total)
         data = scanned.sample
         summary.judged_on = scanned.judged_on()
     else:
@@ -342,27 +339,10 @@ def _partition(rel_path: str) -> str:
     return "/".join(parts) if parts else rel_path
 
 
-def _meter(doing: str, rows: int, files: list, config: Config) -> WorkMeter:
-    """The progress line of a streaming pass over ``rows`` rows of ``files``."""
-    return WorkMeter("validate_data", doing, rows, "rows", parts_total=len({_partition(f.path) for f in files}),
-                     every_seconds=config.validation.progress_seconds)
-
-
 def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerprint: str, task: Any,
-                    config: Config) -> None:
-    inputs = outcome.inputs
-    if inputs.scan is not None:  # streamed: a second pass writes the split files batch by batch
-        meter = _meter("writing the snapshot", sum(inputs.scan.rows.values()), inputs.files, config)
-        snapshot = stream.write_snapshot_stream(snapshot_dir, data_uri, inputs.files, inputs.format, inputs.scan,
-                                                inputs.schema, fingerprint=fingerprint, window=inputs.window,
-                                                task=task, on_batch=meter.advance)
-        meter.finish()
-    else:
-        snapshot = write_snapshot(snapshot_dir, inputs.data.drop(columns=[SPLIT_COLUMN]), inputs.data[SPLIT_COLUMN],
-                                  inputs.schema, data_uri=data_uri, files=inputs.files, fingerprint=fingerprint,
-                                  window=inputs.window, task=task)
-    root = Path(snapshot_dir)
-    atomic_write_text(root / "suite.json", json.dumps(outcome.suite, indent=2, default=str))
+                    config: Config, engine: Any) -> None:
+    snapshot = engine.write_snapshot(snapshot_dir, outcome.inputs, data_uri, fingerprint, task, config)
+    atomic_write_text(Path(snapshot_dir) / "suite.json", json.dumps(outcome.suite, indent=2, default=str))
     add_task_drift_stats(snapshot, task)
 
 
