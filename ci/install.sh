@@ -11,4 +11,3 @@ else
     python -m pip install torch==2.13.0
 fi
 python -m pip install -e '.[test]'
-python -m pip install -e '.[spark]'  # pyspark: the Spark engine's tests (they skip without it)

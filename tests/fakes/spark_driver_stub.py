@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ctpipe.components.lib.handoffs import ValidationVerdict, write_record
@@ -46,8 +47,11 @@ def _local(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.handoffs import VALIDATION_FILE, record_from
     from ctpipe.components.steps.validate_data.validate import validate_data
 
+    config = Config.from_json(args.config_json)
+    # The local engine, whatever the run asked: this stand-in checks the contract, not Spark (test_spark_driver.py).
+    config = replace(config, validation=replace(config.validation, engine="local"))
     try:
-        validate_data(args.data_uri, Config.from_json(args.config_json), snapshot_dir=args.snapshot,
+        validate_data(args.data_uri, config, snapshot_dir=args.snapshot,
                       data_docs_path=args.data_docs, report_path=args.report, tracking_uri="", mlflow_run_id="")
     except DataValidationError as err:
         write_record(args.result, _verdict(args, passed=False, errors=[str(err)]))

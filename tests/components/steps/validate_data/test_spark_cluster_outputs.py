@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,9 @@ def test_the_cluster_step_gives_the_outputs_of_a_local_validation(tmp_path):
     data = tmp_path / "pvc" / "data"
     write_demo_data(data, days=2, rows_per_day=150, seed=4)
     config = _config(tmp_path, "data.key=customer_id")
-    local = validate_data(str(data), config, snapshot_dir=str(tmp_path / "local" / "snapshot"),
+    # The reference is the local engine's (the stub driver runs it too): Spark's own parity is test_spark_parity.py.
+    local = validate_data(str(data), replace(config, validation=replace(config.validation, engine="local")),
+                          snapshot_dir=str(tmp_path / "local" / "snapshot"),
                           data_docs_path=str(tmp_path / "local" / "docs.html"),
                           report_path=str(tmp_path / "local" / "report.md"), tracking_uri="", mlflow_run_id="")
     step = tmp_path / "step"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from ctpipe.components.lib.handoffs import read_verdict
 from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.handoffs import read_verdict
 from ctpipe.components.steps.validate_data import spark_driver
 from tests.fixtures.corpus import KEY, write_clean
 
