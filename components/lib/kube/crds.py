@@ -26,6 +26,8 @@ TRAINJOB_CRDS = {
     "master": "trainer.kubeflow.org_trainjobs.master.json",
 }
 INFERENCESERVICE_CRD = "serving.kserve.io_inferenceservices.json"
+# Katib v0.19's Experiment, with the schema of Katib's Go types (its CRD has none: crd_schemas/PROVENANCE.md).
+EXPERIMENT_CRD = "kubeflow.org_experiments.json"
 
 
 def crd_file(filename: str) -> Traversable:

@@ -90,12 +90,18 @@ def tune_hyperparameters(
           f"{config.tune.parallel_trials} at a time, as {engine} jobs; objective {metric} ({direction}) on validation",
           flush=True)
     names = [(t.index, trial_job_name(job_name, t.index), t.values) for t in plan.trials]
-    runs = open_trial_runs(tracking_uri, mlflow_run_id, names, retry)
+    # Katib names its trials itself: their runs are opened once they exist; trial 0 runs beside it as a job.
+    runs = open_trial_runs(tracking_uri, mlflow_run_id, [n for n, t in zip(names, plan.trials, strict=True)
+                                                         if engine != "katib" or t.baseline], retry)
     jobs = [TrialJob(t, name, root / f"trial-{t.index:03d}", runs.get(t.index)) for t, (_, name, _) in zip(plan.trials, names, strict=True)]
     if engine == "katib":
         from ctpipe.components.steps.tune.katib import run_katib_experiment
 
         outcomes = run_katib_experiment(plan, jobs, snapshot_dir, config, tracking_uri=tracking_uri, job_name=job_name)
+        later = open_trial_runs(tracking_uri, mlflow_run_id, [(o.index, o.job_name, o.values) for o in outcomes
+                                                              if o.mlflow_run_id is None], retry)
+        for outcome in outcomes:
+            outcome.mlflow_run_id = outcome.mlflow_run_id or later.get(outcome.index)
     else:
         outcomes = run_trials(
             jobs, lambda job: DriverTrial(job, driver_command(job, snapshot_dir, plan.base, tracking_uri=tracking_uri), metric),
@@ -163,7 +169,9 @@ def trial_engine(config: Config) -> str:
         return "local"
     if config.tune.engine != "auto":
         return config.tune.engine
+    if config.train.backend == "pytorchjob":  # Katib's trials are TrainJobs here
+        return "jobs"
     from ctpipe.components.lib.kube.api import default_api_client
     from ctpipe.components.lib.kube.discovery import katib_installed
 
-    return "katib" if katib_installed(default_api_client(), config.kubernetes) else "jobs"
+    return "katib" if katib_installed(default_api_client(), config.kubernetes.trainjob_runtime) else "jobs"
