@@ -22,6 +22,9 @@ LAUNCHER_RULES = [
     {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
     # train.backend=auto (the compiled default) submits a TrainJob where Trainer v2 is installed.
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    # The tune step (tune.trials > 0) hands its trials to Katib where it is installed: one Experiment, its Trials read.
+    {"apiGroups": ["kubeflow.org"], "resources": ["experiments"], "verbs": ["create", "get", "delete"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["trials"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},
