@@ -4,7 +4,8 @@
 
 On the demo data (one snapshot), the same ``--trials`` configurations (trial 0 the configured values, then the
 Sobol points of the default space: learning rate and weight decay) are trained three ways, interleaved when
-``--repeats`` > 1, all forked from one warm-start server as ``ctpipe run`` forks them:
+``--repeats`` > 1, all forked from one warm-start server as ``ctpipe run`` forks them, after one unmeasured
+warm-up training:
 
 - ``single``: one after the other, each the train step's ``train_model`` with the local launcher in this process
   (what ``ctpipe train`` does), the values applied to the config directly: the baseline;
@@ -54,6 +55,11 @@ def main() -> None:
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     try:
         with running_server():
+            # One training first, not measured, so the first way measured does not alone pay the warm-up (the
+            # server's first forks, cold file caches).
+            from ctpipe.components.run_config.trial import trial_config
+
+            single_runs(snapshot, root / "warm-up", trial_config(config, {"tune.trials": 1}), None)
             for repeat in range(args.repeats):
                 order = list(runs) if repeat % 2 == 0 else list(reversed(runs))
                 for name in order:
