@@ -1,7 +1,7 @@
 """Vendor upstream Kubeflow and KServe CRDs into the package: the schemas ctpipe validates generated jobs against.
 
     python ci/vendor_crds.py kubeflow/trainer=/path/to/trainer kserve/kserve=/path/to/kserve \
-        kubeflow/spark-operator=/path/to/spark-operator                                       # git clones; by hand
+        kubeflow/spark-operator=/path/to/spark-operator kubeflow/katib=/path/to/katib         # git clones; by hand
 
 Not run by CI. Reads each upstream CustomResourceDefinition named in ``UPSTREAM`` at its pinned commit from
 a git clone of its repository (``git show COMMIT:PATH``: several releases of one file side by side),
@@ -9,6 +9,11 @@ checks its sha256 against the pinned one, drops the ``description`` texts (about
 bytes; validation never reads them), records where each came from in the CRD's own annotations, and
 writes it as JSON under ``components/lib/kube/crd_schemas/`` with a ``PROVENANCE.md`` beside. Update the
 pins below first when upgrading.
+
+Katib serves its Experiment CRD without a structural schema (``x-kubernetes-preserve-unknown-fields``: its
+admission webhook decodes the Go types). For it the schema is Katib's own OpenAPI of those types
+(``OPENAPI_SCHEMAS``: ``api/openapi-spec/swagger.json`` at the same commit, sha256 pinned), resolved into one
+self-contained ``openAPIV3Schema``, so that strict validation knows every field Katib knows.
 """
 
 from __future__ import annotations
@@ -75,7 +80,59 @@ UPSTREAM = {
         "43afb8bbd32463037d8fb6e414e252c69081882b",
         "ecd9c14fcadb9d5f8ced4c4ee31920548ea53a892e0a69c3e43aa758bfca6d94",
     ),
+    # Katib's Experiment (kubeflow.org/v1beta1): the HPO engine a tune step hands its trials to when installed.
+    "kubeflow.org_experiments.json": (
+        "kubeflow/katib",
+        "manifests/v1beta1/components/crd/experiment.yaml",
+        "v0.19.0",
+        "578e60f1ce83dbb5e7151026a3bdc4de233947fc",
+        "c7f8a989368dcc87bcbb2739efa3b3e6f78d31f156857e0284e56c8bd6bf98db",
+    ),
 }
+# vendored file -> (upstream OpenAPI document at the same commit, its sha256, the root type): the schema of a CRD
+# that upstream serves without one.
+OPENAPI_SCHEMAS = {
+    "kubeflow.org_experiments.json": (
+        "api/openapi-spec/swagger.json",
+        "0bfcfec03e1d857001ab7e8ee88d2e861252c4291ae70d92413c910af3e71263",
+        "v1beta1.Experiment",
+    ),
+}
+# Kubernetes types an OpenAPI document refers to by name, as a structural schema has them.
+_OPENAPI_LEAVES = {
+    "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    "io.k8s.apimachinery.pkg.apis.meta.v1.unstructured.Unstructured": {"type": "object",
+                                                                         "x-kubernetes-preserve-unknown-fields": True},
+    "io.k8s.apimachinery.pkg.apis.meta.v1.Time": {"type": "string", "format": "date-time"},
+    "io.k8s.apimachinery.pkg.api.resource.Quantity": {"x-kubernetes-int-or-string": True},
+    "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"x-kubernetes-int-or-string": True},
+}
+
+
+def openapi_schema(document: dict[str, Any], root: str) -> dict[str, Any]:
+    """The schema of ``root`` in an OpenAPI 3 document with every ``$ref`` (and one-element ``allOf``) resolved,
+    without descriptions and defaults (validation reads neither)."""
+    schemas = document["components"]["schemas"]
+
+    def resolve(node: Any, trail: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [resolve(v, trail) for v in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref") or (node["allOf"][0].get("$ref") if len(node.get("allOf") or []) == 1 else None)
+        if ref:
+            name = ref.rsplit("/", 1)[-1]
+            if name in _OPENAPI_LEAVES:
+                return dict(_OPENAPI_LEAVES[name])
+            if name in trail:  # a recursive type: its inner level is left open
+                return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            return resolve(schemas[name], (*trail, name))
+        out = {k: resolve(v, trail) for k, v in node.items() if k not in ("description", "default")}
+        if out.get("additionalProperties") is True and "properties" not in out:
+            out = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        return out
+
+    return resolve(schemas[root], (root,))
 
 
 def strip_descriptions(node: Any) -> Any:
@@ -99,6 +156,8 @@ def vendor(clones: dict[str, Path]) -> list[tuple[str, str, str, str, str, str, 
         if actual != sha256:
             sys.exit(f"{commit}:{path}: sha256 {actual} is not the pinned {sha256}; update UPSTREAM for a new release")
         crd = strip_descriptions(yaml.safe_load(raw))
+        if name in OPENAPI_SCHEMAS:
+            crd = with_openapi_schema(crd, clones[repository], commit, repository, OPENAPI_SCHEMAS[name])
         crd["metadata"].setdefault("annotations", {}).update({
             "ctpipe.io/upstream": f"https://github.com/{repository}/blob/{commit}/{path}",
             "ctpipe.io/upstream-tag": tag,
@@ -112,6 +171,23 @@ def vendor(clones: dict[str, Path]) -> list[tuple[str, str, str, str, str, str, 
     return rows
 
 
+def with_openapi_schema(crd: dict[str, Any], clone: Path, commit: str, repository: str,
+                        source: tuple[str, str, str]) -> dict[str, Any]:
+    """``crd`` with the schema of its (only) version taken from upstream's OpenAPI document ``source``."""
+    path, sha256, root = source
+    raw = subprocess.run(["git", "-C", str(clone), "show", f"{commit}:{path}"], check=True, capture_output=True).stdout
+    actual = hashlib.sha256(raw).hexdigest()
+    if actual != sha256:
+        sys.exit(f"{commit}:{path}: sha256 {actual} is not the pinned {sha256}; update OPENAPI_SCHEMAS")
+    (version,) = crd["spec"]["versions"]
+    version["schema"] = {"openAPIV3Schema": openapi_schema(json.loads(raw), root)}
+    crd["metadata"].setdefault("annotations", {}).update({
+        "ctpipe.io/schema-from": f"https://github.com/{repository}/blob/{commit}/{path}#{root}",
+        "ctpipe.io/schema-from-sha256": sha256,
+    })
+    return crd
+
+
 def write_provenance(rows: list[tuple[str, str, str, str, str, str, str]]) -> None:
     lines = [
         "# Provenance of the vendored CRD schemas",
@@ -119,8 +195,8 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str, str]]) -> No
         "Upstream Kubernetes CustomResourceDefinitions of Kubeflow's training jobs, the Spark Operator's SparkApplication",
         "and KServe's InferenceService, trimmed and kept in the package so that every install (wheel, images, a fork's",
         "CI) validates generated jobs and the serving manifests strictly against them. Written by",
-        "`python ci/vendor_crds.py kubeflow/trainer=CLONE kserve/kserve=CLONE kubeflow/spark-operator=CLONE`; do not",
-        "edit by hand",
+        "`python ci/vendor_crds.py kubeflow/trainer=CLONE kserve/kserve=CLONE kubeflow/spark-operator=CLONE",
+        "kubeflow/katib=CLONE`; do not edit by hand",
         "(`tests/components/lib/kube/test_crds_vendored.py` checks the hashes below).",
         "",
         "Trimming: every `description` text is removed and the CRD is stored as JSON with sorted keys; nothing",
@@ -145,6 +221,12 @@ def write_provenance(rows: list[tuple[str, str, str, str, str, str, str]]) -> No
         "SparkApplication (`sparkoperator.k8s.io/v1beta2`) is the Kubeflow Spark Operator's, release v2.5.2 (the CRD",
         "file is byte-identical in v2.5.0, v2.5.1 and v2.5.2); the validate step's application",
         "(`validation.engine: spark` on a cluster) is validated against it.",
+        "Experiment (`kubeflow.org/v1beta1`) is Katib v0.19.0's, where a tune step hands its trials to Katib. Katib",
+        "serves the CRD without a structural schema (`x-kubernetes-preserve-unknown-fields`: its webhook decodes the",
+        "Go types), so the vendored file's `openAPIV3Schema` is Katib's own OpenAPI of those types",
+        "(`api/openapi-spec/swagger.json` at the same commit, sha256 in the file's `ctpipe.io/schema-from-sha256`),",
+        "resolved into one schema; the webhook's rules are `components/lib/kube/katib.py`'s, and the trial template",
+        "(a TrainJob) is validated against the TrainJob CRDs above.",
         "",
         "What the schemas do not say (and `components/lib/kube/` checks itself):",
         "- They do not forbid unknown fields: a field at the wrong level (`spec.ttlSecondsAfterFinished` instead of",

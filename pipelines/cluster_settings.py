@@ -15,8 +15,10 @@ from ctpipe.components.lib.kube.images import pull_policy
 
 # Steps that read or write the shared volume: the data root lives there by default
 # (/mnt/ctpipe/data), and the train step stages snapshots and checkpoints there for the worker pods.
-STEPS_ON_SHARED_VOLUME = {"prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register"}
-# The train step only launches and follows the PyTorchJob: the work happens in the worker pods.
+STEPS_ON_SHARED_VOLUME = {"prepare_run", "validate_data", "sanity_checks", "tune", "train", "select_checkpoint", "evaluate",
+                          "register"}
+# The train step only launches and follows the PyTorchJob: the work happens in the worker pods. (The tune step
+# launches jobs too, but one launcher process per parallel trial: it keeps the step limits.)
 LAUNCHER_LIMITS = {"cpu": "1", "memory": "2Gi"}
 # No per-task securityContext: the component image already runs as USER 10001:10001, and
 # kfp-kubernetes' set_security_context (2026) needs a KFP backend new enough to know the field.

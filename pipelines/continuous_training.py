@@ -1,6 +1,9 @@
 """The continuous-training pipeline: six steps after a prepare step, each a thin KFP component.
 
-prepare_run → validate_data → sanity_checks → train → select_checkpoint → evaluate → register
+prepare_run → validate_data → sanity_checks → [tune →] train → select_checkpoint → evaluate → register
+
+The tune step is there when the compiled config has ``tune.trials > 0`` (off by default: the DAG is then the
+one above without it); training and everything after it get the config it hands on.
 
 Every candidate is registered (TFX registers and then pushes only the blessed); ``register`` moves the
 ``champion`` alias only when the evaluation blessed it. That keeps conditional logic out of the DAG,
@@ -25,6 +28,7 @@ from ctpipe.components.steps.register.component import register
 from ctpipe.components.steps.sanity_checks.component import sanity_checks
 from ctpipe.components.steps.select_checkpoint.component import select_checkpoint
 from ctpipe.components.steps.train.component import train
+from ctpipe.components.steps.tune.component import tune
 from ctpipe.components.steps.validate_data.component import validate_data
 
 PIPELINE_NAME = "ctpipe-continuous-training"
@@ -33,8 +37,17 @@ DEFAULT_CLUSTER_DATA_URI = "/mnt/ctpipe/data"
 # The MLflow Service of manifests/ in the namespace the run is in (a relative name: the pods' DNS search path).
 DEFAULT_CLUSTER_TRACKING_URI = "http://mlflow:5000"
 # Reused by KFP's cache while the data's fingerprint, the resolved config and the image are unchanged.
-CACHED_STEPS = ("validate_data", "sanity_checks", "train", "select_checkpoint")
+CACHED_STEPS = ("validate_data", "sanity_checks", "tune", "train", "select_checkpoint")
 STEP_NAMES = ("prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register")
+
+
+def step_names(config: Config) -> tuple[str, ...]:
+    """The steps of the pipeline compiled with ``config``: ``STEP_NAMES``, with ``tune`` before training when
+    ``tune.trials > 0``."""
+    if config.tune.trials == 0:
+        return STEP_NAMES
+    at = STEP_NAMES.index("train")
+    return (*STEP_NAMES[:at], "tune", *STEP_NAMES[at:])
 
 
 # The pipeline's parameters around the run form's knobs (components/run_config/run_form.py), in the UI's order.
@@ -104,6 +117,18 @@ def build_pipeline(
             mlflow_tracking_uri=mlflow_tracking_uri,
             mlflow_run_id=training_run,
         ).set_display_name("sanity checks")
+        tasks = {}
+        if compiled.tune.trials > 0:
+            # Each trial a training job judged on validation; everything after it trains and judges its choice.
+            tasks["tune"] = tune(
+                snapshot=validated.outputs["snapshot"],
+                config_json=config,
+                mlflow_tracking_uri=mlflow_tracking_uri,
+                mlflow_run_id=training_run,
+                job_name=training_run,
+                sanity_summary=sane.outputs["Output"],
+            ).set_display_name("tune hyperparameters")
+            config = tasks["tune"].outputs["tuned_config_json"]
         trained = train(
             snapshot=validated.outputs["snapshot"],
             config_json=config,
@@ -140,7 +165,7 @@ def build_pipeline(
             trigger=trigger,
         ).set_display_name("register")
 
-        tasks = {
+        tasks.update({
             "prepare_run": prepared,
             "validate_data": validated,
             "sanity_checks": sane,
@@ -148,7 +173,7 @@ def build_pipeline(
             "select_checkpoint": selected,
             "evaluate": evaluated,
             "register": registered,
-        }
+        })
         for step, task in tasks.items():
             # prepare_run fingerprints the data (which moves under the same URI) and evaluate/register judge
             # against the champion of now: never cached. No retries: a step that failed on bad input fails again.

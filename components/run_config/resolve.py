@@ -268,6 +268,13 @@ def _resolve_run(compiled: str, config_json: str, run_form: Mapping[str, Any] | 
             f"(train.backend={compiled_backend}), where a local backend would train inside the train step's own "
             "1-CPU pod. Allowed at run time: 'auto', 'trainjob' or 'pytorchjob'; run `ctpipe run` for local training."
         )
+    if config.tune.trials > 0 and compiled_config.tune.trials == 0:
+        raise ConfigError(
+            f"invalid run override 'tune.trials={config.tune.trials}': this pipeline was compiled without a tune step "
+            "(tune.trials=0), and the steps of a pipeline are fixed when it is compiled. Compile one with "
+            "tune.trials > 0 (`ctpipe compile --set tune.trials=N`); a run of it may then set tune.trials=0 to skip "
+            "the search."
+        )
     return ResolvedConfig(config, resolved.origins)
 
 

@@ -12,7 +12,8 @@ kills RANK abruptly at STEP, ``kill@STEP:RANK`` sends RANK a SIGKILL at STEP (as
 completion marker), ``marked_crash@STEP:RANK`` kills RANK just after the save of STEP is marked complete
 (before retention and index.json), ``tracking_lost@STEP:RANK`` points RANK's MLflow tracker at a closed port
 once training ended at STEP (an MLflow outage after training: every later call is refused, as by a stopped
-server). Without ``:RANK`` every rank is hit.
+server). Without ``:RANK`` every rank is hit. With ``CTPIPE_TEST_FAULT_WHEN=NAME=VALUE`` only a process whose
+environment has ``NAME=VALUE`` is hit (one tuning trial, by its ``KUBEFLOW_TRAINER_OPT_*`` value).
 
 ``CTPIPE_TEST_STEP_FAULT=disk_full@STEP`` (e.g. ``disk_full@register``): while step STEP runs and records its
 outcome, every write through Python's ``open`` (the project's own files, MLflow's staging, ``torch.save``)
@@ -40,6 +41,7 @@ from ctpipe.components.engine.hooks import TrainingHooks
 from ctpipe.components.lib.hooks import StepHooks
 
 FAULT_ENV = "CTPIPE_TEST_FAULT"
+FAULT_WHEN_ENV = "CTPIPE_TEST_FAULT_WHEN"
 STEP_FAULT_ENV = "CTPIPE_TEST_STEP_FAULT"
 REGISTRATION_FAULT_ENV = "CTPIPE_TEST_REGISTRATION_FAULT"
 _WRITE_MODES = set("wax+")
@@ -56,7 +58,8 @@ class Fault:
     @classmethod
     def from_env(cls) -> Fault:
         spec = os.environ.get(FAULT_ENV, "")
-        if not spec:
+        name, _, value = os.environ.get(FAULT_WHEN_ENV, "").partition("=")
+        if not spec or (name and os.environ.get(name) != value):
             return cls()
         kind, _, where = spec.partition("@")
         step, _, rank = where.partition(":")

@@ -30,11 +30,13 @@ from ctpipe.pipelines.cli.commands import (
     submit,
     suite,
     train,
+    tune,
     watch,
 )
 
 # In the order `ctpipe --help` lists them.
-COMMANDS = (run, config, demo_data, compile_command, deploy, gc, models, serve, render_job, submit, suite, train, watch)
+COMMANDS = (run, config, demo_data, compile_command, deploy, gc, models, serve, render_job, submit, suite, train, tune,
+            watch)
 # The options that take a URI, in any command.
 URI_OPTIONS = ("data", "host", "tracking_uri")
 

@@ -125,7 +125,7 @@ def _run_pipeline(
     """Run the KFP pipeline with the local runner; its logs go to run_dir/pipeline.log."""
     from kfp import local
 
-    from ctpipe.pipelines.continuous_training import build_pipeline
+    from ctpipe.pipelines.continuous_training import build_pipeline, step_names
 
     caching = config.pipeline.caching
     # Compiled with the resolved config as its own, as a cluster pipeline is: the run form's defaults are
@@ -141,7 +141,7 @@ def _run_pipeline(
                 terminal.write(f"ctpipe: running the pipeline locally; logs: {run_dir / 'pipeline.log'}\n")
             with (
                 sigterm_stops_the_steps(warm),
-                StepProgress(status_dir, terminal, verbosity, log_path=run_dir / "pipeline.log"),
+                StepProgress(status_dir, terminal, verbosity, log_path=run_dir / "pipeline.log", steps=step_names(config)),
                 _steps_start_warm(warm),
                 step_output_decoded_leniently(),
                 log_without_colour(),
@@ -205,6 +205,10 @@ def _preflight(config: Config, data_uri: str) -> None:
 
     load_task(config.task)  # the task's module imports and its factory returns a complete task
     list_data_files(data_uri, with_hashes=False)
+    if config.tune.trials > 0:  # a space that makes an invalid config, named before any step runs
+        from ctpipe.components.steps.tune.space import plan_search
+
+        plan_search(config)
 
 
 def _new_run_dir(home: Path) -> Path:

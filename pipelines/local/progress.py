@@ -32,6 +32,7 @@ STEP_TITLES = {
     "prepare_run": "prepare run (config, MLflow run)",
     "validate_data": "validate data (fingerprint, splits, Great Expectations)",
     "sanity_checks": "sanity checks (init loss, overfit one batch, ...)",
+    "tune": "tune hyperparameters (trials as training jobs, judged on validation)",
     "train": "train (FSDP2, torch.distributed)",
     "select_checkpoint": "select best checkpoint",
     "evaluate": "evaluate against champion",
@@ -42,7 +43,11 @@ STEP_TITLES = {
 class StepProgress:
     """Prints each step as it starts and ends (from the steps' status records) and training's progress line."""
 
-    def __init__(self, status_dir: Path, out, verbosity: int = 0, *, log_path: Path | None = None) -> None:
+    def __init__(self, status_dir: Path, out, verbosity: int = 0, *, log_path: Path | None = None,
+                 steps: tuple[str, ...] | None = None) -> None:
+        from ctpipe.pipelines.continuous_training import STEP_NAMES
+
+        self.steps = steps or STEP_NAMES  # the pipeline's steps (with tune when it has one)
         self.status_dir = status_dir
         self.out = out
         self.quiet = verbosity < 0
@@ -91,22 +96,22 @@ class StepProgress:
             line = ANSI_CODES.sub("", raw)
             if self.verbose:
                 self._emit("  | " + line)
+            elif line.lstrip().startswith("[tune] trial ") and " started: " not in line:  # the search's progress
+                self._emit("      " + line.strip())
             progress = ProgressLine.parse(line) or WorkLine.parse(line)
             if progress is not None:
                 self._progress = progress
                 self._show_progress()
 
     def poll(self) -> None:
-        from ctpipe.pipelines.continuous_training import STEP_NAMES
-
         self._read_log()
         records = read_step_records(self.status_dir)
-        for index, step in enumerate(STEP_NAMES, start=1):
+        for index, step in enumerate(self.steps, start=1):
             status = records.get(step, {}).get("status")
             if status is None or self.seen.get(step) == status:
                 continue
             self.seen[step] = status
-            label = f"[{index}/{len(STEP_NAMES)}] {STEP_TITLES[step]}"
+            label = f"[{index}/{len(self.steps)}] {STEP_TITLES[step]}"
             if status == "running":
                 self._emit(f"{label} ...")
             elif status == "cached":

@@ -51,14 +51,15 @@ def build_summary(
     (CLI, demo data and MLflow set-up included), against which ``timing`` puts the steps' compute;
     ``setup_seconds`` are the parts before the pipeline starts (CLI start, demo data, MLflow set-up).
     """
-    from ctpipe.pipelines.continuous_training import STEP_NAMES
+    from ctpipe.pipelines.continuous_training import step_names
 
+    STEP_NAMES = step_names(config)  # noqa: N806 (the pipeline's steps: with tune when it has one)
     records = read_step_records(status_dir)
     steps = {}
     for step in STEP_NAMES:
         status = records.get(step, {}).get("status")
         steps[step] = {"passed": "passed", "failed": "failed", "running": "failed", "cached": "cached"}.get(status, "skipped")
-    result = {step: records.get(step, {}).get("result", {}) for step in STEP_NAMES}
+    result = {step: records.get(step, {}).get("result", {}) for step in (*STEP_NAMES, "tune")}
     failed = [s for s in STEP_NAMES if steps[s] == "failed"]
     succeeded = all(steps[s] in ("passed", "cached") for s in STEP_NAMES) and runner_error is None
     error = None
@@ -94,6 +95,8 @@ def build_summary(
         },
         "seconds": round(seconds, 2),
         "sanity": result["sanity_checks"],
+        # The search (tune.trials > 0): one record per trial and the chosen values (components/steps/tune).
+        **({"tune": result["tune"]} if "tune" in STEP_NAMES else {}),
         "training": result["train"],
         "selected_checkpoint_step": result["select_checkpoint"].get("step"),
         "selected_checkpoint_metric": {
@@ -166,6 +169,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary.get("cached_steps"):
         lines.append(f"  from cache         {', '.join(summary['cached_steps'])} (data, config and code unchanged; "
                      "--set pipeline.caching=false reruns them)")
+    lines += _tune_lines(summary.get("tune"))
     if summary.get("data_fingerprint"):
         lines.append(f"  data fingerprint   {summary['data_fingerprint'][:16]}…  rows {summary.get('rows')}")
     if summary.get("selected_checkpoint_step") is not None:
@@ -204,6 +208,25 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines.append(f"\nMLflow UI: mlflow ui --backend-store-uri {uri} --port 5000, then open {mlflow_ui_url(summary)}")
     lines.append(f"pipeline log: {Path(summary['run_dir']) / 'pipeline.log'}")
     return "\n".join(lines)
+
+
+def _tune_lines(tune: dict[str, Any] | None) -> list[str]:
+    """The search's lines: trials, the chosen values against the configured ones, boundary warnings, the report."""
+    if not tune or not tune.get("trials"):
+        return []
+    chosen, metric = tune.get("chosen") or {}, tune.get("metric")
+    counts = ", ".join(f"{sum(t['status'] == s for t in tune['trials'])} {s}" for s in ("succeeded", "diverged", "failed")
+                       if any(t["status"] == s for t in tune["trials"]))
+    lines = [f"  tuned              {len(tune['trials'])} trials ({counts})"]
+    if chosen:
+        values = ", ".join(f"{k}={v}" for k, v in chosen["values"].items()) or "the configured values"
+        base = tune.get("baseline_objective")
+        lines.append(f"    chosen trial {chosen['trial']}: {values} ({metric} {chosen['objective']:.4f}"
+                     + (f"; configured values {base:.4f})" if isinstance(base, int | float) else ")"))
+    lines += [f"    WARNING: {w}" for w in tune.get("boundary_warnings", [])]
+    if tune.get("report"):
+        lines.append(f"    report: {tune['report']}")
+    return lines
 
 
 def mlflow_ui_url(summary: dict[str, Any], base: str = "http://127.0.0.1:5000") -> str:

@@ -309,10 +309,21 @@ def _prune_mlflow_runs(
     if experiment is None:
         return
     found = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"], max_results=10_000)
-    for run in found[retention.keep_last_runs :]:
+    # A child run (a tune step's trial: mlflow.parentRunId) is its parent's: kept and deleted with it.
+    children: dict[str, list[str]] = {}
+    for run in found:
+        if parent := run.data.tags.get("mlflow.parentRunId"):
+            children.setdefault(parent, []).append(run.info.run_id)
+    top = [run for run in found if "mlflow.parentRunId" not in run.data.tags]
+    gone_parents = set(children) - {run.info.run_id for run in found}  # their parent was deleted earlier
+    for run in top[retention.keep_last_runs :]:
         info = run.info
         recent_failure = info.status in ("FAILED", "KILLED") and (info.end_time or 0) >= failed_horizon * 1000
         if info.run_id in keep or info.status in ("RUNNING", "SCHEDULED") or recent_failure:
             continue
+        gone_parents.add(info.run_id)
         if info.run_id not in report.mlflow_runs_deleted:
             _delete_mlflow_run(client, info.run_id, report, dry_run)
+    for child in [c for parent in sorted(gone_parents) for c in children.get(parent, [])]:
+        if child not in report.mlflow_runs_deleted:
+            _delete_mlflow_run(client, child, report, dry_run)

@@ -71,6 +71,8 @@ class FakeKubeAPI:
         self.expire_watches = 0  # answer the next N watches that resume from a resourceVersion with 410 Gone
         self.on_create: Any = None  # callable(fake, namespace, name) run in a thread after a create
         self.on_delete: Any = None  # callable(fake, namespace, name, object) run after a delete (a controller's clean-up)
+        # More resources (tests/fakes/katib.py): (path pattern, route(method, match, query, body) -> (code, body)).
+        self.routes: list[tuple[re.Pattern[str], Any]] = []
         self.starts: list[tuple[str, int, int]] = []  # run_job_locally: (job uid, rank, incarnation) per process start
         # The installed CRDs (all by default) and ClusterTrainingRuntimes by name.
         self.served: dict[str, dict[str, tuple[str, bool]]] = {
@@ -274,6 +276,9 @@ class FakeKubeAPI:
                     return self._send(200, {"apiVersion": "v1", "kind": "EventList", "items": items, "metadata": {}})
                 if m := PODS.match(url.path):
                     return self._pods(method, m["ns"], m["name"], bool(m["log"]), query)
+                for pattern, route in fake.routes:
+                    if m := pattern.match(url.path):
+                        return self._send(*route(method, m, query, json.loads(raw) if raw else None))
                 return self._send(404, _status(404, "NotFound", f"no route {url.path}"))
 
             def do_GET(self) -> None:

@@ -24,6 +24,9 @@ LAUNCHER_RULES = [
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
     # validation.engine=spark: the validate step's SparkApplication (the Spark Operator 2.5).
     {"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    # The tune step (tune.trials > 0) hands its trials to Katib where it is installed: one Experiment, its Trials read.
+    {"apiGroups": ["kubeflow.org"], "resources": ["experiments"], "verbs": ["create", "get", "delete"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["trials"], "verbs": ["list"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list", "watch"]},

@@ -20,7 +20,7 @@ def test_every_command_module_is_listed_once_and_nothing_else_registers_a_subcom
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert list(sub.choices) == [
         "run", "config", "demo-data", "compile", "deploy", "gc", "models", "serve", "render-job", "submit", "suite", "train",
-        "watch"
+        "tune", "watch"
     ]  # fmt: skip
 
 

@@ -30,6 +30,7 @@ from ctpipe.components.lib.config.run_sections import (
     ValidationConfig,
 )
 from ctpipe.components.lib.config.sections import TRIGGERS, Config
+from ctpipe.components.lib.config.tune_section import SearchDimension, TuneConfig
 from ctpipe.components.lib.errors import ConfigError
 
 __all__ = [
@@ -46,8 +47,10 @@ __all__ = [
     "SanityConfig",
     "SelectionConfig",
     "TaskConfig",
+    "SearchDimension",
     "Threshold",
     "TrainConfig",
+    "TuneConfig",
     "ValidationConfig",
     "WatchConfig",
     "metric_direction",

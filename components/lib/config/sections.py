@@ -1,9 +1,10 @@
 """The whole typed config of a run (``Config``): its sections by name, and its JSON form between steps.
 
 The sections live by what they configure: ``run_sections.py`` (data, validation, sanity, task, model,
-training), ``gate_sections.py`` (selection, evaluation, registry), ``cluster_sections.py`` (kubernetes,
-watch). ``Config`` travels between pipeline steps as JSON (``to_json`` / ``from_json``). Building from
-plain values is ``coerce.py``; files and ``--set`` overrides are ``loading.py``.
+training), ``tune_section.py`` (hyperparameter search), ``gate_sections.py`` (selection, evaluation,
+registry), ``cluster_sections.py`` (kubernetes, watch). ``Config`` travels between pipeline steps as JSON
+(``to_json`` / ``from_json``). Building from plain values is ``coerce.py``; files and ``--set`` overrides are
+``loading.py``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ctpipe.components.lib.config.run_sections import (
     TrainConfig,
     ValidationConfig,
 )
+from ctpipe.components.lib.config.tune_section import TuneConfig
 
 TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
 
@@ -41,6 +43,7 @@ class Config:
     sanity: SanityConfig = field(default_factory=SanityConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
     select: SelectionConfig = field(default_factory=SelectionConfig)
     evaluate: EvaluationConfig = field(default_factory=EvaluationConfig)
     registry: RegistryConfig = field(default_factory=RegistryConfig)

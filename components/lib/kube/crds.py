@@ -28,6 +28,8 @@ TRAINJOB_CRDS = {
 INFERENCESERVICE_CRD = "serving.kserve.io_inferenceservices.json"
 # The Kubeflow Spark Operator 2.5's SparkApplication (the validate step with validation.engine=spark on a cluster).
 SPARKAPPLICATION_CRD = "sparkoperator.k8s.io_sparkapplications.json"
+# Katib v0.19's Experiment, with the schema of Katib's Go types (its CRD has none: crd_schemas/PROVENANCE.md).
+EXPERIMENT_CRD = "kubeflow.org_experiments.json"
 
 
 def crd_file(filename: str) -> Traversable:

@@ -4,7 +4,8 @@ A stock Kubeflow of 2026 installs Trainer v2 (TrainJob on a ClusterTrainingRunti
 v1 (PyTorchJob); older platforms have only the v1 operator, some have both. The train step asks the API
 server's discovery endpoints (readable by every authenticated client: the ``system:discovery`` role) which
 resources it serves, and reads the named ClusterTrainingRuntime (a cluster-scoped object: one ``get``
-grant, manifests/cluster/runtime-reader.yaml). TrainJob wins when both kinds are usable.
+grant, manifests/cluster/runtime-reader.yaml). TrainJob wins when both kinds are usable. A tune step
+(``tune.engine: auto``) asks the same way whether Katib's Experiment is served (``katib_installed``).
 """
 
 from __future__ import annotations
@@ -113,3 +114,12 @@ def require_spark_operator(api_client: client.ApiClient) -> None:
         "Operator 2.5 (its Helm chart, with spark.jobNamespaces including this namespace) and apply "
         "manifests/base/rbac-spark-driver.yaml, or set validation.engine=local. See docs/cluster.md."
     )
+def katib_installed(api_client: client.ApiClient, runtime: str) -> bool:
+    """Whether a tune step can hand its trials to Katib here: Katib's Experiment is served, and so is TrainJob with
+    the ClusterTrainingRuntime ``runtime`` (Katib's trials are TrainJobs)."""
+    from ctpipe.components.lib.kube import katib
+
+    if not _serves(client.CustomObjectsApi(api_client), katib.GROUP, katib.VERSION, katib.PLURAL):
+        return False
+    backends = discover_backends(api_client, runtime)
+    return backends.trainjob and backends.runtime_found

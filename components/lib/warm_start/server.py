@@ -59,7 +59,8 @@ PRELOAD = (
     "torch._dynamo",
     "ctpipe.components.tasks.tabular",
     "ctpipe.components.steps.sanity_checks.gate",
-    "ctpipe.components.steps.train.launch",
+    "ctpipe.components.steps.train.launch",  # also what a tuning trial runs (-m)
+    "ctpipe.components.steps.tune.tune",
     "ctpipe.components.engine.trainer",
     "ctpipe.components.engine.tracker",
     "ctpipe.components.steps.train.worker",  # what a training rank runs (-m): the ranks start while sanity runs
@@ -75,6 +76,7 @@ STEP_MODULES = {
     "prepare_run": "ctpipe.components.steps.prepare_run.prepare",
     "validate_data": "ctpipe.components.steps.validate_data.validate",
     "sanity_checks": "ctpipe.components.steps.sanity_checks.gate",
+    "tune": "ctpipe.components.steps.tune.tune",
     "train": "ctpipe.components.steps.train.launch",
     "select_checkpoint": "ctpipe.components.steps.select_checkpoint.select",
     "evaluate": "ctpipe.components.steps.evaluate.evaluate",

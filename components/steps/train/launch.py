@@ -5,18 +5,29 @@
 deadline), hands it to the launcher of ``config.train.backend`` (launchers/factory.py: local processes, a
 PyTorchJob or a TrainJob) and returns the rank-0 result the worker wrote beside the checkpoints.
 ``ctpipe render-job`` renders the same ``build_launch`` (``pipelines/cluster_job.py``).
+
+A tuning trial is one such job run from the command line (the tune step starts one per trial)::
+
+    python -m ctpipe.components.steps.train.launch --snapshot DIR --checkpoints DIR --config-json JSON \
+        --job-name NAME [--tracking-uri URI --mlflow-run-id ID]
+
+with the trial's values in ``KUBEFLOW_TRAINER_OPT_*`` variables, which every rank of the job gets.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ctpipe.components.lib.config import Config
-from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.lib.errors import TrainingError, UserError
+from ctpipe.components.run_config.trial import OPT_ENV_PREFIX
 
 # Not the worker module: it imports torch, which this process (it only launches the ranks) never needs.
 from ctpipe.components.steps.train.launchers.base import RESULT_FILE, Launcher, WorkerLaunch
@@ -32,14 +43,17 @@ def train_model(
     mlflow_run_id: str | None,
     job_name: str,
     launcher: Launcher | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> TrainResult:
-    """Run distributed training on the snapshot into ``checkpoint_dir`` (resuming there) and return its result."""
+    """Run distributed training on the snapshot into ``checkpoint_dir`` (resuming there) and return its result;
+    ``env``: more variables for every rank (a trial's values)."""
     root = Path(checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
     result_path = root / RESULT_FILE
     result_path.unlink(missing_ok=True)  # never report a previous job's result
     launch = build_launch(
-        snapshot_dir, checkpoint_dir, config, tracking_uri=tracking_uri, mlflow_run_id=mlflow_run_id, job_name=job_name
+        snapshot_dir, checkpoint_dir, config, tracking_uri=tracking_uri, mlflow_run_id=mlflow_run_id, job_name=job_name,
+        env=env,
     )
     (launcher or launcher_for(config)).run(launch)
     if not result_path.is_file():
@@ -55,6 +69,7 @@ def build_launch(
     tracking_uri: str | None,
     mlflow_run_id: str | None,
     job_name: str,
+    env: Mapping[str, str] | None = None,
 ) -> WorkerLaunch:
     """The job ``train_model`` hands its launcher: the worker argv on ``train.workers`` ranks, env, deadline.
 
@@ -72,7 +87,7 @@ def build_launch(
             mlflow_run_id=mlflow_run_id,
             python=sys.executable if config.train.backend == "local" else "python",
         ),
-        env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})},
         deadline_seconds=config.train.deadline_seconds,
     )
 
@@ -184,3 +199,37 @@ class TrainResult:
                 if k in self.raw
             },
         }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One training job from the command line, as a tuning trial runs it: exit 0 when it succeeded, 2 when a rank
+    refused its input for good (a restart would repeat it), 1 otherwise; the launcher's error on stderr."""
+    parser = argparse.ArgumentParser(prog="python -m ctpipe.components.steps.train.launch",
+                                     description="Run one training job (a tuning trial) and wait for it.")
+    parser.add_argument("--snapshot", required=True)
+    parser.add_argument("--checkpoints", required=True)
+    parser.add_argument("--config-json", required=True)
+    parser.add_argument("--job-name", required=True)
+    parser.add_argument("--tracking-uri", default="")
+    parser.add_argument("--mlflow-run-id", default="")
+    args = parser.parse_args(argv)
+    # The trial's values reach every rank: a cluster job's pods get only the launch's env, not this process's.
+    trial = {k: v for k, v in os.environ.items() if k.startswith(OPT_ENV_PREFIX)}
+    try:
+        result = train_model(args.snapshot, args.checkpoints, Config.from_json(args.config_json),
+                             tracking_uri=args.tracking_uri or None, mlflow_run_id=args.mlflow_run_id or None,
+                             job_name=args.job_name, env=trial)
+    except UserError as err:
+        print(f"{type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return 2
+    except TrainingError as err:
+        print(f"TrainingError: {err}", file=sys.stderr, flush=True)
+        return 1
+    print(json.dumps({"steps": result.steps, "best_step": result.best_step}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    from ctpipe.components.lib.processes import exit_without_teardown
+
+    exit_without_teardown(main())

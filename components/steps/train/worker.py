@@ -4,10 +4,11 @@
         [--tracking-uri URI --mlflow-run-id ID]
 
 It uses only the torch.distributed environment contract: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK
-(LOCAL_RANK picks the GPU and defaults to 0, as in PyTorchJob pods). It resumes from the latest complete
-checkpoint under --checkpoints, and rank 0 writes ``train_result.json`` there when it finishes. Exit code 0
-on success, 2 when a restart would fail the same way (a UserError or TrainingError: bad input, a non-finite
-loss), 1 for any other failure (launchers may restart the job from its checkpoint).
+(LOCAL_RANK picks the GPU and defaults to 0, as in PyTorchJob pods), and a tuning trial's values as
+KUBEFLOW_TRAINER_OPT_<NAME> variables, applied over the config (components/run_config/trial.py). It resumes
+from the latest complete checkpoint under --checkpoints, and rank 0 writes ``train_result.json`` there when
+it finishes. Exit code 0 on success, 2 when a restart would fail the same way (a UserError or TrainingError:
+bad input, a non-finite loss), 1 for any other failure (launchers may restart the job from its checkpoint).
 
 This module is set-up and tear-down: join the process group, build the ``Trainer`` (trainer.py), run it,
 clean up on every exit path. The rows are the engine's (``components/engine/data.py``); its hook points,
@@ -40,6 +41,7 @@ from ctpipe.components.lib.errors import TrainingError, UserError, machine_error
 from ctpipe.components.lib.processes import exit_without_teardown
 from ctpipe.components.lib.timing import process_start_time
 from ctpipe.components.lib.tracking.retry import RegistryUnavailableError, RetryPolicy
+from ctpipe.components.run_config.trial import apply_trial_env
 from ctpipe.components.steps.train.launchers.base import (
     ERROR_FILE_ENV,
     PERMANENT_FAILURE_EXIT_CODE,
@@ -172,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mlflow-run-id", default="", help="the pipeline run's MLflow run id")
     args = parser.parse_args(argv)
     try:
-        cfg = Config.from_json(args.config_json)
+        # A tuning trial's values arrive as KUBEFLOW_TRAINER_OPT_* variables (components/run_config/trial.py).
+        cfg = apply_trial_env(Config.from_json(args.config_json), os.environ)
         train(
             cfg,
             args.snapshot,

@@ -238,3 +238,29 @@ def test_the_newest_finished_run_keeps_its_checkpoints_and_cache_entries_so_a_re
     assert sorted(report.cache_entries_deleted) == ["newest_a-train.json", "old-select.json", "old-train.json"]
     assert sorted(p.name for p in (home / "pipeline_root" / ".kfp_cache").iterdir()) == [
         "newest_a-select.json", "newest_b-select.json", "newest_b-train.json"]  # fmt: skip
+
+
+def test_a_tuned_runs_trial_runs_follow_their_parent(tmp_path):
+    # A tune step's trials are child runs of the training run: they neither crowd the parent runs out of the newest
+    # keep_last_runs nor outlive the parent they belong to.
+    home = tmp_path / "home"
+    home.mkdir()
+    uri = local_tracking_uri(home)
+    client = mlflow.MlflowClient(uri, registry_uri=uri)
+    experiment = client.create_experiment("ctpipe", artifact_location=(home / "mlartifacts" / "ctpipe").as_uri())
+    parents, children = [], {}
+    for i in range(3):
+        started = int((time.time() - (10 - i) * DAY) * 1000)
+        parent = client.create_run(experiment, start_time=started).info.run_id
+        client.set_terminated(parent, "FINISHED", end_time=started)
+        parents.append(parent)
+        children[parent] = []
+        for trial in range(4):  # started after their parent: the newest runs of the experiment
+            child = client.create_run(experiment, start_time=started + 1000 + trial,
+                                      tags={"mlflow.parentRunId": parent}).info.run_id
+            client.set_terminated(child, "FINISHED", end_time=started + 2000)
+            children[parent].append(child)
+    report = collect_garbage(home, RetentionConfig(keep_last_runs=2, keep_failed_days=7), RegistryConfig(), uri)
+    assert sorted(report.mlflow_runs_deleted) == sorted([parents[0], *children[parents[0]]])
+    for parent in parents[1:]:
+        assert not any(run_gone(client, run) for run in [parent, *children[parent]])

@@ -41,7 +41,8 @@ def test_schemas_are_read_from_the_installed_package():
 def test_every_vendored_file_matches_its_provenance_record():
     rows = _provenance_rows()
     assert set(rows) == {p.name for p in VENDORED.glob("*.json")} == {crds.PYTORCHJOB_CRD, *crds.TRAINJOB_CRDS.values(),
-                                                                      crds.INFERENCESERVICE_CRD, crds.SPARKAPPLICATION_CRD}
+                                                                      crds.INFERENCESERVICE_CRD, crds.SPARKAPPLICATION_CRD,
+                                                                      crds.EXPERIMENT_CRD}
     for name, row in rows.items():
         text = (VENDORED / name).read_bytes()
         assert hashlib.sha256(text).hexdigest() == row["vendored_sha256"], f"{name} was changed by hand"
