@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ctpipe.components.engine import checkpointing as ckpt
+from ctpipe.components.engine.checkpoint_index import IndexEntry
 from ctpipe.components.lib.work_progress import clock_seconds, clock_text
 
 
@@ -21,7 +21,7 @@ class Progress:
     clipped_steps: int = 0
     samples: int = 0
     train_seconds: float = 0.0
-    index: list[ckpt.IndexEntry] = field(default_factory=list)
+    index: list[IndexEntry] = field(default_factory=list)
     last_metrics: dict[str, float] = field(default_factory=dict)
 
 
