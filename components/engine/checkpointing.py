@@ -96,6 +96,7 @@ __all__ = [
     "load_model_weights",
     "read_model_state",
     "save_checkpoint",
+    "full_weights_sha256",
     "state_dict_sha256",
 ]
 
@@ -193,12 +194,12 @@ def _planner() -> DefaultSavePlanner:
     return DefaultSavePlanner(enable_plan_caching=True)
 
 
-def _gather_to_rank0(value: Any, rank: int) -> list[Any]:
-    """Every rank's ``value`` on rank 0 (a list by rank; [] elsewhere); just ``[value]`` without a group."""
+def _gather_to_rank0(value: Any, rank: int, group: Any = None) -> list[Any]:
+    """Every rank's ``value`` on rank 0 (a list by rank; [] elsewhere); just ``[value]`` without a process group."""
     if not (dist.is_available() and dist.is_initialized()):
         return [value]
-    gathered: list[Any] | None = [None] * dist.get_world_size() if rank == 0 else None
-    dist.gather_object(value, gathered, dst=0)
+    gathered: list[Any] | None = [None] * dist.get_world_size(group) if rank == 0 else None
+    dist.gather_object(value, gathered, dst=0, group=group)
     return gathered or []
 
 
@@ -212,9 +213,12 @@ def save_checkpoint(
     meta: dict[str, Any],
     rank: int,
     before_marker=None,
+    state: dict[str, Any] | None = None,
+    group: Any = None,
 ) -> Path:
     """Collective: save model + optimizer shards, each rank's state, then meta, the digests of every file and
-    the marker (rank 0, last).
+    the marker (rank 0, last). ``state``: what to save, if not the model's and optimizer's state now
+    (``saving.saveable_state``); ``group``: the process group of the save's collectives (default: the default one).
 
     Each rank hashes its files as it writes them; rank 0 gathers the digests (the one synchronisation after
     DCP's own: every rank's files precede the marker) and writes them with meta and the marker, never reading
@@ -226,11 +230,13 @@ def save_checkpoint(
         # Re-saving a step (after a crash): un-mark it first. No rank writes before DCP's planning
         # collective, which rank 0 joins only after this, so no torn directory ever carries a marker.
         (path / COMPLETE_MARKER).unlink(missing_ok=True)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    if state is None:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
     writer = _writer(path)
     # No zip CRC-32 per tensor record (DCP torch.saves each tensor): the SHA-256 of every file covers the bytes.
     with _quiet_dcp(), _disk_errors_named(path), serialization_config.patch({"save.compute_crc32": False}):
-        dcp.save({"model": model_sd, "optim": optim_sd}, storage_writer=writer, planner=_planner())
+        dcp.save(state, storage_writer=writer, planner=_planner(), process_group=group)
     digests = dict(writer.fs.digests)
     buffer = io.BytesIO()
     torch.save(rank_state, buffer)
@@ -242,7 +248,7 @@ def save_checkpoint(
     digests[name] = hashlib.sha256(data).hexdigest()
     if before_marker is not None:
         before_marker()
-    gathered = _gather_to_rank0(digests, rank)
+    gathered = _gather_to_rank0(digests, rank, group)
     if rank == 0:
         text = json.dumps(meta, indent=2, sort_keys=True)  # as write_json_atomic writes it
         atomic_write_text(path / META_FILE, text)
@@ -363,6 +369,14 @@ def read_model_state(path: Path) -> dict[str, Any]:
 
 
 # --- bit-identity ------------------------------------------------------------------------------
+
+
+def full_weights_sha256(model: nn.Module, rank: int) -> str:
+    """Collective: the hash of the model's consolidated full state dict on rank 0 ('' elsewhere)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return state_dict_sha256(full) if rank == 0 else ""
 
 
 def state_dict_sha256(state_dict: dict[str, torch.Tensor]) -> str:
