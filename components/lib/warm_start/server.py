@@ -157,12 +157,12 @@ class Server:
 
     def _start_standby(self) -> None:
         """Once this server's imports are done, the run's clean standby (``standby.py``, for the serving check)
-        imports its own on the core they leave free, if the run asked for one (``STANDBY_ENV``)."""
+        imports its own at the lowest priority (on the cores the steps leave idle), if the run asked for one."""
         path = os.environ.get(standby.STANDBY_ENV)
         if path and self.standby is None:
             env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", standby.STANDBY_ENV)}
             try:
-                self.standby = standby.start(path, env=env | {"MLFLOW_DISABLE_TELEMETRY": "true"})
+                self.standby = standby.start(path, idle=True, env=env | {"MLFLOW_DISABLE_TELEMETRY": "true"})
             except OSError as err:  # the serving check then starts its own
                 print(f"ctpipe warm start: no standby: {err}", file=sys.stderr, flush=True)
 

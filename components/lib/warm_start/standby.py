@@ -1,15 +1,21 @@
 """A clean interpreter kept warm: ``python -I`` with a few libraries imported, that runs ONE script when asked.
 
-    python -I standby.py SOCKET_PATH MODULE...        # listens on SOCKET_PATH, imports MODULEs, waits
+    python -I standby.py SOCKET_PATH [--idle] MODULE...   # listens on SOCKET_PATH, imports MODULEs, waits
 
 Registration's serving check must load a model in an interpreter that holds nothing of ctpipe but the code
 the model ships (``steps/register/serving_check.py``); a fresh ``python -I`` pays seconds of imports (MLflow,
 pandas, torch) first. A standby pays them ahead, while the run does other work, and stays clean: it runs as a
 file (``-I`` puts neither its folder nor PYTHONPATH on the path), imports only the standard library and the
-MODULEs, never ctpipe, and serves one request only, then exits. The request is a script with its arguments,
-working folder and environment: the standby runs it as ``python -I -c SCRIPT ARGS`` would, with stderr to a
-file the caller names, and answers the exit code. A caller that finds no standby, or one that went away,
-runs the script in a fresh interpreter instead (``run_script``): a standby only ever saves time.
+MODULEs, never ctpipe, and serves one request only, then exits. With ``--idle`` (a local run's standby, started
+early) it imports at the lowest CPU priority (Linux: a thread of nice 19), so that it uses only the cores the
+run's steps leave idle; it still runs the request at normal priority.
+
+The protocol: a caller connects and reads one byte, ``A`` (ready: it then sends the request on the same
+connection) or ``W`` (still importing: ``A`` follows when done, unless the caller gives up and closes; the
+standby then waits for the next caller). The request is a script with its arguments, working folder, environment
+and a file for stderr; the standby runs it as ``python -I -c SCRIPT ARGS`` would and answers ``X`` and the exit
+code. A caller that finds no standby, or none ready, runs the script in a fresh interpreter (``run_script``):
+a standby only ever saves time.
 
 Standard library only: the caller imports this module from the package; the standby runs it as a file.
 """
@@ -20,13 +26,15 @@ import gc
 import importlib
 import json
 import os
+import select
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import traceback
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
 # Set where a standby runs for the processes of a local run: the socket its first caller connects to.
 STANDBY_ENV = "CTPIPE_STANDBY_SOCKET"  # ctpipe.components.lib.warm_start.STANDBY_ENV: this file runs without the package
@@ -35,30 +43,73 @@ IDLE_LIMIT_SECONDS = 24 * 3600.0
 # What a served model imports from outside its own code (registration's serving check): MLflow's pyfunc,
 # the frame and Parquet libraries, fsspec, torch.
 SERVING_PRELOAD = ("pandas", "pyarrow.parquet", "pyarrow.pandas_compat", "fsspec", "mlflow.pyfunc", "torch")
+READY, IMPORTING, EXITED = b"A", b"W", b"X"
 
 
-class Standby(NamedTuple):
-    """Where a standby listens, and its process when the caller started it (None: the run's, started elsewhere)."""
+@dataclass
+class Standby:
+    """A standby to run a script in: where it listens, and its process when the caller started it (the caller then
+    waits for its imports; the run's, started elsewhere at low priority, is taken only when ready)."""
 
     socket: str
     process: subprocess.Popen | None = None
+    _conn: socket.socket | None = field(default=None, repr=False)
 
-    def wait_listening(self, timeout: float = 30.0) -> bool:
-        """Whether it listens, waiting up to ``timeout`` for one the caller started (it binds as it starts)."""
+    def reserve(self, timeout: float = 300.0) -> bool:
+        """Connect and hold it for one request: True once it is ready (at once for the run's; up to ``timeout`` for
+        one the caller started, while it imports); False when there is none to hold (gone, used, not ready)."""
+        if self._conn is not None:
+            return True
         deadline = time.monotonic() + timeout
-        while not os.path.exists(self.socket):
+        while not os.path.exists(self.socket):  # one the caller started binds as it starts
             if self.process is None or self.process.poll() is not None or time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.socket)
+            status = _recv_until(conn, 1, time.monotonic() + 30.0)
+            if status == IMPORTING and self.process is not None:
+                status = _recv_until(conn, 1, deadline)
+        except (OSError, subprocess.TimeoutExpired):
+            status = b""
+        if status != READY:
+            conn.close()
+            return False
+        self._conn = conn
         return True
 
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
-def start(socket_path: str, preload: tuple[str, ...] = SERVING_PRELOAD, *, env: dict[str, str] | None = None,
-          log_path: str | None = None) -> subprocess.Popen:
-    """Start a standby listening on ``socket_path`` (the path appears once it accepts) that imports ``preload``."""
+    def run(self, request: dict, timeout: float) -> int | None:
+        """The exit code of ``request``'s script run here; None when it is not held (``reserve``). One that takes
+        the request and dies is exit code 1 (its stderr file says how)."""
+        if not self.reserve(timeout):
+            return None
+        conn, self._conn = self._conn, None
+        with conn:
+            data = json.dumps(request).encode()
+            try:
+                conn.sendall(struct.pack("!Q", len(data)) + data)
+            except OSError:
+                return None
+            reply = _recv_until(conn, 5, time.monotonic() + timeout)
+        if len(reply) < 5 or reply[:1] != EXITED:
+            return 1
+        return struct.unpack("!i", reply[1:])[0]
+
+
+def start(socket_path: str, preload: tuple[str, ...] = SERVING_PRELOAD, *, idle: bool = False,
+          env: dict[str, str] | None = None, log_path: str | None = None) -> subprocess.Popen:
+    """Start a standby listening on ``socket_path`` (the path appears once it accepts) that imports ``preload``, at
+    the lowest CPU priority when ``idle``."""
     log = open(log_path or os.devnull, "ab")  # noqa: SIM115 - the child keeps the descriptor
     try:
-        return subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), socket_path, *preload],
+        return subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), socket_path,
+                                 *(["--idle"] if idle else []), *preload],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd="/")
     finally:
         log.close()
@@ -66,10 +117,11 @@ def start(socket_path: str, preload: tuple[str, ...] = SERVING_PRELOAD, *, env: 
 
 def run_script(script: str, argv: list[str], *, cwd: str, env: dict[str, str], stderr_path: str, timeout: float,
                standby: Standby | None = None) -> tuple[int, str]:
-    """Run ``script`` as ``python -I -c script *argv`` would, in ``standby`` when it answers, else in a fresh
-    interpreter; its exit code and how it ran. ``subprocess.TimeoutExpired`` past ``timeout``."""
-    if standby is not None and standby.wait_listening():
-        code = _in_standby(standby.socket, script, argv, cwd=cwd, env=env, stderr_path=stderr_path, timeout=timeout)
+    """Run ``script`` as ``python -I -c script *argv`` would, in ``standby`` when it is there and ready, else in a
+    fresh interpreter; its exit code and how it ran. ``subprocess.TimeoutExpired`` past ``timeout``."""
+    if standby is not None:
+        request = {"script": script, "argv": argv, "cwd": cwd, "env": env, "stderr": stderr_path}
+        code = standby.run(request, timeout)
         if code is not None:
             return code, "a warm standby interpreter"
     with open(stderr_path, "wb") as err:
@@ -78,30 +130,7 @@ def run_script(script: str, argv: list[str], *, cwd: str, env: dict[str, str], s
     return done.returncode, "a fresh interpreter"
 
 
-def _in_standby(path: str, script: str, argv: list[str], *, cwd: str, env: dict[str, str], stderr_path: str,
-                timeout: float) -> int | None:
-    """The exit code of ``script`` run by the standby at ``path``; None when there is none to take it (gone, used,
-    not listening): the caller then runs it fresh. One that takes it and dies is exit code 1 (its stderr says how)."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    deadline = time.monotonic() + timeout
-    with conn:
-        try:
-            conn.connect(path)
-            request = json.dumps({"script": script, "argv": argv, "cwd": cwd, "env": env, "stderr": stderr_path})
-            conn.sendall(struct.pack("!Q", len(request)) + request.encode())
-            # "A" once it has the request (it still imports until then: callers wait in its backlog), then "X" + code.
-            taken = _recv_until(conn, 1, deadline, timeout)
-        except (OSError, ValueError):
-            return None
-        if taken != b"A":
-            return None
-        reply = _recv_until(conn, 5, deadline, timeout)
-    if len(reply) < 5 or reply[:1] != b"X":
-        return 1
-    return struct.unpack("!i", reply[1:])[0]
-
-
-def _recv_until(conn: socket.socket, size: int, deadline: float, timeout: float) -> bytes:
+def _recv_until(conn: socket.socket, size: int, deadline: float) -> bytes:
     """Up to ``size`` bytes (fewer when the other end closes); ``subprocess.TimeoutExpired`` past ``deadline``."""
     data = b""
     while len(data) < size:
@@ -109,7 +138,7 @@ def _recv_until(conn: socket.socket, size: int, deadline: float, timeout: float)
         try:
             chunk = conn.recv(size - len(data))
         except TimeoutError as err:
-            raise subprocess.TimeoutExpired("standby", timeout) from err
+            raise subprocess.TimeoutExpired("standby", 0) from err
         if not chunk:
             break
         data += chunk
@@ -130,35 +159,61 @@ def _die_with_parent() -> None:
         pass
 
 
-def _serve(socket_path: str, preload: list[str]) -> int:
-    _die_with_parent()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    staging = f"{socket_path}.{os.getpid()}"
-    listener.bind(staging)
-    listener.listen(1)
-    os.rename(staging, socket_path)  # callers may connect now; they wait in the backlog until the imports are done
-    gc.disable()  # the collector's passes over the objects imports create are a third of their time
-    for name in preload:
+def _preload(modules: list[str], idle: bool) -> None:
+    if idle:
+        try:  # Linux: the priority of this thread alone; the request runs in the main thread at normal priority
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (OSError, AttributeError):
+            pass
+    for name in modules:
         try:
             importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - the script imports it itself and reports the error
             print(f"standby: did not preload {name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
-    gc.enable()
+
+
+def _ready_connection(listener: socket.socket, importer: threading.Thread) -> socket.socket:
+    """The first caller that is still there once the imports are done (told ``W`` while they run, then ``A``)."""
+    while True:
+        conn, _ = listener.accept()
+        try:
+            if importer.is_alive():
+                conn.sendall(IMPORTING)
+                while importer.is_alive():
+                    importer.join(0.05)
+                    if select.select([conn], [], [], 0)[0] and not conn.recv(1):
+                        raise ConnectionError("the caller gave up")
+            conn.sendall(READY)
+            return conn
+        except OSError:
+            conn.close()
+
+
+def _serve(socket_path: str, args: list[str]) -> int:
+    _die_with_parent()
+    idle = bool(args) and args[0] == "--idle"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    staging = f"{socket_path}.{os.getpid()}"
+    listener.bind(staging)
+    listener.listen(4)
+    os.rename(staging, socket_path)  # callers may connect now: they hear W until the imports are done
+    gc.disable()  # the collector's passes over the objects imports create are a third of their time
+    importer = threading.Thread(target=_preload, args=(args[1:] if idle else args, idle), daemon=True)
+    importer.start()
     listener.settimeout(IDLE_LIMIT_SECONDS)
     try:
-        conn, _ = listener.accept()
+        conn = _ready_connection(listener, importer)
     finally:
         listener.close()  # one request only: the next caller finds no standby
         os.unlink(socket_path)
+    gc.enable()
     with conn:
-        conn.settimeout(30)
+        conn.settimeout(None)  # the caller holds it until its check is due; if it goes away, so does this
         header = _recv_exactly(conn, 8)
         request = json.loads(_recv_exactly(conn, struct.unpack("!Q", header)[0]))
-        conn.settimeout(None)
-        conn.sendall(b"A")
         code = _run(request)
         try:
-            conn.sendall(b"X" + struct.pack("!i", code))
+            conn.sendall(EXITED + struct.pack("!i", code))
         except OSError:
             pass
     return code

@@ -126,22 +126,29 @@ def serve_in_clean_process(model_dir: Path, rows: pd.DataFrame, shipped: list[st
 
 @contextmanager
 def serving_standby() -> Iterator[standby.Standby]:
-    """A standby for this step's serving check: the run's (``STANDBY_ENV``, a local run's), else one started now,
-    so that its imports overlap the step's work before the check; stopped when the block ends."""
+    """A standby for this step's serving check, held from now to the check: the run's (``STANDBY_ENV``, a local run's)
+    when it is ready now, else one started now, whose imports then overlap the step's work before the check.
+    Released or stopped when the block ends."""
     running = os.environ.get(standby.STANDBY_ENV)
-    if running and os.path.exists(running):
-        yield standby.Standby(running)
-        return
+    if running:
+        ready = standby.Standby(running)
+        if ready.reserve():
+            try:
+                yield ready
+            finally:
+                ready.release()
+            return
     with tempfile.TemporaryDirectory(prefix="ctpipe-standby-") as tmp:
         socket_path = str(Path(tmp) / "standby.sock")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         env["MLFLOW_DISABLE_TELEMETRY"] = "true"
-        process = standby.start(socket_path, env=env)
+        own = standby.Standby(socket_path, standby.start(socket_path, env=env))
         try:
-            yield standby.Standby(socket_path, process)
+            yield own
         finally:
-            process.kill()
-            process.wait()
+            own.release()
+            own.process.kill()
+            own.process.wait()
 
 
 def _last_error(stderr: str) -> str:

@@ -88,14 +88,53 @@ def test_a_standby_that_dies_running_the_script_fails_it_and_says_so_in_its_stde
 def test_a_run_s_warm_start_server_starts_a_standby_once_its_own_imports_are_done(tmp_path):
     with running_server(preload=("email.mime.text",), with_standby=True) as warm:
         assert warm is not None
-        path = Path(os.environ[standby.STANDBY_ENV])
+        run_s = standby.Standby(os.environ[standby.STANDBY_ENV])
         deadline = time.monotonic() + 60
-        while not path.exists():
-            assert time.monotonic() < deadline, "the server started no standby"
-            time.sleep(0.02)
-        code, where, seen, _ = _run(tmp_path, standby.Standby(str(path)), "run")
+        while not run_s.reserve():  # started after the server's imports, then importing its own (at low priority)
+            assert time.monotonic() < deadline, "the server started no standby, or it never got ready"
+            time.sleep(0.05)
+        code, where, seen, _ = _run(tmp_path, run_s, "run")
         assert (code, where) == (0, "a warm standby interpreter") and seen["ctpipe"] == []
     assert standby.STANDBY_ENV not in os.environ
+
+
+def test_the_run_s_standby_still_importing_is_not_waited_for(tmp_path):
+    """A standby started early at the lowest priority may still be importing when the check is due (a loaded
+    machine): the caller does not wait on it, it runs the script another way (here: fresh)."""
+    socket_path = tmp_path / "slow.sock"
+    proc = standby.start(str(socket_path), ("torch", "mlflow.pyfunc"), idle=True)
+    try:
+        _wait_listening(socket_path, proc)
+        run_s = standby.Standby(str(socket_path))  # not the caller's own: taken only when ready
+        code, where, seen, _ = _run(tmp_path, run_s, "busy")
+        assert (code, where) == (0, "a fresh interpreter") and not seen["preloaded"]
+        assert proc.poll() is None  # still there for a later caller
+        assert standby.Standby(str(socket_path), proc).reserve(timeout=120)  # and it gets ready for one
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread priorities read from /proc")
+def test_an_idle_standby_imports_at_the_lowest_priority(tmp_path):
+    """The run's standby imports on the cores the steps leave idle: its importing thread runs at nice 19."""
+    socket_path = tmp_path / "idle.sock"
+    proc = standby.start(str(socket_path), ("torch", "mlflow.pyfunc"), idle=True)
+    try:
+        _wait_listening(socket_path, proc)
+        nice, deadline = set(), time.monotonic() + 30
+        while 19 not in nice and time.monotonic() < deadline:
+            nice = set()
+            for stat in Path(f"/proc/{proc.pid}/task").glob("*/stat"):
+                try:  # field 19 (nice), counted after the command name's closing parenthesis
+                    nice.add(int(stat.read_text().rpartition(")")[2].split()[16]))
+                except (OSError, IndexError, ValueError):
+                    pass
+            time.sleep(0.02)
+        assert 19 in nice and min(nice) < 19  # the importer is nice 19; the thread that will run the request is not
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_without_a_standby_the_script_runs_fresh(tmp_path):
