@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     per_block_config = load_config(None, base + args.overrides + ["train.fsdp_unit_min_params=0"])
     variant_config = {"ctpipe": config, "ddp": ddp_config, "perblock": per_block_config}
     rows: dict[str, list[dict]] = {"bare": [], "bareclip": [], "ctpipe": [], "ddp": [], "perblock": []}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="ctpipe-bench-") as tmp:
         work = Path(tmp)
         if args.example:
@@ -282,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         "task": config.task.entrypoint or config.task.name,
         "mlflow": not args.no_mlflow,
         "device": _device_name(),
+        "cpus": os.cpu_count(),
+        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
     }
     if rows["ddp"]:
         summary["ddp_samples_per_second"] = statistics.median(d["samples_per_second"] for d in rows["ddp"])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
+import json
 import os
 import pickle
 import warnings
@@ -21,9 +23,12 @@ import torch.distributed as dist
 # Imported with the module, not at the first save: the import (~0.2 s) would otherwise stall the
 # training loop at its first checkpoint.
 import torch.distributed.checkpoint as dcp
+import torch.utils.serialization.config as serialization_config
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from ctpipe.components.engine.checkpoint_index import (
@@ -91,6 +96,7 @@ __all__ = [
     "load_model_weights",
     "read_model_state",
     "save_checkpoint",
+    "full_weights_sha256",
     "state_dict_sha256",
 ]
 
@@ -130,6 +136,73 @@ def barrier() -> None:
         dist.barrier()
 
 
+class _DigestedStream:
+    """A file being written, hashed as its bytes go out: the digests need no second read of the files. A seek
+    (DCP's writers never seek) makes the running hash meaningless: the file is then hashed from disk."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw, self._hash, self.sequential = raw, hashlib.sha256(), True
+
+    def write(self, data: Any) -> int:
+        self._hash.update(data)
+        return self._raw.write(data)
+
+    def seek(self, *args: Any) -> int:
+        self.sequential = False
+        return self._raw.seek(*args)
+
+    def hexdigest(self) -> str | None:
+        return self._hash.hexdigest() if self.sequential else None
+
+    def __getattr__(self, name: str) -> Any:  # tell, flush, fileno, close: the file's own
+        return getattr(self._raw, name)
+
+
+class _DigestingFileSystem(FileSystem):
+    """DCP's local file system, recording the SHA-256 of every file it writes under the name it ends up with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digests: dict[str, str | None] = {}
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike, mode: str):
+        if "w" not in mode:
+            with super().create_stream(path, mode) as stream:
+                yield stream
+            return
+        with super().create_stream(path, mode) as raw:
+            stream = _DigestedStream(raw)
+            yield stream
+        self.digests[Path(path).name] = stream.hexdigest()
+
+    def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
+        super().rename(path, new_path)  # DCP writes `.metadata` as a temporary file first
+        self.digests[Path(new_path).name] = self.digests.pop(Path(path).name, None)
+
+
+def _writer(path: Path) -> FileSystemWriter:
+    # overwrite=True: a stale partial save of this step is replaced file by file.
+    writer = FileSystemWriter(path, overwrite=True)
+    writer.fs = _DigestingFileSystem()
+    return writer
+
+
+# Plans are cached across saves (DCP's ``enable_plan_caching``): a training saves the same state dict layout every
+# time, so after the first save no rank pickles its plan and the coordinator sends none back.
+def _planner() -> DefaultSavePlanner:
+    return DefaultSavePlanner(enable_plan_caching=True)
+
+
+def _gather_to_rank0(value: Any, rank: int, group: Any = None) -> list[Any]:
+    """Every rank's ``value`` on rank 0 (a list by rank; [] elsewhere); just ``[value]`` without a process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    gathered: list[Any] | None = [None] * dist.get_world_size(group) if rank == 0 else None
+    dist.gather_object(value, gathered, dst=0, group=group)
+    return gathered or []
+
+
 def save_checkpoint(
     root: str | Path,
     step: int,
@@ -140,39 +213,66 @@ def save_checkpoint(
     meta: dict[str, Any],
     rank: int,
     before_marker=None,
+    state: dict[str, Any] | None = None,
+    group: Any = None,
 ) -> Path:
     """Collective: save model + optimizer shards, each rank's state, then meta, the digests of every file and
-    the marker (rank 0, last).
+    the marker (rank 0, last). ``state``: what to save, if not the model's and optimizer's state now
+    (``saving.saveable_state``); ``group``: the process group of the save's collectives (default: the default one).
 
-    One barrier only: DCP's own save already synchronises (rank 0 returns after every rank's shards are
-    written); the barrier makes every rank's state file precede the marker. ``before_marker`` is a test
-    hook called on every rank after its files are written and before the marker, to simulate a crash in
-    the middle of a save.
+    Each rank hashes its files as it writes them; rank 0 gathers the digests (the one synchronisation after
+    DCP's own: every rank's files precede the marker) and writes them with meta and the marker, never reading
+    a shard back. ``before_marker`` is a test hook called on every rank after its files are written and
+    before the marker, to simulate a crash in the middle of a save.
     """
     path = checkpoint_path(root, step)
     if rank == 0:
         # Re-saving a step (after a crash): un-mark it first. No rank writes before DCP's planning
         # collective, which rank 0 joins only after this, so no torn directory ever carries a marker.
         (path / COMPLETE_MARKER).unlink(missing_ok=True)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    with _quiet_dcp(), _disk_errors_named(path):
-        # overwrite=True: a stale partial save of this step is replaced file by file.
-        dcp.save(
-            {"model": model_sd, "optim": optim_sd}, storage_writer=FileSystemWriter(path, overwrite=True)
-        )
-    tmp = path / f"rank{rank}.pt.tmp"
+    if state is None:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+    writer = _writer(path)
+    # No zip CRC-32 per tensor record (DCP torch.saves each tensor): the SHA-256 of every file covers the bytes.
+    with _quiet_dcp(), _disk_errors_named(path), serialization_config.patch({"save.compute_crc32": False}):
+        dcp.save(state, storage_writer=writer, planner=_planner(), process_group=group)
+    digests = dict(writer.fs.digests)
+    buffer = io.BytesIO()
+    torch.save(rank_state, buffer)
+    name, data = f"rank{rank}.pt", buffer.getvalue()
+    tmp = path / f"{name}.tmp"
     with _disk_errors_named(tmp):
-        torch.save(rank_state, tmp)
-    os.replace(tmp, path / f"rank{rank}.pt")
+        tmp.write_bytes(data)
+    os.replace(tmp, path / name)
+    digests[name] = hashlib.sha256(data).hexdigest()
     if before_marker is not None:
         before_marker()
-    barrier()
+    gathered = _gather_to_rank0(digests, rank, group)
     if rank == 0:
-        write_json_atomic(path / META_FILE, meta)
-        # Hashed once every rank's files are written (the barrier): resume and selection verify them.
-        write_digests(path)
+        text = json.dumps(meta, indent=2, sort_keys=True)  # as write_json_atomic writes it
+        atomic_write_text(path / META_FILE, text)
+        digests = {META_FILE: hashlib.sha256(text.encode()).hexdigest()}
+        for ranks_digests in gathered:
+            digests.update(ranks_digests)
+        _finish_digests(path, digests)
         atomic_write_text(path / COMPLETE_MARKER, f"{step}\n")
     return path
+
+
+def _finish_digests(path: Path, digests: dict[str, str | None]) -> None:
+    """Write ``digests.json`` for exactly the files this save wrote: a file left by an earlier, partial save of
+    the step that this one did not rewrite is removed (nothing reads it; its bytes would be unverified), and a
+    file whose bytes could not be hashed as they were written is hashed from disk."""
+    for f in path.iterdir():
+        if f.is_file() and f.name not in digests and f.name not in (COMPLETE_MARKER, DIGESTS_FILE) \
+                and not f.name.endswith(".tmp"):
+            f.unlink()
+    for name, digest in digests.items():
+        if digest is None:
+            with open(path / name, "rb") as handle:
+                digests[name] = hashlib.file_digest(handle, "sha256").hexdigest()
+    write_json_atomic(path / DIGESTS_FILE, dict(sorted(digests.items())))
 
 
 # What a DCP ``.metadata`` pickle may name: DCP's own metadata classes, torch sizes, dtypes and layouts, paths.
@@ -269,6 +369,14 @@ def read_model_state(path: Path) -> dict[str, Any]:
 
 
 # --- bit-identity ------------------------------------------------------------------------------
+
+
+def full_weights_sha256(model: nn.Module, rank: int) -> str:
+    """Collective: the hash of the model's consolidated full state dict on rank 0 ('' elsewhere)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return state_dict_sha256(full) if rank == 0 else ""
 
 
 def state_dict_sha256(state_dict: dict[str, torch.Tensor]) -> str:

@@ -1,15 +1,18 @@
 """A training run's counters: what survives a resume (``Progress``) and the current logging window.
 
 ``Progress`` is saved in every checkpoint's meta and restored by a resume; ``Window`` sums per-step
-values between two all-reduced log lines.
+values between two all-reduced log lines; ``Unsettled`` holds the steps since the last boundary, whose loss
+and gradient norm are still on the device (read in one host sync at the boundary, never once a step).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from ctpipe.components.engine import checkpointing as ckpt
+from ctpipe.components.engine.checkpoint_index import IndexEntry
 from ctpipe.components.lib.work_progress import clock_seconds, clock_text
 
 
@@ -21,7 +24,7 @@ class Progress:
     clipped_steps: int = 0
     samples: int = 0
     train_seconds: float = 0.0
-    index: list[ckpt.IndexEntry] = field(default_factory=list)
+    index: list[IndexEntry] = field(default_factory=list)
     last_metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -47,6 +50,37 @@ class Window:
         self.grad_norm += grad_norm
         self.grad_norm_max = max(self.grad_norm_max, grad_norm)
         self.lr = lr  # the last step's
+
+
+@dataclass
+class Unsettled:
+    """The steps since the last boundary (log window, evaluation, checkpoint): (lr, loss, grad norm), the last two
+    0-dim tensors still on the device."""
+
+    steps: list[tuple[float, Any, Any]] = field(default_factory=list)
+
+    def add(self, lr: float, loss: Any, grad_norm: Any) -> None:
+        self.steps.append((lr, loss, grad_norm))
+
+    def settle(self, progress: Progress, window: Window, *, grad_clip: float, seconds: float) -> tuple[int, float, float] | None:
+        """Read every step's loss and norm in one host sync and add the steps (and their ``seconds``) to the progress
+        and the window, up to the first non-finite one: that one's (step, loss, grad norm), else None."""
+        import torch
+
+        steps, self.steps = self.steps, []
+        if not steps:
+            return None
+        values = torch.stack([value.float() for step in steps for value in step[1:]]).tolist()  # loss, norm, ...
+        first = progress.step - len(steps) + 1
+        for offset, (lr, loss, grad_norm) in enumerate(zip((s[0] for s in steps), values[::2], values[1::2],
+                                                           strict=True)):
+            if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+                return first + offset, loss, grad_norm
+            clipped = grad_norm > grad_clip
+            progress.clipped_steps += int(clipped)
+            window.add(loss, clipped, seconds / len(steps), grad_norm=grad_norm, lr=lr)
+        progress.train_seconds += seconds
+        return None
 
 
 # The line rank 0 prints once per logging window: what `ctpipe run` shows as its training progress line and

@@ -73,17 +73,11 @@ def optimizer_step(
     (the task's loss) takes its output and the targets.
 
     A non-finite loss or gradient norm skips the update and clears the gradients; the caller decides
-    what that means (the trainer stops the run, the sanity gate records it).
+    what that means (the sanity gate records it). One host sync (the loss and norm as floats): the trainer,
+    which must not wait on the device every step, uses ``optimizer_step_unsynced``.
     """
-    device = next(model.parameters()).device
-    loss_total = torch.zeros((), device=device)
-    for micro, (inputs, y) in enumerate(micro_batches):
-        with grad_sync(micro == accum - 1), autocast():
-            logits = model(*inputs)
-        loss = loss_fn(logits.float(), y) / accum
-        loss.backward()
-        loss_total += loss.detach()
-    norm = clip_grad_norm_(model.parameters(), grad_clip)
+    loss_total, norm = _backward_and_clip(model, micro_batches, accum=accum, grad_clip=grad_clip, loss_fn=loss_fn,
+                                          autocast=autocast, grad_sync=grad_sync)
     result = StepResult(float(loss_total), float(norm))
     if not result.finite:
         optimizer.zero_grad(set_to_none=True)
@@ -92,3 +86,44 @@ def optimizer_step(
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()
     return result
+
+
+def optimizer_step_unsynced(
+    model: nn.Module,
+    micro_batches: Iterable[tuple[tuple[torch.Tensor, ...], torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    *,
+    accum: int,
+    grad_clip: float,
+    loss_fn: LossFn = F.cross_entropy,
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    grad_sync: Callable[[bool], AbstractContextManager[Any]] = _no_sync_needed,
+    before_update: Callable[[], Any] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``optimizer_step`` without a host sync, as a bare loop steps: the summed loss and the global gradient norm
+    stay 0-dim tensors on the device and the update is always applied. The caller reads them later, many steps
+    at once, and stops on a non-finite one before anything is evaluated or saved (the trainer's ``_settle``).
+    ``before_update`` runs between clipping and the update (the trainer finishes a checkpoint save there)."""
+    loss_total, norm = _backward_and_clip(model, micro_batches, accum=accum, grad_clip=grad_clip, loss_fn=loss_fn,
+                                          autocast=autocast, grad_sync=grad_sync)
+    if before_update is not None:
+        before_update()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+    return loss_total, norm
+
+
+def _backward_and_clip(model: nn.Module, micro_batches, *, accum: int, grad_clip: float, loss_fn: LossFn,
+                       autocast, grad_sync) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward/backward over the micro-batches, then clip: (summed loss, global gradient norm before clipping)."""
+    device = next(model.parameters()).device
+    loss_total = torch.zeros((), device=device)
+    for micro, (inputs, y) in enumerate(micro_batches):
+        with grad_sync(micro == accum - 1), autocast():
+            logits = model(*inputs)
+        loss = loss_fn(logits.float(), y) / accum
+        loss.backward()
+        loss_total += loss.detach()
+    return loss_total, clip_grad_norm_(model.parameters(), grad_clip)

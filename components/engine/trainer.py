@@ -22,8 +22,9 @@ from ctpipe.components.engine.device import Dist
 from ctpipe.components.engine.hooks import training_hooks
 from ctpipe.components.engine.loss_eval import check_reported, evaluate, val_shard
 from ctpipe.components.engine.parallelize import parallelize, resolve_precision, sync_buffers, uses_autocast
-from ctpipe.components.engine.progress import Progress, ProgressLine, Window
-from ctpipe.components.engine.step import build_optimizer, optimizer_step
+from ctpipe.components.engine.progress import Progress, ProgressLine, Unsettled, Window
+from ctpipe.components.engine.saving import CheckpointWriter, saveable_state
+from ctpipe.components.engine.step import build_optimizer, optimizer_step_unsynced
 from ctpipe.components.engine.throughput import flops_per_sample_or_zero
 from ctpipe.components.engine.tracker import NullTracker, flatten
 from ctpipe.components.lib.config import Config
@@ -50,20 +51,20 @@ class Trainer:
         self._load_data(snapshot_dir)
         self._build_model()
         self._build_optimizer()
+        self.writer = CheckpointWriter()  # saves beside the next step (saving.py)
         self.global_batch = self.t.batch_size * d.world_size * self.t.grad_accum_steps
         self.progress = Progress()
         self.resumed_from: int | None = None
         self.warnings: list[str] = []  # for the result: damaged checkpoints skipped at resume
         self.saved_step: int | None = None
         self.window = Window()
+        self._unsettled = Unsettled()  # read at the next boundary (``_settle``), never one step at a time
+        self._clock = 0.0  # where the training time since the last boundary began
         # Timings of this process's share of the run (not carried over a resume).
-        self.stats = {
-            "steps": 0,
-            "loop_seconds": 0.0,
-            "eval_seconds": 0.0,
-            "checkpoint_seconds": 0.0,
-            "checkpoints": 0,
-        }
+        # checkpoint_seconds: on the loop's critical path (starting a save, waiting for it); checkpoint_write_seconds:
+        # the saves' own time, beside the steps.
+        self.stats = {"steps": 0, "loop_seconds": 0.0, "eval_seconds": 0.0, "checkpoint_seconds": 0.0,
+                      "checkpoint_write_seconds": 0.0, "checkpoints": 0}
         # Dropout differs per rank (different data, different masks) but is reproducible on resume.
         torch.manual_seed(self.t.seed + 1 + d.rank)
         self.peak_flops = self._measure_peak()
@@ -186,25 +187,33 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def train_step(self) -> tuple[float, float]:
-        """One optimizer step over grad_accum_steps micro-batches; returns (local loss, global grad norm)."""
+    def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step over grad_accum_steps micro-batches; returns (local loss, global grad norm) as 0-dim
+        tensors on the device: no host sync here (``_settle`` reads them, and stops a non-finite run)."""
         accum, step = self.t.grad_accum_steps, self.progress.step
         # A ShardStream reads the next epoch's shard inside the first step of that epoch: timed as training.
         micro_batches = (self.stream.next_batch(self.d.device) for _ in range(accum))
         loss_fn = self.hooks.loss_fn(step, self.d.rank, self.task.objective.loss)
-        result = optimizer_step(
+        return optimizer_step_unsynced(
             self.model, micro_batches, self.optimizer, self.scheduler, accum=accum, grad_clip=self.t.grad_clip,
-            loss_fn=loss_fn, autocast=self.autocast, grad_sync=self._grad_sync,
+            loss_fn=loss_fn, autocast=self.autocast, grad_sync=self._grad_sync, before_update=self._finish_save,
         )
-        grad_norm, loss_value = result.grad_norm, result.loss
-        if not result.finite:
-            what = "loss" if not math.isfinite(loss_value) else "gradient norm"
+
+    def _settle(self) -> None:
+        """At a boundary: the unsettled steps read in one host sync; a non-finite one stops the run there, before
+        anything after it is evaluated or saved."""
+        if self.d.device.type == "cuda":
+            torch.cuda.synchronize(self.d.device)  # the steps' time ends when the device has done them
+        seconds = time.perf_counter() - self._clock
+        bad = self._unsettled.settle(self.progress, self.window, grad_clip=self.t.grad_clip, seconds=seconds)
+        if bad is not None:
+            step, loss, grad_norm = bad
+            what = "loss" if not math.isfinite(loss) else "gradient norm"
             raise TrainingError(
-                f"non-finite {what} at step {step + 1} (loss={loss_value}, grad_norm={grad_norm}) on rank {self.d.rank}: "
-                "training stopped at once. Lower train.lr, check the data for extreme values, or set "
-                "train.mixed_precision=fp32."
+                f"non-finite {what} at step {step} (loss={loss}, grad_norm={grad_norm}) on rank {self.d.rank}: "
+                "training stopped before anything after it was evaluated or saved. Lower train.lr, check the data "
+                "for extreme values, or set train.mixed_precision=fp32."
             )
-        return loss_value, grad_norm
 
     def _grad_sync(self, sync: bool):
         """Reduce gradients only on the last micro-batch of an accumulation."""
@@ -217,7 +226,7 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train to max_steps with evaluation and checkpoints; return the result (meaningful on rank 0)."""
-        t, prog, stats = self.t, self.progress, self.stats
+        prog, stats = self.progress, self.stats
         # Before the first step: checkpoints are indexed and kept by select.metric (loss_eval.py).
         check_reported(self.model, self.val, self.d, self.autocast, self.task, self.cfg.select.metric)
         if self.resumed_from is not None:
@@ -226,25 +235,46 @@ class Trainer:
             # once select.metric is known to be reported (retention by an unknown metric would keep only the latest).
             self._retain_and_index()
         self.model.train()
-        loop_start = time.perf_counter()
+        loop_start = self._clock = time.perf_counter()
+        try:
+            self._loop()
+            if self.saved_step != prog.step:
+                # Decided from this rank's own state, never the file system: rank 0 may still be writing the
+                # marker of the last save while another rank gets here, and save() is a collective.
+                self.save()
+            self._finish_save()
+        except BaseException:
+            self.writer.abandon()  # a save in flight may still complete (its state was taken before the error)
+            raise
+        finally:
+            self.writer.close()
+        stats["loop_seconds"] = time.perf_counter() - loop_start
+        stats["checkpoint_write_seconds"] = self.writer.write_seconds
+        stats.update(self.stream.read_stats())
+        return self.result()
+
+    def _loop(self) -> None:
+        """Step to ``train.max_steps``; at each boundary: settle the steps, log, evaluate, start a checkpoint."""
+        t, prog, stats = self.t, self.progress, self.stats
         while prog.step < t.max_steps:
             self.hooks.before_step(prog.step, self.d.rank)
             lr = self.optimizer.param_groups[0]["lr"]
-            start = time.perf_counter()
             loss, grad_norm = self.train_step()
-            elapsed = time.perf_counter() - start
             prog.step += 1
             prog.samples += self.global_batch
-            prog.train_seconds += elapsed
-            clipped = grad_norm > t.grad_clip
-            prog.clipped_steps += int(clipped)
+            stats["steps"] += 1
+            self._unsettled.add(lr, loss, grad_norm)
             # Per window, not per step: a metric batch sent to the store mid-loop costs every rank a
             # share of its step time (GIL and CPU); 1,200 points a run was ~8 % of the default's steps.
-            self.window.add(loss, clipped, elapsed, grad_norm=grad_norm, lr=lr)
-            if prog.step % LOG_EVERY == 0 or prog.step == t.max_steps:
-                self._log_window()
+            log_due = prog.step % LOG_EVERY == 0 or prog.step == t.max_steps
             due_ckpt = prog.step % t.checkpoint_every == 0 or prog.step == t.max_steps
-            if prog.step % t.eval_every == 0 or due_ckpt:
+            due_eval = prog.step % t.eval_every == 0 or due_ckpt
+            if not (log_due or due_eval):
+                continue
+            self._settle()
+            if log_due:
+                self._log_window()
+            if due_eval:
                 start = time.perf_counter()
                 sync_buffers(self.model)  # every rank validates the model the checkpoint will hold
                 prog.last_metrics = evaluate(self.model, self.val, self.d, self.autocast, self.task)
@@ -256,14 +286,7 @@ class Trainer:
                 )
             if due_ckpt:
                 self.save()
-            stats["steps"] += 1
-        stats["loop_seconds"] = time.perf_counter() - loop_start
-        stats.update(self.stream.read_stats())
-        if self.saved_step != prog.step:
-            # Decided from this rank's own state, never the file system: rank 0 may still be writing the
-            # marker of the last save while another rank gets here, and save() is a collective.
-            self.save()
-        return self.result()
+            self._clock = time.perf_counter()  # the next steps' time starts after the boundary's work
 
     def _log_window(self) -> None:
         # One small all-reduce per window, not per step: the mean train loss over all ranks.
@@ -312,38 +335,37 @@ class Trainer:
         if self.d.device.type == "cuda":
             rank_state["rng_cuda"] = torch.cuda.get_rng_state(self.d.device)
         meta = {
-            "step": prog.step,
-            "world_size": self.d.world_size,
-            "data": self.stream.state(),
+            "step": prog.step, "world_size": self.d.world_size, "data": self.stream.state(),
             "scheduler": {k: v for k, v in self.scheduler.state_dict().items() if k != "lr_lambdas"},
             "metrics": prog.last_metrics,
-            "progress": {
-                "clipped_steps": prog.clipped_steps,
-                "samples": prog.samples,
-                "train_seconds": prog.train_seconds,
-            },
-            "index": [e.to_dict() for e in prog.index],
-            "identity": self._identity(),
+            "progress": {"clipped_steps": prog.clipped_steps, "samples": prog.samples,
+                         "train_seconds": prog.train_seconds},
+            "index": [e.to_dict() for e in prog.index], "identity": self._identity(),
         }
         before_marker = self.hooks.before_marker(prog.step, self.d.rank)
         start = time.perf_counter()
-        ckpt.save_checkpoint(
-            self.root,
-            prog.step,
-            model=self.model,
-            optimizer=self.optimizer,
-            rank_state=rank_state,
-            meta=meta,
-            rank=self.d.rank,
-            before_marker=before_marker,
-        )
-        self.hooks.after_marker(prog.step, self.d.rank)
-        self._retain_and_index()
-        self.saved_step = prog.step
-        save_seconds = time.perf_counter() - start
-        self.stats["checkpoint_seconds"] += save_seconds
+        state, step = saveable_state(self.model, self.optimizer), prog.step
+
+        def write() -> None:  # in the writer's thread, beside the next step
+            ckpt.save_checkpoint(self.root, step, model=self.model, optimizer=self.optimizer, rank_state=rank_state,
+                                 meta=meta, rank=self.d.rank, before_marker=before_marker, state=state,
+                                 group=self.writer.group)
+            self.hooks.after_marker(step, self.d.rank)
+            self._retain_and_index()
+
+        self.writer.start(write)
+        self.saved_step = step
+        self._started_save = (step, time.perf_counter() - start)
+
+    def _finish_save(self) -> None:
+        """Wait for the checkpoint in flight, if any (before an update changes what it writes, and at the end)."""
+        waited = self.writer.finish()
+        if waited is None:
+            return
+        step, starting = self._started_save
+        self.stats["checkpoint_seconds"] += starting + waited
         self.stats["checkpoints"] += 1
-        self.tracker.log_metrics({"checkpoint_seconds": save_seconds}, prog.step)
+        self.tracker.log_metrics({"checkpoint_seconds": starting + waited}, step)
 
     def _retain_and_index(self) -> None:
         """Rank 0: retention, then index.json, from this rank's index (after a save, and on resume)."""
@@ -387,12 +409,7 @@ class Trainer:
 
     def final_weights_sha256(self) -> str:
         """Collective: hash of the consolidated full state dict (rank 0's value is the real one)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(
-            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
-        return ckpt.state_dict_sha256(full) if self.d.rank == 0 else ""
+        return ckpt.full_weights_sha256(self.model, self.d.rank)
 
     def result(self) -> dict[str, Any]:
         prog, sel = self.progress, self.cfg.select
@@ -409,13 +426,10 @@ class Trainer:
         return {
             "steps": prog.step,
             "best_checkpoint": {"step": best.step, "metric": sel.metric, "value": best.metrics[sel.metric]}
-            if best
-            else None,
+            if best else None,
             "final_metrics": prog.last_metrics,
-            "world_size": self.d.world_size,
-            "strategy": self.t.strategy,
-            "dtype": str(self.dtype).replace("torch.", ""),
-            "device": self.d.device.type,
+            "world_size": self.d.world_size, "strategy": self.t.strategy,
+            "dtype": str(self.dtype).replace("torch.", ""), "device": self.d.device.type,
             "global_batch_size": self.global_batch,
             "samples_per_second": samples_per_s,
             "mfu": self._mfu(samples_per_s),

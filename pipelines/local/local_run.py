@@ -28,6 +28,7 @@ from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_server
 from ctpipe.components.run_config import resolve_config
 from ctpipe.pipelines.local.demo_setup import ensure_demo_data_for
+from ctpipe.pipelines.local.home import default_home
 from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_output_decoded_leniently
 from ctpipe.pipelines.local.local_cache import cache_hits_recorded
 from ctpipe.pipelines.local.progress import StepProgress, output_to
@@ -62,7 +63,7 @@ def run_local(
     overrides = list(overrides or [])
     # The warm-start server imports the steps' libraries while this process goes on (the config, which
     # imports the task, the demo data, KFP): started first, so that these overlap its imports.
-    with running_server() as warm:
+    with running_server(with_standby=True) as warm:
         setup = {"cli_start_seconds": round(called - process_started, 3) if process_started else None}
         home_dir.mkdir(parents=True, exist_ok=True)
         demo = data_uri is None
@@ -217,8 +218,3 @@ def _new_run_dir(home: Path) -> Path:
     run_dir = home / "runs" / f"{stamp}-{os.getpid()}"
     run_dir.mkdir(parents=True, exist_ok=False)
     return run_dir
-
-
-def default_home() -> Path:
-    """The ctpipe home: $CTPIPE_HOME, else ./.ctpipe."""
-    return Path(os.environ.get("CTPIPE_HOME") or ".ctpipe")

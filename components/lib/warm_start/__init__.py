@@ -27,6 +27,8 @@ from pathlib import Path
 SOCKET_ENV = "CTPIPE_WARM_SOCKET"
 # "0" turns warm start off for `ctpipe run` (every step then starts a fresh interpreter).
 WARM_START_ENV = "CTPIPE_WARM_START"
+# Where the run's clean standby interpreter listens (standby.py; the server starts it after its imports).
+STANDBY_ENV = "CTPIPE_STANDBY_SOCKET"
 CLIENT = Path(__file__).with_name("client.py")
 READY_TIMEOUT_SECONDS = 10.0
 
@@ -75,13 +77,15 @@ class WarmServer:
 
 
 @contextmanager
-def running_server(preload: tuple[str, ...] = ()) -> Iterator[WarmServer | None]:
+def running_server(preload: tuple[str, ...] = (), *, with_standby: bool = False) -> Iterator[WarmServer | None]:
     """Start a warm-start server for this block and set ``SOCKET_ENV`` for the processes started in it.
 
     Yields the server, or None when warm start is off or the server did not come up (processes then
     start cold, as they would anyway). ``preload``: the modules to import instead of the server's
-    default list (the steps' libraries). The server stops when the block ends or when this process dies
-    (it watches its stdin, a pipe from here).
+    default list (the steps' libraries). ``with_standby``: once its imports are done, the server also
+    starts a clean standby interpreter for the serving check (``standby.py``), named by ``STANDBY_ENV``
+    to the processes started here. The server (and its standby) stop when the block ends or when this
+    process dies (it watches its stdin, a pipe from here).
     """
     if not enabled():
         yield None
@@ -89,25 +93,31 @@ def running_server(preload: tuple[str, ...] = ()) -> Iterator[WarmServer | None]
     with tempfile.TemporaryDirectory(prefix="ctpipe-warm-") as tmp:
         socket_path = str(Path(tmp) / "server.sock")
         log_path = Path(tmp) / "server.log"
+        # A standby for the serving check, started by the server once its own imports are done.
+        standby_path = str(Path(tmp) / "standby.sock") if with_standby else None
         with open(log_path, "wb") as log:
             server = subprocess.Popen(
                 [sys.executable, "-m", "ctpipe.components.lib.warm_start.server", socket_path, *preload],
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=log,
+                env={**os.environ, **({STANDBY_ENV: standby_path} if standby_path else {})},
             )
-        previous = os.environ.get(SOCKET_ENV)
+        previous = {name: os.environ.get(name) for name in (SOCKET_ENV, STANDBY_ENV)}
         try:
             if _wait_for(socket_path, server):
                 os.environ[SOCKET_ENV] = socket_path
+                if standby_path:
+                    os.environ[STANDBY_ENV] = standby_path
                 yield WarmServer(socket_path, log_path, server.pid)
             else:
                 yield None
         finally:
-            if previous is None:
-                os.environ.pop(SOCKET_ENV, None)
-            else:
-                os.environ[SOCKET_ENV] = previous
+            for name, value in previous.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
             _stop(server)
 
 

@@ -40,6 +40,7 @@ import time
 import traceback
 
 from ctpipe.components.lib.processes import run_exit_handlers, signal_quietly
+from ctpipe.components.lib.warm_start import standby
 
 # In the order the steps need them; a module that fails to import is skipped (the step then imports it
 # itself and reports the error where it belongs).
@@ -121,6 +122,7 @@ class Server:
         self.by_conn: dict[int, _Child] = {}
         self.waiting: list[_Request] = []
         self.pending: list[str] = []
+        self.standby = None
 
     def serve(self, preload: tuple[str, ...] = PRELOAD) -> None:
         self.pending = pending = list(preload)
@@ -145,6 +147,7 @@ class Server:
                 if not pending:
                     gc.freeze()  # the children share these objects' pages instead of copying them
                     gc.enable()
+                    self._start_standby()
                 self._start_ready()
 
     def _next_preload(self) -> int:
@@ -153,6 +156,17 @@ class Server:
         at evaluate, which would otherwise wait for Great Expectations and the training modules it never uses."""
         needed = next((w.needs for w in self.waiting if w.needs in self.pending), None)
         return self.pending.index(needed) if needed is not None else 0
+
+    def _start_standby(self) -> None:
+        """Once this server's imports are done, the run's clean standby (``standby.py``, for the serving check)
+        imports its own at the lowest priority (on the cores the steps leave idle), if the run asked for one."""
+        path = os.environ.get(standby.STANDBY_ENV)
+        if path and self.standby is None:
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", standby.STANDBY_ENV)}
+            try:
+                self.standby = standby.start(path, idle=True, env=env | {"MLFLOW_DISABLE_TELEMETRY": "true"})
+            except OSError as err:  # the serving check then starts its own
+                print(f"ctpipe warm start: no standby: {err}", file=sys.stderr, flush=True)
 
     def stop_children(self) -> None:
         """Stop the children still running: SIGTERM, then SIGKILL after a grace period. A request still
@@ -396,6 +410,9 @@ def main(argv: list[str]) -> int:
         server.serve(tuple(argv[1:]) or PRELOAD)
     finally:
         server.stop_children()
+        if server.standby is not None:
+            server.standby.kill()
+            server.standby.wait()
         try:
             os.unlink(argv[0])
         except OSError:

@@ -18,7 +18,7 @@ from ctpipe.components.lib.data.snapshot import Snapshot, first_rows
 from ctpipe.components.lib.handoffs import read_blessing
 from ctpipe.components.lib.registry.model_files import MANIFEST_FILE
 from ctpipe.components.lib.tracking import RetryPolicy, log_step
-from ctpipe.components.steps.register.serving_check import ServingCheck
+from ctpipe.components.steps.register.serving_check import ServingCheck, serving_standby
 
 MODEL_ARTIFACT_DIR = "ctpipe"
 MODEL_FILE = "model.pt"
@@ -105,14 +105,16 @@ def log_run_artifacts(
     from ctpipe.components.lib.registry.model_files import sha256_file
     from ctpipe.components.steps.register.register_serving import card_with_serving_check, check_logged_model
 
-    with tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp, naming_path(tmp):
+    # The serving check's clean interpreter imports its libraries while the pyfunc is built and logged.
+    with serving_standby() as standby, tempfile.TemporaryDirectory(prefix="ctpipe-register-") as tmp, naming_path(tmp):
         model_file = Path(tmp) / MODEL_FILE
         shutil.copyfile(model_path, model_file)  # the pyfunc model keeps the file's name
         pyfunc_dir = build_pyfunc_model(model_file, snapshot, Path(tmp))
         pyfunc_sha256 = sha256_file(pyfunc_dir / MANIFEST_FILE)
         log_step(tracking_uri, run_id, "registration", retry=retry,
                  files={f"{MODEL_ARTIFACT_DIR}/{MODEL_FILE}": model_file, PYFUNC_ARTIFACT_PATH: pyfunc_dir})
-        serving = check_logged_model(tracking_uri, run_id, PYFUNC_ARTIFACT_PATH, pyfunc_sha256, model_file, snapshot)
+        serving = check_logged_model(tracking_uri, run_id, PYFUNC_ARTIFACT_PATH, pyfunc_sha256, model_file, snapshot,
+                                     warm=standby)
         card = card_with_serving_check(reports.get("model_card"), serving, Path(tmp) / "model_card.md")
         kept = read_blessing(blessing_path).prediction_reference
         if kept is not None:  # what this model predicted on its test split: the next evaluation's prediction drift

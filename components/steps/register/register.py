@@ -56,7 +56,7 @@ class RegistrationResult:
     champion: str | None = None
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
-    # Whether the logged model served its test rows as evaluated in a fresh process (serving_check.py).
+    # Whether the logged model served its test rows as evaluated in a clean process (serving_check.py).
     servable: bool = True
     serving_check: str = ""
     # One sentence for the decision, as the version's description, the card and the run summary have it.

@@ -1,4 +1,4 @@
-"""Registration's serving check: the pyfunc as logged on the run, downloaded, verified, served in a fresh process.
+"""Registration's serving check: the pyfunc as logged on the run, downloaded, verified, served in a clean process.
 
 The expected output is what the evaluated export serves for the same test rows in the step's own process
 (the export evaluation scored, loaded by the code that scored it); the served one comes from the model's
@@ -17,13 +17,14 @@ from ctpipe.components.lib.registry.model_files import (
     shipped_sources,
     verify_model_dir,
 )
+from ctpipe.components.lib.warm_start.standby import Standby
 from ctpipe.components.steps.register.serving_check import SERVING_CHECK_ROWS, ServingCheck, check_serving
 
 
 def check_logged_model(tracking_uri: str, run_id: str, artifact_path: str, pyfunc_sha256: str, model_file: Path,
-                       snapshot: Snapshot) -> ServingCheck:
+                       snapshot: Snapshot, *, warm: Standby | None = None) -> ServingCheck:
     """Download the run's logged pyfunc, verify it against ``pyfunc_sha256`` and check that it serves the first
-    test rows as the export ``model_file`` does here."""
+    test rows as the export ``model_file`` does here (in the standby ``warm`` when it answers)."""
     import mlflow.artifacts
 
     from ctpipe.components.lib.data.snapshot import first_rows
@@ -40,7 +41,7 @@ def check_logged_model(tracking_uri: str, run_id: str, artifact_path: str, pyfun
             verify_model_dir(local, pyfunc_sha256)
         except UntrustedModelError as err:
             return ServingCheck(False, f"the logged model is not the one built: {err}", 0.0)
-        return check_serving(local, rows, expected, shipped)
+        return check_serving(local, rows, expected, shipped, warm=warm)
 
 
 def card_with_serving_check(card: str | None, check: ServingCheck, out: Path) -> str:
@@ -52,7 +53,8 @@ def card_with_serving_check(card: str | None, check: ServingCheck, out: Path) ->
         "", "## Serving check", "",
         f"- {verdict}",
         f"- {check.reason}",
-        f"- loaded with mlflow.pyfunc in a fresh process from the files logged on the run ({check.seconds:.1f} s)",
+        f"- loaded with mlflow.pyfunc in a clean `python -I` (nothing of ctpipe but the model's own code) from the "
+        f"files logged on the run ({check.seconds:.1f} s)",
         "",
     ]
     atomic_write_text(out, Path(card).read_text().rstrip("\n") + "\n" + "\n".join(section))

@@ -3,26 +3,35 @@
     check = check_serving(model_dir, rows, expected)   # expected: what the evaluated export serves for rows
 
 TFX's InfraValidator loads a candidate in a serving-like environment and queries it before the Pusher may
-push it. Here the logged pyfunc is loaded in a fresh interpreter (``python -I``: no PYTHONPATH, no user site,
+push it. Here the logged pyfunc is loaded in a clean interpreter (``python -I``: no PYTHONPATH, no user site,
 a scratch working folder) through ``mlflow.pyfunc`` and nothing of ctpipe or the task on the import path
 but the code the model ships (an import hook refuses those packages from anywhere else, so an installed
-or editable ctpipe cannot stand in for a missing file). It scores the rows, and its output must equal what
-the evaluated export serves for them in the pipeline's process (``ExportedModel.serve``: the export and
-code evaluation scored). A failure keeps the champion: registration marks the version not servable.
+or editable ctpipe cannot stand in for a missing file; an interpreter that has imported any of them already
+is refused). It scores the rows, and its output must equal what the evaluated export serves for them in the
+pipeline's process (``ExportedModel.serve``: the export and code evaluation scored). A failure keeps the
+champion: registration marks the version not servable.
+
+The clean interpreter is a standby (``components/lib/warm_start/standby.py``) when one is up: a ``python -I``
+that imported MLflow, pandas and torch ahead (a local run starts one while its first steps run; registration
+starts its own before it builds the pyfunc, ``serving_standby``), never ctpipe, and serves this one check.
+Else a fresh ``python -I`` pays those imports (~3 s of CPU) inside the check.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from ctpipe.components.lib.warm_start import standby
 
 # Test rows the candidate serves (a language model also generates a continuation for each).
 SERVING_CHECK_ROWS = 16
@@ -31,11 +40,17 @@ SERVING_CHECK_TIMEOUT_SECONDS = 300.0
 # Served numbers may differ in the last bits between processes (thread counts change kernel blocking).
 RTOL, ATOL = 1e-5, 1e-6
 
+# The probe's exit code when its interpreter already holds a shipped package: it is not clean, run it fresh.
+NOT_CLEAN = 75
 # Run as `python -I -c PROBE model_dir rows.parquet out.parquet pkg[,pkg...]`.
 PROBE = r"""
 import importlib.machinery, sys
 model_dir, rows_path, out_path, shipped = sys.argv[1:5]
 code_dir = model_dir + "/code"
+held = sorted(m for m in sys.modules if m.partition(".")[0] in shipped.split(","))
+if held:
+    print(f"this interpreter already imported {held[:3]}: not a clean one", file=sys.stderr)
+    sys.exit(NOT_CLEAN)
 
 class OnlyShippedCode:
     # ctpipe's and the task's packages come from the model's code folder or not at all.
@@ -52,7 +67,7 @@ import mlflow.pyfunc
 import pandas as pd
 model = mlflow.pyfunc.load_model(model_dir)
 pd.DataFrame(model.predict(pd.read_parquet(rows_path))).to_parquet(out_path)
-"""
+""".replace("NOT_CLEAN", str(NOT_CLEAN))
 
 
 @dataclass(frozen=True)
@@ -65,44 +80,75 @@ class ServingCheck:
 
 
 def check_serving(model_dir: Path, rows: pd.DataFrame, expected: pd.DataFrame, shipped: list[str],
-                  *, timeout: float = SERVING_CHECK_TIMEOUT_SECONDS) -> ServingCheck:
-    """Serve ``rows`` from ``model_dir`` in a fresh process (only ``shipped`` packages from the model's code) and
-    compare with ``expected``."""
+                  *, timeout: float = SERVING_CHECK_TIMEOUT_SECONDS, warm: standby.Standby | None = None) -> ServingCheck:
+    """Serve ``rows`` from ``model_dir`` in a clean interpreter (only ``shipped`` packages from the model's code; the
+    standby ``warm`` when it answers) and compare with ``expected``."""
     started = time.perf_counter()
     try:
-        served = serve_in_fresh_process(model_dir, rows, shipped, timeout=timeout)
+        served, where = serve_in_clean_process(model_dir, rows, shipped, timeout=timeout, warm=warm)
     except ServingFailed as err:
-        return ServingCheck(False, f"the logged model does not serve in a fresh process: {err}",
+        return ServingCheck(False, f"the logged model does not serve in a clean process: {err}",
                             time.perf_counter() - started)
     difference = compare_served(served, expected)
     seconds = time.perf_counter() - started
     if difference:
         return ServingCheck(False, f"served predictions differ from the evaluated ones: {difference}", seconds)
-    return ServingCheck(True, f"served {len(rows)} test rows in a fresh process as evaluated", seconds)
+    return ServingCheck(True, f"served {len(rows)} test rows in a clean process ({where}) as evaluated", seconds)
 
 
 class ServingFailed(RuntimeError):
-    """The fresh process could not load the model or score the rows; the message holds its error."""
+    """The clean process could not load the model or score the rows; the message holds its error."""
 
 
-def serve_in_fresh_process(model_dir: Path, rows: pd.DataFrame, shipped: list[str],
-                           *, timeout: float = SERVING_CHECK_TIMEOUT_SECONDS) -> pd.DataFrame:
-    """What the pyfunc at ``model_dir`` returns for ``rows``, loaded in a fresh, isolated interpreter."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+def serve_in_clean_process(model_dir: Path, rows: pd.DataFrame, shipped: list[str], *,
+                           timeout: float = SERVING_CHECK_TIMEOUT_SECONDS,
+                           warm: standby.Standby | None = None) -> tuple[pd.DataFrame, str]:
+    """What the pyfunc at ``model_dir`` returns for ``rows``, loaded in a clean, isolated interpreter, and which one."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", standby.STANDBY_ENV)}
     env["MLFLOW_DISABLE_TELEMETRY"] = "true"
     with tempfile.TemporaryDirectory(prefix="ctpipe-serving-check-") as scratch:
         rows_path, out_path = Path(scratch) / "rows.parquet", Path(scratch) / "served.parquet"
+        stderr_path = Path(scratch) / "stderr.txt"
         rows.reset_index(drop=True).to_parquet(rows_path)
-        command = [sys.executable, "-I", "-c", PROBE, str(Path(model_dir).resolve()), str(rows_path),
-                   str(out_path), ",".join(shipped)]
+        argv = [str(Path(model_dir).resolve()), str(rows_path), str(out_path), ",".join(shipped)]
         try:
-            done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, errors="replace",
-                                  timeout=timeout)
+            code, where = standby.run_script(PROBE, argv, cwd=scratch, env=env, stderr_path=str(stderr_path),
+                                             timeout=timeout, standby=warm)
+            if code == NOT_CLEAN and warm is not None:  # the standby had imported one: a fresh interpreter, as before
+                code, where = standby.run_script(PROBE, argv, cwd=scratch, env=env, stderr_path=str(stderr_path),
+                                                 timeout=timeout)
         except subprocess.TimeoutExpired as err:
             raise ServingFailed(f"it did not answer within {timeout:.0f} s") from err
-        if done.returncode != 0:
-            raise ServingFailed(_last_error(done.stderr))
-        return pd.read_parquet(out_path)
+        if code != 0:
+            raise ServingFailed(_last_error(stderr_path.read_text(errors="replace")))
+        return pd.read_parquet(out_path), where
+
+
+@contextmanager
+def serving_standby() -> Iterator[standby.Standby]:
+    """A standby for this step's serving check, held from now to the check: the run's (``STANDBY_ENV``, a local run's)
+    when it is ready now, else one started now, whose imports then overlap the step's work before the check.
+    Released or stopped when the block ends."""
+    running = os.environ.get(standby.STANDBY_ENV)
+    if running:
+        ready = standby.Standby(running)
+        if ready.reserve():
+            try:
+                yield ready
+            finally:
+                ready.release()
+            return
+    with tempfile.TemporaryDirectory(prefix="ctpipe-standby-") as tmp:
+        socket_path = str(Path(tmp) / "standby.sock")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+        env["MLFLOW_DISABLE_TELEMETRY"] = "true"
+        own = standby.Standby(socket_path, standby.start(socket_path, env=env))
+        try:
+            yield own
+        finally:
+            own.release()
+            own.process.kill()
+            own.process.wait()
 
 
 def _last_error(stderr: str) -> str:

@@ -35,7 +35,7 @@ def existing_registry_uri(args: argparse.Namespace, configured: str | None = Non
     if configured:
         return configured
     from ctpipe.components.lib.tracking import local_tracking_uri
-    from ctpipe.pipelines.local.local_run import default_home
+    from ctpipe.pipelines.local.home import default_home
 
     home = Path(args.home) if args.home else default_home()
     if not (home / "mlflow.db").is_file():

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.tracking import RegistryUnavailableError, bounded_mlflow_http
     from ctpipe.components.run_config import resolve_config
-    from ctpipe.pipelines.local.local_run import default_home
+    from ctpipe.pipelines.local.home import default_home
     from ctpipe.pipelines.retention.gc import collect_garbage
 
     config = resolve_config(file=args.config, settings=args.overrides)

@@ -135,7 +135,7 @@ def _attach_report(summary: dict, report: str, config_path: str | None, override
     """Log the drift report that started this run on the run's MLflow run (artifact folder ``drift/``)."""
     from ctpipe.components.lib.tracking import local_tracking_uri
     from ctpipe.components.run_config import resolve_config
-    from ctpipe.pipelines.local.local_run import default_home
+    from ctpipe.pipelines.local.home import default_home
     from ctpipe.pipelines.triggers.report import log_drift_report
 
     config = resolve_config(file=config_path, settings=overrides)

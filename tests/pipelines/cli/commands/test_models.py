@@ -201,3 +201,26 @@ def test_the_recorded_user_falls_back_to_the_uid_where_there_is_no_user_name(mon
 
     monkeypatch.setattr(getpass, "getuser", no_user)
     assert models._current_user() == f"uid {os.getuid()}"
+
+
+def test_listing_the_registry_imports_only_what_a_bare_mlflow_client_would(tmp_path):
+    """Before: `ctpipe models list` found the default home through the local runner, which imported KFP, the run's
+    terminal progress and with it torch and torch.distributed.checkpoint: 1.5x the CPU of a bare MlflowClient listing
+    the same versions (benchmarks/cli.py). A command that only reads the registry imports neither."""
+    import os
+    import subprocess
+    import sys
+
+    from ctpipe.components.lib.tracking import ensure_experiment
+
+    ensure_experiment(local_tracking_uri(tmp_path), "ctpipe")
+    script = (
+        "import sys; from ctpipe.pipelines.cli.main import main; code = main(sys.argv[1:]); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'kfp', 'great_expectations'})); "
+        "print(sorted(m for m in sys.modules if m.startswith(('ctpipe.pipelines.local.local_run', "
+        "'ctpipe.components.engine', 'ctpipe.components.steps'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", script, "models", "list", "--home", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "CTPIPE_HOME": str(tmp_path)})
+    lines = done.stdout.strip().splitlines()
+    assert "no registered versions yet" in done.stdout and lines[-2:] == ["[]", "[]"], done.stdout + done.stderr
