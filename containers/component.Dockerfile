@@ -5,8 +5,8 @@
 # Base images are pinned to an exact tag; CI resolves and records the digest
 # (docker buildx imagetools inspect python:3.11.11-slim-bookworm) before pushing.
 # Stages: deps (torch and the dependencies; changes only with pyproject.toml), build (the package alone),
-# runtime (the deps venv as one layer, the package as a small one on top): a commit that changes only code
-# rebuilds in seconds.
+# runtime (deps, the user, the package as a small layer on top): a commit that changes only code rebuilds in
+# seconds.
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 # torch's CPU build: the steps never need CUDA, and an unpinned torch would pull a multi-GB CUDA build.
@@ -15,6 +15,7 @@ ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 FROM ${PYTHON_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv
+# The venv's python3 first: KFP runs `python3 -m kfp.dsl.executor_main`.
 ENV PATH=/opt/venv/bin:$PATH
 # TORCH_FIND_LINKS: a folder of wheels searched before the index, e.g. a local torch wheel mounted into the
 # build (podman build -v /opt/wheels:/wheels:ro --build-arg TORCH_FIND_LINKS=/wheels).
@@ -40,7 +41,9 @@ COPY ctpipe ./ctpipe
 # A regular (non-editable) install of the package alone, under /pkg: the runtime copies it onto the venv.
 RUN pip install --no-cache-dir --no-deps --no-warn-script-location --root /pkg .
 
-FROM ${PYTHON_IMAGE} AS runtime
+# The runtime is the deps stage (the base and the venv; nothing was compiled there, no build tools) with the
+# user and the package: no 2 GB copy of the venv, and the images share its layers with the build cache.
+FROM deps AS runtime
 # KFP's launcher downloads input artifacts to /gcs, /minio and /s3 at the filesystem root. KFP >= 2.3 mounts
 # emptyDirs there (kubeflow/pipelines#10857); for older backends the non-root user owns them in the image.
 RUN groupadd --gid 10001 ctpipe \
@@ -48,11 +51,9 @@ RUN groupadd --gid 10001 ctpipe \
     && mkdir -p /gcs /minio /s3 \
     && chown 10001:10001 /gcs /minio /s3
 # No COPY --link: Debian's buildah (1.28) refuses it, and podman builds these images without a daemon.
-COPY --from=deps /opt/venv /opt/venv
 COPY --from=build /pkg/opt/venv /opt/venv
-# KFP runs `python3 -m kfp.dsl.executor_main`: the venv's python3 must come first on PATH.
-ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
+# PATH (the venv's python3 first: KFP runs `python3 -m kfp.dsl.executor_main`) comes from the deps stage.
+ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
     MLFLOW_DISABLE_TELEMETRY=true

@@ -13,13 +13,11 @@ COPY containers/mlflow-requirements.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir -r /tmp/requirements.txt \
     && python -c "import mlflow.server.auth, psycopg2, boto3"
 
-FROM ${PYTHON_IMAGE} AS runtime
+# The runtime is the build stage (the base and the venv; nothing was compiled there) with the user.
+FROM build AS runtime
 RUN groupadd --gid 10001 mlflow \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin mlflow
-# No COPY --link: Debian's buildah (1.28) refuses it, and podman builds these images without a daemon.
-COPY --from=build /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
+ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
     MLFLOW_DISABLE_TELEMETRY=true

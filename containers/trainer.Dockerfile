@@ -16,6 +16,7 @@ ARG TORCH_INDEX_URL=https://pypi.org/simple
 FROM ${PYTHON_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv
+# The venv's python3 first: KFP runs `python3 -m kfp.dsl.executor_main`.
 ENV PATH=/opt/venv/bin:$PATH
 # TORCH_FIND_LINKS: a folder of wheels searched before the index, e.g. a local torch wheel mounted into the
 # build (podman build -v /opt/wheels:/wheels:ro --build-arg TORCH_FIND_LINKS=/wheels).
@@ -41,14 +42,20 @@ COPY ctpipe ./ctpipe
 # A regular (non-editable) install of the package alone, under /pkg: the runtime copies it onto the venv.
 RUN pip install --no-cache-dir --no-deps --no-warn-script-location --root /pkg .
 
-FROM ${PYTHON_IMAGE} AS runtime
+# The runtime is the deps stage (the base and the venv; nothing was compiled there, no build tools) with the
+# user and the package: no 2 GB copy of the venv, and the images share its layers with the build cache.
+FROM deps AS runtime
+# Up to the import check, the component image's runtime stage word for word: the two images share these
+# layers (the 2 GB venv once on disk, built once). /gcs, /minio and /s3 are the component image's (KFP's
+# launcher); a trainer pod never uses them.
 RUN groupadd --gid 10001 ctpipe \
-    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin ctpipe
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin ctpipe \
+    && mkdir -p /gcs /minio /s3 \
+    && chown 10001:10001 /gcs /minio /s3
 # No COPY --link: Debian's buildah (1.28) refuses it, and podman builds these images without a daemon.
-COPY --from=deps /opt/venv /opt/venv
 COPY --from=build /pkg/opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
+# PATH (the venv's python3 first: KFP runs `python3 -m kfp.dsl.executor_main`) comes from the deps stage.
+ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp \
     MLFLOW_DISABLE_TELEMETRY=true
