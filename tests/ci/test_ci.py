@@ -152,7 +152,15 @@ def test_podman_builds_from_the_local_base_and_wheel_and_leaves_cuda_to_github(t
     out = _dry_build(tmp_path, LISTED, **env)
     assert out.returncode == 0, out.stderr
     builds = [line for line in out.stderr.splitlines() if line.startswith("+ podman build ")]
-    assert len(builds) == 3 and "skip ctpipe-trainer-cuda" in out.stderr
+    images = [b for b in builds if " -t ghcr.io/acme/" in b]
+    assert len(images) == 3 and "skip ctpipe-trainer-cuda" in out.stderr
+    # Each image's first stage (the dependencies) is built and tagged first with the same arguments: the tag
+    # keeps its layers through the prune, so an unchanged dependency set is reused by the next build.
+    for name, image in zip(("ctpipe", "ctpipe-trainer-cpu", "ctpipe-mlflow"), images, strict=True):
+        cache = builds[builds.index(image) - 1]
+        assert " --target " in cache and cache.endswith(f" -t localhost/ctpipe-build-cache:{name} .")
+        assert cache.split(" --target ")[0] == image.split(" -t ghcr.io/acme/")[0]
+    assert len(builds) == 6
     for build in builds:
         assert "--build-arg PYTHON_IMAGE=localhost/ctpipe-python:3.11-bookworm-x" in build
     cpu = next(b for b in builds if "-cpu " in b)
