@@ -35,7 +35,9 @@ rank0="ctpipe-smoke-rank0-$$"
 rank1="ctpipe-smoke-rank1-$$"
 as_image_user() { if [ "$(id -u)" -eq 0 ]; then "$@"; else podman unshare "$@"; fi; }
 cleanup() {
-    podman rm -f "$rank0" "$rank1" >/dev/null 2>&1 || true
+    # The second rank first: it joined the first one's network namespace.
+    podman rm -f "$rank1" >/dev/null 2>&1 || true
+    podman rm -f "$rank0" >/dev/null 2>&1 || true
     as_image_user rm -rf "$work"
 }
 trap cleanup EXIT
