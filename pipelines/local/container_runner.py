@@ -205,10 +205,12 @@ def remove_containers(runtime: ContainerRuntime, run_id: str) -> None:
 
 @contextlib.contextmanager
 def steps_in_containers(
-    pipeline: Any, *, image: str, home: Path, data_uri: str, status_dir: Path, tracking_uri: str, run_id: str
+    pipeline: Any, *, image: str, home: Path, pipeline_root: Path, data_uri: str, status_dir: Path, tracking_uri: str,
+    run_id: str,
 ) -> Iterator[Any]:
     """KFP's ``DockerRunner`` for this block, every executor of ``pipeline`` in ``image``; the run's containers
-    are removed when the block ends, however it ends."""
+    are removed when the block ends, however it ends. ``pipeline_root`` is made here, the image user's: KFP's
+    ``local.init`` would make it later as this process's user, and a step could not write its outputs in it."""
     from kfp import local
 
     from ctpipe.pipelines.local.kfp_local_patches import container_exit_codes_kept
@@ -216,7 +218,7 @@ def steps_in_containers(
     with container_api() as runtime:
         user = image_user(runtime.base_url, image)
         if not runtime.rootless:
-            hand_over([home], *user)
+            hand_over([home, pipeline_root], *user)
         use_image(pipeline, image)
         args = runner_args(runtime=runtime, user=user, home=home, data_uri=data_uri, status_dir=status_dir,
                            tracking_uri=tracking_uri, run_id=run_id)

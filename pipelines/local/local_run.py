@@ -190,7 +190,8 @@ def _kfp_runner(runner: str, pipeline: Any, image: str, home: Path, data_uri: st
     if runner == "container":
         from ctpipe.pipelines.local.container_runner import steps_in_containers
 
-        return steps_in_containers(pipeline, image=image, home=home.resolve(), data_uri=data_uri,
+        return steps_in_containers(pipeline, image=image, home=home.resolve(),
+                                   pipeline_root=(home / "pipeline_root").resolve(), data_uri=data_uri,
                                    status_dir=status_dir.resolve(),
                                    tracking_uri=tracking_uri, run_id=run_id)
     from kfp import local

@@ -102,3 +102,27 @@ def test_an_unknown_runner_is_a_user_error(tmp_path):
 
     with pytest.raises(ConfigError, match="invalid runner 'docker'; allowed: subprocess, container"):
         run_local(home=tmp_path, runner="docker")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing files to another user needs root")
+def test_the_pipeline_root_kfp_makes_later_is_the_images_user_before_a_step_runs(tmp_path, monkeypatch):
+    """KFP's local.init makes the pipeline root after the home was handed over; a step's container (uid 10001)
+    then could not make its run folder in it (PermissionError in `ctpipe run --runner container`)."""
+    import contextlib
+
+    from ctpipe.pipelines.continuous_training import build_pipeline
+    from ctpipe.pipelines.local import container_runner
+
+    # The edges: the container API (podman's socket) and the image's user as that API reports it.
+    monkeypatch.setattr(container_runner, "container_api", lambda: contextlib.nullcontext(ROOTFUL))
+    monkeypatch.setattr(container_runner, "image_user", lambda base_url, image: (10001, 10001))
+    monkeypatch.setattr(container_runner, "remove_containers", lambda runtime, run_id: None)
+    home = tmp_path / "home"
+    home.mkdir()
+    with container_runner.steps_in_containers(
+        build_pipeline(None), image="localhost/ctpipe:abc", home=home, pipeline_root=home / "pipeline_root",
+        data_uri=str(tmp_path / "data"), status_dir=home / "runs" / "r1" / "steps", tracking_uri="sqlite:///x.db",
+        run_id="r1",
+    ):
+        root = home / "pipeline_root"
+        assert root.is_dir() and (root.stat().st_uid, root.stat().st_gid) == (10001, 10001)
