@@ -206,6 +206,8 @@ def test_the_ci_entrypoint_builds_and_smoke_tests_the_images_before_the_tests():
     build, smoke, tests = (script.index(s) for s in ("ci/build_images.sh", "ci/smoke_images.sh", "python -m pytest -q"))
     assert build < smoke < tests
     assert "CTPIPE_REQUIRE_IMAGES=1" in script  # the container tests fail, not skip, where the images must be
+    # The images leave CI as an OCI layout (a pushable artifact; GitHub pushes to the registry instead), made afresh.
+    assert "OCI_DIR=build/oci ci/build_images.sh" in script and "rm -rf build/oci" in script
 
 
 def test_manifest_validation_catches_missing_fields_duplicates_and_crd_violations(tmp_path):
