@@ -4,6 +4,10 @@
 the first byte that is not (a C library's message, a user's model printing raw bytes) raised
 UnicodeDecodeError in ``ctpipe run`` and failed the run, the step's pipe closed under it.
 
+``kfp.local.docker_task_handler.run_docker_container`` (``ctpipe run --runner container``) starts each step's
+container with ``auto_remove`` and, when the container is gone before its exit code is read, "assumes success":
+a step that failed fast passed. Here the container stays until its exit code is read, then goes.
+
 KFP's local runner colours task names and statuses with ANSI codes (``kfp.local.logging_utils.Color``)
 whatever its output is; ``ctpipe run`` sends it to ``pipeline.log``, where the codes are noise.
 """
@@ -65,3 +69,29 @@ def log_without_colour() -> Iterator[None]:
     finally:
         for name, value in saved.items():
             setattr(logging_utils.Color, name, value)
+
+
+def run_step_container(client, image: str, command: list[str], volumes: dict, **container_run_args) -> int:
+    """kfp's ``run_docker_container``: the exit code read before the container is removed, output decoded leniently."""
+    container = client.containers.run(image=image, command=command, detach=True, stdout=True, stderr=True,
+                                      volumes=volumes, **container_run_args)
+    try:
+        for chunk in container.logs(stream=True, follow=True):
+            print(ANSI_CODES.sub("", chunk.decode("utf-8", errors="replace")), end="")
+        return int(container.wait()["StatusCode"])
+    finally:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+
+
+@contextlib.contextmanager
+def container_exit_codes_kept() -> Iterator[None]:
+    """While in this block, KFP's DockerRunner starts steps with ``run_step_container``."""
+    from kfp.local import docker_task_handler
+
+    original = docker_task_handler.run_docker_container
+    docker_task_handler.run_docker_container = run_step_container
+    try:
+        yield
+    finally:
+        docker_task_handler.run_docker_container = original

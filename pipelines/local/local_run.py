@@ -35,6 +35,9 @@ from ctpipe.pipelines.local.progress import StepProgress, output_to
 from ctpipe.pipelines.local.run_summary import build_summary, write_summary
 from ctpipe.pipelines.local.sigterm import sigterm_stops_the_steps
 
+# How the steps run: processes of this machine, or containers of the component image.
+RUNNERS = ("subprocess", "container")
+
 
 def run_local(
     *,
@@ -46,8 +49,13 @@ def run_local(
     verbosity: int = 0,
     process_started: float | None = None,
     parameters: dict[str, Any] | None = None,
+    runner: str = "subprocess",
+    image: str | None = None,
 ) -> dict[str, Any]:
     """Run the pipeline locally end to end and return its summary (also written to summary.json).
+
+    ``runner``: ``subprocess`` (each step a process of this machine) or ``container`` (each step in the
+    component image, ``image`` or the config's ``kubernetes.image``: ``ctpipe.pipelines.local.container_runner``).
 
     ``parameters``: values of the pipeline's typed run parameters (the Kubeflow UI's run form, e.g.
     ``{"training_steps": 200}``), applied over the config as on a cluster.
@@ -59,11 +67,14 @@ def run_local(
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     refuse_uri_credentials(data_uri, name="--data", recorded_in="the data URI is recorded in the run's summary and MLflow tags")
+    if runner not in RUNNERS:
+        raise ConfigError(f"invalid runner {runner!r}; allowed: {', '.join(RUNNERS)}")
     home_dir = Path(home) if home else default_home()
     overrides = list(overrides or [])
     # The warm-start server imports the steps' libraries while this process goes on (the config, which
     # imports the task, the demo data, KFP): started first, so that these overlap its imports.
-    with running_server(with_standby=True) as warm:
+    # Steps in containers start from the image, not from this machine's warm-start server.
+    with running_server(with_standby=True) if runner == "subprocess" else contextlib.nullcontext() as warm:
         setup = {"cli_start_seconds": round(called - process_started, 3) if process_started else None}
         home_dir.mkdir(parents=True, exist_ok=True)
         demo = data_uri is None
@@ -91,7 +102,7 @@ def run_local(
         status_dir.mkdir()
         started = time.time()
         outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity, warm,
-                                parameters)
+                                parameters, runner, image or config.kubernetes.image)
         summary = build_summary(
             status_dir,
             run_dir=run_dir,
@@ -122,6 +133,8 @@ def _run_pipeline(
     verbosity: int,
     warm: WarmServer | None = None,
     parameters: dict[str, Any] | None = None,
+    runner: str = "subprocess",
+    image: str = "",
 ) -> str | None:
     """Run the KFP pipeline with the local runner; its logs go to run_dir/pipeline.log."""
     from kfp import local
@@ -147,9 +160,10 @@ def _run_pipeline(
                 step_output_decoded_leniently(),
                 log_without_colour(),
                 cache_hits_recorded(status_dir),
+                _kfp_runner(runner, pipeline, image, home, data_uri, status_dir, tracking_uri, run_dir.name) as kfp_runner,
             ):
                 local.init(
-                    local.SubprocessRunner(use_venv=False),
+                    kfp_runner,
                     pipeline_root=str((home / "pipeline_root").resolve()),
                     raise_on_error=False,
                     # The same cache as on a cluster: validate..select reused while data, config and code hold.
@@ -172,6 +186,21 @@ def _run_pipeline(
         else:
             os.environ[STATUS_DIR_ENV] = previous
     return error
+
+
+def _kfp_runner(runner: str, pipeline: Any, image: str, home: Path, data_uri: str, status_dir: Path,
+                tracking_uri: str, run_id: str) -> contextlib.AbstractContextManager:
+    """KFP's runner for the steps: this machine's processes, or the image's containers."""
+    if runner == "container":
+        from ctpipe.pipelines.local.container_runner import steps_in_containers
+
+        return steps_in_containers(pipeline, image=image, home=home.resolve(),
+                                   pipeline_root=(home / "pipeline_root").resolve(), data_uri=data_uri,
+                                   status_dir=status_dir.resolve(),
+                                   tracking_uri=tracking_uri, run_id=run_id)
+    from kfp import local
+
+    return contextlib.nullcontext(local.SubprocessRunner(use_venv=False))
 
 
 @contextlib.contextmanager

@@ -15,6 +15,8 @@ from tests.fakes.kfp_api import FakeKfpServer
 from tests.fixtures.paths import REPO_ROOT as ROOT
 
 SCRIPTS = ["install.sh", "lint.sh", "test.sh", "compile.sh", "validate_manifests.sh", "build_images.sh", "deploy.sh", "smoke_run.sh"]
+# Run by .ci/run here (podman), not by the GitHub workflow.
+LOCAL_SCRIPTS = ["smoke_images.sh"]
 
 
 def run_script(name: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
@@ -57,7 +59,7 @@ def test_workflow_runs_the_steps_in_order_and_deploys_only_from_main_with_secret
     assert install.index("torch==2.13.0") < install.index("-e '.[test]'")
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", SCRIPTS + LOCAL_SCRIPTS)
 def test_scripts_are_executable_and_parse(name):
     path = ROOT / "ci" / name
     assert os.access(path, os.X_OK)
@@ -104,28 +106,108 @@ def test_deploy_without_a_host_says_what_to_set():
     assert out.returncode == 2 and "KFP_HOST" in out.stderr
 
 
-def test_build_images_names_and_tags_each_image(tmp_path):
-    containers = tmp_path / "containers"
-    (containers / "component").mkdir(parents=True)
-    (containers / "component" / "Dockerfile").write_text("FROM scratch\n")
-    (containers / "trainer.Dockerfile").write_text("ARG TORCH_INDEX_URL=https://pypi.org/simple\nFROM scratch\n")
-    out = run_script(
-        "build_images.sh",
-        {"CONTAINERS_DIR": str(containers), "DRY_RUN": "1", "PUSH": "1", "IMAGE_REGISTRY": "ghcr.io/acme",
-         "IMAGE_TAG": "abc", "BUILD_DIR": str(tmp_path / "build")},
-    )
+def _dry_build(tmp_path, images: str, **env: str) -> subprocess.CompletedProcess:
+    listed = tmp_path / "images.list"
+    listed.write_text(images)
+    return run_script("build_images.sh", {"IMAGES_LIST": str(listed), "DRY_RUN": "1", "IMAGE_REGISTRY": "ghcr.io/acme",
+                                          "IMAGE_TAG": "abc", "BUILD_DIR": str(tmp_path / "build"), **env})
+
+
+LISTED = (
+    "# name  repo  variant  file  where\n"
+    "ctpipe              ctpipe          -     containers/component.Dockerfile  everywhere\n"
+    "ctpipe-trainer-cpu  ctpipe-trainer  cpu   containers/trainer.Dockerfile    everywhere\n"
+    "ctpipe-trainer-cuda ctpipe-trainer  cuda  containers/trainer.Dockerfile    registry\n"
+    "ctpipe-mlflow       ctpipe-mlflow   -     containers/mlflow.Dockerfile     everywhere\n"
+)
+
+
+def test_build_images_names_and_tags_each_image_of_the_list(tmp_path):
+    out = _dry_build(tmp_path, LISTED, BUILDER="docker", PUSH="1")
     assert out.returncode == 0, out.stderr
     builds = [line for line in out.stderr.splitlines() if line.startswith("+ docker build ")]
-    component = next(b for b in builds if b.startswith("+ docker build -f " + str(containers / "component" / "Dockerfile")))
+    component = next(b for b in builds if b.startswith("+ docker build -f containers/component.Dockerfile "))
     assert " -t ghcr.io/acme/ctpipe:abc " in component
     # Lineage: every image carries its commit and its own reference.
     assert "--build-arg GIT_COMMIT=" in component and "--build-arg IMAGE_REF=ghcr.io/acme/ctpipe:abc " in component
     assert "+ docker push ghcr.io/acme/ctpipe:abc" in out.stderr
     cpu = next(b for b in builds if " -t ghcr.io/acme/ctpipe-trainer:abc-cpu " in b)
     assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in cpu
+    cuda = next(b for b in builds if " -t ghcr.io/acme/ctpipe-trainer:abc-cuda " in b)
+    assert "--build-arg TORCH_INDEX_URL=https://pypi.org/simple" in cuda
+    mlflow_build = next(b for b in builds if " -t ghcr.io/acme/ctpipe-mlflow:abc " in b)
+    assert "TORCH" not in mlflow_build  # its Containerfile takes no torch
     assert (tmp_path / "build" / "images.txt").read_text().split() == [
-        "ghcr.io/acme/ctpipe:abc", "ghcr.io/acme/ctpipe-trainer:abc-cuda", "ghcr.io/acme/ctpipe-trainer:abc-cpu",
+        "ghcr.io/acme/ctpipe:abc", "ghcr.io/acme/ctpipe-trainer:abc-cpu", "ghcr.io/acme/ctpipe-trainer:abc-cuda",
+        "ghcr.io/acme/ctpipe-mlflow:abc",
     ]
+
+
+def test_podman_builds_from_the_local_base_and_wheel_and_leaves_cuda_to_github(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    env = {"BUILDER": "podman", "PYTHON_IMAGE": "localhost/ctpipe-python:3.11-bookworm-x", "TORCH_WHEELS": str(wheels),
+           "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": ""}
+    out = _dry_build(tmp_path, LISTED, **env)
+    assert out.returncode == 0, out.stderr
+    builds = [line for line in out.stderr.splitlines() if line.startswith("+ podman build ")]
+    images = [b for b in builds if " -t ghcr.io/acme/" in b]
+    assert len(images) == 3 and "skip ctpipe-trainer-cuda" in out.stderr
+    # Each image's first stage (the dependencies) is built and tagged first with the same arguments: the tag
+    # keeps its layers through the prune, so an unchanged dependency set is reused by the next build.
+    for name, image in zip(("ctpipe", "ctpipe-trainer-cpu", "ctpipe-mlflow"), images, strict=True):
+        cache = builds[builds.index(image) - 1]
+        assert " --target " in cache and cache.endswith(f" -t localhost/ctpipe-build-cache:{name} .")
+        assert cache.split(" --target ")[0] == image.split(" -t ghcr.io/acme/")[0]
+    assert len(builds) == 6
+    for build in builds:
+        assert "--build-arg PYTHON_IMAGE=localhost/ctpipe-python:3.11-bookworm-x" in build
+    cpu = next(b for b in builds if "-cpu " in b)
+    assert f"--volume {wheels}:/wheels:ro --build-arg TORCH_FIND_LINKS=/wheels" in cpu
+    assert "--build-arg TORCH_INDEX_URL=https://pypi.org/simple" in cpu
+    # Named, the CUDA variant is built here too; without a local wheel the CPU build takes PyTorch's index.
+    only = _dry_build(tmp_path, LISTED, **{**env, "ONLY": "ctpipe-trainer-cuda"})
+    assert "-t ghcr.io/acme/ctpipe-trainer:abc-cuda " in only.stderr
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").unlink()
+    no_wheel = _dry_build(tmp_path, LISTED, **{**env, "ONLY": "ctpipe"})
+    assert "--build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in no_wheel.stderr
+    assert "/wheels" not in no_wheel.stderr
+
+
+def test_one_more_image_is_one_more_line(tmp_path):
+    """A Containerfile joins the build (and the workflow's matrix, and ONLY=) by a line in containers/images.list."""
+    spark = tmp_path / "spark.Dockerfile"
+    extra = LISTED + f"ctpipe-spark  ctpipe-spark  -  {spark}  everywhere\n"
+    assert _dry_build(tmp_path, extra, BUILDER="docker", ONLY="ctpipe-spark").returncode == 1  # no such file
+    spark.write_text("FROM scratch\n")
+    out = _dry_build(tmp_path, extra, BUILDER="docker", ONLY="ctpipe-spark")
+    assert out.returncode == 0, out.stderr
+    assert f"+ docker build -f {spark} " in out.stderr
+    assert (tmp_path / "build" / "images.txt").read_text().split() == ["ghcr.io/acme/ctpipe-spark:abc"]
+
+
+def listed_images() -> list[tuple[str, ...]]:
+    lines = (ROOT / "containers" / "images.list").read_text().splitlines()
+    return [tuple(line.split()) for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_every_containerfile_is_built_and_every_line_names_one():
+    listed = listed_images()
+    assert all(len(line) == 5 and line[4] in ("everywhere", "registry") for line in listed), listed
+    files = {line[3] for line in listed}
+    assert all((ROOT / f).is_file() for f in files)
+    on_disk = {str(p.relative_to(ROOT)) for p in (ROOT / "containers").glob("*.Dockerfile")}
+    assert on_disk == files, f"Containerfiles no line of containers/images.list builds: {sorted(on_disk - files)}"
+
+
+def test_the_ci_entrypoint_builds_and_smoke_tests_the_images_before_the_tests():
+    script = (ROOT / ".ci" / "run").read_text()
+    build, smoke, tests = (script.index(s) for s in ("ci/build_images.sh", "ci/smoke_images.sh", "python -m pytest -q"))
+    assert build < smoke < tests
+    assert "CTPIPE_REQUIRE_IMAGES=1" in script  # the container tests fail, not skip, where the images must be
+    # The images leave CI as an OCI layout (a pushable artifact; GitHub pushes to the registry instead), made afresh.
+    assert "OCI_DIR=build/oci ci/build_images.sh" in script and "rm -rf build/oci" in script
 
 
 def test_manifest_validation_catches_missing_fields_duplicates_and_crd_violations(tmp_path):
@@ -200,7 +282,7 @@ def test_ci_compiles_for_exactly_the_images_it_builds(tmp_path):
     from ctpipe.pipelines.compile import compiled_config
 
     env = {"IMAGE_REGISTRY": REGISTRY, "IMAGE_TAG": TAG, "BUILD_DIR": str(tmp_path)}
-    built = run_script("build_images.sh", {**env, "DRY_RUN": "1"})
+    built = run_script("build_images.sh", {**env, "DRY_RUN": "1", "BUILDER": "docker"})
     assert built.returncode == 0, built.stderr
     assert set((tmp_path / "images.txt").read_text().split()) == SCHEME
     for overlay, variant in (("dev", "cpu"), ("prod", "cuda")):
@@ -216,7 +298,7 @@ def test_ci_compiles_for_exactly_the_images_it_builds(tmp_path):
 
 def test_build_images_can_build_one_image_per_job(tmp_path):
     """The workflow builds each image in its own job (a hosted runner's disk holds one CUDA build, not four)."""
-    env = {"IMAGE_REGISTRY": REGISTRY, "IMAGE_TAG": TAG, "BUILD_DIR": str(tmp_path), "DRY_RUN": "1"}
+    env = {"IMAGE_REGISTRY": REGISTRY, "IMAGE_TAG": TAG, "BUILD_DIR": str(tmp_path), "DRY_RUN": "1", "BUILDER": "docker"}
     expected = {"ctpipe": f"{REGISTRY}/ctpipe:{TAG}", "ctpipe-trainer-cuda": f"{REGISTRY}/ctpipe-trainer:{TAG}-cuda",
                 "ctpipe-trainer-cpu": f"{REGISTRY}/ctpipe-trainer:{TAG}-cpu", "ctpipe-mlflow": f"{REGISTRY}/ctpipe-mlflow:{TAG}",
                 "ctpipe-spark": f"{REGISTRY}/ctpipe-spark:{TAG}"}
@@ -228,8 +310,7 @@ def test_build_images_can_build_one_image_per_job(tmp_path):
     assert run_script("build_images.sh", {**env, "ONLY": "nope"}).returncode != 0
     workflow = yaml.safe_load(WORKFLOW.read_text())
     job = workflow["jobs"]["build-images"]
-    assert sorted(job["strategy"]["matrix"]["image"]) == sorted(["ctpipe", "ctpipe-trainer-cuda", "ctpipe-trainer-cpu", "ctpipe-mlflow",
-                                                                 "ctpipe-spark"])
+    assert sorted(job["strategy"]["matrix"]["image"]) == sorted(line[0] for line in listed_images())
     runs = " ".join(step.get("run", "") for step in job["steps"])
     assert "ONLY=" in runs and "IMAGE_TAG=" in runs
     compile_runs = " ".join(step.get("run", "") for step in workflow["jobs"]["compile"]["steps"])

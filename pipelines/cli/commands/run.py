@@ -3,6 +3,7 @@
     ctpipe run                                   # on generated demo data
     ctpipe run --data DIR --set data.label=target
     ctpipe run --task causal_lm                  # a built-in task on its own demo data (text)
+    ctpipe run --runner container --image REF    # each step in the built image (ci/build_images.sh), as on a cluster
 
 Prints one line per step, then the summary; the path of ``summary.json`` is the last line. Exit code 0
 only when the pipeline succeeded, 2 for a user error (bad data, a bad ``--set``).
@@ -33,6 +34,16 @@ def register(subparsers) -> None:
         help="why this run starts; recorded on the model (default manual)",
     )
     parser.add_argument("--task", metavar="NAME", help="a built-in task (same as --set task.name=NAME)")
+    parser.add_argument(
+        "--runner",
+        default="subprocess",
+        choices=("subprocess", "container"),
+        help="subprocess: each step a process of this machine (default); container: each step in the component "
+        "image through KFP's DockerRunner on podman (or $DOCKER_HOST), with a pod's user, entry point and mounts",
+    )
+    parser.add_argument("--image", metavar="REF",
+                        help="the image of --runner container (default: kubernetes.image; ci/build_images.sh prints "
+                        "the images it built)")
     add_config_args(parser)
     parser.set_defaults(func=run)
 
@@ -52,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         overrides=([f"task.name={args.task}"] if args.task else []) + args.overrides,
         trigger=args.trigger,
         verbosity=args.verbosity,
+        runner=args.runner,
+        image=args.image,
     )
     if args.verbosity >= 0:
         print(format_summary(summary))

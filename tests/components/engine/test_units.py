@@ -258,3 +258,42 @@ def test_a_checkpoint_whose_metadata_would_run_code_is_refused_without_running_i
         with pytest.raises(TrainingError, match="names builtins.exec, which a checkpoint never holds: refused"):
             load()
         assert not marker.exists()
+
+
+def test_metadata_pickled_by_debians_python_loads_and_getattr_reaches_only_enum_members(tmp_path):
+    """Python 3.11.2 (Debian 12's, the local image base) pickles an enum member as `getattr(Class, "NAME")`: DCP's
+    `.metadata` holds one (`_MEM_FORMAT_ENCODING`), and selection refused every checkpoint trained in that image.
+    getattr is now allowed for exactly that, a member of an allowed enum class by name, and nothing else."""
+    import enum
+    import io
+    import pathlib
+    import pickle
+
+    class PickledAsDebian(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, enum.Enum):
+                return getattr, (type(obj), obj.name)
+            return NotImplemented
+
+    def repickle(path: Path, rewrite=lambda metadata: metadata) -> None:
+        metadata = pickle.loads((path / ".metadata").read_bytes())  # our own checkpoint: trusted here
+        out = io.BytesIO()
+        PickledAsDebian(out).dump(rewrite(metadata))
+        assert b"getattr" in out.getvalue()
+        (path / ".metadata").write_bytes(out.getvalue())
+
+    model = nn.Linear(2, 2)
+    path = ckpt.save_checkpoint(tmp_path, 1, model=model, optimizer=torch.optim.AdamW(model.parameters()),
+                                rank_state={}, meta={"step": 1}, rank=0)
+    repickle(path)
+    fresh = nn.Linear(2, 2)
+    ckpt.load_model_weights(path, fresh)
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in model.state_dict().items())
+
+    class ReachesAMethod:
+        def __reduce__(self):
+            return getattr, (pathlib.PosixPath, "cwd")
+
+    repickle(path, lambda metadata: [metadata, ReachesAMethod()])
+    with pytest.raises(TrainingError, match="getattr of PosixPath.cwd, not a member of an enum"):
+        ckpt.load_model_weights(path, nn.Linear(2, 2))
