@@ -111,7 +111,7 @@ class TabularFamily(TaskBase):
 
         x_num, x_cat, *image_tensors = batch.inputs
         dump = decode_first_batch(TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""),
-                                  Preprocessing.from_dict(state), schema.label)
+                                  Preprocessing.from_dict(state), schema.label, state.get("target"))
         if self.images:
             images = self.images.describe(image_tensors, state["images"])
             dump["model_input"] = f"{dump.get('model_input', 'model(x_num, x_cat)')}, {images.pop('model_input')}"
