@@ -2,7 +2,7 @@
 
 Each is named by a task entrypoint (``task.entrypoint=ctpipe.testing.task_bugs:FACTORY``) or handed to the sanity
 gate as a model factory; the tests (tests/components/steps/sanity_checks/test_unused_and_oracle.py) and
-``benchmarks/gate_cases/issue48.py`` share them. Nothing in a run imports this module.
+``benchmarks/gate_cases/blind_spots_families.py`` share them. Nothing in a run imports this module.
 """
 
 from __future__ import annotations
