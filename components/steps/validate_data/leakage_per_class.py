@@ -34,6 +34,10 @@ WINDOW = 10
 AUC_SLACK = 0.005
 # ...and its 99.9 % lower bound must lie above this (a bound at 0.99 itself would need thousands of rows).
 AUC_FLOOR = 0.95
+# A feature that also tells the other classes apart (AUC at or above this among the rows of the rest) is an honest
+# strong feature (iris' petal length separates setosa perfectly and the other two well), not one outcome's record.
+OTHERS_INFORMATIVE = 0.8
+MIN_OTHER_ROWS = 10
 Z_LOWER = NormalDist().inv_cdf(0.999)
 TRAIN_SAMPLE = 200_000
 HELD_SAMPLE = 50_000
@@ -68,10 +72,28 @@ def auc_with_lower_bound(scores: np.ndarray, positive: np.ndarray) -> tuple[floa
     return float(auc), float(auc - Z_LOWER * np.sqrt(max(var, 0.0)))
 
 
+def auc_among_the_rest(train: pd.Series, y_train: np.ndarray, held: pd.Series, y_held: np.ndarray, cls: str,
+                       numeric: bool) -> float | None:
+    """How well the feature tells the other classes apart among the rows not of ``cls``: the highest one-vs-rest AUC
+    over those classes (each with ``MIN_OTHER_ROWS`` held-out rows of it and of the rest); None when none has."""
+    keep_train, keep_held = y_train != cls, y_held != cls
+    train, y_train, held, y_held = train[keep_train], y_train[keep_train], held[keep_held], y_held[keep_held]
+    aucs = []
+    for other in sorted(set(y_held)):
+        positive = y_held == other
+        if min(positive.sum(), (~positive).sum()) < MIN_OTHER_ROWS:
+            continue
+        aucs.append(auc_with_lower_bound(class_share_scores(train, y_train == other, held, numeric), positive)[0])
+    return max(aucs) if aucs else None
+
+
 def check_one_class_leakage(data: pd.DataFrame, schema: Schema, threshold: float, *,
                             already: set[str] = frozenset()) -> list[Finding]:
     """No single feature separates one class from the rest with a held-out AUC >= ``threshold`` − ``AUC_SLACK``
-    whose 99.9 % lower bound is above ``AUC_FLOOR``.
+    whose 99.9 % lower bound is above ``AUC_FLOOR``, while telling the other classes apart no better than
+    ``OTHERS_INFORMATIVE`` (a leak reveals one outcome; the others stay near chance). Only for three classes or more:
+    with two, one class against the rest is the whole label, which ``feature_checks.check_label_leakage`` judges
+    (an honest feature reaches AUC 0.99 on a binary label: scikit-learn's breast cancer table).
 
     One finding per leaking (column, class); one passed finding naming the highest AUC when none leaks."""
     labels = data[schema.label].astype(str).to_numpy()
@@ -84,6 +106,10 @@ def check_one_class_leakage(data: pd.DataFrame, schema: Schema, threshold: float
     if len(held_rows) > HELD_SAMPLE:
         held_rows = np.sort(rng.choice(held_rows, HELD_SAMPLE, replace=False))
     classes = sorted(set(labels[held_rows]))
+    if len(classes) < 3:
+        return [Finding(check="label_leakage_one_class", passed=True, severity=ERROR, not_applicable=True,
+                        message=f"not judged: {len(classes)} class(es) held out; with two, one class against the rest "
+                                "is the whole label (label_leakage judges it)")]
     bar = threshold - AUC_SLACK
     findings: list[Finding] = []
     best: tuple[float, str, str] = (0.0, "", "")
@@ -95,7 +121,7 @@ def check_one_class_leakage(data: pd.DataFrame, schema: Schema, threshold: float
         if in_train.sum() < MIN_PRESENT_ROWS or in_held.sum() < MIN_PRESENT_ROWS:
             continue
         y_train, y_held = labels[train_rows][in_train], labels[held_rows][in_held]
-        for cls in classes if len(classes) > 2 else classes[:1]:  # two classes: one AUC says it all
+        for cls in classes:
             positive = y_held == cls
             if min(positive.sum(), (~positive).sum()) < MIN_CLASS_ROWS:
                 continue
@@ -103,12 +129,17 @@ def check_one_class_leakage(data: pd.DataFrame, schema: Schema, threshold: float
             auc, lower = auc_with_lower_bound(scores, positive)
             best = max(best, (auc, col, cls))
             if auc >= bar and lower > AUC_FLOOR:
+                rest = auc_among_the_rest(train[in_train], y_train, held[in_held], y_held, cls, col in schema.numeric)
+                if rest is not None and rest >= OTHERS_INFORMATIVE:
+                    continue
                 findings.append(Finding(
                     check="label_leakage_one_class", passed=False, severity=ERROR, column=col,
                     message=(f"label leakage of one class: feature '{col}' alone separates class '{cls}' of "
                              f"'{schema.label}' from the other classes with held-out one-vs-rest AUC {auc:.4f} "
                              f"(99.9% lower bound {lower:.4f}, over {int(positive.sum())} held-out rows of '{cls}' "
-                             f"and {int((~positive).sum())} of the rest), though it does not predict the whole label. "
+                             f"and {int((~positive).sum())} of the rest), though it does not predict the whole label"
+                             + (f" (the other classes among themselves: AUC {rest:.2f})" if rest is not None else "")
+                             + ". "
                              f"A feature that reveals one outcome is usually recorded after it (a date or flag only "
                              f"'{cls}' rows get); drop it from data.features"),
                     observed=f"AUC {auc:.4f} (99.9% lower bound {lower:.4f})", expected=f"< {bar:g}, or a lower bound <= {AUC_FLOOR}"))

@@ -19,7 +19,10 @@ from ctpipe.components.lib.errors import DataValidationError
 from ctpipe.components.steps.validate_data.image_layout import check_image_layout
 from ctpipe.components.steps.validate_data.label_shares import check_label_shares, partition_label_counts
 from ctpipe.components.steps.validate_data.leakage_continuous import check_continuous_label_leakage
-from ctpipe.components.steps.validate_data.leakage_per_class import check_one_class_leakage
+from ctpipe.components.steps.validate_data.leakage_per_class import (
+    check_one_class_leakage,
+    check_one_class_leakage_per_partition,
+)
 from ctpipe.components.steps.validate_data.validate import validate_data
 from ctpipe.components.tasks.image_columns import Image, drift_columns
 
@@ -209,3 +212,33 @@ def test_mixed_orientation_is_stopped_by_validate_data_with_the_users_image_task
         _CACHE.clear()
     assert "image column 'image' in partition 'date=2026-01-03': about 100% of its 599 images look transposed" \
            in message, message
+
+
+def _sklearn_frame(name: str, copies: int = 1) -> tuple[pd.DataFrame, Schema]:
+    import sklearn.datasets
+
+    frame = getattr(sklearn.datasets, f"load_{name}")(as_frame=True).frame
+    rng = np.random.default_rng(0)
+    frame = pd.concat([frame] * copies, ignore_index=True)
+    features = [c for c in frame.columns if c != "target"]
+    frame[features] = frame[features] * rng.normal(1.0, 0.01, (len(frame), len(features)))  # no exact repeats
+    frame["target"] = frame["target"].astype(str)
+    frame[SPLIT_COLUMN] = rng.choice(["train", "val", "test"], len(frame), p=[0.6, 0.15, 0.25])
+    frame["part"] = np.arange(len(frame)) * 3 // len(frame)
+    return frame, Schema(label="target", key=None, numeric=features, categorical=[], classes=[])
+
+
+def test_an_honest_feature_of_a_binary_label_is_left_to_the_whole_label_check():
+    # Breast cancer's 'worst perimeter' separates the classes with AUC 0.99 in one partition: with two classes,
+    # one against the rest is the whole label (its accuracy, not an AUC, is the leakage rule there).
+    frame, schema = _sklearn_frame("breast_cancer")
+    assert check_one_class_leakage_per_partition(frame, schema, 0.99, "part", already=set()) == []
+    (finding,) = check_one_class_leakage(frame, schema, 0.99)
+    assert finding.passed and finding.not_applicable and "not judged: 2 class(es)" in finding.message
+
+
+def test_a_feature_that_also_tells_the_other_classes_apart_is_no_one_class_leak():
+    # Iris' petal length separates setosa perfectly (AUC 1.0) and versicolor from virginica well: honest.
+    frame, schema = _sklearn_frame("iris", copies=4)
+    (finding,) = check_one_class_leakage(frame, schema, 0.99)
+    assert finding.passed and "for class '0', 1.000)" in finding.message, finding.message  # AUC 1.0, not a leak
