@@ -108,9 +108,9 @@ def check_oracle_roundtrip(task: Any, model: Any, raw: Any, state: dict[str, Any
                                f"not judged: predict returned shape {list(predicted.shape)} for class targets")
         got = predicted.argmax(axis=1) if predicted.ndim == 2 else predicted  # probabilities, or class indices
         wrong = np.flatnonzero(got != truth)
-        detail = (f"row {wrong[0]}: predicted class {got[wrong[0]]} for target class {truth[wrong[0]]}"
-                  if len(wrong) else "")
-        what = "the class predicted is not the class encoded: predict's classes are in another order than encode's"
+        detail = (f"predict's classes are in another order than encode's (row {wrong[0]}: predicted class "
+                  f"{got[wrong[0]]} for target class {truth[wrong[0]]})" if len(wrong) else "")
+        what = "the class predicted is not the class encoded"
     else:
         predicted = predicted.reshape(len(truth))
         scale = max(float(np.std(truth)), float(np.abs(truth).max()) * 1e-6, 1e-12)
@@ -119,9 +119,9 @@ def check_oracle_roundtrip(task: Any, model: Any, raw: Any, state: dict[str, Any
         what = "the predictions are not the targets"
     if len(wrong):
         return CheckResult("oracle_roundtrip", False, len(wrong) / len(truth), RULE,
-                           f"{len(wrong)} of {len(truth)} first-batch rows: a stand-in model that outputs each row's "
-                           f"encoded target (codec.encode) does not get its target back from predict (codec.targets): "
-                           f"{what}; {detail}")
+                           f"{detail or what}: on {len(wrong)} of {len(truth)} first-batch rows a stand-in model that "
+                           f"outputs each row's encoded target (codec.encode) does not get its target back from "
+                           "predict (codec.targets)")
     return CheckResult("oracle_roundtrip", True, 0.0, RULE,
                        f"predict returns each of {len(truth)} first-batch rows' "
                        f"{'class' if classes else 'target'} for a model that outputs its encoded target")
