@@ -49,6 +49,8 @@ class Trainer:
         self.task_code = task_code_identity(task_record(cfg.task))
         self.hooks = training_hooks()  # no-ops unless CTPIPE_HOOKS (or a test fault) names some
         self._load_data(snapshot_dir)
+        if self.task.codec.rowwise:  # a small table: train.max_epochs passes, fewer than max_steps (run_sections.py)
+            self.t = self.t.for_examples(len(self._init_targets), d.world_size)
         self._build_model()
         self._build_optimizer()
         self.writer = CheckpointWriter()  # saves beside the next step (saving.py)
@@ -180,7 +182,7 @@ class Trainer:
 
         return ckpt.run_identity(
             data_fingerprint=self.fingerprint, train_rows=self.stream.n, task=task_record(self.cfg.task),
-            model=asdict(self.cfg.model), train=asdict(self.t), dtype=str(self.dtype).replace("torch.", ""),
+            model=asdict(self.cfg.model), train=asdict(self.cfg.train), dtype=str(self.dtype).replace("torch.", ""),
             sharded=isinstance(self.stream, ShardStream), split=ckpt.split_identity(self.cfg.data),
             task_code=self.task_code,
         )

@@ -134,6 +134,13 @@ class Blessing:
     # keeps it as the model's reference/predictions.json; and their drift from the champion's reference.
     prediction_reference: dict[str, Any] | None = None
     prediction_drift: dict[str, Any] | None = None
+    # The linear baseline beside the trivial one (its name, metrics, candidate - it), each class's figures, and
+    # warnings that do not block (a class never predicted).
+    linear_name: str | None = None
+    linear_metrics: dict[str, float] = field(default_factory=dict)
+    linear_differences: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_class: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     mlflow_run_id: str = ""
     evaluated_at: str = ""
     seconds: float = 0.0

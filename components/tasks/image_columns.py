@@ -5,7 +5,11 @@ for ``np.ndarray.tobytes()``) or as a list/array of ``prod(shape)`` numbers. ``t
 (``components/tasks/public.py``) reads each such column itself: the model gets it as one more input
 ``[batch, channels, height, width]`` float32, scaled by ``max_value`` and standardised with the train split's
 pixel mean and std; validation checks every image decodes to its shape; the watcher judges each image's mean
-intensity and ink fraction (pixels above half of ``max_value``) for drift.
+intensity, ink fraction (pixels above half of ``max_value``) and its layout profile for drift: the mean pixel of
+each of at most ``PROFILE_BANDS`` bands of rows (``COLUMN__row_I``) and of columns (``COLUMN__col_J``). Those
+profiles are what make the orientation visible: a writer that stores some images column-major (transposed) or
+flipped moves ink from rows to columns, which no orientation-blind statistic (mean, ink, pixel histogram) shows;
+validation compares them between partitions (``steps/validate_data/image_layout.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+# Bands of rows and of columns in an image's layout profile (a 28 x 28 image: 8 bands of 3-4 rows each).
+PROFILE_BANDS = 8
 
 
 @dataclass(frozen=True)
@@ -106,13 +113,31 @@ def expectations(images: Sequence[Image]) -> list[dict[str, Any]]:
     return out
 
 
+def _band_means(values: np.ndarray, bands: int) -> np.ndarray:
+    """[rows, n] -> [rows, bands]: the mean of each of ``bands`` contiguous, near-equal groups of the n columns."""
+    groups = np.array_split(np.arange(values.shape[1]), bands)
+    return np.stack([values[:, g].mean(axis=1) for g in groups], axis=1)
+
+
+def layout_profile(pixels: np.ndarray, image: Image) -> tuple[np.ndarray, np.ndarray]:
+    """([rows, bands_h], [rows, bands_w]): each image's mean pixel (scaled to [0, 1], over channels) in bands of
+    its rows and of its columns."""
+    c, h, w = image.chw
+    grid = pixels.reshape(len(pixels), c, h, w).mean(axis=1) / image.max_value
+    return _band_means(grid.mean(axis=2), min(h, PROFILE_BANDS)), _band_means(grid.mean(axis=1), min(w, PROFILE_BANDS))
+
+
 def drift_columns(frame: pd.DataFrame, images: Sequence[Image]) -> pd.DataFrame:
-    """Each image's mean intensity (scaled to [0, 1]) and ink fraction (pixels above half of ``max_value``)."""
+    """Each image's mean intensity (scaled to [0, 1]), ink fraction (pixels above half of ``max_value``) and layout
+    profile (``COLUMN__row_I``, ``COLUMN__col_J``: ``layout_profile``); NaN where the image does not decode."""
     derived = {}
     for image in images:
         pixels, ok = decode_pixels(frame[image.column], image.size)
         derived[f"{image.column}__mean_intensity"] = np.where(ok, pixels.mean(axis=1) / image.max_value, np.nan)
         derived[f"{image.column}__ink_fraction"] = np.where(ok, (pixels > image.max_value / 2).mean(axis=1), np.nan)
+        for axis, bands in zip(("row", "col"), layout_profile(pixels, image), strict=True):
+            for i in range(bands.shape[1]):
+                derived[f"{image.column}__{axis}_{i}"] = np.where(ok, bands[:, i], np.nan)
     return pd.DataFrame(derived, index=frame.index)
 
 

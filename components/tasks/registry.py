@@ -127,11 +127,18 @@ def label_column(task: TaskSpec, data: Any) -> str | None:
 
 
 def check_evaluation_metrics(task: TaskSpec, evaluate: Any) -> None:
-    """ConfigError unless every blessing rule (``config.evaluate``) names one of ``task.metrics``.
+    """ConfigError unless every blessing rule and floor (``config.evaluate``) names one of ``task.metrics``.
 
     A rule on a metric the task never computes could only ever fail the blessing, after a whole training;
     the first step calls this so that it stops the run before any work, with the task's metrics named."""
     names = [m.name for m in task.scoring.metrics]
+    unknown = [metric for metric in getattr(evaluate, "floors", {}) if metric not in names]
+    if unknown:
+        raise ConfigError(
+            f"invalid config value for 'evaluate.floors.{unknown[0]}': task '{task.name}' computes no metric "
+            f"{unknown[0]!r}; its metrics: {', '.join(names)}. Name those in evaluate.floors (e.g. --set "
+            f"evaluate.floors.{names[0]}=...), or remove the floor"
+        )
     for where, rules in (("evaluate.thresholds", evaluate.thresholds),
                          ("evaluate.slice_thresholds", evaluate.slice_thresholds)):
         unknown = [metric for metric in rules if metric not in names]

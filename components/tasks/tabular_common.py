@@ -107,8 +107,11 @@ class TabularFamily(TaskBase):
         return self.images.drift_columns(frame)
 
     def describe_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Any) -> dict[str, Any]:
+        from ctpipe.components.tasks.tabular_first_batch import TabularFirstBatch, decode_first_batch
+
         x_num, x_cat, *image_tensors = batch.inputs
-        dump = self.describe_tabular_batch(Batch((x_num, x_cat), batch.targets), raw, state, schema)
+        dump = decode_first_batch(TabularFirstBatch(raw, x_num, x_cat, batch.targets, ""),
+                                  Preprocessing.from_dict(state), schema.label, state.get("target"))
         if self.images:
             images = self.images.describe(image_tensors, state["images"])
             dump["model_input"] = f"{dump.get('model_input', 'model(x_num, x_cat)')}, {images.pop('model_input')}"
@@ -116,16 +119,10 @@ class TabularFamily(TaskBase):
         return dump
 
     def batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Any) -> list[str]:
-        found = self.tabular_batch_mismatches(dump, raw, schema)
+        from ctpipe.components.tasks.tabular_first_batch import first_batch_mismatches
+
+        found = first_batch_mismatches(dump, raw, schema.label)
         return [*found, *self.images.mismatches(dump, raw)] if self.images else found
-
-    # The tabular columns' part of the first batch: the generic dump, and no round trip to compare (classification
-    # decodes its columns and classes back: tabular.py).
-    def describe_tabular_batch(self, batch: Batch, raw: pd.DataFrame, state: TaskState, schema: Any) -> dict[str, Any]:
-        return TaskBase.describe_batch(self, batch, raw, state, schema)
-
-    def tabular_batch_mismatches(self, dump: dict[str, Any], raw: pd.DataFrame, schema: Any) -> list[str]:
-        return []
 
     # -- the spec -------------------------------------------------------------------------------------------
     def spec(self) -> TaskSpec:

@@ -21,9 +21,10 @@ class TabularFirstBatch:
     drawn: str
 
 
-def decode_first_batch(batch: Any, prep: Preprocessing, label: str) -> dict[str, Any]:
+def decode_first_batch(batch: Any, prep: Preprocessing, label: str, target: dict[str, float] | None = None) -> dict[str, Any]:
     """The exact tensors of the tabular task's first batch (``x_num``, ``x_cat``, ``y``, ``drawn``), decoded
-    back to column names and values."""
+    back to column names and values; ``target``: a regression's label standardisation (``mean``, ``std``), by
+    which ``y`` decodes to the label's value (else ``y`` is a class index)."""
     n = len(batch.y)
     numeric_cols, cat_cols = list(prep.numeric), list(prep.categorical)
     records = []
@@ -37,8 +38,12 @@ def decode_first_batch(batch: Any, prep: Preprocessing, label: str) -> dict[str,
             idx = int(batch.x_cat[i, k])
             vocab = prep.categorical[col]
             rec["categorical"][col] = {"tensor": idx, "decoded": vocab[idx - 1] if 0 < idx <= len(vocab) else "<unseen/missing>"}
-        yi = int(batch.y[i])
-        rec["label"] = {"tensor": yi, "decoded": prep.classes[yi], "column": label}
+        if target is not None:
+            z = float(batch.y[i])
+            rec["label"] = {"tensor": z, "decoded": z * target["std"] + target["mean"], "column": label}
+        else:
+            yi = int(batch.y[i])
+            rec["label"] = {"tensor": yi, "decoded": prep.classes[yi], "column": label}
         records.append(rec)
     return {
         "drawn": batch.drawn,
@@ -68,6 +73,10 @@ def first_batch_mismatches(dump: dict[str, Any], raw, label: str) -> list[str]:
             if raw_v is not None and category_key(str(raw_v)) != category_key(v["decoded"]) \
                     and v["decoded"] != "<unseen/missing>":
                 mismatches.append(f"row {i} {col}: tensor decodes to {v['decoded']!r}, raw {raw_v!r}")
-        if str(row[label]) != rec["label"]["decoded"]:
+        decoded = rec["label"]["decoded"]
+        if isinstance(decoded, float):  # a regression's label, decoded from its standardised value
+            if not math.isclose(decoded, float(row[label]), rel_tol=1e-4, abs_tol=1e-3):
+                mismatches.append(f"row {i} label: tensor decodes to {decoded:.6g}, raw {row[label]!r}")
+        elif str(row[label]) != decoded:
             mismatches.append(f"row {i} label: tensor decodes to {rec['label']['decoded']!r}, raw {row[label]!r}")
     return mismatches

@@ -53,7 +53,8 @@ def test_sigterm_to_ctpipe_run_mid_training_stops_every_step_and_rank(tmp_path, 
     home, marker = tmp_path / "home", uuid.uuid4().hex
     run = subprocess.Popen(
         [sys.executable, "-m", "ctpipe.pipelines.cli.main", "run", "--data", str(data), "--home", str(home),
-         "--set", "data.key=customer_id", "--set", "train.max_steps=100000", "--set", "train.deadline_seconds=600"],
+         "--set", "data.key=customer_id", "--set", "train.max_steps=100000", "--set", "train.max_epochs=null",  # trains until signalled
+         "--set", "train.deadline_seconds=600"],
         env={**os.environ, MARKER_ENV: marker, "CTPIPE_WARM_START": warm, "MLFLOW_DISABLE_TELEMETRY": "true"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

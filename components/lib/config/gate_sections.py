@@ -123,6 +123,14 @@ class EvaluationConfig:
     # Two-sided level of every interval; a slice check uses a Bonferroni-corrected level over the slice checks.
     confidence: float = 0.95
     seed: int = 0
+    # A first model (no champion) is not blessed when it loses clearly to a linear model (logistic or ridge
+    # regression on the same encoded features, fitted on train) on a metric with a value rule: the paired interval
+    # of its improvement lies wholly below -linear_margin x the linear model's value.
+    beat_linear: bool = True
+    linear_margin: float = 0.02
+    # Absolute floors on the candidate's value, beside the rules: the worst value a model may have and be blessed
+    # (a minimum for higher-is-better metrics, a maximum for lower-is-better ones), e.g. {accuracy: 0.9, rmse: 60}.
+    floors: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for where, rules in (("evaluate.thresholds", self.thresholds), ("evaluate.slice_thresholds", self.slice_thresholds)):
@@ -132,6 +140,12 @@ class EvaluationConfig:
                     f"{where}.{name}",
                     "is not a metric name (letters, digits and _); name one of the task's metrics, e.g. accuracy",
                 )
+        for name, floor in self.floors.items():
+            check(bool(METRIC_NAME.fullmatch(name)), f"evaluate.floors.{name}",
+                  "is not a metric name (letters, digits and _); name one of the task's metrics, e.g. accuracy")
+            check(isinstance(floor, int | float) and not isinstance(floor, bool) and math.isfinite(floor),
+                  f"evaluate.floors.{name}", f"{floor!r} must be a finite number (the worst value to bless)")
+        check_range(self.linear_margin, "evaluate.linear_margin", 0, 1.0)
         check_range(self.slice_min_rows, "evaluate.slice_min_rows", 1, MAX_ROWS)
         # Each resample weighs every test row: more than 100,000 costs more than the run.
         check_range(self.bootstrap_samples, "evaluate.bootstrap_samples", 1, 100_000)

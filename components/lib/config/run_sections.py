@@ -245,6 +245,11 @@ class TrainConfig:
     grad_clip: float = 3.0
     eval_every: int = 100
     checkpoint_every: int = 100
+    # Small tables: training also stops after this many passes over the train split (a task with one example per
+    # row); warmup, eval_every and checkpoint_every shrink in proportion, so selection (early stopping on val)
+    # still chooses among as many checkpoints. 600 steps are 170 passes over 450 rows: a model overfits long before.
+    # The demo's 5,600 train rows take 14 passes in 600 steps: unchanged. None: max_steps alone.
+    max_epochs: float | None = 15.0
     keep_best: int = 2
     seed: int = 1234
     # Minutes a rank waits for the others before the process group gives up.
@@ -270,6 +275,8 @@ class TrainConfig:
               f"{self.warmup_steps!r} must be in [0, train.max_steps) = [0, {self.max_steps})")
         check_range(self.min_lr_ratio, "train.min_lr_ratio", 0, 1.0)
         check_range(self.grad_clip, "train.grad_clip", 0, 1e6, low_open=True)
+        check(self.max_epochs is None or 0 < self.max_epochs <= 1e6, "train.max_epochs",
+              f"{self.max_epochs!r} must be a number of passes over the train split in (0, 1e6], or null (max_steps alone)")
         # The last step is always evaluated and checkpointed, so a longer interval just means "at the end".
         check_range(self.eval_every, "train.eval_every", 1, MAX_STEPS)
         check_range(self.checkpoint_every, "train.checkpoint_every", 1, MAX_STEPS)
@@ -279,3 +286,21 @@ class TrainConfig:
         check_range(self.threads_per_worker, "train.threads_per_worker", 1, 1024)
         check_range(self.deadline_seconds, "train.deadline_seconds", 60, MAX_WAIT_SECONDS)
         check(0 <= self.seed < 2**63, "train.seed", f"{self.seed} must be in [0, 2**63) (numpy and torch take no other)")
+
+    def for_examples(self, examples: int, world_size: int) -> TrainConfig:
+        """The training these settings give ``examples`` train examples on ``world_size`` ranks: ``max_steps``, or
+        ``max_epochs`` passes over them when that is fewer steps, with the warmup and the evaluation and checkpoint
+        intervals scaled by the same factor (each at least one step)."""
+        import math
+        from dataclasses import replace
+
+        global_batch = self.batch_size * world_size * self.grad_accum_steps
+        if self.max_epochs is None or examples <= 0:
+            return self
+        steps = max(1, math.ceil(self.max_epochs * examples / global_batch))
+        if steps >= self.max_steps:
+            return self
+        scale = steps / self.max_steps
+        return replace(self, max_steps=steps, warmup_steps=min(int(self.warmup_steps * scale), steps - 1),
+                       eval_every=max(1, round(self.eval_every * scale)),
+                       checkpoint_every=max(1, round(self.checkpoint_every * scale)))

@@ -18,6 +18,12 @@ class frequencies of this test split, whose argmax is the majority class). Diffe
 Slices (see ``judgement.evaluate_slices``) use the same rules on their own paired intervals at a
 Bonferroni-corrected level.
 
+Beside the trivial baseline, a strong one: a linear model on the candidate's encoded features, fitted on train
+(``linear_baseline.py``). A first model (no champion) is not blessed when, on a metric with a value rule, the
+paired interval of its improvement over the linear model lies wholly below ``-evaluate.linear_margin`` x the
+linear model's value (``evaluate.beat_linear``, ``linear_check``): it learned clearly less than the obvious
+baseline. ``evaluate.floors`` are absolute bounds a user sets (``floor_check``), on every candidate.
+
 A paired difference of a metric that the task gives as a ratio of per-unit sums (``unit_sums``: a causal LM's
 NLL over its documents' tokens or bytes) is judged by flipping the units' signs instead of resampling them
 (``metrics.sign_flip_interval``): an exact level at ~100 documents of unequal lengths.
@@ -108,6 +114,8 @@ class Evidence:
     vs_champion: Interval | None = None
     baseline: float | None = None
     vs_baseline: Interval | None = None
+    linear: float | None = None  # the linear baseline's value (``linear_baseline.py``) and candidate − it
+    vs_linear: Interval | None = None
 
 
 def higher_is_better(metric: str, rule: Threshold, directions: dict[str, bool] | None = None) -> bool:
@@ -196,6 +204,41 @@ def change_checks(
     return checks
 
 
+def linear_check(
+    metric: str, rule: Threshold, evidence: Evidence, *, margin: float, linear_name: str,
+    directions: dict[str, bool] | None = None,
+) -> Check | None:
+    """A first model must not lose clearly to the linear baseline: it is blocked when the paired interval of its
+    improvement over the linear model lies wholly below ``-margin`` x the linear model's value (``evaluate.beat_linear``)."""
+    if evidence.vs_linear is None or evidence.linear is None:
+        return None
+    higher = higher_is_better(metric, rule, directions)
+    gain = _improvement(evidence.vs_linear, higher)
+    allowed = -margin * abs(evidence.linear)
+    ok = not (math.isfinite(gain.high) and gain.high < allowed)
+    figures = (f"{metric} {evidence.candidate.value:.4f} vs {linear_name}'s {evidence.linear:.4f} (a linear model on the "
+               f"same encoded features, fitted on train) on these test rows: improvement {gain.value:+.4f}, {_ci(gain)} "
+               f"[{gain.low:+.4f}, {gain.high:+.4f}]")
+    verdict = (f"no evidence it is worse than the linear baseline by more than {margin:.0%} of its value" if ok else
+               f"loses clearly to the linear baseline (the interval lies below -{margin:.0%} of its value): a first "
+               "model should at least match the obvious baseline; check that it reads all its inputs, its loss (class "
+               "weights), its capacity and training length (evaluate.beat_linear=false blesses it anyway)")
+    return Check(metric, "beat_linear", ok, f"{figures}: {verdict}")
+
+
+def floor_check(metric: str, floor: float, evidence: Evidence, *, directions: dict[str, bool] | None = None) -> Check:
+    """The user's absolute floor (``evaluate.floors``): the worst value a model may have and be blessed (a minimum
+    for a higher-is-better metric, a maximum for a lower-is-better one), on the point estimate."""
+    if metric not in evidence:
+        return Check(metric, "floor", False, f"{metric} was not computed for this model, so its floor cannot be met")
+    higher = higher_is_better(metric, Threshold(value=floor), directions)
+    value, iv = evidence[metric].candidate.value, evidence[metric].candidate
+    ok = math.isfinite(value) and (value >= floor if higher else value <= floor)
+    return Check(metric, "floor", ok,
+                 f"{metric} {value:.4f} {'meets' if ok else 'fails'} the floor evaluate.floors.{metric} = "
+                 f"{'>=' if higher else '<='} {floor:g} ({_ci(iv)} [{iv.low:.4f}, {iv.high:.4f}])")
+
+
 def judge(
     thresholds: dict[str, Threshold], evidence: dict[str, Evidence], *, where: str | None = None,
     directions: dict[str, bool] | None = None, baseline_name: str = "the prior predictor",
@@ -253,6 +296,7 @@ def collect_evidence(
     confidence: float,
     normal: bool = False,
     scorer: Scorer | None = None,
+    p_linear: np.ndarray | None = None,
 ) -> dict[str, Evidence]:
     """Every metric's evidence from ONE paired bootstrap of candidate, champion and baseline on these rows.
 
@@ -273,6 +317,8 @@ def collect_evidence(
         models["baseline"] = p_baseline
     if p_champion is not None:
         models["champion"] = p_champion
+    if p_linear is not None:
+        models["linear"] = p_linear
     points = {name: scorer.compute_metrics(y, p) for name, p in models.items()}
     draws = scorer.bootstrap(y, models, samples=samples, seed=seed)
     interval = normal_interval if normal else percentile_interval
@@ -299,5 +345,7 @@ def collect_evidence(
             vs_champion=paired(metric, "champion") if p_champion is not None else None,
             baseline=points["baseline"][metric] if p_baseline is not None else None,
             vs_baseline=paired(metric, "baseline") if p_baseline is not None else None,
+            linear=points["linear"][metric] if p_linear is not None else None,
+            vs_linear=paired(metric, "linear") if p_linear is not None else None,
         )
     return evidence

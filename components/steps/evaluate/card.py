@@ -58,11 +58,13 @@ def _metrics_table(blessing: dict[str, Any], confidence: float) -> list[str]:
     diffs = blessing.get("differences") or {}
     base = blessing.get("baseline_metrics") or {}
     base_diffs = blessing.get("baseline_differences") or {}
+    linear = blessing.get("linear_metrics") or {}
+    linear_diffs = blessing.get("linear_differences") or {}
     ci = f"{confidence:.0%} CI"
     lines = [
         f"| metric | candidate [{ci}] | champion | cand − champ [{ci}, paired] | baseline | "
-        f"cand − baseline [{ci}, paired] | vs champion |",
-        "|---|---|---|---|---|---|---|",
+        f"cand − baseline [{ci}, paired] | linear | cand − linear [{ci}, paired] | vs champion |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, value in cand.items():
         iv = intervals.get(name, {})
@@ -72,9 +74,21 @@ def _metrics_table(blessing: dict[str, Any], confidence: float) -> list[str]:
             noise = "within noise" if d["low"] <= 0 <= d["high"] else "beyond noise"
         lines.append(
             f"| {name} | {_num(value)} [{_num(iv.get('low'))}, {_num(iv.get('high'))}] | {_num(champ.get(name))} | "
-            f"{_interval_text(d)} | {_num(base.get(name))} | {_interval_text(base_diffs.get(name))} | {noise} |"
+            f"{_interval_text(d)} | {_num(base.get(name))} | {_interval_text(base_diffs.get(name))} | "
+            f"{_num(linear.get(name))} | {_interval_text(linear_diffs.get(name))} | {noise} |"
         )
     return lines
+
+
+def _per_class_table(blessing: dict[str, Any]) -> list[str]:
+    """Each class's test rows, predicted rows, recall and precision (class-probability tasks)."""
+    figures = blessing.get("per_class") or []
+    if not figures:
+        return ["not a class-probability task"]
+    lines = ["| class | test rows | predicted rows | recall | precision |", "|---|---|---|---|---|"]
+    lines += [f"| {f['class']} | {f['test_rows']} | {f['predicted_rows']} | {_num(f['recall'])} | {_num(f['precision'])} |"
+              for f in figures]
+    return lines + [f"- warning: {w}" for w in blessing.get("warnings") or []]
 
 
 def _slices_table(slices: list[dict[str, Any]]) -> list[str]:
@@ -178,7 +192,9 @@ def write_model_card(
         "",
         "## Metrics on the test split",
         f"{blessing['test_rows']} test rows; candidate and champion each scored with the preprocessing statistics "
-        f"it was trained with; the baseline is {_baseline_words(blessing)}. Intervals by paired bootstrap (the same "
+        f"it was trained with; the baseline is {_baseline_words(blessing)}; linear is "
+        f"{blessing.get('linear_name') or 'not fitted (see the reasons)'} on the candidate's encoded features, fitted on "
+        "train. Intervals by paired bootstrap (the same "
         f"{config.evaluate.bootstrap_samples} resamples of the rows for every model); the rules are in README.md, "
         "\"Gates and their statistics\".",
         "",
@@ -186,6 +202,9 @@ def write_model_card(
         "",
         "### Confusion matrix (candidate)",
         *_confusion(blessing),
+        "",
+        "### Per class (candidate)",
+        *_per_class_table(blessing),
         "",
         "## Slices",
         *_slices_table(blessing.get("slices") or []),

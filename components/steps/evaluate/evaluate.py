@@ -28,6 +28,8 @@ from ctpipe.components.steps.evaluate.blessing import Check
 from ctpipe.components.steps.evaluate.card import Lineage, write_model_card
 from ctpipe.components.steps.evaluate.champion_task import champion_task_code, other_task_error
 from ctpipe.components.steps.evaluate.judgement import judge_candidate
+from ctpipe.components.steps.evaluate.linear_baseline import fit_linear_baseline
+from ctpipe.components.steps.evaluate.per_class import never_predicted, per_class
 from ctpipe.components.steps.evaluate.scoring import score_batches
 from ctpipe.components.tasks.export import ExportedModel, load_model_export
 from ctpipe.components.tasks.outputs import check_class_predictions
@@ -71,6 +73,11 @@ class EvaluationResult:
     checks: list[dict[str, Any]] = field(default_factory=list)
     test_rows: int = 0
     prediction_drift: dict[str, Any] | None = None
+    linear_name: str | None = None  # the linear baseline (``linear_baseline.py``): None when none was fitted
+    linear_metrics: dict[str, float] = field(default_factory=dict)
+    linear_differences: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_class: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -85,6 +92,11 @@ class EvaluationResult:
             "baseline_differences": self.baseline_differences,
             "failed_slices": [s for s in self.slices if s.get("blocking")],
             "test_rows": self.test_rows,
+            "linear_name": self.linear_name,
+            "linear_metrics": self.linear_metrics,
+            "linear_differences": self.linear_differences,
+            "per_class": self.per_class,
+            "warnings": self.warnings,
         }
 
 
@@ -121,10 +133,11 @@ def evaluate_candidate(
     champion, champion_model = load_champion(tracking_uri, config)
     if champion_model is not None:
         champion.task_code = champion_task_code(champion_model, champion.version)
+    linear, linear_detail = fit_linear(candidate, snapshot)
     # The split is streamed a row group at a time; only per-row targets and predictions are kept.
     scored = score_batches(snapshot.batches("test"), candidate=candidate, reference=reference,
                            champion=champion_model, champion_version=champion.version, slices=list(ev.slices),
-                           schema=snapshot.schema)
+                           schema=snapshot.schema, linear=linear.model if linear else None)
     y, p_cand = scored.targets, scored.candidate
     check_class_predictions(task, p_cand, classes)  # the confusion matrix and ROC below read them so
     if champion_model is not None:
@@ -143,11 +156,16 @@ def evaluate_candidate(
     if p_champ is not None:
         champion.metrics = task.scoring.compute_metrics(y, p_champ)
     judgement = judge_candidate(y, p_cand, p_champ, config, scored.slice_columns, snapshot.schema.numeric, scorer=task.scoring,
-                                baseline=trivial_predictions(task.scoring, y, reference))
+                                baseline=trivial_predictions(task.scoring, y, reference), linear=scored.linear,
+                                linear_name=linear.name if linear else "the linear baseline")
     all_checks = judgement.checks
     has_rules = bool(ev.thresholds)
     blessed = judgement.passed and champion.error is None
     reasons = _reasons(blessed, all_checks, champion, has_rules)
+    cm = confusion_matrix(y, p_cand.argmax(axis=1), len(classes)).tolist() if classes else []
+    classes_seen = per_class(np.asarray(cm), classes) if classes else []
+    warnings = never_predicted(classes_seen)
+    reasons += [f"warning: {w}" for w in warnings] + [linear.detail if linear else linear_detail]
     if has_rules and not judgement.applied:
         reasons.insert(
             0,
@@ -158,7 +176,6 @@ def evaluate_candidate(
     slices = judgement.slices
 
     # Class-probability predictions (a task that names its classes) get a confusion matrix and, for two, a ROC.
-    cm = confusion_matrix(y, p_cand.argmax(axis=1), len(classes)).tolist() if classes else []
     roc = roc_curve(y == 1, p_cand[:, 1]) if len(classes) == 2 else None
     result = EvaluationResult(
         blessed=blessed,
@@ -179,6 +196,11 @@ def evaluate_candidate(
         checks=[c.to_dict() for c in all_checks],
         test_rows=scored.rows,
         prediction_drift=drift,
+        linear_name=linear.name if linear else None,
+        linear_metrics={k: e.linear for k, e in evidence.items() if e.linear is not None},
+        linear_differences={k: e.vs_linear.to_dict() for k, e in evidence.items() if e.vs_linear},
+        per_class=classes_seen,
+        warnings=warnings,
     )
     blessing = {
         **result.summary(),
@@ -248,6 +270,20 @@ def load_champion(tracking_uri: str, config: Config) -> tuple[ChampionScore, Exp
             ), None
         predictions = _kept_predictions(found.files.get(PREDICTIONS_ARTIFACT_PATH))
     return ChampionScore(found.version, metadata=dict(champion.metadata), prediction_reference=predictions), champion
+
+
+def fit_linear(candidate: ExportedModel, snapshot: Any) -> tuple[Any, str]:
+    """The linear baseline on the candidate's encoded features (``linear_baseline.py``), or None and why not."""
+    import torch
+
+    first = next(snapshot.batches("train"), None)
+    if first is None or not candidate.task.codec.rowwise:
+        return fit_linear_baseline(candidate.task, candidate.state, iter(()), iter(()), ())
+    candidate.model.eval()
+    with torch.no_grad():
+        shape = tuple(candidate.model(*candidate.task.codec.encode(first.iloc[:2], candidate.state).inputs).shape)
+    return fit_linear_baseline(candidate.task, candidate.state, snapshot.batches("train"), snapshot.batches("val"),
+                               shape)
 
 
 # --- helpers of the step --------------------------------------------------------------------------

@@ -22,8 +22,10 @@ from ctpipe.components.steps.evaluate.blessing import (
     Evidence,
     Scorer,
     collect_evidence,
+    floor_check,
     interval_checks,
     judge,
+    linear_check,
     slice_rules,
 )
 
@@ -51,22 +53,33 @@ def judge_candidate(
     *,
     scorer: Scorer | None = None,
     baseline: np.ndarray | None = None,
+    linear: np.ndarray | None = None,
+    linear_name: str = "the linear baseline",
 ) -> Judgement:
-    """Paired evidence of candidate vs champion vs the trivial predictor, judged by ``config.evaluate``.
+    """Paired evidence of candidate vs champion vs the trivial predictor (and the linear baseline), judged by
+    ``config.evaluate``.
 
     ``scorer`` computes and resamples the metrics (the task; by default class-probability metrics) and
     ``baseline`` holds the trivial predictor's predictions (by default the class prior); with a scorer
-    and no baseline, "baseline" value rules have nothing to compare with and fail."""
+    and no baseline, "baseline" value rules have nothing to compare with and fail. ``linear``: the linear
+    baseline's predictions (``linear_baseline.py``), which a first model must not lose to clearly on a metric with
+    a value rule (``evaluate.beat_linear``)."""
     ev = config.evaluate
     scorer = scorer or CLASSIFICATION
     if baseline is None and scorer is CLASSIFICATION:
         baseline = prior_probabilities(y, p_candidate.shape[1])
     evidence = collect_evidence(
         y, p_candidate, p_champion, baseline, samples=ev.bootstrap_samples, seed=ev.seed, confidence=ev.confidence,
-        scorer=scorer,
+        scorer=scorer, p_linear=linear,
     )
     directions = metric_directions_of(scorer)
     checks = judge(ev.thresholds, evidence, directions=directions, baseline_name=baseline_name_of(scorer))
+    if ev.beat_linear and p_champion is None and checks:
+        for metric, rule in ev.thresholds.items():
+            found = (linear_check(metric, rule, evidence[metric], margin=ev.linear_margin, linear_name=linear_name,
+                                  directions=directions) if rule.value is not None and metric in evidence else None)
+            checks += [found] if found else []
+    checks += [floor_check(metric, floor, evidence, directions=directions) for metric, floor in ev.floors.items()]
     slices, slice_checks = evaluate_slices(frame, y, p_candidate, p_champion, config, numeric_columns,
                                            scorer=scorer, baseline=baseline)
     # A first model under change-only rules meets no rule at all: that is not a blessing either.

@@ -30,17 +30,19 @@ class ScoredSplit:
     candidate: np.ndarray
     champion: np.ndarray | None  # None: no champion, or it could not score a batch (``champion_error``)
     slice_columns: pd.DataFrame
+    linear: np.ndarray | None = None  # the linear baseline's predictions (``linear_baseline.py``), when fitted
     champion_error: str | None = None
     overlap: OverlapCheck | None = None
 
 
 def score_batches(
     batches, *, candidate: Any, reference: dict[str, Any], champion: Any = None, champion_version: str | None = None,
-    slices: list[str], schema: Any,
+    slices: list[str], schema: Any, linear: Any = None,
 ) -> ScoredSplit:
     """Score every record batch of ``batches`` (DataFrames) with ``candidate`` and, if given, ``champion``
-    (``ExportedModel``s), against the candidate's ``reference`` state."""
-    targets, cand, champ, kept = [], [], [], []
+    (``ExportedModel``s) and the ``linear`` baseline's stand-in model (read through the candidate's task and
+    state), against the candidate's ``reference`` state."""
+    targets, cand, champ, kept, lin = [], [], [], [], []
     counter: OverlapCounter | None = None
     champion_error: str | None = None
     rows = 0
@@ -59,6 +61,8 @@ def score_batches(
         rows += len(frame)
         targets.append(checked_targets(candidate.task, frame, reference))
         cand.append(score_export(candidate, frame, reference, probe=first))
+        if linear is not None:
+            lin.append(checked_predict(candidate.task, linear, frame, candidate.state, reference))
         if champion is not None and champion_error is None:
             try:
                 champ.append(score_export(champion, frame, reference, probe=first))
@@ -79,6 +83,7 @@ def score_batches(
         candidate=np.concatenate(cand),
         champion=np.concatenate(champ) if champion is not None and champion_error is None else None,
         slice_columns=pd.concat(kept, ignore_index=True),
+        linear=np.concatenate(lin) if linear is not None else None,
         champion_error=champion_error,
         overlap=counter.verdict() if counter is not None and champion_error is None else None,
     )

@@ -8,6 +8,7 @@ They follow the seed guides' "trustworthy skeleton" advice and fail the run on a
   set to the log class prior (which the trainer uses), the loss at init is the label entropy H(prior);
 * ``input_dependence``: the output changes with the input;
 * ``gradients_flow``: every trainable parameter gets a non-zero, finite gradient at init;
+* ``unused_inputs`` (``unused_inputs.py``): every tabular column and image pixel block reaches the output;
 * ``batch_independence`` (eval mode) and ``batch_independence_train_mode``: no row's output depends on
   another row's input, for every pair of rows of a small batch (gradients and perturbations);
 * ``overfit_one_batch``: a tiny batch of at least two classes is memorised (100% accuracy, near-zero loss);
@@ -51,6 +52,7 @@ from ctpipe.components.steps.sanity_checks.training_checks import (
     check_overfit_one_batch,
     check_short_training,
 )
+from ctpipe.components.steps.sanity_checks.unused_inputs import check_unused_inputs
 from ctpipe.components.tasks.protocol import CheckResult
 
 __all__ = ["CheckResult", "SanityResult", "check_model"]
@@ -85,6 +87,7 @@ def check_model(factory: Callable[[], Any], data: SanityData, cfg: Config, task:
     timed_run(check_init_loss, ctx, cfg.sanity.init_loss_tolerance)
     timed_run(check_input_dependence, ctx, cfg)
     timed_run(check_gradients_flow, ctx, cfg)
+    timed_run(check_unused_inputs, ctx, cfg)
     timed_run(check_eval_determinism, ctx)
     timed_run(check_independence, ctx, cfg)
     timed_run(task_checks, ctx, cfg)

@@ -17,6 +17,7 @@ from ctpipe.components.lib.errors import SanityCheckError
 from ctpipe.components.lib.handoffs import SanitySummary, write_record
 from ctpipe.components.steps.sanity_checks.checks import check_model
 from ctpipe.components.steps.sanity_checks.first_batch import check_first_batch_roundtrip
+from ctpipe.components.steps.sanity_checks.oracle_roundtrip import check_oracle_roundtrip
 from ctpipe.components.steps.sanity_checks.report import (
     SanityResult,
     failure_message,
@@ -78,6 +79,7 @@ def run_sanity_checks(
     try:
         checks.append(check_task_outputs(task, seeded_factory(), first.raw, snapshot.state,
                                          snapshot.schema.all_features))
+        checks.append(check_oracle_roundtrip(task, seeded_factory(), first.raw, snapshot.state))
         checks += check_model(seeded_factory, data, config, task, loss_fn=loss_fn)
     finally:
         torch.set_num_threads(threads)

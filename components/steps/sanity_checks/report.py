@@ -99,8 +99,9 @@ def write_text(path: str, text: str) -> None:
 
 
 # The most specific diagnosis first: a NaN or a missing gradient also breaks every training-based check.
-DIAGNOSIS_ORDER = ("finite", "loss_oracle", "loss_padding", "gradients_flow", "input_dependence", "eval_determinism", "batch_independence",
-                   "batch_independence_train_mode", "first_batch_roundtrip", "task_outputs", "init_loss_uniform", "init_loss_prior",
+DIAGNOSIS_ORDER = ("finite", "loss_oracle", "loss_padding", "gradients_flow", "input_dependence", "unused_inputs",
+                   "eval_determinism", "batch_independence", "batch_independence_train_mode", "first_batch_roundtrip",
+                   "task_outputs", "oracle_roundtrip", "init_loss_uniform", "init_loss_prior",
                    "overfit_one_batch", "loss_decreases", "beats_zero_input_baseline")
 
 

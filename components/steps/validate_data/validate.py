@@ -3,8 +3,8 @@
 Order: list + fingerprint the files → read them (a corrupt file is named) → structure checks against
 the reference schema (missing columns, text in numeric columns, empty partitions) → schema and stable
 splits → the GX suite (from ``validation.suite_path``, else the champion's stored suite, else profiled
-from this train split) → checks beyond the suite (leakage, constant columns, cross-split duplicates,
-skew) → reports. Error-severity failures raise ``DataValidationError`` after the reports are written.
+from this train split) → checks beyond the suite (leakage, label shares per partition, image layout, constant
+columns, cross-split duplicates, skew) → reports. Error-severity failures raise ``DataValidationError`` after the reports are written.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ctpipe.components.lib.errors import DataValidationError, UserError
 from ctpipe.components.lib.handoffs import ValidationVerdict, write_validation
 from ctpipe.components.lib.tracking import RetryPolicy, log_step
 from ctpipe.components.steps.validate_data import checks, feature_checks
+from ctpipe.components.steps.validate_data.beyond_suite import label_findings, layout_findings
 from ctpipe.components.steps.validate_data.engines import check_width, open_engine
 from ctpipe.components.steps.validate_data.exact import exact_overrides, exact_profile
 from ctpipe.components.steps.validate_data.findings import (
@@ -296,9 +297,9 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     timer.lap("great_expectations")
     v = config.validation
     if label is not None:
-        pooled = feature_checks.check_label_leakage(data, schema, v.leakage_threshold)
-        summary.findings += pooled + feature_checks.check_label_leakage_per_partition(
-            data, schema, v.leakage_threshold, PARTITION_COLUMN, pooled_leaks={f.column for f in pooled if not f.passed})
+        summary.findings += label_findings(data, schema, task.codec.label_kind, v.leakage_threshold,
+                                           reference_suite=ref.suite, weights=scanned.weights if scanned else None)
+    summary.findings += layout_findings(data, schema, task, ref.stats)
     summary.findings += feature_checks.check_constant_columns(train, schema)
     summary.findings += feature_checks.check_cross_split_duplicates(data, schema, v.max_duplicate_fraction)
     summary.findings += _skew_findings(data, schema, ref, partitions)

@@ -7,6 +7,7 @@ rank 0, and retention on disk. Faults come from the worker's test-only CTPIPE_TE
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 
@@ -15,6 +16,7 @@ import pytest
 
 from ctpipe.components.engine import checkpointing as ckpt
 from ctpipe.components.lib.data.demo import write_demo_data
+from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.lib.tracking import ensure_experiment
 from ctpipe.components.run_config import load_config
@@ -381,3 +383,16 @@ def test_a_checkpoint_of_other_task_code_is_refused_not_resumed(snapshot_dir, tm
     assert _train(snapshot_dir, ckpt_dir, *change).summary()["resumed_from_step"] == 4
     sys.modules.pop("user_scaled_task", None)
     _CACHE.clear()
+
+
+def test_a_small_table_trains_max_epochs_passes_and_selects_among_as_many_checkpoints(snapshot_dir, tmp_path):
+    # 40 steps of 32 rows would be 4 passes over the ~320 train rows: max_epochs=1 stops after one, and the
+    # evaluation and checkpoint intervals shrink with it (10 -> 2-3 steps), so selection still has 4 to choose from.
+    result = _train(snapshot_dir, tmp_path / "ckpt", "train.max_steps=40", "train.eval_every=10",
+                    "train.checkpoint_every=10", "train.max_epochs=1")
+    rows = load_snapshot(snapshot_dir).rows("train")
+    assert result.steps == math.ceil(rows / 32) < 40
+    latest = ckpt.latest_complete(tmp_path / "ckpt")
+    assert latest is not None and ckpt.read_meta(latest)["step"] == result.steps
+    # The run's identity is the settings asked for (with the rows they were applied to): a resume compares those.
+    assert ckpt.read_meta(latest)["identity"]["train"]["max_steps"] == 40

@@ -40,10 +40,12 @@ def test_the_user_file_and_set_win_over_the_task_defaults(tmp_path):
     assert set(merged.evaluate.thresholds) == {"loss", "bits_per_byte"}
 
 
-def test_the_default_task_keeps_ctpipe_defaults():
+def test_the_default_task_brings_the_classification_familys_defaults():
     config = load_config(None, [])
-    assert config.select.metric == "val_accuracy"
-    assert set(config.evaluate.thresholds) == {"accuracy", "log_loss"}
+    assert config.select.metric == "val_loss"
+    assert set(config.evaluate.thresholds) == {"accuracy", "log_loss", "macro_f1"}
+    assert config.evaluate.thresholds["macro_f1"].value == "baseline" and config.evaluate.thresholds["macro_f1"].change_abs is None
+    assert load_config(None, ["evaluate.thresholds={}"]).evaluate.thresholds == {}  # still the user's to replace
 
 
 def test_a_user_task_declares_its_defaults(tmp_path, monkeypatch):
@@ -108,7 +110,7 @@ def test_a_whole_map_replaces_and_a_key_into_it_merges():
     # A key inside a map merges into it (as --set evaluate.thresholds.accuracy.value=0.9 does); a whole map
     # given as one setting replaces it.
     merged = load_config(None, ["evaluate.thresholds.accuracy.value=0.9"])
-    assert set(merged.evaluate.thresholds) == {"accuracy", "log_loss"}
+    assert set(merged.evaluate.thresholds) == {"accuracy", "log_loss", "macro_f1"}
     assert merged.evaluate.thresholds["accuracy"].value == 0.9
     replaced = load_config(None, ["evaluate.thresholds={log_loss: {value: baseline}}"])
     assert set(replaced.evaluate.thresholds) == {"log_loss"}

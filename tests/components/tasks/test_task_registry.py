@@ -231,7 +231,8 @@ def test_a_baseline_rule_for_a_task_without_a_baseline_is_a_config_error(user_mo
                                           "predictor, and task 'tabular_classification' has none.*value=0.9"):
         check_evaluation_metrics(load_task(config.task), config.evaluate)
     absolute = load_config(None, ["task.entrypoint=user_task_no_baseline:make_task",
-                                  "evaluate.thresholds.accuracy.value=0.9", "evaluate.thresholds.log_loss.value=0.5"])
+                                  "evaluate.thresholds.accuracy.value=0.9", "evaluate.thresholds.log_loss.value=0.5",
+                                  "evaluate.thresholds.macro_f1.value=0.5"])  # the family judges macro F1 too
     check_evaluation_metrics(load_task(absolute.task), absolute.evaluate)
     check_evaluation_metrics(load_task(Config().task), Config().evaluate)  # the built-in has a baseline
 
