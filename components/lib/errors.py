@@ -21,6 +21,12 @@ class SanityCheckError(UserError):
     """A training sanity check failed before any expensive training started."""
 
 
+class DataChangedError(RuntimeError):
+    """The data is no longer the version a run was started for (or changed while it ran): nothing is reused,
+    cached or trained for it. Not the user's error (data moves on, as it may): a later run takes the new
+    version, and the watcher settles the old one as superseded."""
+
+
 class TrainingError(RuntimeError):
     """Training failed (NaN/Inf, a rank died, the job failed); the message says where."""
 

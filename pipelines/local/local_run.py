@@ -23,6 +23,7 @@ from typing import Any
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import TRIGGERS, Config
 from ctpipe.components.lib.credentials import refuse_uri_credentials
+from ctpipe.components.lib.data.content_fingerprint import HASH_CACHE_ENV, home_cache_dir
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_server
@@ -45,8 +46,12 @@ def run_local(
     verbosity: int = 0,
     process_started: float | None = None,
     parameters: dict[str, Any] | None = None,
+    expected_fingerprint: str = "",
 ) -> dict[str, Any]:
     """Run the pipeline locally end to end and return its summary (also written to summary.json).
+
+    ``expected_fingerprint``: the data version the run is for (the watcher's); data that has moved on stops
+    the run in its first step, before any cached step is reused.
 
     ``parameters``: values of the pipeline's typed run parameters (the Kubeflow UI's run form, e.g.
     ``{"training_steps": 200}``), applied over the config as on a cluster.
@@ -87,7 +92,7 @@ def run_local(
         status_dir.mkdir()
         started = time.time()
         outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity, warm,
-                                parameters)
+                                {**(parameters or {}), "data_fingerprint": expected_fingerprint})
         summary = build_summary(
             status_dir,
             run_dir=run_dir,
@@ -128,8 +133,10 @@ def _run_pipeline(
     # Compiled with the resolved config as its own, as a cluster pipeline is: the run form's defaults are
     # this config's values and an empty config_json means it.
     pipeline = build_pipeline(None, default_config_json=config.to_json(), caching=caching)
-    previous = os.environ.get(STATUS_DIR_ENV)
+    previous = {name: os.environ.get(name) for name in (STATUS_DIR_ENV, HASH_CACHE_ENV)}
     os.environ[STATUS_DIR_ENV] = str(status_dir.resolve())
+    # prepare_run hashes the data through the home's cache, the watcher's: each file is hashed once for both.
+    os.environ[HASH_CACHE_ENV] = str(home_cache_dir(home).resolve())
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     error = None
     try:
@@ -163,10 +170,11 @@ def _run_pipeline(
                 except Exception as err:  # the local runner raising is a failed run, reported in the summary
                     error = f"{type(err).__name__}: {err}"
     finally:
-        if previous is None:
-            os.environ.pop(STATUS_DIR_ENV, None)
-        else:
-            os.environ[STATUS_DIR_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return error
 
 

@@ -68,6 +68,7 @@ def build_summary(
             "step": failed[0],
             "message": rec.get("error") or "the step did not finish (see pipeline.log)",
             "user_error": bool(rec.get("user_error")),
+            "type": rec.get("error_type"),
         }
     elif runner_error:
         error = {"step": None, "message": runner_error, "user_error": False}
@@ -79,9 +80,9 @@ def build_summary(
         "run_dir": str(run_dir.resolve()),
         "trigger": trigger,
         "data_uri": data_uri,
-        "data_fingerprint": result["validate_data"].get("fingerprint"),
-        # prepare_run's cheap one (listing and footers), the input of KFP's cache key.
-        "quick_fingerprint": result["prepare_run"].get("data_fingerprint"),
+        # Validation's, or (validate taken from the cache) prepare_run's: the same fingerprint of the content,
+        # the input of KFP's cache key, so a cached run records the data it stands for too.
+        "data_fingerprint": result["validate_data"].get("fingerprint") or result["prepare_run"].get("data_fingerprint"),
         "cached_steps": [s for s in STEP_NAMES if steps[s] == "cached"],
         "rows": result["validate_data"].get("rows"),
         "validation_warnings": result["validate_data"].get("warnings", []),
