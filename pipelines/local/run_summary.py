@@ -110,6 +110,8 @@ def build_summary(
         "compared_with_champion_version": evaluation.get("champion_version"),
         "model_name": config.registry.model_name,
         "model_version": registration.get("version"),
+        # The data the version was trained on (its ctpipe.data_fingerprint): a cached rerun's version may be older.
+        "model_data_fingerprint": registration.get("data_fingerprint"),
         "aliases": registration.get("aliases", []),
         "promoted": registration.get("promoted"),
         # False when this candidate (the same model file) was already a version: nothing new was registered.
