@@ -190,7 +190,7 @@ def version_state(record: dict[str, Any], *, newest: bool, alive: bool | None = 
     status = record.get("status")
     if status in ACTIVE:
         return "lost?" if alive is False else status
-    if record.get("failure") == "data_changed":
+    if record.get("failure") == "data_changed" or other_data(record):
         return "superseded"  # its run trained other data: never "trained" by a model that did not see it
     if status == "succeeded":
         return "trained"
