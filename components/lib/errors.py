@@ -27,6 +27,12 @@ class DataChangedError(RuntimeError):
     version, and the watcher settles the old one as superseded."""
 
 
+class RegistryRecordError(RuntimeError):
+    """A registry record ctpipe wrote is damaged or missing (a version's ``ctpipe/lineage.json`` that does not match
+    its digest): the registry's problem, never the data's or the config's. Exit 1, ``user_error`` false: the
+    watcher does not blame (and settle) a data version for it; the message names the version and the file."""
+
+
 class TrainingError(RuntimeError):
     """Training failed (NaN/Inf, a rank died, the job failed); the message says where."""
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import TRIGGERS, Config
-from ctpipe.components.lib.credentials import refuse_uri_credentials
+from ctpipe.components.lib.credentials import redact_uri, refuse_uri_credentials
 from ctpipe.components.lib.data.content_fingerprint import HASH_CACHE_ENV, home_cache_dir
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
@@ -127,6 +127,7 @@ def _run_pipeline(
     """Run the KFP pipeline with the local runner; its logs go to run_dir/pipeline.log."""
     from kfp import local
 
+    from ctpipe.components.lib.tracking.retry import unreachable
     from ctpipe.pipelines.continuous_training import build_pipeline
 
     caching = config.pipeline.caching
@@ -143,6 +144,11 @@ def _run_pipeline(
         with output_to(run_dir / "pipeline.log") as terminal:
             if verbosity >= 0:
                 terminal.write(f"ctpipe: running the pipeline locally; logs: {run_dir / 'pipeline.log'}\n")
+            down = unreachable(tracking_uri)
+            if down:  # said now: the steps' retries log to pipeline.log, and would be silent here for minutes
+                terminal.write(f"ctpipe: MLflow at {redact_uri(tracking_uri)} does not answer ({down}); each step retries "
+                               f"for up to {config.registry.retry_budget_seconds:g} s (registry.retry_budget_seconds) "
+                               "before it fails\n")
             with (
                 sigterm_stops_the_steps(warm),
                 StepProgress(status_dir, terminal, verbosity, log_path=run_dir / "pipeline.log"),

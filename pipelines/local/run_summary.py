@@ -13,6 +13,7 @@ from typing import Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.credentials import redact_text, redact_uri
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
@@ -201,9 +202,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"  servable           {verdict} ({summary.get('serving_check')})")
     if summary.get("error"):
         where = f" in step {summary['error']['step']}" if summary["error"]["step"] else ""
-        lines.append(f"\nerror{where}: {summary['error']['message']}")
+        lines.append(f"\nerror{where}: {redact_text(str(summary['error']['message']))}")
         lines.append("Nothing was promoted: the champion is unchanged.")
-    uri = summary["mlflow_tracking_uri"]
+    uri = redact_uri(summary["mlflow_tracking_uri"])  # printed: no userinfo, no query values
     lines.append(f"\nMLflow UI: mlflow ui --backend-store-uri {uri} --port 5000, then open {mlflow_ui_url(summary)}")
     lines.append(f"pipeline log: {Path(summary['run_dir']) / 'pipeline.log'}")
     return "\n".join(lines)

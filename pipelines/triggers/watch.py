@@ -108,7 +108,8 @@ def check_once(
     state = data_state(data_uri, cache_path=cache_path_for(home, data_uri))
     ensure_local_store(tracking_uri, watch_dir)
     champion = find_champion(
-        tracking_uri, config.registry.model_name, config.registry.champion_alias, watch_dir / "champion-cache.json"
+        tracking_uri, config.registry.model_name, config.registry.champion_alias, watch_dir / "champion-cache.json",
+        retry=_retry_policy(config),
     )
     decision = Decision(
         action="none",
@@ -139,6 +140,12 @@ def check_once(
     decision.run = ledger.get(state.fingerprint) if decision.action == "run" and not dry_run else None
     decision.seconds = time.perf_counter() - started
     return decision
+
+
+def _retry_policy(config: Config):
+    from ctpipe.components.lib.tracking import RetryPolicy
+
+    return RetryPolicy.of(config.registry)
 
 
 def _unless_stale_first_claim(ledger: Ledger, fingerprint: str, now: float, dry_run: bool) -> dict[str, Any] | None:
