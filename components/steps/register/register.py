@@ -143,9 +143,10 @@ def register_candidate(
                          or "")
             serving = ServingCheck(recorded.get(SERVABLE_TAG) == "true", reason, 0.0)
         number = str(version.version)
-        if version.run_id != mlflow_run_id:
-            # A cached rerun hands register a model another run registered: that version's record (its
-            # description, tags, aliases) stays as it was decided; this run records its own decision.
+        if version.run_id != mlflow_run_id and ((version.tags or {}).get(DECISION_TAG) or version.description):
+            # A cached rerun hands register a model another run registered and decided: that version's record
+            # (its description, tags, aliases) stays as it was decided; this run records its own decision. A
+            # version whose run was killed before deciding (no decision tag, no description) is decided here.
             return _already_registered(registry, version, blessing, serving, mlflow_run_id, reports, started, timings)
         client = registry.client
         registry.call(
