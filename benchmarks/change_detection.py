@@ -1,4 +1,5 @@
-"""Change detection for the watcher: what each way of noticing a rewritten partition costs at 10,000 partitions.
+"""Change detection for the watcher and the cache key: what each way of noticing a rewritten partition costs at
+10,000 partitions.
 
     python benchmarks/change_detection.py [--partitions 10000] [--rows-per-partition 200] [--repeats 3]
 
@@ -6,15 +7,19 @@ It writes the partitions (one Parquet file each, the demo data's columns), then 
 repeated in this one process (the machine is shared: read the ratios, not the seconds):
 
 - ``size_mtime``: listing + the old cache key (size, mtime): no data read; misses a rewrite that keeps both;
-- ``cached``: listing + the watcher's key today (size, mtime, change token: inode and status-change time
-  locally, the object's version in a store) through ``data_state`` with a warm cache: no data read;
+- ``tails``: listing + sizes + each file's last 64 KiB: prepare_run's cache key before issue 46; misses a
+  same-size edit before a file's tail (the one edited partition here is 4,000 rows, ~350 KB);
+- ``cached``: listing + the content hashes cached by (size, mtime, change token: inode and status-change
+  time locally, the object's version in a store) with a warm cache: no data read. The watcher's data version
+  (``data_state``) and, since issue 46, prepare_run's cache key (``content_fingerprint``): one code path;
 - ``footers``: listing + reading every file's Parquet footer (``pyarrow.parquet.read_metadata``): one small
   read per file, but a same-size rewrite with the same row count and min/max statistics looks unchanged;
 - ``content``: listing + SHA-256 of every file's bytes (what a cold cache does): exact, reads all data.
 
 The last line printed is JSON: the medians in seconds and the ratios to ``size_mtime``, the hashing rate (to
 scale ``content`` to bigger partitions: it grows with bytes, the others with files), and whether each way saw a
-same-size, same-mtime rewrite of one partition (``detects_rewrite``).
+same-size, same-mtime, same-tail rewrite of one partition (``detects_rewrite``: the labels of its first half
+shuffled, as in issue 46).
 """
 
 from __future__ import annotations
@@ -30,9 +35,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from ctpipe.components.lib.data.content_fingerprint import content_fingerprint
 from ctpipe.components.lib.data.demo import generate_day
 from ctpipe.components.lib.data.files import scan_data_files, sha256_file
-from ctpipe.pipelines.triggers.new_data import data_state
+from ctpipe.testing.data_edits import TAIL_BYTES, shuffle_first_half, write_plain_parquet
+
+EDITED = "part=00042"
 
 
 def write_partitions(root: Path, partitions: int, rows: int) -> None:
@@ -42,6 +50,18 @@ def write_partitions(root: Path, partitions: int, rows: int) -> None:
         folder = root / f"part={i:05d}"
         folder.mkdir(parents=True)
         frame.to_parquet(folder / "data.parquet", index=False)
+    # One bigger partition, plain-encoded: the one edited, its first half's labels shuffled (size, tail kept).
+    write_plain_parquet(generate_day(1, 4000, seed=2, drifted=False, key_offset=0), root / EDITED / "data.parquet")
+
+
+def by_tails(data: str) -> dict[str, tuple]:
+    fs, listed = scan_data_files(data)
+    found = {}
+    for f in listed:
+        with fs.open(f.full_path, "rb") as handle:
+            handle.seek(max(f.size - TAIL_BYTES, 0))
+            found[f.path] = (f.size, handle.read(TAIL_BYTES))
+    return found
 
 
 def by_size_mtime(data: str) -> dict[str, tuple]:
@@ -67,17 +87,6 @@ def by_content(data: str) -> dict[str, str]:
     return {f.path: sha256_file(fs, f.full_path) for f in listed}
 
 
-def rewrite_keeping_size_and_mtime(path: Path) -> None:
-    """Other bytes of the same length, the old mtime put back (``cp -p``, ``rsync -t``, ``touch -d``): one
-    value in a data page changed, the footer (row count, min/max) untouched."""
-    before = path.stat()
-    data = bytearray(path.read_bytes())
-    middle = len(data) // 3
-    data[middle] ^= 0x01
-    path.write_bytes(bytes(data))
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=10_000)
@@ -90,12 +99,13 @@ def main() -> None:
         start = time.perf_counter()
         write_partitions(root, args.partitions, args.rows_per_partition)
         data = str(root)
-        data_state(data, cache)  # warm the cache
+        content_fingerprint(data, cache)  # warm the cache
         print(f"wrote {args.partitions} partitions in {time.perf_counter() - start:.1f}s", flush=True)
 
         ways: dict[str, Callable[[], object]] = {
             "size_mtime": lambda: by_size_mtime(data),
-            "cached": lambda: data_state(data, cache).fingerprint,
+            "tails": lambda: by_tails(data),
+            "cached": lambda: content_fingerprint(data, cache),
             "footers": lambda: by_footers(data),
             "content": lambda: by_content(data),
         }
@@ -109,16 +119,21 @@ def main() -> None:
                 before.setdefault(name, result)
             print(f"repeat {repeat + 1}: " + ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items()), flush=True)
 
-        rewrite_keeping_size_and_mtime(next(root.glob("part=00042/*.parquet")))
+        shuffle_first_half(root / EDITED / "data.parquet", "label")
         detects = {name: way() != before[name] for name, way in ways.items()}
         median = {name: statistics.median(t) for name, t in times.items()}
         total_bytes = sum(p.stat().st_size for p in root.glob("part=*/*.parquet"))
+        cold = Path(tmp) / "cold.json"
+        t0 = time.perf_counter()
+        content_fingerprint(data, cold)  # a cold cache: every file hashed once and its hash stored
+        cold_seconds = time.perf_counter() - t0
         print(json.dumps({
             "partitions": args.partitions,
             "bytes_per_file": next(root.glob("part=00000/*.parquet")).stat().st_size,
             # Hashing scales with bytes, the other ways with files: what a root of bigger partitions would cost.
             "content_hash_mb_per_second": round(total_bytes / median["content"] / 1e6, 1),
             "median_seconds": {n: round(v, 3) for n, v in median.items()},
+            "cached_cold_seconds": round(cold_seconds, 3),
             "ratio_to_size_mtime": {n: round(v / median["size_mtime"], 2) for n, v in median.items()},
             "detects_rewrite": detects,
             "load_average": os.getloadavg()[0],

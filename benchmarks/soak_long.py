@@ -42,14 +42,26 @@ import mlflow
 import mlflow.entities
 import pandas as pd
 import torch
+from soak_truth import (
+    EDIT_EVENT,
+    edit_keeping_size_tail_and_mtime,
+    link_problems,
+    plain_then_verified_load,
+    stage_real_pyfunc,
+    tail_fingerprint,
+    write_big_partition,
+)
 
 from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.config.retention_section import RetentionConfig
+from ctpipe.components.lib.data.content_fingerprint import content_fingerprint
 from ctpipe.components.lib.registry.history import MAX_REGISTRY_TAG_BYTES
+from ctpipe.components.lib.registry.model_files import PYFUNC_DIGEST_TAG
 from ctpipe.components.lib.registry.registry import Registry
 from ctpipe.components.lib.registry.tags import COMPLETE_TAG, KEY_TAG
-from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.components.lib.tracking import TRAINING_RUN_TAG, local_tracking_uri
 from ctpipe.pipelines.retention.gc import collect_garbage
-from ctpipe.pipelines.triggers.new_data import data_state
+from ctpipe.pipelines.triggers.new_data import cache_path_for, data_state
 
 DAY = 86_400
 START = dt.datetime(2026, 1, 1, 3, tzinfo=dt.UTC).timestamp()
@@ -145,9 +157,11 @@ def write_pipeline_root(root: Path, data: Path, day: int, seed: int) -> Path:
 
 def run_day(
     home: Path, data: Path, day: int, attempt: int, fingerprint: str, registry: Registry, experiment: str, pid: int,
-    seed: int, *, killed: bool,
+    seed: int, *, killed: bool, real_pyfunc: bool = False,
 ) -> dict[str, Any]:
-    """One retrain attempt: folders, MLflow run, version, promotion. Returns its record."""
+    """One retrain attempt: folders, MLflow runs (the pipeline run and the content run it names, as prepare_run
+    opens them), version, promotion. Returns its record. ``real_pyfunc``: a real pyfunc model with ctpipe's
+    manifest stands for the pyfunc (a plain MLflow load of it is part of the soak)."""
     now = START + day * DAY + attempt * 600
     stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%d-%H%M%S")
     run_id = f"ctpipe-continuous-training-{stamp}-{attempt}"
@@ -161,6 +175,12 @@ def run_day(
         mlflow_run = registry.call(lambda: client.create_run(experiment, start_time=int(now * 1000),
                                                              tags={"ctpipe.pipeline_run_id": run_id}), "create run")
         mlflow_run_id = mlflow_run.info.run_id
+        # The content run the cached steps log to (Data Docs, sanity report, curves), named by the pipeline run.
+        training = registry.call(lambda: client.create_run(experiment, start_time=int(now * 1000)), "create run")
+        registry.call(lambda: client.log_text(training.info.run_id, "<html>Data Docs</html>",
+                                              "validation/data_docs.html"), "log Data Docs")
+        registry.call(lambda: client.set_terminated(training.info.run_id, "FINISHED"), "end the content run")
+        registry.call(lambda: client.set_tag(mlflow_run_id, TRAINING_RUN_TAG, training.info.run_id), "tag run")
         (folder / "steps" / "prepare_run.json").write_text(json.dumps(
             {"status": "passed", "result": {"pipeline_run_id": f"{day}{attempt}", "mlflow_run_id": mlflow_run_id}}))
         export = write_pipeline_root(home / "pipeline_root" / run_id, data, day, seed)
@@ -176,8 +196,12 @@ def run_day(
             staged = Path(tmp)
             (staged / "ctpipe").mkdir()
             shutil.copy(export, staged / "ctpipe" / "model.pt")
-            (staged / "model").mkdir()
-            (staged / "model" / "MLmodel").write_text("flavors: {python_function: {loader_module: ctpipe}}\n")
+            pyfunc_tags = {}
+            if real_pyfunc:
+                pyfunc_tags[PYFUNC_DIGEST_TAG] = stage_real_pyfunc(staged / "model")
+            else:
+                (staged / "model").mkdir()
+                (staged / "model" / "MLmodel").write_text("flavors: {python_function: {loader_module: ctpipe}}\n")
             (staged / "reports").mkdir()
             (staged / "reports" / "blessing.json").write_text(json.dumps({"blessed": day % 3 != 2}))
             registry.call(lambda: client.log_artifacts(mlflow_run_id, str(staged)), "log registration artifacts")
@@ -187,9 +211,10 @@ def run_day(
         with registry.locked():
             version = registry.find_by_key(mlflow_run_id, key) or registry.call(
                 lambda: client.create_model_version(
-                    registry.name, f"runs:/{mlflow_run_id}/model", run_id=mlflow_run_id,
+                    registry.name, f"{mlflow_run.info.artifact_uri}/model", run_id=mlflow_run_id,
                     tags={"ctpipe.data_fingerprint": fingerprint, "ctpipe.model_sha256": sha, KEY_TAG: key,
-                          COMPLETE_TAG: "complete", "ctpipe.blessed": "true" if blessed else "false"}),
+                          COMPLETE_TAG: "complete", "ctpipe.blessed": "true" if blessed else "false", **pyfunc_tags},
+                    description=f"Version of day {day}. [Model card](runs:/{mlflow_run_id}/ctpipe/model.pt)"),
                 "create version")  # fmt: skip
         number = str(version.version)
         record["version"] = number
@@ -306,32 +331,67 @@ def run_fast(days: int, seed: int, workdir: str | None, outage_seconds: float) -
     registry = Registry(uri, config.registry)
     registry.ensure_registered_model()
     killed_day, disk_day, outage_day = max(2, days // 7), max(3, days // 5), max(4, days // 3)
+    # Issue 46's events, each once: a same-size mid-file edit, a plain MLflow load, a gc with keep_last_runs=1.
+    edit_day, load_day, gc_day = max(5, days // 4), max(6, days // 2), max(7, 2 * days // 3)
     faults, pid = Faults(), dead_pid()
     records, fingerprints, sizes, split, blessed, gc_freed, retired = [], {}, {}, {}, [], 0, set()
+    truth: dict[str, Any] = {"problems": []}
     started = time.monotonic()
     print(f"soak --fast: {days} days, work folder {work}; killed run day {killed_day}, full disk day {disk_day}, "
-          f"MLflow outage of {outage_seconds:.0f} s day {outage_day}", flush=True)
+          f"MLflow outage of {outage_seconds:.0f} s day {outage_day}; same-size edit day {edit_day}, plain MLflow "
+          f"load day {load_day}, gc with keep_last_runs=1 day {gc_day}", flush=True)
+
+    def data_version(event: int) -> str:
+        """The fingerprint the watcher sees and the one prepare_run keys the cache on: one value, or a problem."""
+        watched = data_state(str(data), cache_path_for(home, str(data))).fingerprint
+        keyed = content_fingerprint(str(data), cache_path_for(home, str(data)))
+        if keyed != watched:
+            truth["problems"].append(f"event {event}: the cache key {keyed[:12]} is not the data version {watched[:12]}")
+        fingerprints[event] = watched
+        return watched
+
+    def retrain(day: int, event: int, fingerprint: str, *, shift: int = 0, real_pyfunc: bool = False) -> dict:
+        for attempt in range(1, 30):
+            record = run_day(home, data, day, attempt + shift, fingerprint, registry, experiment, pid, seed,
+                             killed=day == killed_day and attempt == 1 and not shift, real_pyfunc=real_pyfunc)
+            record["day"] = event
+            faults.disk_full = False  # the disk had room again by the next attempt
+            at_simulated_time(record, home, record["at"])
+            records.append(record)
+            if record["status"] == "succeeded":
+                if day % 3 != 2:
+                    blessed.append(record["version"])
+                return record
+            time.sleep(min(10.0, max(0.0, faults.outage_until - time.monotonic())))  # the watcher's backoff
+        return record
+
     with faults.installed():
         for day in range(days):
-            add_day(data, day, seed)
-            fingerprints[day] = data_state(str(data)).fingerprint
+            if day == edit_day:
+                big = write_big_partition(data, day, seed)
+            else:
+                add_day(data, day, seed)
             if day == disk_day:
                 faults.disk_full = True
             if day == outage_day:
                 faults.outage_until = time.monotonic() + outage_seconds
-            for attempt in range(1, 30):
-                record = run_day(home, data, day, attempt, fingerprints[day], registry, experiment, pid, seed,
-                                 killed=day == killed_day and attempt == 1)
-                faults.disk_full = False  # the disk had room again by the next attempt
-                at_simulated_time(record, home, record["at"])
-                records.append(record)
-                if record["status"] == "succeeded":
-                    if day % 3 != 2:
-                        blessed.append(record["version"])
-                    break
-                time.sleep(min(10.0, max(0.0, faults.outage_until - time.monotonic())))  # the watcher's backoff
+            record = retrain(day, day, data_version(day), real_pyfunc=day == load_day)
+            if day == edit_day:  # the labels of its first half shuffled, size, tail and mtime kept: new data
+                before = (tail_fingerprint(str(data)), fingerprints[day])
+                edit_keeping_size_tail_and_mtime(big)
+                after = (tail_fingerprint(str(data)), data_version(day + EDIT_EVENT))
+                truth["edit"] = {"old_key_unchanged": before[0] == after[0], "content_key_changed": before[1] != after[1]}
+                if after[1] == before[1]:
+                    truth["problems"].append("the same-size edit left the cache key unchanged: its run would be cached")
+                retrain(day, day + EDIT_EVENT, after[1], shift=50)
+            if day == load_day and record["status"] == "succeeded":
+                truth["plain_load"] = plain_then_verified_load(uri, registry.name, record["version"])
+                truth["problems"] += truth["plain_load"].pop("problems")
             weekly_and_monthly(registry, day, blessed)
-            report = collect_garbage(home, config.retention, config.registry, uri, now=START + (day + 1) * DAY)
+            retention = RetentionConfig(keep_last_runs=1) if day == gc_day else config.retention
+            report = collect_garbage(home, retention, config.registry, uri, now=START + (day + 1) * DAY)
+            if day == gc_day:  # every link of every kept version resolves after it
+                truth["problems"] += link_problems(client, registry.versions())
             gc_freed += report.bytes_freed
             retired |= set(report.model_versions_deleted)
             registry.complete_champion_record()
@@ -341,7 +401,10 @@ def run_fast(days: int, seed: int, workdir: str | None, outage_seconds: float) -
                 split[str(day + 1)] = {"local": sizes[str(day + 1)] - mlflow_bytes, "mlflow": mlflow_bytes}
                 print(json.dumps({"day": day + 1, "home_bytes": sizes[str(day + 1)], **split[str(day + 1)],
                                   "seconds": round(time.monotonic() - started, 1)}), flush=True)
+    truth["problems"] += link_problems(client, registry.versions())
     result = audit(registry, records, fingerprints, retired)
+    result["problems"] += truth["problems"]
+    result["inconsistent"] += len(truth["problems"])
     summary = {
         "benchmark": "soak_long_fast",
         "days": days,
@@ -358,7 +421,10 @@ def run_fast(days: int, seed: int, workdir: str | None, outage_seconds: float) -
         "champion_moves": result["champion_moves"],
         "attempts_failed": sum(r["status"] != "succeeded" for r in records),
         "faults": {"killed_run_day": killed_day, "full_disk_day": disk_day, "outage_day": outage_day,
-                   "outage_seconds": outage_seconds},
+                   "outage_seconds": outage_seconds, "same_size_edit_day": edit_day, "plain_mlflow_load_day": load_day,
+                   "gc_keep_last_runs_1_day": gc_day},
+        "same_size_edit": truth.get("edit"),
+        "plain_mlflow_load": truth.get("plain_load"),
         "gc_bytes_freed": gc_freed,
         "data_bytes": home_bytes(data),
         "problems": result["problems"],

@@ -36,7 +36,7 @@ PIPELINE_DESCRIPTION = "Validate data, sanity-check, train with FSDP, select, ev
 DEFAULT_CLUSTER_DATA_URI = "/mnt/ctpipe/data"
 # The MLflow Service of manifests/ in the namespace the run is in (a relative name: the pods' DNS search path).
 DEFAULT_CLUSTER_TRACKING_URI = "http://mlflow:5000"
-# Reused by KFP's cache while the data's fingerprint, the resolved config and the image are unchanged.
+# Reused by KFP's cache while the data's content, the resolved config, the code and the image are unchanged.
 CACHED_STEPS = ("validate_data", "sanity_checks", "tune", "train", "select_checkpoint")
 STEP_NAMES = ("prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint", "evaluate", "register")
 
@@ -52,7 +52,8 @@ def step_names(config: Config) -> tuple[str, ...]:
 
 # The pipeline's parameters around the run form's knobs (components/run_config/run_form.py), in the UI's order.
 _LEADING_ARGS = """            data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
-            trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model."""
+            trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model.
+            data_fingerprint: The data version this run is for (the watcher sets it); a run whose data has changed since stops before anything is reused or trained. Empty: the data as it is."""
 _TRAILING_ARGS = """            config_json: The full ctpipe config as JSON; empty (the default) means this pipeline version's config, resolved when it was compiled.
             config_overrides: KEY=VALUE overrides applied after the typed parameters, as ctpipe run --set applies them, one per line or separated by ';' (a ';' in a value, e.g. in a URI, stays when no SECTION.FIELD= follows it), e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
             mlflow_tracking_uri: MLflow tracking and registry URI; credentials come from Kubernetes secrets, never from here."""
@@ -77,6 +78,7 @@ def build_pipeline(
     signature = inspect.Signature([
         _parameter("data_uri", str, DEFAULT_CLUSTER_DATA_URI),
         _parameter("trigger", str, "manual"),
+        _parameter("data_fingerprint", str, ""),
         *pipeline_parameters(form_defaults(compiled)),
         _parameter("config_json", str, ""),
         _parameter("config_overrides", str, ""),
@@ -100,11 +102,13 @@ def build_pipeline(
             default_config_json=default_config_json,
             # The knobs as one text that KFP fills in when the run starts (the table decides which).
             run_form=form_text(parameters),
+            expected_data_fingerprint=parameters["data_fingerprint"],
         ).set_display_name("prepare run")
         config = prepared.outputs["config_json"]
         mlflow_run = prepared.outputs["mlflow_run_id"]
-        # The cached steps take nothing of this run (its id, its MLflow run): only the data's fingerprint,
-        # the resolved config and the MLflow run of that content, so KFP reuses them while those hold.
+        # The cached steps take nothing of this run (its id, its MLflow run): only the fingerprint of the data's
+        # content, the resolved config and the MLflow run of that content and code, so KFP reuses them while
+        # those hold (a same-size edit, or a changed task package, is a miss).
         training_run = prepared.outputs["training_run_id"]
 
         validated = validate_data(

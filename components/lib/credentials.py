@@ -6,25 +6,35 @@ would be kept in all of them, so every command refuses such a URI with ``refuse_
 before it writes anything, and prints URIs only through ``redact_uri`` / ``redact_text``.
 
 A URI carries a secret when any of its parts (fsspec chains parts with ``::``, as in
-``simplecache::s3://KEY:SECRET@bucket/d``) has userinfo (``user:password@host``) or a query parameter
-that holds one (``password=``, ``token=``, ``sig=``, ``X-Amz-Signature=``, an Azure SAS's ``sv=``, ...).
+``simplecache::s3://KEY:SECRET@bucket/d``) has userinfo (``user:password@host``) or a parameter, in its
+query or its fragment (``#access_token=`` of an OAuth redirect), separated by ``&`` or ``;``, whose *name
+looks like a secret* (``secret_parameter``): ``key`` and ``*_key``, anything with ``secret``, ``token``,
+``passw``, ``credential``, ``session`` or ``signature`` in it, ``sig``, ``code``, ``auth*``, an Azure SAS's
+``sv``, the signed-URL parameters of AWS and GCS (``X-Amz-*``, ``X-Goog-*``). A pattern, not a list: a
+list of names always misses the next service's. A printed URI shows no query or fragment values at all
+(``redact_uri``): a value that names no secret may still be one.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from ctpipe.components.lib.errors import UserError
 
-# Query parameters that carry a secret (compared lower-case): passwords and tokens, AWS and GCS
-# pre-signed URLs, Azure shared access signatures (``sv`` marks one; ``sig`` is its signature).
-SECRET_QUERY_PARAMETERS = frozenset({
-    "password", "passwd", "pwd", "secret", "client_secret", "token", "access_token", "refresh_token", "id_token",
-    "api_key", "apikey", "auth", "sig", "signature", "sv",
-    "x-amz-credential", "x-amz-signature", "x-amz-security-token",
-    "x-goog-credential", "x-goog-signature",
-})
+# Parameter names that hold a secret, matched on the name lower-cased with '-' and '.' read as '_':
+# a whole name (key, sig, code, sv: an Azure SAS), a name ending in _key, or a name containing a word that
+# only secrets use; and the signed-URL parameters of AWS (X-Amz-Credential, -Signature, -Security-Token) and
+# GCS (X-Goog-Credential, -Signature).
+_SECRET_NAME = re.compile(
+    r"^(key|sig|code|sv|pwd|jwt|otp|pin|auth\w*|session\w*|credential\w*|x_amz_\w+|x_goog_\w+)$"
+    r"|_key$|apikey|accesskey|secretkey|privatekey|secret|token|passw|passphrase|credential|signature|session"
+    r"|_sig$|_auth$|cookie|bearer|_pwd$"
+)
+# What a refusal message lists as refused (the rule above, for a person).
+SECRET_PARAMETER_RULE = ("userinfo (user:password@); query or fragment parameters, '&' or ';' separated, named "
+                         "key or *_key, sig, code, sv, auth*, session*, credential*, or containing secret, token, "
+                         "password, credential, session, signature (AWS X-Amz-*, GCS X-Goog-*)")
 REDACTED = "***"
 
 # ``scheme://user:secret@`` even when the secret holds a '/' (AWS secret keys may), which ends
@@ -53,9 +63,29 @@ def _host(part: str, at: int) -> str:
     return re.split(r"[/?#]", part[at + 1:], maxsplit=1)[0] or "?"
 
 
+def secret_parameter(name: str) -> bool:
+    """Whether a query or fragment parameter called ``name`` holds a secret (see ``_SECRET_NAME``)."""
+    from urllib.parse import unquote_plus
+
+    normal = re.sub(r"[-.\s]+", "_", unquote_plus(name).strip().lower())
+    return bool(normal) and bool(_SECRET_NAME.search(normal))
+
+
+def _parameters(text: str) -> list[tuple[str, str]]:
+    """The ``name=value`` pairs of a query or fragment, separated by ``&`` or ``;`` (a name alone: value '')."""
+    pairs = []
+    for item in re.split(r"[&;]", text):
+        if item:
+            name, _, value = item.partition("=")
+            pairs.append((name, value))
+    return pairs
+
+
 def _secret_parameters(part: str) -> list[str]:
-    query = urlsplit(part).query
-    return [key for key, _ in parse_qsl(query, keep_blank_values=True) if key.lower() in SECRET_QUERY_PARAMETERS]
+    split = urlsplit(part)
+    found = [("query", name) for name, _ in _parameters(split.query) if secret_parameter(name)]
+    found += [("fragment", name) for name, _ in _parameters(split.fragment) if secret_parameter(name)]
+    return [f"{where} parameter '{name}='" for where, name in found]
 
 
 def uri_secrets(uri: str | None) -> list[str]:
@@ -64,7 +94,7 @@ def uri_secrets(uri: str | None) -> list[str]:
     for part in _parts(uri or ""):
         if (at := _userinfo_end(part)) is not None:
             found.append(f"user:password@{_host(part, at)}")
-        found.extend(f"query parameter '{key}='" for key in _secret_parameters(part))
+        found.extend(_secret_parameters(part))
     return found
 
 
@@ -76,8 +106,8 @@ def refuse_uri_credentials(uri: str | None, *, name: str, recorded_in: str) -> N
     if found:
         raise UserError(
             f"{name} holds credentials ({', '.join(found)}); {recorded_in}, so it must not carry secrets. "
-            "Give the URI without userinfo and without signed or token query parameters (refused: userinfo, "
-            f"{', '.join(sorted(SECRET_QUERY_PARAMETERS))}; in every '::' part of a chained URL) and the credentials "
+            f"Give the URI without userinfo and without signed or token parameters (refused: {SECRET_PARAMETER_RULE}; "
+            "in every '::' part of a chained URL) and the credentials "
             "in the environment: MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN for MLflow, the storage's "
             "own variables (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS, ...); on a cluster from "
             "kubernetes.env_from_secrets."
@@ -89,26 +119,33 @@ def _redact_userinfo(part: str, at: int) -> str:
     return f"{part[:part.index('://') + 3]}{REDACTED}{part[at:]}"
 
 
-def redact_uri(uri: str) -> str:
-    """``uri`` with every part's password and secret query values replaced by ``***`` (the rest kept)."""
+def redact_uri(uri: str, *, query_values: bool = False) -> str:
+    """``uri`` as it may be printed: userinfo replaced by ``***`` and every query and fragment value too (a value
+    whose name looks harmless may still be a secret); with ``query_values`` (asked for), only the values of
+    parameters whose names look like secrets."""
     parts = []
     for part in _parts(uri):
         if (at := _userinfo_end(part)) is not None:
             part = _redact_userinfo(part, at)
-        base, sep, query = part.partition("?")
-        if sep:
-            fragment = ""
-            if "#" in query:
-                query, fragment = query.split("#", 1)
-                fragment = "#" + fragment
-            pairs = [
-                f"{key}={REDACTED}" if key.lower() in SECRET_QUERY_PARAMETERS else pair
-                for pair in query.split("&")
-                for key in [pair.split("=", 1)[0]]
-            ]
-            part = f"{base}?{'&'.join(pairs)}{fragment}"
-        parts.append(part)
+        base, fragment_sep, fragment = part.partition("#")
+        base, query_sep, query = base.partition("?")
+        if query_sep:
+            base += "?" + _redact_parameters(query, query_values)
+        if fragment_sep:
+            base += "#" + _redact_parameters(fragment, query_values)
+        parts.append(base)
     return "::".join(parts)
+
+
+def _redact_parameters(text: str, keep_harmless: bool) -> str:
+    """``text`` (a query or a fragment) with its values replaced, keeping its names and separators."""
+    def one(item: str) -> str:
+        name, sep, value = item.partition("=")
+        if not sep:
+            return item if keep_harmless and not secret_parameter(name) else (name if not value else REDACTED)
+        return item if keep_harmless and not secret_parameter(name) else f"{name}={REDACTED}"
+
+    return "".join(piece if piece in ("&", ";") else one(piece) for piece in re.split(r"([&;])", text))
 
 
 def redact_text(text: str) -> str:

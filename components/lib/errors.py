@@ -21,6 +21,18 @@ class SanityCheckError(UserError):
     """A training sanity check failed before any expensive training started."""
 
 
+class DataChangedError(RuntimeError):
+    """The data is no longer the version a run was started for (or changed while it ran): nothing is reused,
+    cached or trained for it. Not the user's error (data moves on, as it may): a later run takes the new
+    version, and the watcher settles the old one as superseded."""
+
+
+class RegistryRecordError(RuntimeError):
+    """A registry record ctpipe wrote is damaged or missing (a version's ``ctpipe/lineage.json`` that does not match
+    its digest): the registry's problem, never the data's or the config's. Exit 1, ``user_error`` false: the
+    watcher does not blame (and settle) a data version for it; the message names the version and the file."""
+
+
 class TrainingError(RuntimeError):
     """Training failed (NaN/Inf, a rank died, the job failed); the message says where."""
 

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,36 @@ def task_code_identity(record: dict[str, Any]) -> dict[str, Any]:
         "source_files": len(files),
         "source_sha256": _digest(files, root) if files else None,
     }
+
+
+def pipeline_code_version(record: dict[str, Any]) -> str:
+    """What the cached steps' results depend on besides data and config: ctpipe's own source and the task's.
+
+    A digest, not a git commit: a wheel has no checkout, and a dirty checkout's commit names code that did
+    not run. The task's source is the user's package (``task.entrypoint`` is only a string), so a changed
+    model is never served from the cache of another."""
+    task = task_code_identity(record)
+    text = "\0".join((own_source_sha256(), str(task["entrypoint"]), str(task["source_sha256"])))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.cache
+def own_source_sha256() -> str:
+    """SHA-256 of ctpipe's own ``.py`` sources (its package and the parts a source checkout maps in), once a
+    process: the code that runs, wherever it is installed."""
+    import ctpipe
+
+    roots = [Path(ctpipe.__file__).parent]
+    for part in ctpipe.PARTS:  # found, not imported: a step imports no pipeline code
+        spec = importlib.util.find_spec(f"ctpipe.{part}")
+        folder = Path(next(iter(spec.submodule_search_locations)))
+        if not folder.is_relative_to(roots[0]):
+            roots.append(folder)
+    sha = hashlib.sha256()
+    for root in roots:
+        files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+        sha.update(root.name.encode() + b"\0" + _digest(files, root).encode())
+    return sha.hexdigest()
 
 
 def describe(identity: dict[str, Any]) -> str:

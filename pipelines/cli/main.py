@@ -16,7 +16,8 @@ import os
 import sys
 
 from ctpipe.components.lib.credentials import redact_text, refuse_uri_credentials
-from ctpipe.components.lib.errors import UserError
+from ctpipe.components.lib.errors import RegistryRecordError, UserError
+from ctpipe.components.lib.tracking.retry import RegistryUnavailableError
 from ctpipe.pipelines.cli.commands import compile as compile_command
 from ctpipe.pipelines.cli.commands import (
     config,
@@ -60,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         # A message may quote a URI the user gave (a data root that does not exist): never its secrets.
         print(redact_text(f"ctpipe {args.command}: error: {err}"), file=sys.stderr)
         return 2
+    except (RegistryUnavailableError, RegistryRecordError) as err:
+        # A service that stayed unreachable through its retry budget, or a damaged registry record: not the
+        # user's input (exit 1, as docs/errors.md says), said in one paragraph without a traceback.
+        print(redact_text(f"ctpipe {args.command}: error: {err}"), file=sys.stderr)
+        return 1
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM to `ctpipe run` (ctpipe.pipelines.local.sigterm.Terminated)
         print("ctpipe: interrupted", file=sys.stderr)
         return 128 + getattr(err, "signum", 2)

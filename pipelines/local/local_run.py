@@ -22,7 +22,8 @@ from typing import Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import TRIGGERS, Config
-from ctpipe.components.lib.credentials import refuse_uri_credentials
+from ctpipe.components.lib.credentials import redact_uri, refuse_uri_credentials
+from ctpipe.components.lib.data.content_fingerprint import HASH_CACHE_ENV, home_cache_dir
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_server
@@ -51,11 +52,14 @@ def run_local(
     parameters: dict[str, Any] | None = None,
     runner: str = "subprocess",
     image: str | None = None,
+    expected_fingerprint: str = "",
 ) -> dict[str, Any]:
     """Run the pipeline locally end to end and return its summary (also written to summary.json).
 
     ``runner``: ``subprocess`` (each step a process of this machine) or ``container`` (each step in the
     component image, ``image`` or the config's ``kubernetes.image``: ``ctpipe.pipelines.local.container_runner``).
+    ``expected_fingerprint``: the data version the run is for (the watcher's); data that has moved on stops
+    the run in its first step, before any cached step is reused.
 
     ``parameters``: values of the pipeline's typed run parameters (the Kubeflow UI's run form, e.g.
     ``{"training_steps": 200}``), applied over the config as on a cluster.
@@ -101,8 +105,9 @@ def run_local(
         status_dir = run_dir / "steps"
         status_dir.mkdir()
         started = time.time()
+        run_parameters = {**(parameters or {}), "data_fingerprint": expected_fingerprint}
         outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity, warm,
-                                parameters, runner, image or config.kubernetes.image)
+                                run_parameters, runner, image or config.kubernetes.image)
         summary = build_summary(
             status_dir,
             run_dir=run_dir,
@@ -139,20 +144,28 @@ def _run_pipeline(
     """Run the KFP pipeline with the local runner; its logs go to run_dir/pipeline.log."""
     from kfp import local
 
+    from ctpipe.components.lib.tracking.retry import unreachable
     from ctpipe.pipelines.continuous_training import build_pipeline, step_names
 
     caching = config.pipeline.caching
     # Compiled with the resolved config as its own, as a cluster pipeline is: the run form's defaults are
     # this config's values and an empty config_json means it.
     pipeline = build_pipeline(None, default_config_json=config.to_json(), caching=caching)
-    previous = os.environ.get(STATUS_DIR_ENV)
+    previous = {name: os.environ.get(name) for name in (STATUS_DIR_ENV, HASH_CACHE_ENV)}
     os.environ[STATUS_DIR_ENV] = str(status_dir.resolve())
+    # prepare_run hashes the data through the home's cache, the watcher's: each file is hashed once for both.
+    os.environ[HASH_CACHE_ENV] = str(home_cache_dir(home).resolve())
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     error = None
     try:
         with output_to(run_dir / "pipeline.log") as terminal:
             if verbosity >= 0:
                 terminal.write(f"ctpipe: running the pipeline locally; logs: {run_dir / 'pipeline.log'}\n")
+            down = unreachable(tracking_uri)
+            if down:  # said now: the steps' retries log to pipeline.log, and would be silent here for minutes
+                terminal.write(f"ctpipe: MLflow at {redact_uri(tracking_uri)} does not answer ({down}); each step retries "
+                               f"for up to {config.registry.retry_budget_seconds:g} s (registry.retry_budget_seconds) "
+                               "before it fails\n")
             with (
                 sigterm_stops_the_steps(warm),
                 StepProgress(status_dir, terminal, verbosity, log_path=run_dir / "pipeline.log", steps=step_names(config)),
@@ -181,10 +194,11 @@ def _run_pipeline(
                 except Exception as err:  # the local runner raising is a failed run, reported in the summary
                     error = f"{type(err).__name__}: {err}"
     finally:
-        if previous is None:
-            os.environ.pop(STATUS_DIR_ENV, None)
-        else:
-            os.environ[STATUS_DIR_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return error
 
 

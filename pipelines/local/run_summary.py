@@ -13,6 +13,7 @@ from typing import Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.credentials import redact_text, redact_uri
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
@@ -69,6 +70,7 @@ def build_summary(
             "step": failed[0],
             "message": rec.get("error") or "the step did not finish (see pipeline.log)",
             "user_error": bool(rec.get("user_error")),
+            "type": rec.get("error_type"),
         }
     elif runner_error:
         error = {"step": None, "message": runner_error, "user_error": False}
@@ -80,9 +82,9 @@ def build_summary(
         "run_dir": str(run_dir.resolve()),
         "trigger": trigger,
         "data_uri": data_uri,
-        "data_fingerprint": result["validate_data"].get("fingerprint"),
-        # prepare_run's cheap one (listing and footers), the input of KFP's cache key.
-        "quick_fingerprint": result["prepare_run"].get("data_fingerprint"),
+        # Validation's, or (validate taken from the cache) prepare_run's: the same fingerprint of the content,
+        # the input of KFP's cache key, so a cached run records the data it stands for too.
+        "data_fingerprint": result["validate_data"].get("fingerprint") or result["prepare_run"].get("data_fingerprint"),
         "cached_steps": [s for s in STEP_NAMES if steps[s] == "cached"],
         "rows": result["validate_data"].get("rows"),
         "validation_warnings": result["validate_data"].get("warnings", []),
@@ -112,6 +114,8 @@ def build_summary(
         "compared_with_champion_version": evaluation.get("champion_version"),
         "model_name": config.registry.model_name,
         "model_version": registration.get("version"),
+        # The data the version was trained on (its ctpipe.data_fingerprint): a cached rerun's version may be older.
+        "model_data_fingerprint": registration.get("data_fingerprint"),
         "aliases": registration.get("aliases", []),
         "promoted": registration.get("promoted"),
         # False when this candidate (the same model file) was already a version: nothing new was registered.
@@ -202,9 +206,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"  servable           {verdict} ({summary.get('serving_check')})")
     if summary.get("error"):
         where = f" in step {summary['error']['step']}" if summary["error"]["step"] else ""
-        lines.append(f"\nerror{where}: {summary['error']['message']}")
+        lines.append(f"\nerror{where}: {redact_text(str(summary['error']['message']))}")
         lines.append("Nothing was promoted: the champion is unchanged.")
-    uri = summary["mlflow_tracking_uri"]
+    uri = redact_uri(summary["mlflow_tracking_uri"])  # printed: no userinfo, no query values
     lines.append(f"\nMLflow UI: mlflow ui --backend-store-uri {uri} --port 5000, then open {mlflow_ui_url(summary)}")
     lines.append(f"pipeline log: {Path(summary['run_dir']) / 'pipeline.log'}")
     return "\n".join(lines)

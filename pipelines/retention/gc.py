@@ -6,7 +6,9 @@ What is kept, in order of precedence:
 
 1. runs still going (their process alive), whatever their age;
 2. the MLflow runs of every registered model version, with their artifacts (what serving, ``models show`` and
-   a promotion read; ``versions.py`` bounds which versions stay registered); of the champion's lineage (the versions an alias points at, and the previous champion,
+   a promotion read; ``versions.py`` bounds which versions stay registered), and every run such a version links
+   (the content run of its pipeline run: Data Docs, sanity report, training curves; its card's and reasons'
+   runs: ``versions.linked_runs``); of the champion's lineage (the versions an alias points at, and the previous champion,
    which a rollback restores) the local folders too: only their checkpoints go;
 3. the newest ``keep_last_runs`` runs: their checkpoints go once they finished (but the newest succeeded
    run's, which its cached train step names: a rerun on unchanged data reuses it);
@@ -40,7 +42,12 @@ from ctpipe.pipelines.retention.purge import (
     purge_deleted_runs,
     purge_deleted_version_tags,
 )
-from ctpipe.pipelines.retention.versions import history_page_runs, retire_versions, strip_to_history_pages
+from ctpipe.pipelines.retention.versions import (
+    history_page_runs,
+    linked_runs,
+    retire_versions,
+    strip_to_history_pages,
+)
 
 CHECKPOINTS = Path("train") / "checkpoints"
 # Local folders kept for the champion's lineage: the champion and the champion a rollback restores (every
@@ -127,14 +134,16 @@ def _bytes_under(path: Path) -> int:
 
 
 def _registered_runs(client, registry_config: RegistryConfig) -> tuple[set[str], set[str]]:
-    """The MLflow runs of every registered version (of any model: their artifacts stay), and of the champion's
-    lineage (the versions an alias points at and the previous champion: their local folders stay)."""
+    """The MLflow runs of every registered version (of any model: their artifacts stay) with the runs each one
+    links (``linked_runs``), and of the champion's lineage (the versions an alias points at and the previous
+    champion: their local folders stay)."""
     from mlflow.exceptions import MlflowException
 
     from ctpipe.components.lib.registry.tags import STACK_TAG
 
     versions = client.search_model_versions(max_results=100_000)
-    registered = {str(v.run_id) for v in versions if v.run_id}
+    # Each version's own run and every run it links (its content run, its card's and reasons' runs).
+    registered = {str(v.run_id) for v in versions if v.run_id} | linked_runs(client, versions)
     try:
         model = client.get_registered_model(registry_config.model_name)
     except MlflowException:

@@ -25,6 +25,7 @@ registered or deleted; the next one finishes the rest.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ctpipe.components.lib.config import RegistryConfig
@@ -32,6 +33,33 @@ from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.registry.history import PAGE_DIR, HistoryTag
 from ctpipe.components.lib.registry.registry import Registry
 from ctpipe.components.lib.registry.tags import HISTORY_TAG, STACK_TAG
+
+# A runs:/RUN_ID/... address in a version's description or promotion record (its card, a full reason).
+_RUNS_URI = re.compile(r"runs:/([0-9a-f]{32})/")
+
+
+def linked_runs(client: Any, versions: list[Any]) -> set[str]:
+    """Every MLflow run the ``versions`` point to, besides their own: the content run their pipeline run names
+    (``ctpipe.training_run_id``: validation's Data Docs, the sanity report, the training curves and index) and
+    every ``runs:/`` address in their description and tags (the model card, a promotion's full reason). A kept
+    version keeps them all, so none of its links dangles."""
+    from mlflow.exceptions import MlflowException
+
+    from ctpipe.components.lib.tracking import TRAINING_RUN_TAG
+
+    linked: set[str] = set()
+    for version in versions:
+        texts = [version.description or "", *(version.tags or {}).values()]
+        linked |= {run_id for text in texts for run_id in _RUNS_URI.findall(text)}
+        if not version.run_id:
+            continue
+        try:
+            training = client.get_run(version.run_id).data.tags.get(TRAINING_RUN_TAG)
+        except MlflowException:
+            continue  # its own run is gone (deleted outside ctpipe): nothing of it to follow
+        if training:
+            linked.add(training)
+    return linked - {str(v.run_id) for v in versions}
 
 
 def history_page_runs(registry: Registry) -> set[str]:

@@ -12,10 +12,13 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text, private_name
 from ctpipe.pipelines.triggers.ledger import Ledger
+
+if TYPE_CHECKING:
+    from ctpipe.components.lib.tracking import RetryPolicy
 
 REFERENCE_FILE = "reference/reference_stats.json"
 
@@ -74,8 +77,12 @@ def ensure_local_store(tracking_uri: str, watch_dir: Path) -> None:
         marker.write_text(tracking_uri + "\n")
 
 
-def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Path | None = None) -> Champion | None:
-    """The version behind ``alias`` with its data fingerprint tag; None when there is no champion yet."""
+def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Path | None = None,
+                  retry: RetryPolicy | None = None) -> Champion | None:
+    """The version behind ``alias`` with its data fingerprint tag; None when there is no champion yet.
+
+    Asked with ``retry``'s bounded retries (MLflow's own HTTP retries off): a tracking server that does not
+    answer is reported after the first failed attempt, with the time left, not after minutes of silence."""
     key = _store_key(tracking_uri)
     ident = [tracking_uri, model_name, alias, key]
     if cache_file is not None and key is not None:
@@ -85,9 +92,11 @@ def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Pa
                 return Champion(**cached["champion"]) if cached["champion"] else None
         except (OSError, ValueError, KeyError, TypeError):
             pass
+    from ctpipe.components.lib.tracking import RetryPolicy as Policy
     from ctpipe.components.lib.tracking import get_alias_version
 
-    version = get_alias_version(tracking_uri, model_name, alias)
+    version = (retry or Policy()).call(lambda: get_alias_version(tracking_uri, model_name, alias),
+                                       f"read the '{alias}' alias of '{model_name}'")
     champion = (
         Champion(version=str(version.version), run_id=version.run_id, fingerprint=(version.tags or {}).get("ctpipe.data_fingerprint"))
         if version is not None

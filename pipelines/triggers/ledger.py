@@ -39,7 +39,7 @@ ATTEMPT_FIELDS = (
     "status", "attempt_claimed_at", "watcher_pid", "backend", "pid", "host", "log", "run_id", "run_name", "started_at",
     "finished_at", "exit_code", "error", "user_error", "failure", "summary_path", "model_version", "settled_at",
     "stopped_leftovers", "marker", "failed_tasks", "state", "drift_report_mlflow_run", "drift_report_error",
-    "start_error",
+    "start_error", "error_type", "config_sha256", "data_fingerprint", "model_fingerprint",
 )  # fmt: skip
 # Decided per attempt by the watcher when it settles one; cleared when the next attempt is claimed.
 RETRY_FIELDS = ("next_attempt_after", "given_up", "decision")

@@ -60,8 +60,12 @@ def backoff_seconds(watch: WatchConfig, failed_attempts: int) -> float:
 
 
 def failure_kind(record: dict[str, Any]) -> str | None:
-    """How the current attempt ended: None (succeeded), ``user_error``, ``canceled`` or ``infrastructure``."""
+    """How the current attempt ended: None (succeeded), ``data_changed``, ``user_error``, ``canceled`` or
+    ``infrastructure``. A run that succeeded on other data than its record's (the data changed after the
+    watcher saw it), or registered a model of other data, did not train this version: ``data_changed``."""
     status = record.get("status")
+    if other_data(record) or record.get("error_type") == "DataChangedError":
+        return "data_changed"
     if status == "succeeded":
         return None
     if status == "canceled":
@@ -69,6 +73,23 @@ def failure_kind(record: dict[str, Any]) -> str | None:
     if record.get("user_error"):
         return "user_error"
     return "infrastructure"
+
+
+def other_data(record: dict[str, Any]) -> str | None:
+    """What the attempt trained on, when that is not the record's data version (else None)."""
+    mine = record.get("fingerprint")
+    seen, model = record.get("data_fingerprint"), record.get("model_fingerprint")
+    if seen and seen != mine:
+        return f"its run read data version {str(seen)[:12]}"
+    if model and model != mine and record.get("model_version"):
+        return f"model version {record['model_version']} it names was trained on data version {str(model)[:12]}"
+    return None
+
+
+def config_changed(record: dict[str, Any], config_sha256: str | None) -> bool:
+    """Whether the resolved config differs from the one the record's current attempt ran with."""
+    ran_with = record.get("config_sha256")
+    return bool(config_sha256 and ran_with and ran_with != config_sha256)
 
 
 def _what_happened(record: dict[str, Any]) -> str:
@@ -86,11 +107,22 @@ def settle(record: dict[str, Any], watch: WatchConfig, now: float) -> dict[str, 
     kind = failure_kind(record)
     fields: dict[str, Any] = {"settled_at": now, "failure": kind}
     if kind is None:
-        fields["decision"] = f"trained: attempt {n} succeeded"
+        version = f" (model version {record['model_version']})" if record.get("model_version") else ""
+        fields["decision"] = f"trained: attempt {n} succeeded{version}"
+    elif kind == "data_changed":
+        why = other_data(record) or (record.get("error") or "the data changed during the run")
+        # No backoff and no bound: only a check that finds this very data again follows it up.
+        fields["next_attempt_after"] = now
+        fields["decision"] = (
+            f"not trained: attempt {n} did not train this data version ({why}); the data changed after the "
+            "watcher saw it. The new version gets its own run; this one is started again only if the data "
+            "returns to it"
+        )
     elif kind == "user_error":
         fields["decision"] = (
-            f"not retried: {_what_happened(record)}, a user error that a retry would repeat; fix the data or the "
-            "config: new data starts a new run, or start one by hand with 'ctpipe submit'"
+            f"not retried: {_what_happened(record)}, a user error that a retry with the same data and config "
+            "would repeat; fix the data (new data starts a new run) or the config (the next check with a "
+            "changed config starts it again), or start one by hand with 'ctpipe submit'"
         )
     elif kind == "canceled":
         fields["decision"] = (
@@ -114,17 +146,23 @@ def settle(record: dict[str, Any], watch: WatchConfig, now: float) -> dict[str, 
     return fields
 
 
-def next_step(record: dict[str, Any], now: float) -> NextStep:
-    """What to do about a data version whose current attempt is settled, in flight, or in its backoff."""
+def next_step(record: dict[str, Any], now: float, config_sha256: str | None = None) -> NextStep:
+    """What to do about a data version whose current attempt is settled, in flight, or in its backoff.
+
+    An attempt that failed as a user error is the data's and the config's: with the same config it would
+    fail again, with another (``config_sha256``, the resolved config of this check) it is started again."""
     n = int(record.get("attempt", 1))
     status = record.get("status")
+    if status not in ACTIVE and record.get("failure") == "user_error" and config_changed(record, config_sha256):
+        return NextStep("start", f"retry: the config changed since attempt {n} failed as a user error "
+                                 f"({record.get('error') or 'no error recorded'})", n + 1)
     if status in ACTIVE:
         if status == "starting" and record.get("start_error") and stale_claim(record, now):
             return NextStep("restart", f"attempt {n} is started again ({record['start_error']})", n)
         if status == "starting" and stale_claim(record, now):
             return NextStep("restart", f"attempt {n} was claimed by a watcher that died before starting it", n)
         return NextStep("wait", already_started(record), n)
-    if status == "succeeded":
+    if status == "succeeded" and record.get("failure") != "data_changed":
         return NextStep("wait", already_started(record), n)
     if record.get("next_attempt_after") is None:
         return NextStep("wait", record.get("decision") or already_started(record), n)
@@ -152,6 +190,8 @@ def version_state(record: dict[str, Any], *, newest: bool, alive: bool | None = 
     status = record.get("status")
     if status in ACTIVE:
         return "lost?" if alive is False else status
+    if record.get("failure") == "data_changed" or other_data(record):
+        return "superseded"  # its run trained other data: never "trained" by a model that did not see it
     if status == "succeeded":
         return "trained"
     if record.get("given_up"):

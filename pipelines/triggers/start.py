@@ -68,6 +68,8 @@ class LocalStarter:
     def command(self, *, trigger: str, data_uri: str, record_path: Path) -> list[str]:
         cmd = [sys.executable, "-m", "ctpipe.pipelines.cli.main", "submit", "--trigger", trigger, "--data", data_uri]
         cmd += ["--home", str(self.home), "--record", str(record_path), "--attempt", str(attempt_of(record_path))]
+        # The data version the run is for: data that has moved on stops it before anything is reused.
+        cmd += ["--fingerprint", (read_record(record_path) or {}).get("fingerprint") or Path(record_path).stem]
         if self.config_path:
             cmd += ["--config", self.config_path]
         for assignment in self.overrides:
@@ -216,9 +218,10 @@ class KfpStarter:
         from ctpipe.pipelines.deploy.kfp_runs import run_parameters, submit_run
 
         run_name = kfp_run_name(trigger, fingerprint, attempt_of(record_path))
-        params = run_parameters(
-            trigger=trigger, data_uri=data_uri, overrides=self.overrides, config_json=self.config_json, extra={}
-        )
+        # data_fingerprint: the version the run is for (a pipeline compiled by this ctpipe stops a run whose data
+        # has moved on before anything is reused).
+        params = run_parameters(trigger=trigger, data_uri=data_uri, overrides=self.overrides,
+                                config_json=self.config_json, extra={"data_fingerprint": fingerprint})
         run = submit_run(
             self.client,
             parameters=params,
@@ -280,7 +283,7 @@ class KfpStarter:
             return None
         fields: dict[str, Any] = {"state": state, "finished_at": time.time()}
         if state == "SUCCEEDED":
-            return {**fields, "status": "succeeded"}
+            return {**fields, "status": "succeeded", **self._trained_on(run_id)}
         if state == "CANCELED":
             return {**fields, "status": "canceled", "error": f"KFP run {run_id} was cancelled"}
         failed = failed_tasks(run)
@@ -299,6 +302,22 @@ class KfpStarter:
             fields["error"] = f"KFP run {run_id} {state} ({where}); no gate failed: an infrastructure failure"
         return fields
 
+    def _trained_on(self, pipeline_run_id: str) -> dict[str, Any]:
+        """What a succeeded run read and registered, as its MLflow run records it (prepare_run's data fingerprint,
+        register's version and that version's data fingerprint); empty when the tracking server is unknown."""
+        if not self.tracking_uri:
+            return {}
+        from ctpipe.components.lib.tracking import tags_of_runs_tagged
+
+        runs = tags_of_runs_tagged(self.tracking_uri, self.mlflow_experiment, "ctpipe.pipeline_run_id", pipeline_run_id,
+                                   retry=self.retry)
+        found: dict[str, Any] = {}
+        for tags in runs:
+            for tag, field in TRAINED_ON_TAGS.items():
+                if tags.get(tag):
+                    found[field] = tags[tag]
+        return found
+
     def _failed_gates(self, pipeline_run_id: str) -> list[str] | None:
         """The gates that judged this run's data or model bad (recorded on its MLflow run); None: unknown."""
         if not self.tracking_uri:
@@ -310,6 +329,10 @@ class KfpStarter:
         return sorted({gate for tags in runs for tag, gate in GATE_TAGS.items() if tags.get(tag) == "failed"})
 
 
+# What a pipeline run's MLflow run records of the data it read and the version it registered (prepare_run,
+# register) -> the ledger's attempt fields: a run that trained other data does not settle its version as trained.
+TRAINED_ON_TAGS = {"ctpipe.data_fingerprint": "data_fingerprint", "ctpipe.registered_version": "model_version",
+                   "ctpipe.registered_data_fingerprint": "model_fingerprint"}
 # The gates that record their verdict as a tag on the run's MLflow run: "failed" there is the user's error.
 GATE_TAGS = {"ctpipe.validation": "data validation", "ctpipe.sanity": "training sanity"}
 

@@ -8,13 +8,14 @@ from typing import Any
 
 from ctpipe.components.lib.processes import pid_alive
 from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
-from ctpipe.pipelines.triggers.retry import version_state
+from ctpipe.pipelines.triggers.retry import settle, version_state
 from ctpipe.pipelines.triggers.start import on_another_host
 
 # What each attempt shows of its record.
 ATTEMPT_KEYS = (
-    "attempt", "status", "failure", "error", "pid", "host", "run_id", "run_name", "exit_code", "model_version",
-    "attempt_claimed_at", "started_at", "finished_at", "settled_at", "stopped_leftovers", "log", "summary_path", "start_error",
+    "attempt", "status", "failure", "error", "error_type", "pid", "host", "run_id", "run_name", "exit_code",
+    "model_version", "data_fingerprint", "model_fingerprint", "config_sha256", "attempt_claimed_at", "started_at",
+    "finished_at", "settled_at", "stopped_leftovers", "log", "summary_path", "start_error",
 )  # fmt: skip
 
 
@@ -44,11 +45,21 @@ def list_versions(home: str | Path) -> list[dict[str, Any]]:
                 "attempts": [
                     {k: a[k] for k in ATTEMPT_KEYS if a.get(k) is not None} for a in record.get("attempts") or []
                 ],
-                "decision": record.get("decision"),
+                "decision": record.get("decision") or _pending_decision(record),
+                "settled_at": record.get("settled_at"),
                 "next_attempt_after": record.get("next_attempt_after"),
             }
         )
     return versions
+
+
+def _pending_decision(record: dict[str, Any]) -> str | None:
+    """What the next check will settle an ended attempt as (a check that found nothing to do left it unsettled)."""
+    if record.get("status") in ACTIVE or record.get("status") is None:
+        return None
+    from ctpipe.components.lib.config import WatchConfig
+
+    return settle(record, WatchConfig(), time.time())["decision"] + " (ended; the next check settles it)"
 
 
 def _when(seconds: float | None) -> str:
@@ -69,11 +80,14 @@ def format_versions(versions: list[dict[str, Any]]) -> str:
             where = f"pid {a['pid']}" + (f" on {a['host']}" if a.get("host") else "") if a.get("pid") else (f"KFP run {a['run_id']}" if a.get("run_id") else "not started")
             outcome = a.get("status", "?") + (f" ({a['failure']})" if a.get("failure") else "")
             extra = f" -> model version {a['model_version']}" if a.get("model_version") else ""
-            lines.append(f"    attempt {a.get('attempt')}: {outcome}, {where}{extra}")
+            config = f", config {a['config_sha256'][:8]}" if a.get("config_sha256") else ""
+            lines.append(f"    attempt {a.get('attempt')}: {outcome}, {where}{extra}{config}")
             if a.get("error") or a.get("start_error"):
                 error = a.get("error") or a["start_error"]
                 one_line = " / ".join(part.strip() for part in error.splitlines() if part.strip())
                 lines.append(f"      {one_line[:300]}")
-        if v.get("decision") and v["state"] not in ("running", "starting", "trained"):
-            lines.append(f"    -> {v['decision'][:400]}")
+        if v.get("decision") and v["state"] not in ("running", "starting"):
+            # Why the entry stands where it does (settled: trained, rejected, superseded, given up; or waiting).
+            lead = f"settled {_when(v['settled_at'])}: " if v.get("settled_at") else "-> "
+            lines.append(f"    {lead}{v['decision'][:400]}")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ import MLflow.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -54,6 +55,9 @@ class Decision:
     dry_run: bool = False
     hashed_files: int = 0
     seconds: float = 0.0
+    # The resolved config this check runs with: a data version that failed as a user error under another
+    # config is started again (the ledger keys a failed attempt by data and config).
+    config_sha256: str | None = None
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), sort_keys=False, default=str)
@@ -104,7 +108,8 @@ def check_once(
     state = data_state(data_uri, cache_path=cache_path_for(home, data_uri))
     ensure_local_store(tracking_uri, watch_dir)
     champion = find_champion(
-        tracking_uri, config.registry.model_name, config.registry.champion_alias, watch_dir / "champion-cache.json"
+        tracking_uri, config.registry.model_name, config.registry.champion_alias, watch_dir / "champion-cache.json",
+        retry=_retry_policy(config),
     )
     decision = Decision(
         action="none",
@@ -117,6 +122,7 @@ def check_once(
         hashed_files=state.hashed,
     )
     ledger = Ledger(home)
+    decision.config_sha256 = config_sha256(config)
     existing = _unless_stale_first_claim(ledger, state.fingerprint, now, dry_run)
     trained = champion is not None and champion.fingerprint == state.fingerprint
     if existing is not None and not trained:
@@ -134,6 +140,12 @@ def check_once(
     decision.run = ledger.get(state.fingerprint) if decision.action == "run" and not dry_run else None
     decision.seconds = time.perf_counter() - started
     return decision
+
+
+def _retry_policy(config: Config):
+    from ctpipe.components.lib.tracking import RetryPolicy
+
+    return RetryPolicy.of(config.registry)
 
 
 def _unless_stale_first_claim(ledger: Ledger, fingerprint: str, now: float, dry_run: bool) -> dict[str, Any] | None:
@@ -227,7 +239,7 @@ def _start(
         if not claimed:
             return "none", None, _already(ledger.get(state.fingerprint) or {})
     # Started outside the lock: the claimed record already counts as a run in flight for other watchers.
-    _launch(ledger, starter, state, trigger, 1)
+    _launch(ledger, starter, state, trigger, 1, decision.config_sha256)
     return "run", trigger, reason
 
 
@@ -240,7 +252,7 @@ def _follow_up(
         # Re-read under the lock: of watchers racing here, the first settles and claims, the others see it.
         record = ledger.get(fingerprint) or record
         record = _settle(ledger, starter, record, config, now, write=not dry_run)
-        step = next_step(record, now)
+        step = next_step(record, now, decision.config_sha256)
         decision.attempt = step.attempt
         if step.action == "wait":
             decision.reason = step.reason
@@ -259,7 +271,7 @@ def _follow_up(
         if not ledger.claim_attempt(fingerprint, step.attempt, now=now, restart=step.action == "restart"):
             decision.reason = _already(ledger.get(fingerprint) or record)
             return
-    _launch(ledger, starter, state, trigger, step.attempt)
+    _launch(ledger, starter, state, trigger, step.attempt, decision.config_sha256)
     decision.action, decision.trigger, decision.reason = "run", trigger, step.reason
 
 
@@ -280,11 +292,18 @@ def _too_busy(ledger: Ledger, starter, config: Config, fingerprint: str, wanted:
     )
 
 
-def _launch(ledger: Ledger, starter, state: DataState, trigger: str, attempt: int) -> None:
+def config_sha256(config: Config) -> str:
+    """The digest of the resolved config a run of this check gets (recorded per attempt)."""
+    return hashlib.sha256(config.to_json().encode()).hexdigest()
+
+
+def _launch(ledger: Ledger, starter, state: DataState, trigger: str, attempt: int, config_digest: str | None) -> None:
     """Start the claimed ``attempt`` and record it; a start that fails is recorded (or, first, released)."""
     if starter is None:
         raise ValueError("check_once needs a starter unless dry_run=True")
     fingerprint = state.fingerprint
+    # Before the run starts: a run that ends at once (a user error) is judged against its own config.
+    ledger.update_attempt(fingerprint, attempt, config_sha256=config_digest)
     try:
         info = starter.start(
             trigger=trigger, data_uri=state.data_uri, fingerprint=fingerprint, record_path=ledger.path(fingerprint)

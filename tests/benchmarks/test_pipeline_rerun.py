@@ -6,8 +6,8 @@ import importlib.util
 
 import pandas as pd
 
+from ctpipe.components.lib.data.content_fingerprint import content_fingerprint
 from ctpipe.components.lib.data.demo import write_demo_data
-from ctpipe.components.lib.data.quick_fingerprint import quick_fingerprint
 from tests.fixtures.paths import REPO_ROOT
 
 spec = importlib.util.spec_from_file_location("pipeline_bench", REPO_ROOT / "benchmarks" / "pipeline.py")
@@ -17,10 +17,10 @@ spec.loader.exec_module(bench)
 
 def test_the_changed_partition_changes_the_fingerprint_and_loses_one_row(tmp_path):
     write_demo_data(tmp_path, days=3, rows_per_day=40, seed=0)
-    before = quick_fingerprint(str(tmp_path))
+    before = content_fingerprint(str(tmp_path))
     newest = sorted(tmp_path.glob("date=*/part-0.parquet"))[-1]
     rows = len(pd.read_parquet(newest))
     assert bench.change_one_partition(tmp_path) == newest
     assert len(pd.read_parquet(newest)) == rows - 1
-    assert quick_fingerprint(str(tmp_path)) != before
+    assert content_fingerprint(str(tmp_path)) != before
     assert sorted(p.name for p in newest.parent.iterdir()) == ["part-0.parquet"]  # no staging file left

@@ -78,3 +78,21 @@ def test_every_other_command_taking_a_uri_refuses_credentials_too(tmp_path, caps
     err = capsys.readouterr().err
     assert code == 2 and "holds credentials (query parameter 'token=')" in err and SECRET not in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("secret_part", ["?key=", "#access_token=", "?aws_secret_access_key=", "?a=1;token="])
+def test_secrets_named_outside_any_list_are_refused_before_anything_records_them(tmp_path, capsys, secret_part):
+    # Issue 46: these passed and were printed, logged and written into validation.md, data_docs.html,
+    # pipeline.log and a compiled pipeline. A readable local root whose file:// URL carries the secret.
+    data = tmp_path / "data"
+    write_demo_data(data, days=2, rows_per_day=40, seed=0)
+    home = tmp_path / "home"
+    code = main(["watch", "--data", f"file://{data}{secret_part}{SECRET}", "--once", "--dry-run", "--home", str(home)])
+    out, err = capsys.readouterr()
+    assert code == 2 and "holds credentials" in err
+    assert SECRET not in out + err
+    assert _files_holding(home, SECRET) == []
+    code = main(["compile", "--out", str(tmp_path / "p.yaml"), "--set",
+                 f"registry.tracking_uri=http://mlflow:5000/{secret_part}{SECRET}"])
+    err = capsys.readouterr().err
+    assert code == 2 and SECRET not in err and not (tmp_path / "p.yaml").exists()

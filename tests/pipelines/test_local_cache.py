@@ -57,6 +57,8 @@ def test_the_summary_lists_the_cached_steps_and_a_version_registered_before(tmp_
     assert summary["status"] == "succeeded"
     assert summary["cached_steps"] == ["validate_data", "sanity_checks", "train", "select_checkpoint"]
     assert summary["training_mlflow_run_id"] == "t1" and summary["registered_new_version"] is False
+    # Issue 46: a cached run's summary said data_fingerprint null; it is prepare's, the content's fingerprint.
+    assert summary["data_fingerprint"] == "f" * 64
     text = format_summary(summary)
     assert "from cache         validate_data, sanity_checks, train, select_checkpoint" in text
     assert "registered         nothing new: this model is already" in text and "version 3" in text

@@ -30,6 +30,10 @@ MANIFEST_FILE = "ctpipe_manifest.json"
 MANIFEST_FORMAT = "ctpipe.pyfunc-manifest/v1"
 # The version tag holding the manifest's SHA-256 (set in the call that creates the version).
 PYFUNC_DIGEST_TAG = "ctpipe.pyfunc_sha256"
+# What MLflow itself writes into a registered model's folder when it is loaded or served by ``models:/`` URI from a
+# local artifact store (mlflow/store/artifact/models_artifact_repo.py, 3.17.2: ``_add_registered_model_meta_file``,
+# a YAML mapping of exactly model_name and model_version, at the folder's top level, next to MLmodel).
+MLFLOW_REGISTERED_META = "registered_model_meta"
 # Build outputs a copied package may hold: never shipped (they differ per interpreter and are not sources).
 _NOT_SHIPPED = ("__pycache__", "*.pyc", "*.pyo")
 
@@ -127,9 +131,14 @@ def write_manifest(model_dir: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def verify_model_dir(model_dir: Path, manifest_sha256: str) -> None:
+def verify_model_dir(model_dir: Path, manifest_sha256: str, *, registered_as: tuple[str, str] | None = None) -> None:
     """UntrustedModelError unless ``model_dir`` holds exactly the files its manifest lists, with their digests,
-    and the manifest is the one whose digest the registry recorded (``manifest_sha256``)."""
+    and the manifest is the one whose digest the registry recorded (``manifest_sha256``).
+
+    ``registered_as`` (model name, version): the registered version this folder is; then, and only then, the
+    one file MLflow writes into it on a plain ``models:/`` load is tolerated: ``registered_model_meta`` at the
+    top level, naming exactly this model and version (``mlflow_registered_meta_ok``). Nothing is imported
+    either way; any other added, changed or missing file is refused."""
     manifest = model_dir / MANIFEST_FILE
     if not manifest.is_file():
         raise UntrustedModelError(f"'{model_dir}' has no {MANIFEST_FILE}: it was not registered by this ctpipe, or "
@@ -143,8 +152,32 @@ def verify_model_dir(model_dir: Path, manifest_sha256: str) -> None:
     found = file_digests(model_dir)
     changed = sorted(name for name in listed.keys() & found.keys() if listed[name] != found[name])
     added, removed = sorted(found.keys() - listed.keys()), sorted(listed.keys() - found.keys())
+    if MLFLOW_REGISTERED_META in added and registered_as is not None:
+        check_mlflow_registered_meta(model_dir / MLFLOW_REGISTERED_META, *registered_as)
+        added.remove(MLFLOW_REGISTERED_META)
     if changed or added or removed:
         parts = [f"{what}: {', '.join(names[:5])}{' …' if len(names) > 5 else ''}"
                  for what, names in (("changed", changed), ("added", added), ("missing", removed)) if names]
         raise UntrustedModelError(
             f"'{model_dir}' is not the model that was registered ({'; '.join(parts)}); refusing to load it")
+
+
+def check_mlflow_registered_meta(path: Path, model_name: str, version: str) -> None:
+    """UntrustedModelError unless ``path`` is MLflow's record of this very version: a YAML mapping of exactly
+    ``model_name`` and ``model_version`` naming ``model_name`` and ``version`` (read with the safe loader: it
+    holds data, never code)."""
+    import yaml
+
+    where = f"'{path}' (added after registration; MLflow writes it on a plain models:/ load)"
+    try:
+        meta = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise UntrustedModelError(f"{where} is not MLflow's record: {type(err).__name__}; refusing to load it") from None
+    if not isinstance(meta, dict) or set(meta) != {"model_name", "model_version"}:
+        keys = sorted(map(str, meta)) if isinstance(meta, dict) else type(meta).__name__
+        raise UntrustedModelError(f"{where} holds {keys}, not exactly model_name and model_version as MLflow writes "
+                                  "it; refusing to load it")
+    named = (str(meta["model_name"]), str(meta["model_version"]))
+    if named != (model_name, str(version)):
+        raise UntrustedModelError(f"{where} names model '{named[0]}' version {named[1]}, not '{model_name}' version "
+                                  f"{version}, the version being loaded; refusing to load it")

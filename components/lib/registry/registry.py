@@ -225,16 +225,22 @@ class Registry(RegisteredModel):
                 f"promoted to champion (replacing {'version ' + current if current else 'none'})",
             )
 
-    def promote_manual(self, version: str, *, reason: str, by: str) -> Promotion:
-        """Make ``version`` champion by hand, recorded as manual with who and why."""
-        mv = self.get_version(version)
+    def checked_for_champion(self, mv) -> dict:
+        """The lineage of ``mv``, after the checks every move that makes a version champion applies (a promotion
+        by hand and a rollback alike): registered completely by ctpipe, and its ``ctpipe/lineage.json`` whole
+        and matching its digest (LineageError, a registry error naming the version and the file)."""
         if (mv.tags or {}).get(COMPLETE_TAG) != "complete":
             raise UserError(
                 f"version {mv.version} of '{self.name}' was not registered completely by ctpipe (tag "
                 f"{COMPLETE_TAG}=complete missing), so it cannot become champion; register it again."
             )
+        return self.lineage(mv)
+
+    def promote_manual(self, version: str, *, reason: str, by: str) -> Promotion:
+        """Make ``version`` champion by hand, recorded as manual with who and why."""
+        mv = self.get_version(version)
         alias = self.config.champion_alias
-        lineage = self.lineage(mv)
+        lineage = self.checked_for_champion(mv)
         recorded = recorded_champion_alias(lineage)
         in_use = self.aliases() if recorded is not None and recorded != alias else {}
         if recorded in in_use and alias not in in_use:
@@ -285,7 +291,8 @@ class Registry(RegisteredModel):
                     "champion to roll back to (use 'ctpipe models promote VERSION' to choose one)"
                 )
             target = stack[-2]
-            self.get_version(target)
+            # The checks a promotion applies: a target whose lineage was altered is refused, as promote refuses it.
+            self.checked_for_champion(self.get_version(target))
             self._write_stack(stack)
             self._move_champion(target, kind="rollback", by=by, reason=reason, previous=current, pop=True)
             return Promotion(True, target, current, f"rolled back from version {current} to version {target}")

@@ -62,7 +62,9 @@ def download_verified(model_uri: str, dst: str | Path, *, tracking_uri: str, all
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=registered.source, dst_path=str(staging),
                                                          tracking_uri=tracking_uri))
-        verify_model_dir(local, digest)
+        # MLflow's own registered_model_meta (a plain models:/ load wrote it into the stored folder) is
+        # tolerated when it names this version; anything else added or changed is refused.
+        verify_model_dir(local, digest, registered_as=(name, str(version)))
         if target.exists():
             target.rmdir()  # empty, checked above
         local.rename(target)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
-from ctpipe.components.lib.errors import UserError
+from ctpipe.components.lib.errors import RegistryRecordError
 from ctpipe.components.lib.tracking.retry import RetryPolicy
 
 LINEAGE_PATH = "ctpipe/lineage.json"
@@ -35,8 +35,10 @@ TEXT_FIELDS = ("data_uri", "snapshot_uri", "image", "pipeline_run_id", "compared
 LINEAGE_FIELDS = (*TEXT_FIELDS, *JSON_FIELDS, "metrics")
 
 
-class LineageError(UserError):
-    """A version's lineage artifact is missing, does not match its recorded digest, or is not a lineage record."""
+class LineageError(RegistryRecordError):
+    """A version's lineage artifact is missing, does not match its recorded digest, or is not a lineage record: a
+    registry error naming the version and the file (not the user's input: a run that reads a damaged champion's
+    lineage fails as infrastructure, so the watcher does not settle the data version as rejected)."""
 
 
 def lineage_text(record: dict[str, Any]) -> str:
@@ -59,7 +61,9 @@ def parse_lineage(data: bytes, digest: str, where: str) -> dict[str, Any]:
     found = hashlib.sha256(data).hexdigest()
     if found != digest:
         raise LineageError(f"{where}: its SHA-256 is {found}, but the version's tag {LINEAGE_DIGEST_TAG} records "
-                           f"{digest}; the artifact was changed after registration, so its lineage is not trusted")
+                           f"{digest}; the artifact was changed after registration, so its lineage is not trusted. "
+                           "This is the registry's record, not the data: restore the file from a backup, or move "
+                           "the alias off the version ('ctpipe models promote' of another version)")
     record = json.loads(data)
     if not isinstance(record, dict) or record.get("format") != LINEAGE_FORMAT:
         raise LineageError(f"{where}: format {record.get('format') if isinstance(record, dict) else None!r}; "

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from ctpipe.components.lib.credentials import redact_text
+
 if TYPE_CHECKING:
     from ctpipe.components.lib.config import RegistryConfig
 
@@ -117,7 +119,10 @@ def call_with_retries(
     started = clock()
     for attempt in range(retries + 1):
         try:
-            return fn()
+            # MLflow's own HTTP retries off: a server that does not answer is reported after this attempt, with
+            # the time left, instead of after minutes of MLflow's silent backoff.
+            with bounded_mlflow_http():
+                return fn()
         except Exception as err:
             if not is_transient(err):
                 raise
@@ -130,9 +135,10 @@ def call_with_retries(
                     f"last error: {str(err)[:300]}"
                 ) from err
             log.warning(
-                "MLflow unavailable (%s) while trying to %s; waiting %.1fs before retry %d (%.0fs of the %gs "
-                "retry budget left)",
+                "MLflow unavailable (%s: %s) while trying to %s; waiting %.1fs before retry %d (%.0fs of the %gs "
+                "retry budget left: registry.retry_budget_seconds)",
                 type(err).__name__,
+                redact_text(str(err).splitlines()[0] if str(err) else "")[:160],
                 what,
                 delay,
                 attempt + 1,
@@ -161,3 +167,17 @@ def bounded_mlflow_http(timeout_seconds: int = 30) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def unreachable(tracking_uri: str, timeout_seconds: float = 3.0) -> str | None:
+    """Why an HTTP tracking server does not answer at all (one request, no retries), else None; a file or SQLite
+    store is never "unreachable". For a command to say so at once, before its steps spend their retry budget."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return None
+    import requests
+
+    try:
+        requests.get(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_seconds)
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as err:
+        return redact_text(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")[:300]
+    return None  # it answered (any status: a server behind auth answers 401, and is there)

@@ -17,15 +17,17 @@ def prepare_run(
     data_uri: str,
     default_config_json: str = "",
     run_form: str = "",
+    expected_data_fingerprint: str = "",
 ) -> NamedTuple(
     "PreparedRun",
     [("config_json", str), ("mlflow_run_id", str), ("data_fingerprint", str), ("training_run_id", str)],
 ):
-    """Validate the run's config, fingerprint the data cheaply and open the run's MLflow runs.
+    """Validate the run's config, fingerprint the data's content (hashes cached) and open the run's MLflow runs.
 
     ``default_config_json`` is the config the pipeline was compiled with: a run whose ``config_json`` is
     empty gets it, not the laptop defaults. ``run_form``: the run form's knobs as ``name=value`` lines
-    (the pipeline's typed parameters, ``ctpipe.components.run_config.run_form``); empty: no form."""
+    (the pipeline's typed parameters, ``ctpipe.components.run_config.run_form``); empty: no form.
+    ``expected_data_fingerprint``: the data version the run was started for (the watcher's); empty: any."""
     from collections import namedtuple
 
     from ctpipe.components.lib.kfp_support import step_status
@@ -43,6 +45,7 @@ def prepare_run(
             data_uri=data_uri,
             default_config_json=default_config_json,
             run_form=run_form,
+            expected_fingerprint=expected_data_fingerprint,
         )
         record.setup_seconds = prepared.mlflow_setup_seconds
         record.result = {

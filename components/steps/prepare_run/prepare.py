@@ -14,13 +14,17 @@ from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.run_config import resolve_config
 from ctpipe.components.run_config.run_form import parse_form_text
 
+# The pipeline run's MLflow run records the data version it saw (the registered version records its own).
+DATA_FINGERPRINT_TAG = "ctpipe.data_fingerprint"
+
 
 @dataclass
 class PreparedRun:
     config_json: str
     mlflow_run_id: str
     mlflow_experiment_id: str = ""
-    # The cheap fingerprint of the data (listing and footers: components/lib/data/quick_fingerprint.py).
+    # The fingerprint of the data's content (validation's, through the hash cache:
+    # components/lib/data/content_fingerprint.py), the data input of the cached steps' key.
     data_fingerprint: str = ""
     # The MLflow run that validate, sanity, train and select log to: with caching, the run of this data,
     # config and code (shared by every pipeline run that reuses their results); without, mlflow_run_id.
@@ -65,20 +69,39 @@ def git_commit() -> str:
 
 
 def content_key(data_fingerprint: str, config: Config, code_version: str) -> str:
-    """What the cached steps' results depend on: the data, the resolved config (its image included) and the code."""
+    """What the cached steps' results depend on: the data, the resolved config (its image included) and the code
+    (ctpipe's and the task's source: ``pipeline_code_version``)."""
     text = "\0".join((data_fingerprint, config.to_json(), code_version))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def data_fingerprint_for(data_uri: str, config: Config, expected: str = "") -> str:
+    """The content fingerprint of ``data_uri`` (through the hash cache, ``run_cache_path``); DataChangedError
+    when ``expected`` is given and the data is no longer that version."""
+    from ctpipe.components.lib.data.content_fingerprint import (
+        check_same_data,
+        content_fingerprint,
+        run_cache_path,
+    )
+
+    mount = config.kubernetes.shared_mount_path if config.kubernetes.shared_pvc else None
+    fingerprint = content_fingerprint(data_uri, run_cache_path(data_uri, mount))
+    check_same_data(data_uri, expected, fingerprint, when="this run was started for")
+    return fingerprint
+
+
 def prepare_run(
     config_json: str, overrides: str, *, tracking_uri: str, pipeline_run_id: str, trigger: str, data_uri: str,
-    default_config_json: str = "", run_form: str = "",
+    default_config_json: str = "", run_form: str = "", expected_fingerprint: str = "",
 ) -> PreparedRun:
     """Validate everything a run is configured with, then get-or-create its MLflow run (idempotent on retry)
     and, with caching on, the MLflow run of its data, config and code, which the cached steps log to.
 
     The config: the compiled ``default_config_json`` (or the run's own ``config_json``), the ``run_form``
-    knobs (``name=value`` lines) and the run's ``overrides``, resolved by ``ctpipe.components.run_config``."""
+    knobs (``name=value`` lines) and the run's ``overrides``, resolved by ``ctpipe.components.run_config``.
+
+    ``expected_fingerprint`` (the watcher's data version): a run whose data has moved on stops here
+    (DataChangedError), before any cached step of another version can be reused."""
     if trigger not in TRIGGERS:
         raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
     # Both are recorded (MLflow tags, step records, KFP's run): a password in either would be kept there.
@@ -86,7 +109,8 @@ def prepare_run(
         refuse_uri_credentials(uri, name=name, recorded_in="it is recorded in MLflow tags and step records")
     config = resolve_config(compiled=default_config_json, config_json=config_json,
                             run_form=parse_form_text(run_form) if run_form.strip() else None, overrides=overrides)
-    from ctpipe.components.tasks import check_evaluation_metrics, load_task
+    from ctpipe.components.tasks import check_evaluation_metrics, load_task, task_record
+    from ctpipe.components.tasks.code_identity import pipeline_code_version
 
     # The first step of a run: a missing or incomplete task, or a blessing rule on a metric it does not
     # compute, stops it here.
@@ -104,13 +128,15 @@ def prepare_run(
     )
 
     policy = RetryPolicy.of(config.registry)
-    from ctpipe.components.lib.data.quick_fingerprint import quick_fingerprint
-
-    code_version = git_commit()
-    # Only the cache needs it (validation takes the full fingerprint): an input of the cached steps' key.
-    fingerprint = quick_fingerprint(data_uri) if config.pipeline.caching else ""
-    key = content_key(fingerprint, config, code_version)
-    tags = {"ctpipe.trigger": trigger, "ctpipe.data_uri": data_uri, "ctpipe.git_commit": code_version}
+    commit = git_commit()
+    # The cached steps' key: validation's fingerprint of the content (each file hashed once, cached by what a
+    # writer cannot set back), so a same-size edit is new data; without caching only a watcher's check needs it.
+    fingerprint = (data_fingerprint_for(data_uri, config, expected_fingerprint)
+                   if config.pipeline.caching or expected_fingerprint else "")
+    key = content_key(fingerprint, config, pipeline_code_version(task_record(config.task)))
+    tags = {"ctpipe.trigger": trigger, "ctpipe.data_uri": data_uri, "ctpipe.git_commit": commit}
+    if fingerprint:
+        tags[DATA_FINGERPRINT_TAG] = fingerprint  # what the watcher reads back to judge a run it started
     started = time.perf_counter()
     # The first step, alone: it creates a new local SQLite database before any other step writes to it.
     with bounded_mlflow_http(), import_clock() as imports:

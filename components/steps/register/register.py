@@ -62,6 +62,8 @@ class RegistrationResult:
     # One sentence for the decision, as the version's description, the card and the run summary have it.
     decision: str = ""
     description_error: str = ""
+    # The data the version was trained on (its tag ctpipe.data_fingerprint): a cached rerun's is the older run's.
+    data_fingerprint: str = ""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ class RegistrationResult:
             "serving_check": self.serving_check,
             "decision": self.decision,
             "description_error": self.description_error,
+            "data_fingerprint": self.data_fingerprint,
             "seconds": round(self.seconds, 3),
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
@@ -140,6 +143,11 @@ def register_candidate(
                          or "")
             serving = ServingCheck(recorded.get(SERVABLE_TAG) == "true", reason, 0.0)
         number = str(version.version)
+        if version.run_id != mlflow_run_id and ((version.tags or {}).get(DECISION_TAG) or version.description):
+            # A cached rerun hands register a model another run registered and decided: that version's record
+            # (its description, tags, aliases) stays as it was decided; this run records its own decision. A
+            # version whose run was killed before deciding (no decision tag, no description) is decided here.
+            return _already_registered(registry, version, blessing, serving, mlflow_run_id, reports, started, timings)
         client = registry.client
         registry.call(
             lambda: client.set_registered_model_alias(reg_cfg.model_name, reg_cfg.challenger_alias, number),
@@ -157,6 +165,7 @@ def register_candidate(
                                      champion=promotion.champion, why_not_promoted=promotion.reason)
         # After the commit point (the alias), so best-effort: a failure here is reported, never undoes the move.
         described = _describe_version(registry, number, decision, blessing, mlflow_run_id, reports)
+        described = "; ".join(filter(None, (described, _record_on_run(registry, mlflow_run_id, version, decision))))
     return RegistrationResult(
         version=number,
         aliases=aliases,
@@ -170,7 +179,50 @@ def register_candidate(
         serving_check=serving.reason,
         decision=decision,
         description_error=described,
+        data_fingerprint=(version.tags or {}).get("ctpipe.data_fingerprint", ""),
     )
+
+
+def _already_registered(registry: Registry, version, blessing: Blessing, serving: ServingCheck, run_id: str,
+                        reports: dict[str, str], started: float, timings: dict[str, float]) -> RegistrationResult:
+    """The result of a run whose model another run registered: no alias, tag or description of that version
+    changes (a version's page keeps the decision made when it was registered); the decision, this run's own,
+    goes on this run (its tags and its model card)."""
+    number = str(version.version)
+    champion = registry.alias_version(registry.config.champion_alias)
+    verdict = decision_sentence(blessing.to_dict(), version=number, promoted=False, champion=champion,
+                                why_not_promoted="a version registered by another run is not moved by a rerun")
+    decision = (f"Registered nothing new: this model is already v{number} (registered by run {version.run_id}); "
+                f"nothing in the registry changed. This run's evaluation: {verdict}")
+    if blessing.blessed and champion != number:
+        decision += f". To make it champion, promote it by hand: 'ctpipe models promote {number}'"
+    written = _record_on_run(registry, run_id, version, decision)
+    try:
+        _log_decided_card(registry, run_id, decision, reports, logged=False)
+    except Exception as err:  # the registry is untouched either way; the summary says what is missing
+        written = "; ".join(filter(None, (written, f"this run's model card was not written: {type(err).__name__}: "
+                                                   f"{err}")))
+    aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
+    return RegistrationResult(
+        version=number, aliases=aliases, promoted=False, promotion_reason=decision, created=False, champion=champion,
+        seconds=time.perf_counter() - started, timings=timings, servable=serving.servable,
+        serving_check=serving.reason, decision=decision, description_error=written,
+        data_fingerprint=(version.tags or {}).get("ctpipe.data_fingerprint", ""),
+    )
+
+
+def _record_on_run(registry: Registry, run_id: str, version, decision: str) -> str:
+    """What this run registered (or found registered) and decided, as tags of its own MLflow run (the watcher
+    reads the version and the data it was trained on from here); '' or what failed (after the commit point)."""
+    tags = {"ctpipe.registered_version": str(version.version), "ctpipe.decision": short_tag(decision),
+            "ctpipe.registered_data_fingerprint": (version.tags or {}).get("ctpipe.data_fingerprint", "")}
+    try:
+        for key, value in tags.items():
+            if value:
+                registry.call(lambda k=key, v=value: registry.client.set_tag(run_id, k, v), f"tag MLflow run {run_id}")
+    except Exception as err:
+        return f"this run's MLflow run was not tagged with its decision: {type(err).__name__}: {err}"
+    return ""
 
 
 def _describe_version(registry: Registry, number: str, decision: str, blessing: Blessing, run_id: str,
@@ -190,23 +242,31 @@ def _describe_version(registry: Registry, number: str, decision: str, blessing: 
         cfg = registry.config
         registry.call(lambda: registry.client.update_model_version(cfg.model_name, number, description=description),
                       f"describe version {number}")
-        if reports.get("model_card"):  # the card as logged on the run (with its serving check), decision first
-            import mlflow.artifacts
-
-            with tempfile.TemporaryDirectory(prefix="ctpipe-card-") as tmp:
-                logged = Path(registry.call(lambda: mlflow.artifacts.download_artifacts(
-                    run_id=run_id, artifact_path="reports/model_card.md", dst_path=tmp,
-                    tracking_uri=registry.uri), "read the logged model card"))
-                title, _, rest = logged.read_text().partition("\n")
-                rest = re.sub(r"\A\n\*\*Decision:\*\* [^\n]*\n", "", rest)  # a retry's earlier sentence
-                decided = Path(tmp) / "decided" / "model_card.md"
-                decided.parent.mkdir()
-                decided.write_text(f"{title}\n\n**Decision:** {decision}\n{rest}")
-                registry.call(lambda: registry.client.log_artifact(run_id, str(decided), "reports"),
-                              "log the model card with its decision")
+        _log_decided_card(registry, run_id, decision, reports)
         return ""
     except Exception as err:  # the promotion stands; the summary says what is missing
         return f"the version's description or card was not written: {type(err).__name__}: {err}"
+
+
+def _log_decided_card(registry: Registry, run_id: str, decision: str, reports: dict[str, str], *,
+                      logged: bool = True) -> None:
+    """The model card with the decision sentence first: as logged on the run (with its serving check), or, for
+    a run that logged no artifacts (its model was registered by another run), evaluation's own card."""
+    if not reports.get("model_card"):
+        return
+    import mlflow.artifacts
+
+    with tempfile.TemporaryDirectory(prefix="ctpipe-card-") as tmp:
+        card = Path(registry.call(lambda: mlflow.artifacts.download_artifacts(
+            run_id=run_id, artifact_path="reports/model_card.md", dst_path=tmp,
+            tracking_uri=registry.uri), "read the logged model card")) if logged else Path(reports["model_card"])
+        title, _, rest = card.read_text().partition("\n")
+        rest = re.sub(r"\A\n\*\*Decision:\*\* [^\n]*\n", "", rest)  # a retry's earlier sentence
+        decided = Path(tmp) / "decided" / "model_card.md"
+        decided.parent.mkdir()
+        decided.write_text(f"{title}\n\n**Decision:** {decision}\n{rest}")
+        registry.call(lambda: registry.client.log_artifact(run_id, str(decided), "reports"),
+                      "log the model card with its decision")
 
 
 # --- helpers of the step -----------------------------------------------------------------------

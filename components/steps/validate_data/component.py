@@ -21,8 +21,9 @@ def validate_data(
 ) -> NamedTuple("Validation", [("fingerprint", str), ("warnings", int)]):
     """Fingerprint and split the data, run the Great Expectations suite, write Data Docs.
 
-    ``data_fingerprint`` is prepare_run's cheap fingerprint of ``data_uri``: unused here, it is what makes
-    KFP's cache key change when the data behind the same URI does."""
+    ``data_fingerprint`` is prepare_run's fingerprint of ``data_uri``'s content, what makes KFP's cache key
+    change when the data behind the same URI does: data that changed since (validation reads another
+    version) fails the step, so no cache entry keyed on one version holds another's snapshot."""
     from collections import namedtuple
 
     from ctpipe.components.lib.config import Config
@@ -47,6 +48,9 @@ def validate_data(
             tracking_uri=mlflow_tracking_uri,
             mlflow_run_id=mlflow_run_id,
         )
+        from ctpipe.components.lib.data.content_fingerprint import check_same_data
+
+        check_same_data(data_uri, data_fingerprint, result.fingerprint, when="prepare_run fingerprinted")
         snapshot.metadata.update({"fingerprint": result.fingerprint, "rows": result.rows})
         record.result = {
             "fingerprint": result.fingerprint,

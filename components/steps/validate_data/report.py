@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
+from ctpipe.components.lib.credentials import redact_uri
 from ctpipe.components.steps.validate_data.findings import SCHEMA_ANOMALY, Finding, errors, warnings
 
 
@@ -66,7 +67,7 @@ def render_markdown(s: ValidationSummary) -> str:
     lines = [
         f"# Data validation: {verdict}",
         "",
-        f"- data: `{s.data_uri}` ({s.files} files, fingerprint `{s.fingerprint[:16]}`)",
+        f"- data: `{redact_uri(s.data_uri)}` ({s.files} files, fingerprint `{s.fingerprint[:16]}`)",
         f"- rows: {', '.join(f'{k} {v}' for k, v in s.rows.items()) or 'n/a'}",
         f"- suite: {s.suite_source or 'n/a'}",
         f"- judged on: {s.judged_on or 'every row'}",
@@ -157,7 +158,7 @@ def render_html(s: ValidationSummary) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>ctpipe data docs</title><style>{CSS}</style></head>
 <body>
 <h1>Data validation {badge}</h1>
-<p>Data <code>{_e(s.data_uri)}</code> — {s.files} files, fingerprint <code>{_e(s.fingerprint)}</code><br>
+<p>Data <code>{_e(redact_uri(s.data_uri))}</code> — {s.files} files, fingerprint <code>{_e(s.fingerprint)}</code><br>
 Rows: {_e(', '.join(f'{k} {v}' for k, v in s.rows.items()) or 'n/a')}<br>
 Suite: {_e(s.suite_source or 'n/a')}<br>
 Judged on: {_e(s.judged_on or 'every row')}<br>

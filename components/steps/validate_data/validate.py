@@ -37,7 +37,7 @@ from ctpipe.components.lib.data.window import TrainWindow, partition_date
 from ctpipe.components.lib.errors import DataValidationError, UserError
 from ctpipe.components.lib.handoffs import ValidationVerdict, write_validation
 from ctpipe.components.lib.tracking import RetryPolicy, log_step
-from ctpipe.components.steps.validate_data import checks, feature_checks
+from ctpipe.components.steps.validate_data import checks, feature_checks, partition_types
 from ctpipe.components.steps.validate_data.beyond_suite import label_findings, layout_findings
 from ctpipe.components.steps.validate_data.engines import check_width, open_engine
 from ctpipe.components.steps.validate_data.exact import exact_overrides, exact_profile
@@ -99,8 +99,12 @@ def validate_data(
             outcome = _Outcome(None, None)
         if not errors(summary.findings) and outcome.inputs is not None:
             t = time.perf_counter()
-            _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task, config, engine)
+            try:
+                _write_snapshot(snapshot_dir, outcome, data_uri, summary.fingerprint, task, config, engine)
+            except partition_types.conversion_errors() as err:  # a value of another type: the data's, named
+                summary.findings.append(partition_types.conversion_finding(err))
             summary.seconds["write_snapshot"] = time.perf_counter() - t
+        if not errors(summary.findings) and outcome.inputs is not None:
             # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
             write_validation(snapshot_dir, ValidationVerdict(**summary_json(summary)))
     write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
@@ -224,6 +228,9 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     summary.fingerprint = fingerprint_files(files)
     summary.files = len(files)
     check_width(data_uri, files, config)
+    summary.findings += partition_types.duplicate_headers(data_uri, files, config.data.format)
+    if errors(summary.findings):
+        return _Outcome(None, None)
     total = engine.count_rows(data_uri, files, config)
     scanned = None
     if engine.streams(total, config, len(files)):
@@ -306,6 +313,8 @@ def _run(data_uri: str, config: Config, tracking_uri: str, summary: ValidationSu
     if scanned is not None:
         summary.findings = exact_overrides(summary.findings, scanned, suite, config)
     timer.lap("checks_beyond_suite")
+    if not errors(summary.findings):  # what the checks above let through that the snapshot cannot hold
+        summary.findings += partition_types.mixed_partition_types(data, files)
     return _Outcome(suite, _SnapshotInputs(data, schema, files, TrainWindow.from_config(config.data), config.data.format, scanned))
 
 

@@ -33,6 +33,8 @@ def register(subparsers) -> None:
     # The watcher's ledger record this run reports its outcome to, and which attempt it is (internal).
     parser.add_argument("--record", metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--attempt", type=int, metavar="N", help=argparse.SUPPRESS)
+    # The data version the watcher started this run for: data that has moved on stops it in its first step.
+    parser.add_argument("--fingerprint", metavar="SHA256", default="", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
@@ -102,13 +104,14 @@ def _submit_local(args: argparse.Namespace) -> int:
     record(status="running", pid=os.getpid(), host=socket.gethostname(), started_at=time.time())
     try:
         summary = run_local(
-            home=args.home, data_uri=args.data, config_path=args.config, overrides=args.overrides, trigger=args.trigger
+            home=args.home, data_uri=args.data, config_path=args.config, overrides=args.overrides, trigger=args.trigger,
+            expected_fingerprint=args.fingerprint,
         )
     except BaseException as err:
         # A UserError (bad config, a missing data root) is the user's to fix: the watcher does not retry it.
         record(
             status="failed", error=redact_text(f"{type(err).__name__}: {err}")[:500], user_error=isinstance(err, UserError),
-            finished_at=time.time(),
+            error_type=type(err).__name__, finished_at=time.time(),
         )  # fmt: skip
         raise
     if args.drift_report and summary.get("mlflow_run_id"):
@@ -120,8 +123,13 @@ def _submit_local(args: argparse.Namespace) -> int:
         summary_path=summary.get("summary_path"),
         run_id=summary.get("run_id"),
         model_version=summary.get("model_version"),
-        error=(f"{error['step']}: " if error.get("step") else "") + str(error["message"])[:500] if error else None,
+        error=redact_text((f"{error['step']}: " if error.get("step") else "") + str(error["message"]))[:500] if error else None,
         user_error=user_error,
+        error_type=error.get("type"),
+        # What the run read and what the version it names was trained on: the watcher settles the data version
+        # as trained only when both are this version.
+        data_fingerprint=summary.get("data_fingerprint"),
+        model_fingerprint=summary.get("model_data_fingerprint"),
         finished_at=time.time(),
     )
     print(format_summary(summary))

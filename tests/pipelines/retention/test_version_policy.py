@@ -18,7 +18,7 @@ from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.errors import ConfigError, UserError
 from ctpipe.components.lib.registry.lock import RegistryBusyError
 from ctpipe.components.lib.registry.registry import Registry
-from ctpipe.components.lib.registry.tags import HISTORY_TAG, STACK_TAG
+from ctpipe.components.lib.registry.tags import COMPLETE_TAG, HISTORY_TAG, STACK_TAG
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.pipelines.cli.main import main
 from ctpipe.pipelines.retention.gc import collect_garbage
@@ -52,8 +52,10 @@ def registry_home(tmp_path):
         client.log_text(run_id, f"model {n}", "ctpipe/model.pt")
         if n != 7:
             client.set_terminated(run_id, "FINISHED")
+        # Registered completely by ctpipe: a rollback applies a promotion's checks to its target (issue 46).
         client.create_model_version(MODEL, f"runs:/{run_id}/model", run_id=run_id,
-                                    tags={"ctpipe.data_fingerprint": f"fp{n}", "ctpipe.blessed": "true"})  # fmt: skip
+                                    tags={"ctpipe.data_fingerprint": f"fp{n}", "ctpipe.blessed": "true",
+                                          COMPLETE_TAG: "complete"})  # fmt: skip
         runs[str(n)] = run_id
     client.log_text(
         runs["6"],
@@ -93,7 +95,7 @@ def test_versions_outside_the_bounds_leave_the_registry_with_their_runs_and_rows
     for gone in ("1", "8"):
         assert run_gone(client, runs[gone]) and not (home / "mlartifacts" / "ctpipe" / runs[gone]).exists()
         assert _tag_rows(home, gone) == 0  # MLflow's delete keeps them; gc removes them for good
-    assert _tag_rows(home, "9") == 2
+    assert _tag_rows(home, "9") == 3
     # Version 6's run holds the history's older page: the run stays with that page alone.
     assert report.history_runs_stripped == [runs["6"]]
     assert [a.path for a in client.list_artifacts(runs["6"])] == ["ctpipe-registry"]

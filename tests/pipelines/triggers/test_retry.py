@@ -644,3 +644,112 @@ def test_claims_work_on_a_filesystem_without_hard_links(site, monkeypatch):
     assert (first.action, again.action, len(counter)) == ("run", "none", 1)
     assert not Ledger(home).claim(first.fingerprint, {"trigger": "new_data"})
     assert [p.name for p in (home / "watch" / "ledger").iterdir() if p.name != ".lock"] == [f"{first.fingerprint}.json"]
+
+
+def test_a_run_that_trained_other_data_does_not_settle_this_version_as_trained(site, capsys):
+    # Issue 46: the watcher saw the new content hash, started a run, KFP reused the cache of the old data, and the
+    # ledger said the new version was trained by version 1, a model that never saw it.
+    data, home = site
+    older = "0" * 64
+    served = outcome(status="succeeded", model_version="1", data_fingerprint=older, model_fingerprint=older)
+    first = check(site, ScriptStarter(home, ENDS, served, wait=True))
+    assert first.action == "run"
+    again = check(site, ScriptStarter(home, ENDS, outcome(status="succeeded", model_version="2"), wait=True))
+    assert Ledger(home).get(first.fingerprint)["attempts"][0]["failure"] == "data_changed"
+    # The data is still this version: it is started again at once, and that run (its own data) trains it.
+    assert (again.action, again.attempt) == ("run", 2)
+    check(site, ScriptStarter(home, ENDS, served, wait=True))  # settles attempt 2
+    assert Ledger(home).get(first.fingerprint)["status"] == "succeeded"
+    assert main(["watch", "--status", "--home", str(home)]) == 0
+    table = capsys.readouterr().out
+    assert "trained: attempt 2 succeeded (model version 2)" in table
+
+
+def test_a_version_whose_run_read_other_data_is_superseded_and_never_trained(site):
+    data, home = site
+    other = outcome(status="succeeded", model_version="3", data_fingerprint="1" * 64)
+    first = check(site, ScriptStarter(home, ENDS, other, wait=True))
+    write_demo_data(data, days=3, rows_per_day=50)  # the data moved on; the old version is settled as superseded
+    check(site, ScriptStarter(home, ENDS, outcome(status="succeeded"), wait=True))
+    from ctpipe.pipelines.triggers.status import list_versions
+
+    listed = {v["fingerprint"]: v for v in list_versions(home)}
+    assert listed[first.fingerprint]["state"] == "superseded"
+    assert "not trained" in listed[first.fingerprint]["decision"] and "1111111111" in listed[first.fingerprint]["decision"]
+
+
+def test_a_user_error_is_retried_once_the_resolved_config_changes_and_status_says_why(site, capsys):
+    # Issue 46: a run that failed as a user error (the demo data without data.key=customer_id) was settled for its
+    # data version; the watcher run again with the corrected config did not retry it.
+    data, home = site
+    rejected = outcome(status="failed", user_error=True, error="DataValidationError: column 'customer_id' is id-like")
+    first = check(site, ScriptStarter(home, ENDS, rejected, wait=True))
+    same = check(site, ScriptStarter(home, ENDS, rejected, wait=True), now=time.time() + 10)
+    assert same.action == "none" and "not retried" in same.reason
+    fixed = check(site, ScriptStarter(home, ENDS, outcome(status="succeeded", model_version="1"), wait=True),
+                  "data.key=customer_id")
+    assert (fixed.action, fixed.attempt) == ("run", 2) and "config changed" in fixed.reason
+    record = Ledger(home).get(first.fingerprint)
+    assert record["attempts"][0]["config_sha256"] != record["attempts"][1]["config_sha256"]
+    assert main(["watch", "--status", "--home", str(home)]) == 0
+    table = capsys.readouterr().out
+    assert "trained: attempt 2 succeeded (model version 1)" in table
+    # The entry of a rejected version says why it is settled, and that a changed config retries it.
+    write_demo_data(data, days=3, rows_per_day=50)
+    check(site, ScriptStarter(home, ENDS, rejected, wait=True))
+    check(site, ScriptStarter(home, ENDS, rejected, wait=True))
+    assert main(["watch", "--status", "--home", str(home)]) == 0
+    table = capsys.readouterr().out
+    assert "settled" in table and "the next check with a changed config starts it again" in table
+
+
+def test_submit_hands_the_runs_data_version_over_and_records_what_it_trained(tmp_path, monkeypatch, capsys):
+    import ctpipe.pipelines.local.local_run
+    import ctpipe.pipelines.local.run_summary
+
+    seen = {}
+
+    def cached_run(**kwargs):
+        seen.update(kwargs)
+        return {"status": "succeeded", "run_id": "r1", "summary_path": str(tmp_path / "summary.json"),
+                "model_version": "1", "data_fingerprint": "b" * 64, "model_data_fingerprint": "c" * 64}
+
+    monkeypatch.setattr(ctpipe.pipelines.local.local_run, "run_local", cached_run)
+    monkeypatch.setattr(ctpipe.pipelines.local.run_summary, "format_summary", lambda summary: "")
+    ledger = Ledger(tmp_path)
+    ledger.claim("b" * 64, {"trigger": "new_data"})
+    command = LocalStarter(tmp_path).command(trigger="new_data", data_uri="/d", record_path=ledger.path("b" * 64))
+    assert command[command.index("--fingerprint") + 1] == "b" * 64
+    assert main(command[3:]) == 0
+    assert seen["expected_fingerprint"] == "b" * 64
+    record = ledger.get("b" * 64)
+    assert record["data_fingerprint"] == "b" * 64 and record["model_fingerprint"] == "c" * 64
+    from ctpipe.components.lib.config import WatchConfig
+    from ctpipe.pipelines.triggers.retry import settle
+
+    assert settle(record, WatchConfig(), time.time())["failure"] == "data_changed"
+
+
+def test_a_kfp_run_gets_its_data_version_and_one_that_read_other_data_is_not_settled_as_trained(site, kfp):
+    import mlflow
+
+    from ctpipe.components.lib.tracking import ensure_experiment
+    from ctpipe.pipelines.triggers.start import KfpStarter
+
+    data, home = site
+    server, client = kfp
+    uri = local_tracking_uri(home)
+    starter = KfpStarter(client, experiment="ctpipe", tracking_uri=uri)
+    first = check(site, starter, "watch.retry_backoff_seconds=0")
+    run = server.state.runs[first.run["run_id"]]
+    assert run["runtime_config"]["parameters"]["data_fingerprint"] == first.fingerprint
+    # The run succeeded, but its MLflow run says it read other data (a pipeline version without the check).
+    ml = mlflow.MlflowClient(tracking_uri=uri)
+    ml.create_run(ensure_experiment(uri, "ctpipe"), tags={
+        "ctpipe.pipeline_run_id": first.run["run_id"], "ctpipe.data_fingerprint": "2" * 64,
+        "ctpipe.registered_version": "1", "ctpipe.registered_data_fingerprint": "2" * 64})
+    server.state.set_run_state(first.run["run_id"], "SUCCEEDED")
+    again = check(site, starter, "watch.retry_backoff_seconds=0")
+    attempt = Ledger(home).get(first.fingerprint)["attempts"][0]
+    assert attempt["failure"] == "data_changed" and attempt["model_version"] == "1"
+    assert (again.action, again.attempt) == ("run", 2)  # the data is still this version: its own run now

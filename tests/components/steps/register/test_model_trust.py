@@ -23,6 +23,7 @@ from ctpipe.components.lib.registry.model_files import (
     verify_model_dir,
 )
 from ctpipe.components.lib.registry.verified_model import download_verified
+from ctpipe.components.lib.tracking import use_tracking
 from ctpipe.components.steps.register.model_artifacts import build_pyfunc_model
 from ctpipe.components.steps.register.pyfunc_model import EXPORT_DIGEST
 from ctpipe.components.tasks.trusted_code import UntrustedTaskError, check_served_task
@@ -153,3 +154,53 @@ def test_shipped_code_rewritten_in_the_artifact_store_is_refused_before_anything
         in_store.write_bytes(original)
     verified = download_verified(champion.uri, tmp_path / "again", tracking_uri=champion.tracking_uri)
     assert (verified / "MLmodel").is_file()
+
+
+def test_a_plain_mlflow_load_leaves_the_champion_on_the_verified_path_and_nothing_else_is_tolerated(
+        champion, tmp_path):  # noqa: F811
+    # Issue 46: `mlflow.pyfunc.load_model("models:/…")` (or `mlflow models serve -m models:/…@champion`) on a local
+    # artifact store writes MLflow's registered_model_meta into the stored model folder; after that the verified
+    # loader refused the champion ("added: registered_model_meta") until someone deleted the file by hand.
+    client = mlflow.MlflowClient(champion.tracking_uri, registry_uri=champion.tracking_uri)
+    version = client.get_model_version_by_alias(champion.model_name, "champion")
+    stored = Path(version.source.removeprefix("file://"))
+    meta = stored / "registered_model_meta"
+    try:
+        use_tracking(champion.tracking_uri)  # models:/ URIs resolve through the registry URI
+        mlflow.pyfunc.load_model(champion.uri)  # the plain load, exactly as MLflow 3.17.2 does it
+        assert meta.is_file()  # what MLflow itself wrote, at the model's top level
+        written = yaml.safe_load(meta.read_text())
+        assert set(written) == {"model_name", "model_version"} and written["model_name"] == champion.model_name
+        assert str(written["model_version"]) == str(version.version)  # an int from SQLite, a string over HTTP
+        verified = download_verified(champion.uri, tmp_path / "after-plain-load", tracking_uri=champion.tracking_uri)
+        assert (verified / "MLmodel").is_file()
+        # Only MLflow's own record of this very model and version: naming another version is a change.
+        original = meta.read_text()
+        meta.write_text(yaml.safe_dump({"model_name": champion.model_name, "model_version": "99"}))
+        with pytest.raises(UntrustedModelError, match=r"registered_model_meta.*names .* version 99"):
+            download_verified(champion.uri, tmp_path / "other-version", tracking_uri=champion.tracking_uri)
+        meta.write_text(original + "extra: field\n")
+        with pytest.raises(UntrustedModelError, match="registered_model_meta"):
+            download_verified(champion.uri, tmp_path / "extra-field", tracking_uri=champion.tracking_uri)
+        meta.write_text(original)
+        # The same name anywhere but the model's top level, or any other added file, is still refused.
+        (stored / "code" / "registered_model_meta").write_text(original)
+        with pytest.raises(UntrustedModelError, match=r"added: code/registered_model_meta"):
+            download_verified(champion.uri, tmp_path / "nested", tracking_uri=champion.tracking_uri)
+    finally:
+        meta.unlink(missing_ok=True)
+        (stored / "code" / "registered_model_meta").unlink(missing_ok=True)
+
+
+def test_the_manifest_check_tolerates_mlflows_record_only_for_the_named_version(pyfunc_dir, tmp_path):
+    model_dir = _copy(pyfunc_dir, tmp_path)
+    digest = hashlib.sha256((model_dir / MANIFEST_FILE).read_bytes()).hexdigest()
+    (model_dir / "registered_model_meta").write_text("model_name: churn\nmodel_version: '3'\n")
+    verify_model_dir(model_dir, digest, registered_as=("churn", "3"))
+    with pytest.raises(UntrustedModelError, match="added: registered_model_meta"):
+        verify_model_dir(model_dir, digest)  # no registered version to compare it with: a file added
+    with pytest.raises(UntrustedModelError, match="names model 'churn' version 3, not 'other' version 3"):
+        verify_model_dir(model_dir, digest, registered_as=("other", "3"))
+    (model_dir / "registered_model_meta").write_text("!!python/object:os.system {}\n")
+    with pytest.raises(UntrustedModelError, match="registered_model_meta"):
+        verify_model_dir(model_dir, digest, registered_as=("churn", "3"))

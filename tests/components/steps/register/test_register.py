@@ -266,6 +266,32 @@ def test_the_same_model_from_another_pipeline_run_is_not_registered_twice(models
     assert other.created and other.version == "2"
 
 
+def test_a_cached_rerun_leaves_the_registered_versions_story_and_records_its_own_decision_on_its_run(models, tmp_path):
+    """Issue 46: after an unchanged (cached) rerun, version 1's description read "Promoted v1: no worse than champion
+    v1 (Δ +0.000)", compared with itself, and the first decision was gone from its page."""
+    config = fast_config()
+    first = _cycle(models, tmp_path, "a", "p1", config)[2]()
+    registry = Registry(local_tracking_uri(tmp_path), config.registry)
+    before = registry.get_version("1")
+    aliases_before = registry.aliases()
+    run_id, _, rerun = _cycle(models, tmp_path, "a", "p2", config)
+    again = rerun()
+    after = registry.get_version("1")
+    assert after.description == before.description and after.description.startswith(first.decision)
+    assert after.tags == before.tags and registry.aliases() == aliases_before
+    assert registry.champion_history() == [{**registry.champion_history()[0]}] and len(registry.champion_history()) == 1
+    assert (again.version, again.created, again.promoted) == ("1", False, False)
+    assert again.decision.startswith("Registered nothing new: this model is already v1") and "nothing in the registry" \
+        in again.decision
+    assert again.data_fingerprint == before.tags["ctpipe.data_fingerprint"] and not again.description_error, again
+    tags = mlflow.MlflowClient(local_tracking_uri(tmp_path)).get_run(run_id).data.tags
+    assert tags["ctpipe.registered_version"] == "1" and tags["ctpipe.decision"].startswith("Registered nothing new")
+    assert tags["ctpipe.registered_data_fingerprint"] == before.tags["ctpipe.data_fingerprint"]
+    card = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="reports/model_card.md",
+                                                    tracking_uri=local_tracking_uri(tmp_path)))
+    assert f"**Decision:** {again.decision}" in card.read_text()
+
+
 def test_each_version_is_described_by_its_decision_sentence_as_the_summary_and_the_card_have_it(models, tmp_path):
     """Before: an empty description, and the decision only in ~30 truncated tags. Now the version's description,
     the step's result (the run summary) and the model card logged on the run open with the same sentence."""
