@@ -63,8 +63,7 @@ class Trainer:
         self._unsettled = Unsettled()  # read at the next boundary (``_settle``), never one step at a time
         self._clock = 0.0  # where the training time since the last boundary began
         # Timings of this process's share of the run (not carried over a resume).
-        # checkpoint_seconds: on the loop's critical path (starting a save, waiting for it); checkpoint_write_seconds:
-        # the saves' own time, beside the steps.
+        # checkpoint_seconds: on the loop's critical path; checkpoint_write_seconds: the saves' own, beside the steps.
         self.stats = {"steps": 0, "loop_seconds": 0.0, "eval_seconds": 0.0, "checkpoint_seconds": 0.0,
                       "checkpoint_write_seconds": 0.0, "checkpoints": 0}
         # Dropout differs per rank (different data, different masks) but is reproducible on resume.
