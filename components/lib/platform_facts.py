@@ -23,10 +23,10 @@ def platform_facts(*, device_type: str, world_size: int, dtype: str, threads: in
 
     cudnn = torch.backends.cudnn
     return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,  # None: a CPU build
+        "torch": str(torch.__version__),  # a TorchVersion object would not load back with weights_only
+        "cuda": str(torch.version.cuda) if torch.version.cuda else None,  # None: a CPU build
         "cudnn": cudnn.version() if cudnn.is_available() else None,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
         "device": device_type,
         "world_size": int(world_size),
         "dtype": dtype,
