@@ -218,7 +218,8 @@ def _reproduce(registry, args: argparse.Namespace) -> int:
         print(f"  weights sha256: registered {result.registered_weights_sha256}")
         print(f"                  reproduced {result.reproduced_weights_sha256}")
         if not result.identical:
-            print(f"  largest parameter difference: {result.max_param_diff:.3g} ({result.max_param_name})")
+            where = result.max_param_name or "the weights are identical"
+            print(f"  largest parameter difference: {result.max_param_diff:.3g} ({where})")
             print(f"  largest test-metric difference: {result.max_metric_diff:.3g}")
             for name, m in result.metrics.items():
                 print(f"    {name}: registered {m['registered']:.6g}, reproduced {m['reproduced']:.6g}")

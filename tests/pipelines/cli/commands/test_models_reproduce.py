@@ -176,3 +176,24 @@ def test_another_torch_or_other_task_code_is_refused_before_anything_runs(regist
     assert code == 2 and "Traceback" not in err
     for text in named:
         assert text in err, err
+
+
+def test_a_mismatch_exits_1_with_the_differences_and_drift_is_said_before_it_starts(registered, capsys):
+    """A registered metric that the rebuild does not reproduce (faked in the lineage), on a platform recorded as
+    another torch, allowed with --allow-platform-drift: the drift is printed first, the mismatch exits 1."""
+    home, _ = registered
+
+    def edit(record):
+        record["metrics"]["accuracy"] += 0.125
+        record["platform"]["torch"] = "2.0.0"
+
+    restore = _edit_lineage(home, edit)
+    try:
+        code, out, err = _run(capsys, "models", "reproduce", "1", "--home", str(home), "--allow-platform-drift")
+    finally:
+        restore()
+    assert code == 1, err
+    assert "platform differs from the recorded one: torch: recorded '2.0.0'" in err
+    assert "NOT identical" in out and "largest test-metric difference: 0.125" in out
+    assert "largest parameter difference: 0 (the weights are identical)" in out
+    assert _registry(home).get_version("1").tags["ctpipe.reproduction"].count('"result":"mismatch"') == 1
