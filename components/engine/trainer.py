@@ -29,6 +29,7 @@ from ctpipe.components.engine.throughput import flops_per_sample_or_zero
 from ctpipe.components.engine.tracker import NullTracker, flatten
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import TrainingError
+from ctpipe.components.lib.platform_facts import platform_facts
 from ctpipe.components.tasks import load_task, task_record
 from ctpipe.components.tasks.code_identity import task_code_identity
 
@@ -388,6 +389,9 @@ class Trainer:
             "data_fingerprint": self.fingerprint,
             "world_size": self.d.world_size,
             "dtype": str(self.dtype).replace("torch.", ""),
+            # What a reproduction compares before it starts (``ctpipe models reproduce``).
+            "platform": platform_facts(device_type=self.d.device.type, world_size=self.d.world_size,
+                                       dtype=str(self.dtype).replace("torch.", ""), threads=torch.get_num_threads()),
         }
 
     # -- the end ----------------------------------------------------------------------------------

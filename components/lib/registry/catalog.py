@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from ctpipe.components.lib.registry.registry import Registry
-from ctpipe.components.lib.registry.tags import COMPLETE_TAG, KEY_TAG, promotion_record
+from ctpipe.components.lib.registry.tags import COMPLETE_TAG, KEY_TAG, promotion_record, reproduction_record
 from ctpipe.components.lib.tracking.lineage import METRIC_TAG_PREFIX
 
 METRIC_PREFIX = METRIC_TAG_PREFIX
@@ -80,6 +80,8 @@ def show_version(registry: Registry, version: str) -> dict[str, Any]:
             "promotion_reason": promotion.get("reason"),
             "promotion_reason_uri": promotion.get("reason_uri") or None,
             "promoted_at": promotion.get("at"),
+            # The latest `ctpipe models reproduce` of this version (None: never reproduced).
+            "reproduction": reproduction_record(tags),
             "tags": {k: v for k, v in sorted(tags.items()) if k != "ctpipe.config"},
             "lineage": {k: v for k, v in sorted(lineage.items()) if k not in ("config", "metrics")},
             "config": lineage.get("config", {}),

@@ -2,7 +2,8 @@
 
 The registered model carries the champion stack and history (``STACK_TAG``, ``HISTORY_TAG``: ``history.py``);
 a version its registration key and completeness (``KEY_TAG``, ``COMPLETE_TAG``), whether it served as it was
-evaluated (``SERVABLE_TAG``) and, once the champion moved to it, one promotion record (``PROMOTION_TAG``).
+evaluated (``SERVABLE_TAG``), once the champion moved to it, one promotion record (``PROMOTION_TAG``) and, once
+``ctpipe models reproduce`` rebuilt it, the latest reproduction's result (``REPRODUCTION_TAG``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ PROMOTION_TAG = "ctpipe.promotion"
 LEGACY_PROMOTION_TAGS = ("ctpipe.promoted_at", "ctpipe.promoted_by", "ctpipe.promotion_reason",
                          "ctpipe.promotion_reason_uri")
 PROMOTION_KINDS = ("auto", "manual", "rollback")
+# The latest reproduction of a version (``ctpipe models reproduce``): one short JSON object, overwritten by the next,
+# so a version reproduced every day still carries one tag: when, the result, the reproduced weights' digest prefix,
+# the largest parameter difference and the largest test-metric difference.
+REPRODUCTION_TAG = "ctpipe.reproduction"
+REPRODUCTION_FIELDS = ("at", "result", "weights_sha256", "max_param_diff", "max_metric_diff")
 
 
 def promotion_record(tags: dict[str, str]) -> dict[str, str] | None:
@@ -55,3 +61,13 @@ def recorded_champion_alias(lineage: dict[str, Any]) -> str | None:
     config = lineage.get("config")
     alias = config.get("registry", {}).get("champion_alias") if isinstance(config, dict) else None
     return alias if isinstance(alias, str) else None  # absent, or (an older version's tag) clipped
+
+
+def reproduction_record(tags: dict[str, str]) -> dict[str, Any] | None:
+    """The latest reproduction recorded on a version (``REPRODUCTION_FIELDS``), or None when it was never
+    reproduced (or the tag is not ours)."""
+    try:
+        record = json.loads(tags.get(REPRODUCTION_TAG) or "null")
+    except ValueError:
+        return None
+    return {field: record.get(field) for field in REPRODUCTION_FIELDS} if isinstance(record, dict) else None

@@ -29,7 +29,7 @@ LINEAGE_FORMAT = "ctpipe.lineage/v1"
 METRIC_TAG_PREFIX = "ctpipe.metric."
 # The record's fields. The older layout had each as the tag ``ctpipe.<field>`` (JSON text for the structured ones).
 JSON_FIELDS = ("blessing_reasons", "validation_warnings", "sanity", "config", "evaluation", "task_code", "model",
-               "split")
+               "split", "platform", "data_files")
 TEXT_FIELDS = ("data_uri", "snapshot_uri", "image", "pipeline_run_id", "compared_with", "checkpoint_step",
                "train_keys_sha256", "serving_check")
 LINEAGE_FIELDS = (*TEXT_FIELDS, *JSON_FIELDS, "metrics")

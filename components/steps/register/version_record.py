@@ -35,7 +35,9 @@ VERSION_TAGS = (
     KEY_TAG, COMPLETE_TAG, "ctpipe.model_sha256", PYFUNC_DIGEST_TAG, LINEAGE_DIGEST_TAG, "ctpipe.data_fingerprint",
     "ctpipe.git_commit", "ctpipe.trigger", "ctpipe.blessed", SERVABLE_TAG,
 )  # fmt: skip
-MAX_TAGS = 12  # VERSION_TAGS, the headline metric and the promotion decision (a champion adds its promotion record)
+# VERSION_TAGS, the headline metric and the promotion decision (a champion adds its promotion record, a reproduced
+# version its latest reproduction: REPRODUCTION_TAG in components/lib/registry/tags.py).
+MAX_TAGS = 12
 MAX_TAG_CHARS = 250
 DECISION_TAG = "ctpipe.promotion_decision"
 # A long decision's tag ends so; the decision sentence in the version's description holds it whole.
@@ -127,6 +129,10 @@ def lineage_record(
         "split": {k: v for k, v in split.items() if k != "partitions"} if split else None,
         "train_keys_sha256": str(split.get("train_keys_sha256", "")) if split else None,
         "serving_check": serving_check,
+        # What ``ctpipe models reproduce`` checks before it retrains: the software and hardware training ran on
+        # (recorded by the trainer), and each data file (path, size, SHA-256) the fingerprint was taken over.
+        "platform": meta.get("platform"),
+        "data_files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in snapshot.files],
     }
 
 

@@ -137,6 +137,8 @@ def select_and_export(checkpoint_dir: str, snapshot_dir: str, config: Config, mo
         "data_fingerprint": snapshot.fingerprint,
         "data_uri": snapshot.data_uri,
         "train_world_size": index.get("world_size"),
+        # The software and hardware training ran on (``lib/platform_facts.py``), for a reproduction to compare.
+        "platform": index.get("platform"),
         # So a later evaluation can check that none of this model's training rows is in its test split.
         "split": training_split_record(snapshot, SplitSettings.from_config(config.data)),
     }

@@ -5,6 +5,7 @@
     ctpipe models promote VERSION --reason "hotfix for ..." [--by alice] --home DIR
     ctpipe models rollback [--reason TEXT] --home DIR
     ctpipe models history [--pages N] --home DIR [--json]
+    ctpipe models reproduce VERSION [--data URI] [--out DIR] [--allow-platform-drift] --home DIR [--json]
 
 Each takes the pipeline's --config FILE / --set KEY=VALUE: its registry section names the model and the
 champion alias that promote and rollback move (a version registered under another alias is refused).
@@ -13,6 +14,12 @@ Promotions and rollbacks take the registry's promotion lock, are recorded on the
 rollback, who, why) and in the champion history; `promote` and `rollback` print the new champion last.
 The history keeps its newest 50 moves in the registry (reasons clipped to 500 characters, with the address
 of the whole text); `history --pages N` also reads N pages of older moves (25 each).
+
+`reproduce` rebuilds a version from its lineage (snapshot, sanity gate, training with the recorded config and
+seeds) into a scratch folder, registering nothing and moving no alias, and compares the weights' SHA-256 and the
+test metrics with the registered ones: exit 0 bit-identical, 1 not (with the largest parameter and metric
+differences), 2 refused before it started (other data, other task code, another platform: each named).
+The result is recorded on the version (the latest only) and shown by `show`. See docs/reproduce.md.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "models",
-        help="list, show, promote or roll back registered model versions",
+        help="list, show, promote, roll back or reproduce registered model versions",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -67,6 +74,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     history.add_argument("--pages", type=int, default=0, metavar="N",
                          help="also read N pages of older moves (25 moves a page; default 0)")
     _add_common(history)
+    reproduce = sub.add_parser("reproduce", help="rebuild VERSION from its lineage and compare it bit for bit")
+    reproduce.add_argument("version")
+    reproduce.add_argument("--data", metavar="URI", default=None,
+                           help="the training data (default: the URI recorded in the lineage); its files must be "
+                                "the recorded ones")
+    reproduce.add_argument("--out", metavar="DIR", default=None,
+                           help="keep the reproduction (snapshot, checkpoints, model.pt) in this new folder "
+                                "(default: a scratch folder, removed afterwards)")
+    reproduce.add_argument("--allow-platform-drift", action="store_true",
+                           help="rebuild even when torch, CUDA, cuDNN, device, CPU or world size differ from the "
+                                "recorded ones (they are printed first), to measure how far it lands")
+    _add_common(reproduce)
     parser.set_defaults(func=run)
 
 
@@ -111,10 +130,15 @@ def _print_record(record: dict) -> None:
     for key, value in record.items():
         if key in ("tags", "config", "evaluation"):
             continue
+        if key == "reproduction" and value is None:
+            print("reproduction: never (ctpipe models reproduce VERSION)")
+            continue
         if key == "lineage":  # one line per field (the long ones, config and evaluation, only with --json)
             print("lineage (ctpipe/lineage.json):")
             for name, field in value.items():
-                if name != "evaluation":
+                if name == "data_files" and isinstance(field, list):  # one per data file: --json lists them
+                    print(f"  data_files: {len(field)} files (path, size, sha256 each with --json)")
+                elif name != "evaluation":
                     print(f"  {name}: {json.dumps(field) if isinstance(field, dict | list) else field}")
             continue
         print(f"{key}: {json.dumps(value) if isinstance(value, dict | list) else value}")
@@ -157,6 +181,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                 print(f"{e['at']}  {e['kind']:<8} {e.get('previous') or '-':>5} -> {e['version']:<5} by {e['by']}: "
                       f"{e['reason']}")
             return 0
+        if action == "reproduce":
+            return _reproduce(registry, args)
         by = args.by or _current_user()
         if action == "promote":
             if not args.reason.strip():
@@ -170,6 +196,36 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(outcome.reason, file=sys.stderr)
             print(outcome.champion)
         return 0
+
+
+def _reproduce(registry, args: argparse.Namespace) -> int:
+    """`models reproduce`: refusals are UserErrors (exit 2); 0 bit-identical, 1 not."""
+    from ctpipe.pipelines.local.reproduce import plan_reproduction, record_reproduction, run_reproduction
+
+    plan = plan_reproduction(registry, args.version, data_uri=args.data, allow_platform_drift=args.allow_platform_drift)
+    for line in plan.platform_differences:  # said before the (long) rebuild starts
+        print(f"ctpipe models reproduce: platform differs from the recorded one: {line}", file=sys.stderr)
+    import contextlib
+
+    with contextlib.redirect_stdout(sys.stderr):  # the steps' progress lines: stdout holds only the result
+        result = run_reproduction(plan, args.out)
+    record_reproduction(registry, result)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        verdict = "bit-identical" if result.identical else "NOT identical"
+        print(f"version {result.version}: {verdict} ({result.seconds:.0f}s)")
+        print(f"  weights sha256: registered {result.registered_weights_sha256}")
+        print(f"                  reproduced {result.reproduced_weights_sha256}")
+        if not result.identical:
+            where = result.max_param_name or "the weights are identical"
+            print(f"  largest parameter difference: {result.max_param_diff:.3g} ({where})")
+            print(f"  largest test-metric difference: {result.max_metric_diff:.3g}")
+            for name, m in result.metrics.items():
+                print(f"    {name}: registered {m['registered']:.6g}, reproduced {m['reproduced']:.6g}")
+        for line in result.platform_differences:
+            print(f"  platform: {line}")
+    return 0 if result.identical else 1
 
 
 def _current_user() -> str:

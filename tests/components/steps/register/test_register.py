@@ -8,6 +8,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+import torch
 
 from ctpipe.components.lib.config import Threshold
 from ctpipe.components.lib.registry.catalog import show_version
@@ -98,6 +99,9 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
     assert set(lineage) == set(LINEAGE_FIELDS) and lineage["compared_with"] == ""  # a first model
     assert all(lineage[f] not in (None, "") for f in LINEAGE_FIELDS if f != "compared_with"), lineage
     assert lineage["config"]["registry"]["model_name"] == config.registry.model_name
+    # What `ctpipe models reproduce` checks: the export's platform facts and each data file the snapshot read.
+    assert lineage["platform"]["torch"] == torch.__version__ and lineage["platform"]["device"] == "cpu"
+    assert {f["path"] for f in lineage["data_files"]} == {f["path"] for f in json.loads((models["snap"] / "fingerprint.json").read_text())["files"]}
     assert set(lineage["metrics"]) >= {"accuracy", "log_loss"} and lineage["pipeline_run_id"] == "p1"
     # Which task code made it: the built-in tabular task, ctpipe's version, a digest of the module's source.
     code = lineage["task_code"]

@@ -43,6 +43,10 @@ def test_train_writes_summary_and_resumes(tmp_path, capsys):
     assert summary["samples_per_second"] > 0 and 0 < summary["mfu"] < 1
     assert len(summary["final_weights_sha256"]) == 64
     assert (out / "snapshot" / "train.parquet").is_file() and (out / "checkpoints" / "index.json").is_file()
+    # What a reproduction compares (`ctpipe models reproduce`): the ranks' platform, in the checkpoint index.
+    platform = json.loads((out / "checkpoints" / "index.json").read_text())["platform"]
+    assert platform["world_size"] == 2 and platform["device"] == "cpu" and platform["dtype"] == "float32"
+    assert platform["threads_per_worker"] == 1 and platform["torch"] and platform["cpu_capability"]
     assert capsys.readouterr().out.strip().endswith("train_summary.json")
 
     # Run again: nothing left to train, it resumes at the last checkpoint and ends with the same weights.
