@@ -383,16 +383,12 @@ class Trainer:
     def _index_extra(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        return {
-            "model_config": asdict(self.cfg.model),
-            "task": task_record(self.cfg.task),
-            "data_fingerprint": self.fingerprint,
-            "world_size": self.d.world_size,
-            "dtype": str(self.dtype).replace("torch.", ""),
-            # What a reproduction compares before it starts (``ctpipe models reproduce``).
-            "platform": platform_facts(device_type=self.d.device.type, world_size=self.d.world_size,
-                                       dtype=str(self.dtype).replace("torch.", ""), threads=torch.get_num_threads()),
-        }
+        dtype, world = str(self.dtype).replace("torch.", ""), self.d.world_size
+        # platform: what a reproduction compares before it starts (``ctpipe models reproduce``).
+        return {"model_config": asdict(self.cfg.model), "task": task_record(self.cfg.task),
+                "data_fingerprint": self.fingerprint, "world_size": world, "dtype": dtype,
+                "platform": platform_facts(device_type=self.d.device.type, world_size=world, dtype=dtype,
+                                           threads=torch.get_num_threads())}
 
     # -- the end ----------------------------------------------------------------------------------
 
