@@ -71,6 +71,7 @@ class EvaluationResult:
     checks: list[dict[str, Any]] = field(default_factory=list)
     test_rows: int = 0
     prediction_drift: dict[str, Any] | None = None
+    model_card: str = ""  # the card as a person opens it (``.md``; KFP's output file has no extension)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -205,8 +206,8 @@ def evaluate_candidate(
         "seconds": round(time.time() - started, 3),
     }
     write_blessing(blessing_path, Blessing(**blessing))
-    write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config,
-                     lineage=_lineage(tracking_uri, mlflow_run_id, config, snapshot_dir, sanity_summary_path))
+    result.model_card = write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config,
+                                         lineage=_lineage(tracking_uri, mlflow_run_id, config, snapshot_dir, sanity_summary_path))
     _log_to_run(tracking_uri, mlflow_run_id, config, result, blessing_path, card_path)
     return result
 
