@@ -189,6 +189,7 @@ def evaluate_candidate(
         "baseline_name": task.scoring.baseline_name,
         "confusion_matrix": result.confusion_matrix,
         "thresholds": {k: vars(v) for k, v in ev.thresholds.items()},
+        "higher_is_better": judgement.higher_is_better,
         "champion_error": champion.error,
         "champion_split_check": split_check.to_dict() if split_check else None,
         "model_sha256": sha256_local(model_path),
