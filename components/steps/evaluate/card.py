@@ -179,7 +179,7 @@ def write_model_card(
         "## Metrics on the test split",
         f"{blessing['test_rows']} test rows; candidate and champion each scored with the preprocessing statistics "
         f"it was trained with; the baseline is {_baseline_words(blessing)}. Intervals by paired bootstrap (the same "
-        f"{config.evaluate.bootstrap_samples} resamples of the rows for every model); the rules are in README.md, "
+        f"{config.evaluate.bootstrap_samples} resamples of the rows for every model); the rules are in docs/gates.md, "
         "\"Gates and their statistics\".",
         "",
         *_metrics_table(blessing, config.evaluate.confidence),
