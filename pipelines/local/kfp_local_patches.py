@@ -6,6 +6,10 @@ UnicodeDecodeError in ``ctpipe run`` and failed the run, the step's pipe closed 
 
 KFP's local runner colours task names and statuses with ANSI codes (``kfp.local.logging_utils.Color``)
 whatever its output is; ``ctpipe run`` sends it to ``pipeline.log``, where the codes are noise.
+
+Its SubprocessRunner also warns, for every step, that an image without "python" in its name may need the
+DockerRunner; ctpipe's steps run from the package installed here, as in the component image, so that warning
+says nothing true.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import os
 import re
 import subprocess
+import warnings
 from collections.abc import Iterator
 
 ANSI_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -65,3 +70,11 @@ def log_without_colour() -> Iterator[None]:
     finally:
         for name, value in saved.items():
             setattr(logging_utils.Color, name, value)
+
+
+@contextlib.contextmanager
+def no_docker_runner_warning() -> Iterator[None]:
+    """While in this block, KFP's "consider using the DockerRunner" warning about the step image is not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*non-Python base image.*DockerRunner", category=RuntimeWarning)
+        yield

@@ -28,7 +28,11 @@ from ctpipe.components.lib.kfp_support import STATUS_DIR_ENV
 from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_server
 from ctpipe.components.run_config import resolve_config
 from ctpipe.pipelines.local.demo_setup import ensure_demo_data_for
-from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_output_decoded_leniently
+from ctpipe.pipelines.local.kfp_local_patches import (
+    log_without_colour,
+    no_docker_runner_warning,
+    step_output_decoded_leniently,
+)
 from ctpipe.pipelines.local.local_cache import cache_hits_recorded
 from ctpipe.pipelines.local.progress import StepProgress, output_to
 from ctpipe.pipelines.local.run_summary import build_summary, write_summary
@@ -142,6 +146,7 @@ def _run_pipeline(
                 _steps_start_warm(warm),
                 step_output_decoded_leniently(),
                 log_without_colour(),
+                no_docker_runner_warning(),
                 cache_hits_recorded(status_dir),
             ):
                 local.init(
