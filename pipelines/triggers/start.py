@@ -70,7 +70,7 @@ class LocalStarter:
         cmd += ["--home", str(self.home), "--record", str(record_path), "--attempt", str(attempt_of(record_path))]
         if self.config_path:
             cmd += ["--config", self.config_path]
-        for assignment in self.overrides:
+        for assignment in recorded_settings(record_path) + self.overrides:  # the user's own last: they win
             cmd += ["--set", assignment]
         drift_report = (read_record(record_path) or {}).get("drift_report")
         if trigger == "drift" and drift_report:
@@ -217,7 +217,8 @@ class KfpStarter:
 
         run_name = kfp_run_name(trigger, fingerprint, attempt_of(record_path))
         params = run_parameters(
-            trigger=trigger, data_uri=data_uri, overrides=self.overrides, config_json=self.config_json, extra={}
+            trigger=trigger, data_uri=data_uri, overrides=recorded_settings(record_path) + self.overrides,
+            config_json=self.config_json, extra={}
         )
         run = submit_run(
             self.client,
@@ -350,6 +351,11 @@ class FunctionStarter:
 
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
         return {} if record.get("status") not in ACTIVE else None
+
+
+def recorded_settings(record_path: str | Path) -> list[str]:
+    """The settings the watcher took from the champion for this data version (``watch.py``), from its record."""
+    return [str(s) for s in (read_record(record_path) or {}).get("champion_settings") or []]
 
 
 def record_outcome(record_path: str | Path, attempt: int | None = None, **fields: Any) -> None:
