@@ -202,11 +202,19 @@ def _steps_start_warm(warm: WarmServer | None) -> Iterator[None]:
 
 def _preflight(config: Config, data_uri: str) -> None:
     """Cheap checks that give a clear error before any subprocess starts."""
-    from ctpipe.components.lib.data.snapshot import list_data_files
+    from ctpipe.components.lib.data.files import data_columns
+    from ctpipe.components.lib.data.snapshot import check_named_columns, list_data_files
     from ctpipe.components.tasks import load_task
+    from ctpipe.components.tasks.registry import label_column
 
-    load_task(config.task)  # the task's module imports and its factory returns a complete task
+    task = load_task(config.task)  # the task's module imports and its factory returns a complete task
     list_data_files(data_uri, with_hashes=False)
+    # A label, key or feature the data does not have shows in the first file's header: said now, not after
+    # the start-up and prepare_run (validation says the same, with the same words, for every file).
+    columns = data_columns(data_uri)
+    if columns:
+        check_named_columns(columns, label=label_column(task, config.data), key=config.data.key,
+                            features=list(config.data.features))
 
 
 def _new_run_dir(home: Path) -> Path:
