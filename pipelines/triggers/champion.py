@@ -128,6 +128,8 @@ def champion_settings(tracking_uri: str, config: Any, champion: Champion, paths:
     from ctpipe.components.lib.registry.versions import RegisteredModel
     from ctpipe.components.lib.tracking.lineage import LineageError
 
+    # The watcher's output is its decision; keep MLflow's download progress bar out of it (as load_reference).
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     registry = RegisteredModel(tracking_uri, config.registry)
     try:
         recorded = registry.lineage(registry.get_version(champion.version)).get("config")
