@@ -84,15 +84,53 @@ def test_the_size_check_counts_lines(tmp_path, monkeypatch):
     assert long_modules([tmp_path / "short.py", tmp_path / "long.py"]) == {"long.py": MAX_MODULE_LINES + 1}
 
 
-def test_relative_links_in_the_docs_lead_somewhere():
+def anchors(md) -> set[str]:
+    """The #anchors GitHub gives a Markdown file's headings: lower case, punctuation dropped, spaces as '-'."""
+    slugs = set()
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", md.read_text(), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        slugs.add(slug)
+    return slugs
+
+
+def broken_links(md) -> list[str]:
+    """The relative links in ``md`` whose file does not exist, or whose #anchor is no heading of that file."""
     broken = []
-    for md in markdown_files():
-        for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text()):
-            if target.startswith(("http://", "https://", "mailto:", "#")):
-                continue
-            if not (md.parent / target.split("#")[0]).exists():
-                broken.append(f"{md.relative_to(ROOT)} -> {target}")
-    assert not broken, "links to files that do not exist: " + "; ".join(broken)
+    for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (md.parent / path) if path else md
+        if not linked.exists():
+            broken.append(f"{md.relative_to(ROOT)} -> {target}")
+        elif anchor and linked.suffix == ".md" and anchor.lower() not in anchors(linked):
+            broken.append(f"{md.relative_to(ROOT)} -> {target} (no such heading)")
+    return broken
+
+
+def test_relative_links_in_the_docs_lead_somewhere():
+    broken = [b for md in markdown_files() for b in broken_links(md)]
+    assert not broken, "links that lead nowhere: " + "; ".join(broken)
+
+
+def test_the_link_check_sees_a_missing_heading(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
+    (tmp_path / "a.md").write_text("# Gates and their statistics\n[ok](b.md#the-rules) [gone](b.md#reliability)\n"
+                                   "[self](#gates-and-their-statistics) [no file](c.md)\n")
+    (tmp_path / "b.md").write_text("## The rules\n")
+    assert broken_links(tmp_path / "a.md") == ["a.md -> b.md#reliability (no such heading)", "a.md -> c.md"]
+
+
+def test_the_model_card_sends_readers_to_pages_that_exist():
+    """The card (components/steps/evaluate/card.py) is read outside the repository: it names a page and its
+    section by their words, which must still be the page's path and one of its headings."""
+    # The source with its implicitly concatenated string literals joined: the sentence as the card prints it.
+    card = re.sub(r'"\s*\n\s*f?"', "", (ROOT / "components" / "steps" / "evaluate" / "card.py").read_text())
+    named = re.findall(r"the rules are in ([\w/.]+\.md), \\?\"([^\"\\]+)\\?\"", card)
+    assert named, "the card no longer says where the blessing rules are explained"
+    for page, section in named:
+        headings = {h.strip() for h in re.findall(r"^#{1,6}\s+(.+)$", (ROOT / page).read_text(), flags=re.M)}
+        assert section in headings, f"the model card sends readers to {page}, \"{section}\": no such heading"
 
 
 def readme_commands() -> list[list[str]]:

@@ -54,6 +54,21 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     sync_dir(path.parent)
 
 
+def write_report(path: str | Path, text: str, suffix: str) -> str:
+    """Write a report at ``path`` and, where ``path`` lacks ``suffix``, the same report at ``path`` + ``suffix``;
+    return the path to show a person (the named one).
+
+    KFP names an output file after the output alone (``data_docs``): a browser shows such a page as its source,
+    so the path a person is given must be the copy that opens as what it is (``data_docs.html``)."""
+    path = Path(path)
+    atomic_write_text(path, text)
+    if path.suffix == suffix:
+        return str(path)
+    named = path.with_name(path.name + suffix)
+    atomic_write_text(named, text)
+    return str(named)
+
+
 def with_path(err: OSError, path: Path) -> OSError:
     """``err`` as it is when it names a file already, else the same error naming ``path``."""
     if err.filename is not None:

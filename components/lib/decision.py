@@ -43,7 +43,7 @@ def _evidence(blessing: dict[str, Any]) -> str:
     for metric, rule in thresholds.items():
         allowed = (rule or {}).get("change_abs")
         if champion and metric in differences and allowed is not None:
-            low, value, high = _improvement(metric, differences[metric])
+            low, value, high = _improvement(_higher_is_better(blessing, metric), differences[metric])
             verdict = "no worse than" if blessing.get("blessed") else "worse than"
             return (f"{verdict} champion v{champion} on {metric} (Δ {value:+.3f}, {confidence} CI "
                     f"[{low:+.3f}, {high:+.3f}]; allowed {allowed:+.3f})")
@@ -51,17 +51,29 @@ def _evidence(blessing: dict[str, Any]) -> str:
     baseline = blessing.get("baseline_name") or "the prior predictor"
     for metric in thresholds or gains:
         if metric in gains:
-            low, value, high = _improvement(metric, gains[metric])
+            low, value, high = _improvement(_higher_is_better(blessing, metric), gains[metric])
             first = "first model; " if not champion else ""
             return (f"{first}beats {baseline} on {metric} (gain {value:+.3f}, {confidence} CI "
                     f"[{low:+.3f}, {high:+.3f}])")
     return "; ".join(blessing.get("reasons") or []) or "no rule recorded"
 
 
-def _improvement(metric: str, interval: dict[str, float]) -> tuple[float, float, float]:
+def _higher_is_better(blessing: dict[str, Any], metric: str) -> bool:
+    """The direction evaluation judged ``metric`` in: as it recorded it, else the rule's, else the name's
+    (a blessing.json written before the record). Never the name first: ``bits_per_byte`` says nothing."""
+    recorded = (blessing.get("higher_is_better") or {}).get(metric)
+    if recorded is not None:
+        return bool(recorded)
+    direction = ((blessing.get("thresholds") or {}).get(metric) or {}).get("direction", "auto")
+    if direction in ("higher", "lower"):
+        return direction == "higher"
+    return metric_direction(metric) != "min"
+
+
+def _improvement(higher_is_better: bool, interval: dict[str, float]) -> tuple[float, float, float]:
     """(low, value, high) of candidate − reference read in the metric's better direction."""
     value, low, high = interval["value"], interval["low"], interval["high"]
-    if metric_direction(metric) == "min":
+    if not higher_is_better:
         return -high, -value, -low
     return low, value, high
 

@@ -121,6 +121,8 @@ class Blessing:
     baseline_name: str = "the prior predictor"
     confusion_matrix: list[list[int]] | None = None
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Metric -> higher is better, as the rules judged it (a task's own metric's name may not say).
+    higher_is_better: dict[str, bool] = field(default_factory=dict)
     champion_error: str | None = None
     champion_split_check: dict[str, Any] | None = None
     model_sha256: str = ""

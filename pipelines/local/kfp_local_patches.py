@@ -10,6 +10,10 @@ a step that failed fast passed. Here the container stays until its exit code is 
 
 KFP's local runner colours task names and statuses with ANSI codes (``kfp.local.logging_utils.Color``)
 whatever its output is; ``ctpipe run`` sends it to ``pipeline.log``, where the codes are noise.
+
+Its SubprocessRunner also warns, for every step, that an image without "python" in its name may need the
+DockerRunner; ctpipe's steps run from the package installed here, as in the component image, so that warning
+says nothing true.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import contextlib
 import os
 import re
 import subprocess
+import warnings
 from collections.abc import Iterator
 
 ANSI_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -95,3 +100,11 @@ def container_exit_codes_kept() -> Iterator[None]:
         yield
     finally:
         docker_task_handler.run_docker_container = original
+
+
+@contextlib.contextmanager
+def no_docker_runner_warning() -> Iterator[None]:
+    """While in this block, KFP's "consider using the DockerRunner" warning about the step image is not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*non-Python base image.*DockerRunner", category=RuntimeWarning)
+        yield

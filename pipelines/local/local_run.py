@@ -30,7 +30,11 @@ from ctpipe.components.lib.warm_start import WarmServer, client_prefix, running_
 from ctpipe.components.run_config import resolve_config
 from ctpipe.pipelines.local.demo_setup import ensure_demo_data_for
 from ctpipe.pipelines.local.home import default_home
-from ctpipe.pipelines.local.kfp_local_patches import log_without_colour, step_output_decoded_leniently
+from ctpipe.pipelines.local.kfp_local_patches import (
+    log_without_colour,
+    no_docker_runner_warning,
+    step_output_decoded_leniently,
+)
 from ctpipe.pipelines.local.local_cache import cache_hits_recorded
 from ctpipe.pipelines.local.progress import StepProgress, output_to
 from ctpipe.pipelines.local.run_summary import build_summary, write_summary
@@ -172,6 +176,7 @@ def _run_pipeline(
                 _steps_start_warm(warm),
                 step_output_decoded_leniently(),
                 log_without_colour(),
+                no_docker_runner_warning(),
                 cache_hits_recorded(status_dir),
                 _kfp_runner(runner, pipeline, image, home, data_uri, status_dir, tracking_uri, run_dir.name) as kfp_runner,
             ):
@@ -244,11 +249,19 @@ def _steps_start_warm(warm: WarmServer | None) -> Iterator[None]:
 
 def _preflight(config: Config, data_uri: str) -> None:
     """Cheap checks that give a clear error before any subprocess starts."""
-    from ctpipe.components.lib.data.snapshot import list_data_files
+    from ctpipe.components.lib.data.files import data_columns
+    from ctpipe.components.lib.data.snapshot import check_named_columns, list_data_files
     from ctpipe.components.tasks import load_task
+    from ctpipe.components.tasks.registry import label_column
 
-    load_task(config.task)  # the task's module imports and its factory returns a complete task
+    task = load_task(config.task)  # the task's module imports and its factory returns a complete task
     list_data_files(data_uri, with_hashes=False)
+    # A label, key or feature the data does not have shows in the first file's header: said now, not after
+    # the start-up and prepare_run (validation says the same, with the same words, for every file).
+    columns = data_columns(data_uri)
+    if columns:
+        check_named_columns(columns, label=label_column(task, config.data), key=config.data.key,
+                            features=list(config.data.features))
     if config.tune.trials > 0:  # a space that makes an invalid config, named before any step runs
         from ctpipe.components.steps.tune.space import plan_search
 

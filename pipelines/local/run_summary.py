@@ -88,6 +88,9 @@ def build_summary(
         "cached_steps": [s for s in STEP_NAMES if steps[s] == "cached"],
         "rows": result["validate_data"].get("rows"),
         "validation_warnings": result["validate_data"].get("warnings", []),
+        # The reports a person opens, each with its extension (KFP's own output files have none).
+        "validation_page": result["validate_data"].get("data_docs"),
+        "model_card": result["evaluate"].get("model_card"),
         "steps": steps,
         "step_seconds": {s: records[s].get("seconds") for s in STEP_NAMES if s in records},
         "step_timing": {s: records[s]["timing"] for s in STEP_NAMES if records.get(s, {}).get("timing")},
@@ -204,6 +207,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         if summary.get("servable") is not None:
             verdict = "yes" if summary["servable"] else "NO: the champion was not moved to it"
             lines.append(f"  servable           {verdict} ({summary.get('serving_check')})")
+    if summary.get("validation_page"):
+        lines.append(f"  validation page    {summary['validation_page']}")
+    if summary.get("model_card"):
+        lines.append(f"  model card         {summary['model_card']}")
     if summary.get("error"):
         where = f" in step {summary['error']['step']}" if summary["error"]["step"] else ""
         lines.append(f"\nerror{where}: {redact_text(str(summary['error']['message']))}")

@@ -128,5 +128,30 @@ def load_reference(tracking_uri: str, model_name: str, champion: Champion, cache
     return json.loads(local.read_text())
 
 
+def champion_settings(tracking_uri: str, config: Any, champion: Champion, paths: tuple[str, ...]) -> list[str]:
+    """``PATH=VALUE`` (``data.key="customer_id"``) for each of ``paths`` whose value in the config the champion
+    was trained with (its lineage) differs from ``config``'s: what a run on new data needs to read the data the
+    way the champion did. Nothing from a champion whose lineage cannot be read (the run then says what is wrong)."""
+    if not paths:
+        return []
+    from ctpipe.components.lib.registry.versions import RegisteredModel
+    from ctpipe.components.lib.tracking.lineage import LineageError
+
+    # The watcher's output is its decision; keep MLflow's download progress bar out of it (as load_reference).
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    registry = RegisteredModel(tracking_uri, config.registry)
+    try:
+        recorded = registry.lineage(registry.get_version(champion.version)).get("config")
+    except LineageError:
+        return []
+    settings = []
+    for path in paths:
+        section, name = path.split(".", 1)
+        value = (recorded or {}).get(section, {}).get(name) if isinstance(recorded, dict) else None
+        if value is not None and value != getattr(getattr(config, section), name, None):
+            settings.append(f"{path}={json.dumps(value)}")  # JSON is YAML: a column named 'null' stays a name
+    return settings
+
+
 def _write_json(path: Path, payload: Any) -> None:
     atomic_write_text(path, json.dumps(payload))

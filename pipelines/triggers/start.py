@@ -72,7 +72,7 @@ class LocalStarter:
         cmd += ["--fingerprint", (read_record(record_path) or {}).get("fingerprint") or Path(record_path).stem]
         if self.config_path:
             cmd += ["--config", self.config_path]
-        for assignment in self.overrides:
+        for assignment in recorded_settings(record_path) + self.overrides:  # the user's own last: they win
             cmd += ["--set", assignment]
         drift_report = (read_record(record_path) or {}).get("drift_report")
         if trigger == "drift" and drift_report:
@@ -220,7 +220,7 @@ class KfpStarter:
         run_name = kfp_run_name(trigger, fingerprint, attempt_of(record_path))
         # data_fingerprint: the version the run is for (a pipeline compiled by this ctpipe stops a run whose data
         # has moved on before anything is reused).
-        params = run_parameters(trigger=trigger, data_uri=data_uri, overrides=self.overrides,
+        params = run_parameters(trigger=trigger, data_uri=data_uri, overrides=recorded_settings(record_path) + self.overrides,
                                 config_json=self.config_json, extra={"data_fingerprint": fingerprint})
         run = submit_run(
             self.client,
@@ -373,6 +373,11 @@ class FunctionStarter:
 
     def ended(self, record: dict[str, Any], *, read_only: bool = False) -> dict[str, Any] | None:
         return {} if record.get("status") not in ACTIVE else None
+
+
+def recorded_settings(record_path: str | Path) -> list[str]:
+    """The settings the watcher took from the champion for this data version (``watch.py``), from its record."""
+    return [str(s) for s in (read_record(record_path) or {}).get("champion_settings") or []]
 
 
 def record_outcome(record_path: str | Path, attempt: int | None = None, **fields: Any) -> None:

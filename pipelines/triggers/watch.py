@@ -26,6 +26,7 @@ from ctpipe.components.lib.credentials import redact_text, refuse_uri_credential
 from ctpipe.pipelines.triggers.champion import (
     REFERENCE_FILE,
     Champion,
+    champion_settings,
     ensure_local_store,
     find_champion,
     load_reference,
@@ -52,6 +53,8 @@ class Decision:
     drift_report_html: str | None = None
     run: dict[str, Any] | None = None
     attempt: int | None = None  # the attempt started (action run) or the data version's current one
+    # Settings the run takes from the champion's lineage (its data.key, data.label), where the user gave none.
+    champion_settings: list[str] = field(default_factory=list)
     dry_run: bool = False
     hashed_files: int = 0
     seconds: float = 0.0
@@ -76,6 +79,8 @@ class Decision:
             text += f"\n  drift report: {self.drift_report_html or self.drift_report}"
         if self.champion_version:
             text += f"\n  champion: version {self.champion_version}"
+        if self.champion_settings:
+            text += f"\n  as the champion was trained: {' '.join(self.champion_settings)}"
         return text
 
 
@@ -91,12 +96,16 @@ def check_once(
     starter=None,
     dry_run: bool = False,
     now: float | None = None,
+    from_champion: tuple[str, ...] = (),
 ) -> Decision:
     """Decide (and unless ``dry_run``, start) at most one run for the data root's current fingerprint.
 
     A fingerprint without a record gets its first attempt when a trigger fires; one with a record is
     followed up: an attempt that ended without success is settled (lost, failed, and whose fault) and,
     for an infrastructure failure, retried after its backoff, up to ``watch.max_attempts``.
+
+    ``from_champion`` names the settings (``data.key``, ``data.label``) a new run takes from the config the
+    champion was trained with, where it differs: those the user did not give (``ctpipe watch`` passes them).
     """
     started = time.perf_counter()
     # Before the data root is listed: its URI goes into the hash cache, the ledger and every run started.
@@ -129,6 +138,8 @@ def check_once(
         _follow_up(ledger, starter, existing, state, config, decision, now)
     else:
         trigger, reason = _choose_trigger(state, champion, config, tracking_uri, watch_dir, decision, now)
+        if trigger is not None and champion is not None:  # read only for a run: the registry imports MLflow
+            decision.champion_settings = champion_settings(tracking_uri, config, champion, from_champion)
         if trigger is None or dry_run:
             decision.action = "run" if trigger else "none"
             decision.trigger = trigger
@@ -232,6 +243,8 @@ def _start(
                 "champion_version": decision.champion_version,
                 "drift_report": decision.drift_report,
                 "drifted_columns": decision.drifted_columns,
+                # Every attempt's run reads them here (start.py), the retries' too.
+                "champion_settings": decision.champion_settings,
                 "watcher_pid": os.getpid(),
                 "claimed_at": now,
             },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -50,9 +51,11 @@ def test_the_card_and_the_version_take_the_gates_from_the_step_files_not_from_ml
     client.set_tag(run_id, "ctpipe.validation", "failed")
 
     blessing, card = tmp_path / "blessing", tmp_path / "model_card"
-    evaluate_candidate(str(model), str(snap), config, tracking_uri=uri, mlflow_run_id=run_id,
-                       blessing_path=str(blessing), card_path=str(card), sanity_summary_path=str(sanity_path))
+    evaluated = evaluate_candidate(str(model), str(snap), config, tracking_uri=uri, mlflow_run_id=run_id,
+                                   blessing_path=str(blessing), card_path=str(card), sanity_summary_path=str(sanity_path))
     text = card.read_text()
+    # The card a person is shown opens as Markdown: KFP's output file (``model_card``) has no extension.
+    assert evaluated.model_card == f"{card}.md" and Path(f"{card}.md").read_text() == text
     assert "- gate: passed in 2.50 s" in text
     assert "- overfit_one_batch: 0.0100 (pass; threshold < 0.05)" in text and "- finite: 0.0000 (pass" in text
     assert "- data validation: passed with 2 warning(s)" in text

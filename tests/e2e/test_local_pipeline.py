@@ -6,6 +6,7 @@ with it, and runs on bad data fail in validation and leave the registry as it wa
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,14 @@ def test_what_the_readme_says_the_commands_print_is_what_they_print(first_run, h
     registered = next(line for line in out if line.strip().startswith("registered"))
     assert "version 1 (aliases:" in registered and "champion" in registered, registered
     assert "workflowType=machine_learning" in printed, printed
+    # The reports it names open as what they are (issue 47: KFP's output files have no extension).
+    page = next(line for line in out if line.strip().startswith("validation page")).split()[-1]
+    card = next(line for line in out if line.strip().startswith("model card")).split()[-1]
+    assert page.endswith(".html") and Path(page).read_text().startswith("<!DOCTYPE html>"), page
+    assert card.endswith(".md") and Path(card).read_text().startswith("# Model card"), card
+    for path in re.findall(r"(/\S+)", first_run.stdout):
+        if "pipeline_root" in path:
+            assert Path(path).suffix in (".html", ".md"), f"printed without its extension: {path}"
 
     version = ctpipe("--version", home=home)
     assert version.returncode == 0 and version.stdout.startswith("ctpipe ")
@@ -232,6 +241,9 @@ def test_bad_data_fails_in_validation_and_leaves_the_champion(first_run, home, d
     assert "torch" not in libraries["validate_data"]
     assert summary["steps"]["train"] == "skipped" and summary["steps"]["register"] == "skipped"
     assert "tenure_months" in summary["error"]["message"]
+    # The message names the report and the Data Docs page with their extensions, as files that exist.
+    named = re.findall(r"(/\S+?\.(?:md|html))(?=[.\s]|$)", summary["error"]["message"])
+    assert sorted(Path(p).suffix for p in named) == [".html", ".md"] and all(Path(p).is_file() for p in named)
     assert "Traceback" not in result.stdout + result.stderr
     assert _versions(home, name) == before_versions
     assert registry(home).get_model_version_by_alias(name, "champion").version == before_champion

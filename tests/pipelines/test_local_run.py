@@ -1,5 +1,7 @@
 """The local run's summary is derived from the steps' own status records."""
 
+import re
+
 import pytest
 
 from ctpipe.components.lib.errors import DataValidationError
@@ -75,3 +77,33 @@ def test_the_summary_says_when_the_candidate_is_not_servable(tmp_path, monkeypat
     summary = summary_of(tmp_path)
     assert summary["servable"] is False and summary["serving_check"] == why
     assert f"servable           NO: the champion was not moved to it ({why})" in format_summary(summary)
+
+
+@pytest.mark.parametrize(("setting", "said"), [
+    ("data.label=churn", "label column 'churn' is not in the data"),
+    ("data.key=client_id", "key column 'client_id' is not in the data"),
+    ("data.features=[tenure_months,spend]", "feature column(s) spend are not in the data"),
+])
+def test_a_setting_the_data_s_columns_refute_stops_the_run_before_any_step(tmp_path, monkeypatch, setting, said):
+    """Issue 47: a bad label took 78 s to be reported under load (start-up and prepare_run first); the first
+    file's header alone shows it, so ``ctpipe run`` says so before a run folder or a step process exists."""
+    from ctpipe.components.lib.errors import UserError
+    from ctpipe.pipelines.local.local_run import run_local
+    from tests.fixtures.corpus import write_clean
+
+    monkeypatch.setenv("CTPIPE_WARM_START", "0")
+    data, home = write_clean(tmp_path / "data", days=2), tmp_path / "home"
+    with pytest.raises(UserError, match=re.escape(said)):
+        run_local(home=home, data_uri=str(data), overrides=[setting], verbosity=-1)
+    assert not (home / "runs").exists() and not (home / "mlflow.db").exists()
+
+
+def test_the_preflight_passes_data_whose_columns_fit_the_config(tmp_path):
+    from ctpipe.components.run_config import load_config
+    from ctpipe.pipelines.local.local_run import _preflight
+    from tests.fixtures.corpus import KEY, write_clean
+
+    data = write_clean(tmp_path / "data", days=2)
+    _preflight(load_config(None, [f"data.key={KEY}", "data.label=label"]), str(data))
+    # A task that needs no label is not held to data.label (causal_lm reads its text column).
+    _preflight(load_config(None, ["task.name=causal_lm", "data.label=absent", "data.key=null"]), str(data))

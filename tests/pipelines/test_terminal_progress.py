@@ -127,3 +127,24 @@ def test_a_long_validation_shows_its_progress_line_like_training(tmp_path, monke
         assert printed == [100, 400, 700, 1000], printed
         assert "\r" not in text
     assert text.rstrip().endswith("validate data (fingerprint, splits, Great Expectations): passed in 1.0s")
+
+
+def test_kfp_local_does_not_warn_of_a_docker_runner_for_every_step(recwarn):
+    """KFP's SubprocessRunner warns that an image without 'python' in its name may need the DockerRunner; ctpipe's
+    steps run from the installed package, as in the component image, so pipeline.log had that warning for
+    nothing (issue 47). Any other warning still shows."""
+    import warnings
+
+    from kfp.local.subprocess_task_handler import SubprocessTaskHandler
+
+    from ctpipe.components.lib.kfp_support import COMPONENT_IMAGE
+    from ctpipe.pipelines.local.kfp_local_patches import no_docker_runner_warning
+
+    warnings.simplefilter("always")
+    SubprocessTaskHandler.validate_image(None, COMPONENT_IMAGE)  # type: ignore[arg-type]
+    assert any("DockerRunner" in str(w.message) for w in recwarn)  # what the patch is for
+    recwarn.clear()
+    with no_docker_runner_warning():
+        SubprocessTaskHandler.validate_image(None, COMPONENT_IMAGE)  # type: ignore[arg-type]
+        warnings.warn("another warning", RuntimeWarning, stacklevel=1)
+    assert [str(w.message) for w in recwarn] == ["another warning"]

@@ -125,13 +125,9 @@ class Schema:
                        other=[*self.other, *[c for c in own if c not in self.other]])
 
 
-def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, features: list[str],
-                 categorical: list[str], text_column: str | None = None, label_kind: str = "classes") -> Schema:
-    """Resolve feature columns and their kinds from config, inferring what is not configured.
-
-    ``label`` None: the task needs no label (``ctpipe.components.tasks.registry.label_column``), so there is none
-    to find and no classes; ``label_kind`` "continuous" (``Task.label_kind``, a regression): no classes either."""
-    columns = [c for c in data.columns if c != PARTITION_COLUMN]
+def check_named_columns(columns: list[str], *, label: str | None, key: str | None, features: list[str]) -> None:
+    """UserError naming the fix when the label, key or a configured feature is not among ``columns``: what the
+    data's schema alone shows (``ctpipe run`` checks it on the first file's header before any step starts)."""
     if label is not None and label not in columns:
         raise UserError(
             f"label column '{label}' is not in the data; columns are: {', '.join(map(str, columns))}. "
@@ -142,13 +138,23 @@ def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, feat
             f"key column '{key}' is not in the data; columns are: {', '.join(map(str, columns))}. "
             "Name an existing key column with --set data.key=COLUMN, or --set data.key=null to split by row content."
         )
+    missing = [c for c in features if c not in columns]
+    if missing:
+        raise UserError(
+            f"configured feature column(s) {', '.join(missing)} are not in the data; columns are: "
+            f"{', '.join(map(str, columns))}. Fix data.features."
+        )
+
+
+def infer_schema(data: pd.DataFrame, *, label: str | None, key: str | None, features: list[str],
+                 categorical: list[str], text_column: str | None = None, label_kind: str = "classes") -> Schema:
+    """Resolve feature columns and their kinds from config, inferring what is not configured.
+
+    ``label`` None: the task needs no label (``ctpipe.components.tasks.registry.label_column``), so there is none
+    to find and no classes; ``label_kind`` "continuous" (``Task.label_kind``, a regression): no classes either."""
+    columns = [c for c in data.columns if c != PARTITION_COLUMN]
+    check_named_columns(columns, label=label, key=key, features=features)
     if features:
-        missing = [c for c in features if c not in columns]
-        if missing:
-            raise UserError(
-                f"configured feature column(s) {', '.join(missing)} are not in the data; columns are: "
-                f"{', '.join(map(str, columns))}. Fix data.features."
-            )
         chosen = list(features)
     else:
         skip = {label, key, "date"}

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctpipe.components.lib.atomic_files import atomic_write_text
+from ctpipe.components.lib.atomic_files import write_report
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.snapshot import Snapshot
 from ctpipe.components.lib.handoffs import NOT_RECORDED, SanityOutcome, ValidationOutcome
@@ -175,8 +175,8 @@ def _prediction_drift_line(blessing: dict[str, Any], champion: str | None) -> st
 
 def write_model_card(
     path: str | Path, *, blessing: dict[str, Any], snapshot: Snapshot, config: Config, lineage: Lineage
-) -> None:
-    """Write the model card as Markdown at ``path``."""
+) -> str:
+    """Write the model card as Markdown at ``path``; return the path to show a person (with ``.md``)."""
     fingerprint_meta = json.loads((snapshot.root / "fingerprint.json").read_text())
     tags = lineage.tags
     verdict = "**BLESSED**" if blessing["blessed"] else "**NOT blessed**"
@@ -195,7 +195,7 @@ def write_model_card(
         f"it was trained with; the baseline is {_baseline_words(blessing)}; linear is "
         f"{blessing.get('linear_name') or 'not fitted (see the reasons)'} on the candidate's encoded features, fitted on "
         "train. Intervals by paired bootstrap (the same "
-        f"{config.evaluate.bootstrap_samples} resamples of the rows for every model); the rules are in README.md, "
+        f"{config.evaluate.bootstrap_samples} resamples of the rows for every model); the rules are in docs/gates.md, "
         "\"Gates and their statistics\".",
         "",
         *_metrics_table(blessing, config.evaluate.confidence),
@@ -252,6 +252,4 @@ def write_model_card(
         "</details>",
         "",
     ]
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(target, "\n".join(lines))
+    return write_report(path, "\n".join(lines), ".md")

@@ -59,5 +59,5 @@ def evaluate(
         if result.roc is not None:
             classification.log_roc_curve(result.roc["fpr"], result.roc["tpr"], result.roc["thresholds"])
         blessing.metadata.update({"blessed": result.blessed, "reasons": result.reasons})
-        record.result = result.summary()
+        record.result = {**result.summary(), "model_card": result.model_card}  # the summary prints the card
     return namedtuple("Evaluation", ["blessed", "champion_version"])(result.blessed, result.champion_version or "")

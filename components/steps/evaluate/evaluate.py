@@ -78,6 +78,7 @@ class EvaluationResult:
     linear_differences: dict[str, dict[str, float]] = field(default_factory=dict)
     per_class: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    model_card: str = ""  # the card as a person opens it (``.md``; KFP's output file has no extension)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -210,6 +211,7 @@ def evaluate_candidate(
         "baseline_name": task.scoring.baseline_name,
         "confusion_matrix": result.confusion_matrix,
         "thresholds": {k: vars(v) for k, v in ev.thresholds.items()},
+        "higher_is_better": judgement.higher_is_better,
         "champion_error": champion.error,
         "champion_split_check": split_check.to_dict() if split_check else None,
         "model_sha256": sha256_local(model_path),
@@ -227,8 +229,8 @@ def evaluate_candidate(
         "seconds": round(time.time() - started, 3),
     }
     write_blessing(blessing_path, Blessing(**blessing))
-    write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config,
-                     lineage=_lineage(tracking_uri, mlflow_run_id, config, snapshot_dir, sanity_summary_path))
+    result.model_card = write_model_card(card_path, blessing=blessing, snapshot=snapshot, config=config,
+                                         lineage=_lineage(tracking_uri, mlflow_run_id, config, snapshot_dir, sanity_summary_path))
     _log_to_run(tracking_uri, mlflow_run_id, config, result, blessing_path, card_path)
     return result
 

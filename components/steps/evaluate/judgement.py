@@ -7,7 +7,7 @@ probabilities on the same rows (``evaluate.evaluate_candidate`` scores the model
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from ctpipe.components.steps.evaluate.blessing import (
     Scorer,
     collect_evidence,
     floor_check,
+    higher_is_better,
     interval_checks,
     judge,
     linear_check,
@@ -41,6 +42,8 @@ class Judgement:
     checks: list[Check]
     evidence: dict[str, Evidence]
     slices: list[dict[str, Any]]
+    # Metric -> higher is better, as the rules judged it (the decision sentence reads its intervals so).
+    higher_is_better: dict[str, bool] = field(default_factory=dict)
 
 
 def judge_candidate(
@@ -85,7 +88,8 @@ def judge_candidate(
     # A first model under change-only rules meets no rule at all: that is not a blessing either.
     applied = bool(checks)
     passed = bool(ev.thresholds) and applied and all(c.passed for c in checks + slice_checks)
-    return Judgement(passed, applied, checks + slice_checks, evidence, slices)
+    judged = {m: higher_is_better(m, rule, directions) for m, rule in ev.thresholds.items() if m in evidence}
+    return Judgement(passed, applied, checks + slice_checks, evidence, slices, judged)
 
 
 def slice_labels(frame: pd.DataFrame, column: str, numeric: bool) -> pd.Series:

@@ -57,5 +57,6 @@ def validate_data(
             "rows": result.rows,
             "warnings": result.warnings,
             "snapshot": snapshot.path,
+            "data_docs": result.data_docs,  # with its extension: the run summary prints it
         }
     return namedtuple("Validation", ["fingerprint", "warnings"])(result.fingerprint, len(result.warnings))

@@ -9,10 +9,9 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ctpipe.components.lib.atomic_files import atomic_write_text
+from ctpipe.components.lib.atomic_files import write_report
 from ctpipe.components.lib.credentials import redact_uri
 from ctpipe.components.steps.validate_data.findings import SCHEMA_ANOMALY, Finding, errors, warnings
 
@@ -176,8 +175,9 @@ Checks: {len(s.findings)} — <span class="passed">{len(s.findings) - len(errs) 
 """
 
 
-def write_reports(s: ValidationSummary, *, data_docs_path: str, report_path: str) -> None:
-    for path, text in ((data_docs_path, render_html(s)), (report_path, render_markdown(s))):
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, text)
+def write_reports(s: ValidationSummary, *, data_docs_path: str, report_path: str) -> tuple[str, str]:
+    """Write the Data Docs page and the Markdown report; return the paths to show a person, each with its
+    extension ('' for a report not asked for)."""
+    return tuple(write_report(path, text, suffix) if path else ""  # type: ignore[return-value]
+                 for path, text, suffix in ((data_docs_path, render_html(s), ".html"),
+                                            (report_path, render_markdown(s), ".md")))

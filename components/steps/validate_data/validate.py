@@ -74,10 +74,13 @@ class ValidationResult:
     suite_source: str = ""
     seconds: float = 0.0
     findings: list[Finding] = field(default_factory=list)
+    data_docs: str = ""  # the Data Docs page and the Markdown report, as a person opens them (with extensions)
+    report: str = ""
 
     def summary(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint, "rows": self.rows, "warnings": self.warnings,
-                "suite_source": self.suite_source, "seconds": round(self.seconds, 3)}
+                "suite_source": self.suite_source, "seconds": round(self.seconds, 3),
+                "data_docs": self.data_docs, "report": self.report}
 
 
 def validate_data(
@@ -107,7 +110,7 @@ def validate_data(
         if not errors(summary.findings) and outcome.inputs is not None:
             # In the snapshot, so later steps (model card, registration tags) read the verdict from a file.
             write_validation(snapshot_dir, ValidationVerdict(**summary_json(summary)))
-    write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
+    shown_docs, shown_report = write_reports(summary, data_docs_path=data_docs_path, report_path=report_path)
     suite_copy = str(Path(snapshot_dir) / "suite.json") if snapshot_dir else ""
     # Named with the extensions a browser and MLflow's artifact viewer need: KFP names an output file after
     # the output alone (``data_docs``), which a browser shows as raw source.
@@ -115,7 +118,7 @@ def validate_data(
                "validation/suite.json": suite_copy}
     _log_to_mlflow(tracking_uri, mlflow_run_id, summary, reports, config)
     if errors(summary.findings):
-        failure = DataValidationError(_error_message(summary, report_path))
+        failure = DataValidationError(_error_message(summary, shown_report, shown_docs))
         failure.summary = summary_json(summary)  # every finding, for a caller that reports them (spark_driver.py)
         raise failure
     return ValidationResult(
@@ -125,6 +128,8 @@ def validate_data(
         suite_source=summary.suite_source,
         seconds=time.perf_counter() - started,
         findings=summary.findings,
+        data_docs=shown_docs,
+        report=shown_report,
     )
 
 
@@ -356,11 +361,12 @@ def _write_snapshot(snapshot_dir: str, outcome: _Outcome, data_uri: str, fingerp
     add_task_drift_stats(snapshot, task)
 
 
-def _error_message(summary: ValidationSummary, report_path: str) -> str:
+def _error_message(summary: ValidationSummary, report_path: str, data_docs_path: str = "") -> str:
     errs = errors(summary.findings)
     listed = "; ".join(f"({i + 1}) {f.headline()}" for i, f in enumerate(errs[:MAX_LISTED_ERRORS]))
     more = f"; and {len(errs) - MAX_LISTED_ERRORS} more" if len(errs) > MAX_LISTED_ERRORS else ""
     where = f" Full report: {report_path}." if report_path else ""
+    where += f" Every check, in a browser: {data_docs_path}." if data_docs_path else ""
     if any(f.check == "champion_task" for f in errs):  # the config picked the wrong champion, not a data change
         return (f"data validation failed for '{summary.data_uri}' with {len(errs)} error(s): {listed}{more}. "
                 f"Change the setting it names and run again.{where}")

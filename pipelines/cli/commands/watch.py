@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.credentials import refuse_uri_credentials
     from ctpipe.components.lib.errors import UserError
     from ctpipe.components.lib.tracking import local_tracking_uri
-    from ctpipe.components.run_config import resolve_config
+    from ctpipe.components.run_config.resolve import resolve_layers
     from ctpipe.pipelines.triggers.watch import check_once, watch_loop
 
     # Same default as 'ctpipe run', so the watcher finds the champion that run registered.
@@ -52,16 +52,15 @@ def run(args: argparse.Namespace) -> int:
                                "and passes it to every run it starts")
     if args.host and args.local:
         raise UserError("--host and --local exclude each other: start runs on KFP (--host URL) or locally (--local).")
-    if args.host:
-        # Runs on KFP get config_json over the cluster defaults the pipeline was compiled with (as submit does).
-        config = resolve_config(file=args.config, settings=args.overrides, target="cluster")
-    else:
-        config = resolve_config(file=args.config, settings=args.overrides)
+    # Runs on KFP get config_json over the cluster defaults the pipeline was compiled with (as submit does).
+    resolved = resolve_layers(file=args.config, settings=args.overrides, target="cluster" if args.host else "local")
+    config = resolved.config
     data_uri = args.data if "://" in args.data else str(Path(args.data).resolve())
     tracking_uri = args.tracking_uri or config.registry.tracking_uri or local_tracking_uri(home)
     # A dry run uses the starter only to read whether runs are still going (it starts and stops nothing).
     starter = _starter(args, config, home)
-    check_args = dict(data_uri=data_uri, home=home, config=config, tracking_uri=tracking_uri, starter=starter, dry_run=args.dry_run)
+    check_args = dict(data_uri=data_uri, home=home, config=config, tracking_uri=tracking_uri, starter=starter, dry_run=args.dry_run,
+                      from_champion=not_given(resolved))
     if args.once:
         decision = check_once(**check_args)
         print(decision.to_line() if args.json else decision.to_text())
@@ -71,6 +70,16 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--interval {interval} must be > 0 seconds")
     watch_loop(interval=interval, as_json=args.json, **check_args)
     return 0
+
+
+# What a run on new data takes from the config the champion was trained with, unless the user gives it: the
+# demo home's champion was trained with data.key=customer_id, which no default says (issue 47).
+FROM_CHAMPION = ("data.key", "data.label")
+
+
+def not_given(resolved) -> tuple[str, ...]:
+    """Those of ``FROM_CHAMPION`` that neither ``--config`` nor ``--set`` gives (``resolved``: a ResolvedConfig)."""
+    return tuple(p for p in FROM_CHAMPION if not resolved.origin_of(p).startswith(("--set", "file")))
 
 
 def _status(home: Path, as_json: bool) -> int:

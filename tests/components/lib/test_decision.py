@@ -46,3 +46,23 @@ def test_a_blessed_candidate_that_did_not_take_the_alias_says_why():
                                  why_not_promoted="the champion moved to v7 meanwhile (compare-and-set)")
     assert sentence.startswith("Kept v5: v6 passed evaluation (no worse than champion v5 on accuracy")
     assert sentence.endswith("but the champion moved to v7 meanwhile (compare-and-set)")
+
+
+def test_a_lower_is_better_gain_over_the_baseline_reads_as_the_reasons_do():
+    """Issue 47: the language model's headline said "gain -1.220, 95% CI [-1.378, -1.061]" where its reasons said
+    +1.2204 [+1.0613, +1.3778]: bits_per_byte is lower-is-better by its rule, though its name says nothing."""
+    thresholds = {"bits_per_byte": {"value": "baseline", "change_abs": 0.0, "direction": "lower"},
+                  "loss": {"value": "baseline", "change_abs": 0.0, "direction": "lower"}}
+    blessing = {"blessed": True, "champion_version": None, "thresholds": thresholds,
+                "baseline_name": "the unigram model",
+                "baseline_differences": {"bits_per_byte": interval(-1.2204, -1.3778, -1.0613)}}
+    assert decision_sentence(blessing, version="1", promoted=True) == (
+        "Promoted v1: first model; beats the unigram model on bits_per_byte (gain +1.220, 95% CI [+1.061, +1.378])")
+
+
+def test_the_direction_the_blessing_judged_with_wins_over_the_name():
+    """A task's own metric (direction 'auto', taken from the task) reads in the direction evaluation recorded."""
+    blessing = {"blessed": True, "champion_version": "1", "thresholds": {"nll_score": {"change_abs": 0.0}},
+                "higher_is_better": {"nll_score": False},
+                "differences": {"nll_score": interval(-0.5, -0.7, -0.3)}}
+    assert "on nll_score (Δ +0.500, 95% CI [+0.300, +0.700]" in decision_sentence(blessing, version="2", promoted=True)

@@ -385,3 +385,49 @@ def test_a_writers_output_in_progress_under_a_hidden_or_underscore_folder_is_not
     decision = check(data, home, FunctionStarter(counter))
     assert decision.action == "none" and decision.fingerprint == fingerprint and "nothing new" in decision.reason
     assert counter.calls == []
+
+
+def record_champion_config(home: Path, config: dict) -> None:
+    """Give the champion a lineage record (``ctpipe/lineage.json`` with its digest tag) holding ``config``."""
+    from ctpipe.components.lib.tracking.lineage import LINEAGE_DIGEST_TAG, write_lineage
+
+    uri = local_tracking_uri(home)
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    version = client.get_model_version_by_alias(MODEL, "champion")
+    path = home / "tmp-lineage" / "lineage.json"
+    digest = write_lineage(path, {"config": config})
+    client.log_artifact(version.run_id, str(path), "ctpipe")
+    client.set_model_version_tag(MODEL, version.version, LINEAGE_DIGEST_TAG, digest)
+
+
+def test_a_run_takes_the_key_and_label_the_champion_was_trained_with_unless_given(site):
+    """Issue 47: on the demo home the first new-data run failed unless given --set data.key=customer_id, though
+    the champion records its key. The run the watcher starts now carries the champion's key and label, each
+    only where the user gave none (``from_champion``), and retries carry them too (they live in the record)."""
+    from ctpipe.pipelines.triggers.start import LocalStarter
+
+    data, home, _ = site
+    record_champion_config(home, {"data": {"key": "customer_id", "label": "churned"}})
+    add_days(data, 8)
+    dry = check(data, home, from_champion=("data.key", "data.label"))
+    assert dry.champion_settings == ['data.key="customer_id"', 'data.label="churned"']
+    assert 'data.key="customer_id"' in dry.to_text()
+
+    calls = Counter()
+    decision = check(data, home, FunctionStarter(calls), from_champion=("data.label",))
+    assert decision.action == "run" and decision.champion_settings == ['data.label="churned"']
+    record_path = Ledger(home).path(decision.fingerprint)
+    command = LocalStarter(home, overrides=["train.max_steps=5"]).command(
+        trigger="new_data", data_uri=str(data), record_path=record_path)
+    sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+    assert sets == ['data.label="churned"', "train.max_steps=5"]  # the user's own settings last: they win
+
+
+def test_the_watch_command_takes_from_the_champion_only_what_the_user_did_not_set(tmp_path):
+    from ctpipe.components.run_config.resolve import resolve_layers
+    from ctpipe.pipelines.cli.commands.watch import not_given
+
+    assert not_given(resolve_layers(settings=["data.key=id"])) == ("data.label",)
+    (tmp_path / "my.yaml").write_text("data:\n  label: y\n")
+    assert not_given(resolve_layers(file=tmp_path / "my.yaml")) == ("data.key",)
+    assert not_given(resolve_layers()) == ("data.key", "data.label")

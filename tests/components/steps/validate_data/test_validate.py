@@ -232,3 +232,29 @@ def test_drifted_data_warns_against_the_reference_suite_but_is_not_stopped(tmp_p
     result = run(tmp_path / "drifted", tmp_path / "out",
                  config(suite_path=str(tmp_path / "ref" / "snapshot" / "suite.json")))
     assert any("between" in w for w in result.warnings), result.warnings
+
+
+def test_the_reports_a_person_is_shown_open_as_what_they_are(tmp_path):
+    """KFP names output files after the output alone (``data_docs``, ``validation_report``): the paths printed
+    (the failure message, the step's result) must be copies with their extensions, or a browser shows source."""
+    from tests.fixtures.corpus import missing_column
+
+    def kfp_named(data: Path, out: Path):
+        return validate_data(str(data), config(), snapshot_dir=str(out / "snapshot"),
+                             data_docs_path=str(out / "data_docs"), report_path=str(out / "validation_report"),
+                             tracking_uri="", mlflow_run_id="")
+
+    result = kfp_named(write_clean(tmp_path / "good"), tmp_path / "ok")
+    assert result.data_docs == str(tmp_path / "ok" / "data_docs.html")
+    assert result.report == str(tmp_path / "ok" / "validation_report.md")
+    assert Path(result.data_docs).read_text() == (tmp_path / "ok" / "data_docs").read_text()
+    assert result.summary()["data_docs"] == result.data_docs
+
+    bad = write_clean(tmp_path / "bad")
+    missing_column(bad)
+    with pytest.raises(DataValidationError) as caught:
+        kfp_named(bad, tmp_path / "failed")
+    named = {p for p in re.findall(r"(/\S+?)[.,;]?(?:\s|$)", str(caught.value)) if p.startswith(str(tmp_path))}
+    assert named == {str(tmp_path / "failed" / "validation_report.md"), str(tmp_path / "failed" / "data_docs.html")}
+    assert all(Path(p).is_file() for p in named)
+    assert Path(tmp_path / "failed" / "data_docs.html").read_text().startswith("<!DOCTYPE html>")
