@@ -26,6 +26,7 @@ def test_failed_step_is_reported_and_later_steps_are_skipped(tmp_path, monkeypat
         "step": "validate_data",
         "message": "column 'x' has text where numbers are expected",
         "user_error": True,
+        "type": "DataValidationError",  # the watcher tells the data's errors from others by it
     }
     assert record["traceback"] is None  # user errors carry no traceback
     assert "champion is unchanged" in format_summary(summary)
