@@ -31,6 +31,7 @@ from ctpipe.pipelines.triggers.champion import (
     find_champion,
     load_reference,
 )
+from ctpipe.pipelines.triggers.health import judge_health
 from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
 from ctpipe.pipelines.triggers.new_data import DataState, cache_path_for, data_state
 from ctpipe.pipelines.triggers.retry import already_started, next_step, settle, stale_claim
@@ -61,6 +62,8 @@ class Decision:
     # The resolved config this check runs with: a data version that failed as a user error under another
     # config is started again (the ledger keys a failed attempt by data and config).
     config_sha256: str | None = None
+    # Freshness and silent failures (health.py): the figures, their limits and the problems; also health.json.
+    health: dict[str, Any] | None = None
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), sort_keys=False, default=str)
@@ -81,6 +84,9 @@ class Decision:
             text += f"\n  champion: version {self.champion_version}"
         if self.champion_settings:
             text += f"\n  as the champion was trained: {' '.join(self.champion_settings)}"
+        if self.health is not None:
+            problems = self.health.get("problems") or []
+            text += "\n  health: " + ("ALERT" if problems else "ok") + "".join(f"\n    - {p}" for p in problems)
         return text
 
 
@@ -131,6 +137,8 @@ def check_once(
         hashed_files=state.hashed,
     )
     ledger = Ledger(home)
+    # Judged before deciding: a stopped feed or a stale champion is reported even when nothing else happens.
+    decision.health = judge_health(home=home, state=state, champion=champion, watch=config.watch, now=now).to_dict()
     decision.config_sha256 = config_sha256(config)
     existing = _unless_stale_first_claim(ledger, state.fingerprint, now, dry_run)
     trained = champion is not None and champion.fingerprint == state.fingerprint

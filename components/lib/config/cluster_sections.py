@@ -173,6 +173,12 @@ class WatchConfig:
     # broken cluster is not hammered and a brief outage is ridden out. Recorded as next_attempt_after.
     retry_backoff_seconds: float = 60.0
     retry_max_backoff_seconds: float = 1800.0
+    # Freshness and silent failures (``ctpipe watch`` reports them; with --alert it exits 1): the champion
+    # older than this many days, no new partition for this many days, the last this-many runs the watcher
+    # started all failed. 0 turns a check off.
+    max_model_age_days: float = 30.0
+    max_data_gap_days: float = 3.0
+    max_failed_runs: int = 3
 
     def __post_init__(self) -> None:
         check_range(self.window_partitions, "watch.window_partitions", 1, 100_000)
@@ -204,6 +210,9 @@ class WatchConfig:
         check_range(self.max_attempts, "watch.max_attempts", 1, 100, why=" (1 = no retries)")
         check_range(self.retry_backoff_seconds, "watch.retry_backoff_seconds", 0, MAX_WAIT_SECONDS)
         check_range(self.retry_max_backoff_seconds, "watch.retry_max_backoff_seconds", 0, MAX_WAIT_SECONDS)
+        check_range(self.max_model_age_days, "watch.max_model_age_days", 0, 36_500.0, why=" (0 = off)")
+        check_range(self.max_data_gap_days, "watch.max_data_gap_days", 0, 36_500.0, why=" (0 = off)")
+        check_range(self.max_failed_runs, "watch.max_failed_runs", 0, 1000, why=" (0 = off)")
         check(
             self.retry_max_backoff_seconds >= self.retry_backoff_seconds,
             "watch.retry_max_backoff_seconds",
