@@ -31,7 +31,7 @@ from ctpipe.components.lib.config.run_sections import (
 from ctpipe.components.lib.config.serving_section import ServingConfig
 from ctpipe.components.lib.config.tune_section import TuneConfig
 
-TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
+TRIGGERS = ("manual", "schedule", "new_data", "drift", "decay", "ci")
 
 
 @dataclass(kw_only=True)
