@@ -119,3 +119,20 @@ def test_the_watcher_starts_a_decay_run_on_new_data_when_the_champion_decayed(tm
     assert counter.calls[0]["trigger"] == "decay"
     record = decision.run
     assert record["trigger"] == "decay" and record["decay_report"].endswith(f"decay-1-{TODAY.isoformat()}.json")
+
+
+def test_the_decay_report_is_attached_to_the_run_it_started(tmp_path):
+    import json
+
+    import mlflow
+
+    from ctpipe.components.lib.tracking import ensure_experiment, local_tracking_uri
+    from ctpipe.pipelines.triggers.report import log_drift_report
+
+    uri = local_tracking_uri(tmp_path / "home")
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    run = client.create_run(ensure_experiment(uri, "ctpipe"))
+    report = tmp_path / "decay-1-2026-03-20.json"
+    report.write_text(json.dumps({"decayed": True}))  # no HTML page beside it: only the JSON is logged
+    log_drift_report(uri, run.info.run_id, report)
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "decay")] == ["decay/decay-1-2026-03-20.json"]
