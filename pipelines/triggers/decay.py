@@ -212,3 +212,16 @@ def watch_decay(*, labels_uri: str, config: Any, tracking_uri: str, version: str
     path = reports / f"decay-{version}-{today.isoformat()}.json"
     atomic_write_text(path, json.dumps(out, indent=1))
     return out | {"report_path": str(path)}
+
+
+def with_settings(config: Any, settings: list[str]) -> Any:
+    """``config`` with ``section.field=JSON`` settings (``champion_settings``' form) applied."""
+    import dataclasses
+    import json
+
+    for setting in settings:
+        path, value = setting.split("=", 1)
+        section, name = path.split(".", 1)
+        part = dataclasses.replace(getattr(config, section), **{name: json.loads(value)})
+        config = dataclasses.replace(config, **{section: part})
+    return config

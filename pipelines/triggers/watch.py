@@ -145,10 +145,13 @@ def check_once(
     # Judged before deciding: a stopped feed or a stale champion is reported even when nothing else happens.
     decision.health = judge_health(home=home, state=state, champion=champion, watch=config.watch, now=now).to_dict()
     if labels_uri and champion is not None:
-        from ctpipe.pipelines.triggers.decay import watch_decay
+        from ctpipe.pipelines.triggers.decay import watch_decay, with_settings
 
-        decision.decay = watch_decay(labels_uri=labels_uri, config=config, tracking_uri=tracking_uri,
-                                     version=champion.version, now=now, reports=watch_dir / "reports")
+        # Labels join by the key (and label) the champion was trained with, unless the user gives them.
+        as_trained = champion_settings(tracking_uri, config, champion, from_champion)
+        decision.decay = watch_decay(labels_uri=labels_uri, config=with_settings(config, as_trained),
+                                     tracking_uri=tracking_uri, version=champion.version, now=now,
+                                     reports=watch_dir / "reports")
     decision.config_sha256 = config_sha256(config)
     existing = _unless_stale_first_claim(ledger, state.fingerprint, now, dry_run)
     trained = champion is not None and champion.fingerprint == state.fingerprint

@@ -83,6 +83,8 @@ def test_an_equal_cohort_is_not_called_decayed_and_a_worse_one_is():
 
 
 def test_the_watcher_starts_a_decay_run_on_new_data_when_the_champion_decayed(tmp_path):
+    import json
+
     import mlflow
 
     from ctpipe.components.lib.data.demo import write_demo_data
@@ -95,7 +97,10 @@ def test_the_watcher_starts_a_decay_run_on_new_data_when_the_champion_decayed(tm
     write_demo_data(data, days=3, rows_per_day=200)
     register_champion(home, data)
     uri = local_tracking_uri(home)
-    mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri).set_model_version_tag(MODEL, "1", "ctpipe.metric.accuracy", "0.8")
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.set_model_version_tag(MODEL, "1", "ctpipe.metric.accuracy", "0.8")
+    # Its lineage (the older one-tag-per-field layout) says it was trained with data.key=customer_id.
+    client.set_model_version_tag(MODEL, "1", "ctpipe.config", json.dumps({"data": {"key": "customer_id"}}))
     served_on = TODAY - dt.timedelta(days=5)
     clock = pd.Timestamp(served_on.isoformat(), tz="UTC").timestamp() + 3600
     log = PredictionLog(str(tmp_path / "log"), model_name=MODEL, model_version="1", key_column="customer_id",
@@ -106,15 +111,18 @@ def test_the_watcher_starts_a_decay_run_on_new_data_when_the_champion_decayed(tm
     (tmp_path / "labels" / f"date={TODAY.isoformat()}").mkdir(parents=True)
     labels.rename(columns={"key": "customer_id"}).to_parquet(tmp_path / "labels" / f"date={TODAY.isoformat()}" / "p.parquet")
     now = pd.Timestamp(TODAY.isoformat(), tz="UTC").timestamp() + 3600
-    settings = [f"serving.prediction_log={tmp_path / 'log'}", "data.key=customer_id", "watch.decay.min_rows=100"]
+    settings = [f"serving.prediction_log={tmp_path / 'log'}", "watch.decay.min_rows=100"]
 
-    quiet = check(data, home, overrides=settings, now=now, labels_uri=str(tmp_path / "labels"))
+    # No data.key given: the labels join by the key the champion was trained with.
+    quiet = check(data, home, overrides=settings, now=now, labels_uri=str(tmp_path / "labels"),
+                  from_champion=("data.key", "data.label"))
     assert quiet.action == "none" and quiet.decay["decayed"] and "waits for new data" in quiet.reason
     assert quiet.decay["cohorts"][0]["joined"] == 300 and quiet.decay["reference"] == 0.8
 
     add_days(data, 4)
     counter = Counter()
-    decision = check(data, home, FunctionStarter(counter), overrides=settings, now=now, labels_uri=str(tmp_path / "labels"))
+    decision = check(data, home, FunctionStarter(counter), overrides=settings, now=now,
+                     labels_uri=str(tmp_path / "labels"), from_champion=("data.key", "data.label"))
     assert (decision.action, decision.trigger) == ("run", "decay") and "wholly below" in decision.reason
     assert counter.calls[0]["trigger"] == "decay"
     record = decision.run
