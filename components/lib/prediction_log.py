@@ -20,7 +20,6 @@ The serving process is told where to log by its environment (``ctpipe serve`` se
 from __future__ import annotations
 
 import atexit
-import datetime as dt
 import logging
 import os
 import threading
@@ -68,7 +67,7 @@ class PredictionLog:
         self.model_name, self.model_version, self.key_column = model_name, model_version, key_column
         self.batch_rows, self.flush_seconds, self.max_pending_rows = batch_rows, flush_seconds, max_pending_rows
         self.clock = clock
-        self._pending: list[pd.DataFrame] = []
+        self._pending: list[tuple[str, float, Any, pd.DataFrame]] = []
         self._pending_rows = 0
         self._lock = threading.Condition()
         self._closed = False
@@ -97,39 +96,57 @@ class PredictionLog:
     # --- the request's side: never raises, never waits for the store ---------------------------------------
 
     def log(self, inputs: pd.DataFrame, outputs: pd.DataFrame, request_id: str | None = None) -> None:
-        """Queue one request's rows (dropped and counted when the queue is full or the rows cannot be framed)."""
-        n = len(outputs)
+        """Queue one request's rows (dropped and counted when the queue is full or the rows cannot be read).
+
+        Only references are queued here (the served frame, the key column's values): the rows are framed by
+        the writer thread, so a request pays microseconds (``benchmarks/prediction_log.py``)."""
         try:
-            rows = self._frame(inputs, outputs, request_id or uuid.uuid4().hex)
+            n = len(outputs)
+        except Exception:  # not a frame at all: nothing to count by
+            n = 0
+        try:
+            key = None
+            if self.key_column and self.key_column in inputs.columns:
+                key = inputs[self.key_column].to_numpy(copy=True)
+            entry = (request_id or uuid.uuid4().hex, self.clock(), key, outputs)
         except Exception as err:  # a request must never fail because of its log
-            self._drop(n, f"could not frame the rows: {type(err).__name__}: {err}")
+            self._drop(n, f"could not read the rows: {type(err).__name__}: {err}")
             return
         with self._lock:
             if self._closed or self._pending_rows + n > self.max_pending_rows:
                 full = f"the queue is full ({self._pending_rows} rows waiting, at most {self.max_pending_rows})"
                 reason = "the log is closed" if self._closed else full
             else:
-                self._pending.append(rows)
+                self._pending.append(entry)
                 self._pending_rows += n
                 if self._pending_rows >= self.batch_rows:
                     self._lock.notify()
                 return
         self._drop(n, reason)
 
-    def _frame(self, inputs: pd.DataFrame, outputs: pd.DataFrame, request_id: str) -> pd.DataFrame:
-        n = len(outputs)
-        key = None
-        if self.key_column and self.key_column in inputs.columns:
-            key = inputs[self.key_column].astype("string").to_numpy()
-        served_at = pd.Timestamp(self.clock(), unit="s", tz="UTC")
-        head = pd.DataFrame({
-            "request_id": [request_id] * n, "row": range(n), "key": key if key is not None else [None] * n,
-            "model_name": [self.model_name] * n, "model_version": [self.model_version] * n,
-            "served_at": [served_at] * n,
+    def _frame(self, entries: list[tuple[str, float, Any, pd.DataFrame]]) -> pd.DataFrame:
+        """The log's rows of the queued requests, built column by column (one frame, not one per request)."""
+        head: dict[str, list[Any]] = {"request_id": [], "row": [], "key": [], "served_at": []}
+        served: dict[str, list[Any]] = {}
+        total = 0
+        for request_id, at, key, outputs in entries:
+            n = len(outputs)
+            head["request_id"] += [request_id] * n
+            head["row"] += range(n)
+            head["key"] += [None] * n if key is None else [None if pd.isna(v) else str(v) for v in key]
+            head["served_at"] += [at] * n
+            for column in outputs.columns:
+                name = str(column) if str(column) not in LOG_COLUMNS else f"served_{column}"
+                served.setdefault(name, [None] * total).extend(outputs[column].tolist())
+            total += n
+            for values in served.values():  # a column this request did not have
+                values.extend([None] * (total - len(values)))
+        frame = pd.DataFrame({
+            "request_id": head["request_id"], "row": head["row"], "key": pd.array(head["key"], dtype="string"),
+            "model_name": [self.model_name] * total, "model_version": [self.model_version] * total,
+            "served_at": pd.to_datetime(head["served_at"], unit="s", utc=True),
         })  # fmt: skip
-        served = outputs.reset_index(drop=True)
-        served.columns = [str(c) if str(c) not in LOG_COLUMNS else f"served_{c}" for c in served.columns]
-        return pd.concat([head.astype({"key": "string"}), served], axis=1)
+        return pd.concat([frame, pd.DataFrame(served)], axis=1)
 
     def _drop(self, rows: int, reason: str) -> None:
         with self._lock:
@@ -163,11 +180,19 @@ class PredictionLog:
             frames, self._pending, self._pending_rows = self._pending, [], 0
             self._writing = True
         try:
-            batch = pd.concat(frames, ignore_index=True)
-            for start in range(0, len(batch), self.batch_rows):
-                part = batch.iloc[start : start + self.batch_rows]
+            try:
+                batch = self._frame(frames)
+            except Exception as err:  # rows that cannot be framed (an odd served column): counted
+                self._drop(sum(len(e[3]) for e in frames), f"could not frame the rows: {type(err).__name__}: {err}")
+                return
+            parts = [
+                (day.isoformat(), rows.iloc[start : start + self.batch_rows])
+                for day, rows in batch.groupby(batch["served_at"].dt.date, sort=True)
+                for start in range(0, len(rows), self.batch_rows)
+            ]
+            for day, part in parts:
                 try:
-                    self._write_file(part)
+                    self._write_file(day, part)
                 except Exception as err:  # unreachable, full, refused: counted, never raised
                     with self._lock:
                         self._counts["failed_writes"] += 1
@@ -181,10 +206,10 @@ class PredictionLog:
                 self._writing = False
                 self._lock.notify_all()
 
-    def _write_file(self, part: pd.DataFrame) -> None:
+    def _write_file(self, day: str, part: pd.DataFrame) -> None:
+        """One Parquet file of ``part`` under ``date=day`` (the day its rows were served), written whole."""
         import fsspec
 
-        day = dt.datetime.fromtimestamp(self.clock(), dt.UTC).date().isoformat()
         name = f"part-{int(self.clock() * 1000)}-{uuid.uuid4().hex[:12]}.parquet"
         fs, root = fsspec.core.url_to_fs(self.uri)
         folder = f"{root.rstrip('/')}/date={day}"

@@ -87,3 +87,17 @@ def test_the_serving_section_sets_the_environment_and_refuses_credentials():
     assert PredictionLog.from_environment({}) is None
     with pytest.raises(ConfigError, match="serving.prediction_log"):
         Config.from_dict({"serving": {"prediction_log": "s3://bucket/p?sig=abc123"}})
+
+
+def test_rows_go_to_the_day_they_were_served_not_the_day_they_were_written(tmp_path):
+    clock = [1_790_035_199.0]  # 2026-09-21 23:59:59 UTC
+    log = PredictionLog(str(tmp_path / "log"), model_name="m", model_version="1", flush_seconds=60,
+                        clock=lambda: clock[0])
+    log.log(*served(2), request_id="before")
+    clock[0] += 2  # past midnight, then one batch written
+    log.log(*served(3), request_id="after")
+    assert log.flush(10)
+    log.close()
+    before = pd.concat(pd.read_parquet(f) for f in (tmp_path / "log" / "date=2026-09-21").glob("*.parquet"))
+    after = pd.concat(pd.read_parquet(f) for f in (tmp_path / "log" / "date=2026-09-22").glob("*.parquet"))
+    assert set(before["request_id"]) == {"before"} and set(after["request_id"]) == {"after"}
