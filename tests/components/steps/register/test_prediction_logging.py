@@ -46,3 +46,24 @@ def test_an_unwritable_log_never_fails_a_request(champion, tmp_path, monkeypatch
     assert log.stats()["dropped_rows"] == 5 and log.stats()["failed_writes"] == 1
     assert len(model.predict(rows)) == 5  # and keeps serving
     log.close()
+
+
+def test_ctpipe_serve_passes_the_log_and_the_resolved_version_to_the_server(champion, tmp_path, monkeypatch):  # noqa: F811
+    from ctpipe.pipelines.cli.commands import serve
+    from ctpipe.pipelines.cli.main import main
+
+    seen = {}
+
+    def server(model_dir, host, port, *, cwd, extra_env=None):  # what would start MLflow's scoring server
+        seen.update(extra_env or {}, model_dir=model_dir)
+        return 0
+
+    monkeypatch.setattr(serve, "serve_folder", server)
+    name, version = resolve_version(champion.uri, tracking_uri=champion.tracking_uri)
+    args = ["serve", "--home", str(champion.home), "--tracking-uri", champion.tracking_uri,
+            "--set", f"registry.model_name={champion.model_name}"]
+    assert main([*args, "--set", f"serving.prediction_log={tmp_path / 'log'}"]) == 0
+    assert seen["CTPIPE_PREDICTION_LOG"] == str(tmp_path / "log") and seen["CTPIPE_MODEL_VERSION"] == version
+    assert seen["CTPIPE_MODEL_NAME"] == name
+    seen.clear()
+    assert main(args) == 0 and "CTPIPE_PREDICTION_LOG" not in seen  # off by default
