@@ -30,6 +30,8 @@ class Champion:
     version: str
     run_id: str | None
     fingerprint: str | None
+    # When the version was registered (epoch seconds): the champion's age for the freshness alert.
+    created_at: float | None = None
 
 
 def _store_key(tracking_uri: str) -> list[Any] | None:
@@ -84,7 +86,7 @@ def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Pa
     Asked with ``retry``'s bounded retries (MLflow's own HTTP retries off): a tracking server that does not
     answer is reported after the first failed attempt, with the time left, not after minutes of silence."""
     key = _store_key(tracking_uri)
-    ident = [tracking_uri, model_name, alias, key]
+    ident = [tracking_uri, model_name, alias, key, 2]  # 2: the cached champion has created_at
     if cache_file is not None and key is not None:
         try:
             cached = json.loads(cache_file.read_text())
@@ -98,7 +100,8 @@ def find_champion(tracking_uri: str, model_name: str, alias: str, cache_file: Pa
     version = (retry or Policy()).call(lambda: get_alias_version(tracking_uri, model_name, alias),
                                        f"read the '{alias}' alias of '{model_name}'")
     champion = (
-        Champion(version=str(version.version), run_id=version.run_id, fingerprint=(version.tags or {}).get("ctpipe.data_fingerprint"))
+        Champion(version=str(version.version), run_id=version.run_id, fingerprint=(version.tags or {}).get("ctpipe.data_fingerprint"),
+                 created_at=version.creation_timestamp / 1000.0 if version.creation_timestamp else None)
         if version is not None
         else None
     )

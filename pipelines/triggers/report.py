@@ -97,13 +97,16 @@ def write_drift_report(report: DriftReport, json_path: str | Path, html_path: st
 
 
 def log_drift_report(tracking_uri: str, mlflow_run_id: str, report_json: str | Path) -> None:
-    """Log the report's JSON and HTML (beside it) on an MLflow run, under ``drift/``, retried."""
+    """Log the report's JSON and its HTML beside it (when there is one) on an MLflow run, retried: under ``drift/``,
+    or ``decay/`` for a decay report (``decay-<version>-<day>.json``)."""
     json_path = Path(report_json)
-    files = {f"drift/{path.name}": path for path in (json_path, json_path.with_suffix(".html"))}
+    folder = "decay" if json_path.name.startswith("decay-") else "drift"
+    files = {f"{folder}/{path.name}": path for path in (json_path, json_path.with_suffix(".html")) if path.exists()}
     log_step(tracking_uri, mlflow_run_id, "drift report", files=files)
 
 
-def log_drift_report_for_pipeline_run(tracking_uri: str, experiment: str, pipeline_run_id: str, report_json: str | Path) -> str:
+def log_drift_report_for_pipeline_run(tracking_uri: str, experiment: str, pipeline_run_id: str, report_json: str | Path,
+                                      trigger: str = "drift") -> str:
     """Record the report that started KFP run ``pipeline_run_id`` as its own MLflow run, linked by tag.
 
     The pipeline's own MLflow run is created by its first step, later and elsewhere; a separate run tagged
@@ -116,7 +119,7 @@ def log_drift_report_for_pipeline_run(tracking_uri: str, experiment: str, pipeli
         key_tag="ctpipe.drift_report_for",
         key=pipeline_run_id,
         run_name=f"drift-report-{pipeline_run_id}",
-        tags={"ctpipe.trigger": "drift"},
+        tags={"ctpipe.trigger": trigger},
     )
     log_drift_report(tracking_uri, run_id, report_json)
     end_run(tracking_uri, run_id)

@@ -74,9 +74,9 @@ class LocalStarter:
             cmd += ["--config", self.config_path]
         for assignment in recorded_settings(record_path) + self.overrides:  # the user's own last: they win
             cmd += ["--set", assignment]
-        drift_report = (read_record(record_path) or {}).get("drift_report")
-        if trigger == "drift" and drift_report:
-            cmd += ["--drift-report", drift_report]
+        report = trigger_report(read_record(record_path) or {}, trigger)
+        if report:
+            cmd += ["--drift-report", report]  # the report that started it: drift's, or decay's
         return cmd
 
     def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
@@ -232,13 +232,13 @@ class KfpStarter:
             reuse_existing=True,
         )
         info = {"backend": "kfp", "run_id": run.run_id, "run_name": run_name, "status": "running"}
-        report = (read_record(record_path) or {}).get("drift_report")
-        if trigger == "drift" and report and self.tracking_uri:
+        report = trigger_report(read_record(record_path) or {}, trigger)
+        if report and self.tracking_uri:
             from ctpipe.pipelines.triggers.report import log_drift_report_for_pipeline_run
 
             try:
                 info["drift_report_mlflow_run"] = log_drift_report_for_pipeline_run(
-                    self.tracking_uri, self.mlflow_experiment, run.run_id, report
+                    self.tracking_uri, self.mlflow_experiment, run.run_id, report, trigger=trigger
                 )
             except Exception as err:  # the run is started; a tracking hiccup must not make it look unstarted
                 info["drift_report_error"] = f"{type(err).__name__}: {err}"[:300]
@@ -384,3 +384,8 @@ def record_outcome(record_path: str | Path, attempt: int | None = None, **fields
     """Called by ``ctpipe submit --record``: the run's own status in its ledger record, for its attempt
     (a late report of an attempt that was already settled and retried changes nothing)."""
     update_attempt(record_path, attempt, **fields)
+
+
+def trigger_report(record: dict[str, Any], trigger: str) -> str | None:
+    """The report that started a run of ``trigger`` (the drift report, the decay report), from its ledger record."""
+    return record.get({"drift": "drift_report", "decay": "decay_report"}.get(trigger, "")) or None

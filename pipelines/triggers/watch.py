@@ -31,6 +31,7 @@ from ctpipe.pipelines.triggers.champion import (
     find_champion,
     load_reference,
 )
+from ctpipe.pipelines.triggers.health import judge_health
 from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
 from ctpipe.pipelines.triggers.new_data import DataState, cache_path_for, data_state
 from ctpipe.pipelines.triggers.retry import already_started, next_step, settle, stale_claim
@@ -61,6 +62,10 @@ class Decision:
     # The resolved config this check runs with: a data version that failed as a user error under another
     # config is started again (the ledger keys a failed attempt by data and config).
     config_sha256: str | None = None
+    # Freshness and silent failures (health.py): the figures, their limits and the problems; also health.json.
+    health: dict[str, Any] | None = None
+    # The decay check (``--labels``, decay.py): the champion on closed cohorts of late labels.
+    decay: dict[str, Any] | None = None
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), sort_keys=False, default=str)
@@ -81,6 +86,11 @@ class Decision:
             text += f"\n  champion: version {self.champion_version}"
         if self.champion_settings:
             text += f"\n  as the champion was trained: {' '.join(self.champion_settings)}"
+        if self.decay is not None:
+            text += f"\n  decay: {self.decay['reason']}\n  decay report: {self.decay.get('report_path')}"
+        if self.health is not None:
+            problems = self.health.get("problems") or []
+            text += "\n  health: " + ("ALERT" if problems else "ok") + "".join(f"\n    - {p}" for p in problems)
         return text
 
 
@@ -97,6 +107,7 @@ def check_once(
     dry_run: bool = False,
     now: float | None = None,
     from_champion: tuple[str, ...] = (),
+    labels_uri: str | None = None,
 ) -> Decision:
     """Decide (and unless ``dry_run``, start) at most one run for the data root's current fingerprint.
 
@@ -131,6 +142,16 @@ def check_once(
         hashed_files=state.hashed,
     )
     ledger = Ledger(home)
+    # Judged before deciding: a stopped feed or a stale champion is reported even when nothing else happens.
+    decision.health = judge_health(home=home, state=state, champion=champion, watch=config.watch, now=now).to_dict()
+    if labels_uri and champion is not None:
+        from ctpipe.pipelines.triggers.decay import watch_decay, with_settings
+
+        # Labels join by the key (and label) the champion was trained with, unless the user gives them.
+        as_trained = champion_settings(tracking_uri, config, champion, from_champion)
+        decision.decay = watch_decay(labels_uri=labels_uri, config=with_settings(config, as_trained),
+                                     tracking_uri=tracking_uri, version=champion.version, now=now,
+                                     reports=watch_dir / "reports")
     decision.config_sha256 = config_sha256(config)
     existing = _unless_stale_first_claim(ledger, state.fingerprint, now, dry_run)
     trained = champion is not None and champion.fingerprint == state.fingerprint
@@ -188,11 +209,17 @@ def _choose_trigger(
         if watch.new_data:
             return "new_data", f"no '{config.registry.champion_alias}' model yet: the first run trains one"
         return None, "no champion yet and the new-data trigger is off (watch.new_data=false)"
+    decayed = decision.decay is not None and decision.decay["decayed"]
     if champion.fingerprint == state.fingerprint:
         return None, (
             f"nothing new: the data fingerprint {state.fingerprint[:12]} is the one champion version "
-            f"{champion.version} was trained on"
+            f"{champion.version} was trained on" + (f"; decay: {decision.decay['reason']} (a run waits for new data: "
+                                                    "retraining on the same data would not help)" if decayed else "")
         )
+    if decayed:
+        last = Ledger(watch_dir.parent).last_started("decay")
+        if last is None or now - last >= watch.cool_down_seconds:
+            return "decay", decision.decay["reason"]
     drifted, drift_note = False, "drift check off (watch.drift=false)"
     if watch.drift:
         reference = load_reference(tracking_uri, config.registry.model_name, champion, watch_dir / "reference")
@@ -243,6 +270,7 @@ def _start(
                 "champion_version": decision.champion_version,
                 "drift_report": decision.drift_report,
                 "drifted_columns": decision.drifted_columns,
+                "decay_report": (decision.decay or {}).get("report_path"),
                 # Every attempt's run reads them here (start.py), the retries' too.
                 "champion_settings": decision.champion_settings,
                 "watcher_pid": os.getpid(),

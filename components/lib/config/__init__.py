@@ -30,6 +30,7 @@ from ctpipe.components.lib.config.run_sections import (
     ValidationConfig,
 )
 from ctpipe.components.lib.config.sections import TRIGGERS, Config
+from ctpipe.components.lib.config.serving_section import ServingConfig
 from ctpipe.components.lib.config.tune_section import SearchDimension, TuneConfig
 from ctpipe.components.lib.errors import ConfigError
 
@@ -44,6 +45,7 @@ __all__ = [
     "PipelineConfig",
     "RegistryConfig",
     "RetentionConfig",
+    "ServingConfig",
     "SanityConfig",
     "SelectionConfig",
     "TaskConfig",

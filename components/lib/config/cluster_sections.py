@@ -122,6 +122,31 @@ class KubernetesConfig:
 
 
 @dataclass(kw_only=True)
+class DecayConfig:
+    """The decay trigger (``ctpipe watch --labels``): the served version against late labels, per closed cohort."""
+
+    # Days of logged predictions (by the day they were served) joined with labels.
+    lookback_days: int = 14
+    # A cohort (the predictions of one day) is judged only once this many days have passed: its labels are complete.
+    label_delay_days: int = 3
+    # Decay: the cohort's metric interval lies wholly below the version's registered test metric minus this.
+    max_drop: float = 0.05
+    # The interval's confidence (two-sided percentile bootstrap over the cohort's rows) and its resamples.
+    confidence: float = 0.95
+    samples: int = 1000
+    # Fewer joined rows than this in a cohort: not judged (too noisy).
+    min_rows: int = 200
+
+    def __post_init__(self) -> None:
+        check_range(self.lookback_days, "watch.decay.lookback_days", 1, 3650)
+        check_range(self.label_delay_days, "watch.decay.label_delay_days", 0, 3650)
+        check_range(self.max_drop, "watch.decay.max_drop", 0, 1.0)
+        check(0.5 <= self.confidence < 1, "watch.decay.confidence", f"{self.confidence!r} must be in [0.5, 1)")
+        check_range(self.samples, "watch.decay.samples", 100, 100_000)
+        check_range(self.min_rows, "watch.decay.min_rows", 1, MAX_ROWS)
+
+
+@dataclass(kw_only=True)
 class WatchConfig:
     """The watcher (``ctpipe watch``): new-data and drift triggers, thresholds and cool-down."""
 
@@ -173,6 +198,14 @@ class WatchConfig:
     # broken cluster is not hammered and a brief outage is ridden out. Recorded as next_attempt_after.
     retry_backoff_seconds: float = 60.0
     retry_max_backoff_seconds: float = 1800.0
+    # Freshness and silent failures (``ctpipe watch`` reports them; with --alert it exits 1): the champion
+    # older than this many days, no new partition for this many days, the last this-many runs the watcher
+    # started all failed. 0 turns a check off.
+    max_model_age_days: float = 30.0
+    max_data_gap_days: float = 3.0
+    max_failed_runs: int = 3
+    # The decay trigger's cohorts, interval and threshold (``ctpipe watch --labels``).
+    decay: DecayConfig = field(default_factory=DecayConfig)
 
     def __post_init__(self) -> None:
         check_range(self.window_partitions, "watch.window_partitions", 1, 100_000)
@@ -204,6 +237,9 @@ class WatchConfig:
         check_range(self.max_attempts, "watch.max_attempts", 1, 100, why=" (1 = no retries)")
         check_range(self.retry_backoff_seconds, "watch.retry_backoff_seconds", 0, MAX_WAIT_SECONDS)
         check_range(self.retry_max_backoff_seconds, "watch.retry_max_backoff_seconds", 0, MAX_WAIT_SECONDS)
+        check_range(self.max_model_age_days, "watch.max_model_age_days", 0, 36_500.0, why=" (0 = off)")
+        check_range(self.max_data_gap_days, "watch.max_data_gap_days", 0, 36_500.0, why=" (0 = off)")
+        check_range(self.max_failed_runs, "watch.max_failed_runs", 0, 1000, why=" (0 = off)")
         check(
             self.retry_max_backoff_seconds >= self.retry_backoff_seconds,
             "watch.retry_max_backoff_seconds",

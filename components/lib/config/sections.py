@@ -2,7 +2,7 @@
 
 The sections live by what they configure: ``run_sections.py`` (data, validation, sanity, task, model,
 training), ``tune_section.py`` (hyperparameter search), ``gate_sections.py`` (selection, evaluation,
-registry), ``cluster_sections.py`` (kubernetes, watch). ``Config`` travels between pipeline steps as JSON
+registry), ``cluster_sections.py`` (kubernetes, watch), ``serving_section.py`` (serving). ``Config`` travels between pipeline steps as JSON
 (``to_json`` / ``from_json``). Building from plain values is ``coerce.py``; files and ``--set`` overrides are
 ``loading.py``.
 """
@@ -28,9 +28,10 @@ from ctpipe.components.lib.config.run_sections import (
     TrainConfig,
     ValidationConfig,
 )
+from ctpipe.components.lib.config.serving_section import ServingConfig
 from ctpipe.components.lib.config.tune_section import TuneConfig
 
-TRIGGERS = ("manual", "schedule", "new_data", "drift", "ci")
+TRIGGERS = ("manual", "schedule", "new_data", "drift", "decay", "ci")
 
 
 @dataclass(kw_only=True)
@@ -50,6 +51,7 @@ class Config:
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    serving: ServingConfig = field(default_factory=ServingConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def __post_init__(self) -> None:

@@ -26,6 +26,24 @@ from ctpipe.components.lib.registry.tags import SERVABLE_TAG
 from ctpipe.components.lib.tracking.lineage import version_lineage
 
 
+def resolve_version(model_uri: str, *, tracking_uri: str) -> tuple[str, str]:
+    """The (name, version) ``model_uri`` names now (``models:/NAME@ALIAS`` resolved once): serving then downloads
+    ``models:/NAME/VERSION``, so the version it logs with its predictions is the one it serves."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.store.artifact.utils.models import get_model_name_and_version
+
+    if not model_uri.startswith("models:/"):
+        raise UserError(f"model URI {model_uri!r}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    try:
+        name, version = get_model_name_and_version(client, model_uri)
+    except MlflowException as err:
+        raise UserError(f"model URI {model_uri!r} does not name a registered version on {tracking_uri}: "
+                        f"{err.message}") from err
+    return name, str(version)
+
+
 def download_verified(model_uri: str, dst: str | Path, *, tracking_uri: str, allow_unservable: bool = False) -> Path:
     """Download the version ``model_uri`` names (``models:/NAME@ALIAS`` or ``models:/NAME/VERSION``) into ``dst``
     and verify every file against its registry digest; ``dst`` is then the model folder (``MLmodel`` at its top)."""

@@ -49,6 +49,20 @@ def pip_requirements() -> list[str]:
     ]
 
 
+def with_optional_key(signature, snapshot: Snapshot):
+    """``signature`` with the data's key as an optional input column: MLflow's schema enforcement drops columns the
+    signature does not name, and the prediction log needs the key a request carries to join its label later."""
+    from mlflow.models import infer_signature
+    from mlflow.types import ColSpec, Schema
+
+    key = snapshot.schema.key
+    if not key or key in signature.inputs.input_names():
+        return signature
+    (spec,) = infer_signature(first_rows(snapshot, EXAMPLE_ROWS)[[key]]).inputs.inputs
+    signature.inputs = Schema([*signature.inputs.inputs, ColSpec(spec.type, key, required=False)])
+    return signature
+
+
 def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> Path:
     """Save the pyfunc wrapper into ``out_dir/model``: the export, the code it imports (``code_paths``), pinned
     requirements, signature, input example, the export's digest in its config, and the manifest of its files."""
@@ -62,7 +76,7 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
         write_manifest,
     )
     from ctpipe.components.steps.register import pyfunc_entry
-    from ctpipe.components.steps.register.pyfunc_model import EXPORT_DIGEST
+    from ctpipe.components.steps.register.pyfunc_model import EXPORT_DIGEST, KEY_COLUMN
     from ctpipe.components.tasks.export import load_model_export
     from ctpipe.components.tasks.outputs import check_served_order, check_served_rows
 
@@ -80,8 +94,8 @@ def build_pyfunc_model(model_file: Path, snapshot: Snapshot, out_dir: Path) -> P
         artifacts={"export": str(model_file)},
         code_paths=[str(path) for path in staged],
         # Read by the loader before it unpickles the export (pyfunc_model.check_export_digest).
-        model_config={EXPORT_DIGEST: sha256_file(model_file)},
-        signature=infer_signature(example, output),
+        model_config={EXPORT_DIGEST: sha256_file(model_file), KEY_COLUMN: snapshot.schema.key},
+        signature=with_optional_key(infer_signature(example, output), snapshot),
         input_example=example,
         pip_requirements=pip_requirements(),
         metadata={"ctpipe_format": exported.metadata.get("format", "ctpipe.model/v1")},

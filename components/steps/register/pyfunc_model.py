@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 # The pyfunc's model_config key holding the export's SHA-256, written at registration.
 EXPORT_DIGEST = "ctpipe_export_sha256"
+# The pyfunc's model_config key naming the data's key column (optional in its signature): the prediction log's key.
+KEY_COLUMN = "ctpipe_key_column"
 # MLflow keeps a pyfunc's artifacts in <model>/artifacts and its code_paths in <model>/code.
 CODE_FOLDER = "code"
 
@@ -43,9 +45,26 @@ class CtpipeClassifier(mlflow.pyfunc.PythonModel):
         code_dir = export.parent.parent / CODE_FOLDER
         self._model = load_model_export(export, check_task=functools.partial(check_served_task, code_dir=code_dir))
         warn_if_served_with_other_task_code(self._model)
+        self._log = open_prediction_log((context.model_config or {}).get(KEY_COLUMN))
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
-        return self._model.serve(model_input)
+        served = self._model.serve(model_input)
+        log = getattr(self, "_log", None)
+        if log is not None:
+            log.log(model_input, served)  # queues only; never raises (components/lib/prediction_log.py)
+        return served
+
+
+def open_prediction_log(key_column: str | None):
+    """The prediction log the serving environment asks for (``CTPIPE_PREDICTION_LOG``), else None; ``key_column``:
+    the data's key the model was registered with. A log that cannot be opened is reported, never fatal."""
+    from ctpipe.components.lib.prediction_log import PredictionLog
+
+    try:
+        return PredictionLog.from_environment(key_column=key_column)
+    except Exception as err:  # a bad setting must not stop the model from serving
+        logger.warning("the prediction log is off: %s: %s", type(err).__name__, err)
+        return None
 
 
 def check_export_digest(export: Path, expected: str | None) -> None:

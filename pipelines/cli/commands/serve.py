@@ -45,27 +45,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ctpipe.components.lib.errors import UserError
-    from ctpipe.components.lib.registry.verified_model import download_verified
+    from ctpipe.components.lib.prediction_log import serving_environment
+    from ctpipe.components.lib.registry.verified_model import download_verified, resolve_version
     from ctpipe.components.run_config import resolve_config
 
     if not 0 < args.port < 65536:
         raise UserError(f"--port {args.port}: expected a port number from 1 to 65535")
-    registry = resolve_config(file=args.config, settings=args.overrides).registry
+    config = resolve_config(file=args.config, settings=args.overrides)
+    registry = config.registry
     uri = existing_registry_uri(args, registry.tracking_uri)
     model_uri = args.model or f"models:/{registry.model_name}@{registry.champion_alias}"
     if args.download:
         local = download_verified(model_uri, args.download, tracking_uri=uri)
         print(f"{model_uri} verified and written to {local}")
         return 0
+    # The alias resolved once: the version served is the version its prediction log names.
+    name, version = resolve_version(model_uri, tracking_uri=uri)
+    log_env = serving_environment(config.serving, name, version)
     with tempfile.TemporaryDirectory(prefix="ctpipe-serve-") as scratch:
-        local = download_verified(model_uri, os.path.join(scratch, "model"), tracking_uri=uri)
-        print(f"serving {model_uri} (verified) on http://{args.host}:{args.port}/invocations", flush=True)
-        return serve_folder(str(local), args.host, args.port, cwd=scratch)
+        local = download_verified(f"models:/{name}/{version}", os.path.join(scratch, "model"), tracking_uri=uri)
+        print(f"serving {model_uri} (version {version}, verified) on http://{args.host}:{args.port}/invocations"
+              + (f", logging predictions to {config.serving.prediction_log}" if log_env else ""), flush=True)
+        return serve_folder(str(local), args.host, args.port, cwd=scratch, extra_env=log_env)
 
 
-def serve_folder(model_dir: str, host: str, port: int, *, cwd: str) -> int:
-    """Run MLflow's scoring server for ``model_dir`` on ``host`` until it exits or this process is stopped."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def serve_folder(model_dir: str, host: str, port: int, *, cwd: str, extra_env: dict[str, str] | None = None) -> int:
+    """Run MLflow's scoring server for ``model_dir`` on ``host`` until it exits or this process is stopped;
+    ``extra_env`` (the prediction log's settings) goes into the server's environment."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | (extra_env or {})
     env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_dir, "--env-manager", "local",
                "--host", host, "--port", str(port)]

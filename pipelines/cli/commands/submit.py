@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--param", dest="params", metavar="K=V", action="append", default=[], help="extra KFP pipeline parameter, e.g. mlflow_tracking_uri=http://mlflow:5000")
     parser.add_argument("--run-name", metavar="NAME", help="KFP run name (default ctpipe-<trigger>-<UTC time>)")
     parser.add_argument("--wait", type=float, metavar="SECONDS", help="on KFP, wait up to SECONDS for the run to end; exit 0 only if it succeeded")
-    parser.add_argument("--drift-report", metavar="FILE", help="drift report JSON (and its .html beside it) to attach to the run (local)")
+    parser.add_argument("--drift-report", metavar="FILE", help="the report that started the run, drift's or decay's (JSON, and its .html beside it when there is one), to attach to the run (local)")
     # The watcher's ledger record this run reports its outcome to, and which attempt it is (internal).
     parser.add_argument("--record", metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--attempt", type=int, metavar="N", help=argparse.SUPPRESS)

@@ -4,6 +4,7 @@
     ctpipe watch --data s3://bucket/data --host https://kfp.example.com --once
     ctpipe watch --data DATA --interval 300                      # keep watching, local runs
     ctpipe watch --status [--json]                               # data versions and their attempts
+    ctpipe watch --data DATA --once --alert                      # exit 1 on a stale champion, a stopped feed, failing runs
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def register(subparsers) -> None:
     parser.add_argument("--once", action="store_true", help="check once and exit (what the CronJob runs)")
     parser.add_argument("--interval", type=float, metavar="S", help="seconds between checks (default watch.interval_seconds)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report, start nothing")
+    parser.add_argument("--labels", metavar="URI", help="label partitions (data.key, data.label; date=YYYY-MM-DD) to join with serving.prediction_log: the decay trigger")
+    parser.add_argument("--alert", action="store_true", help="with --once: exit 1 when the champion is stale, the data feed stopped or the last runs all failed (watch.max_* limits)")
     parser.add_argument("--status", action="store_true", help="list the data versions in the ledger with their attempts and outcomes, then exit")
     parser.add_argument("--json", action="store_true", help="print JSON for programs: one object per check (with --status: one object instead of a table)")
     parser.add_argument("--local", action="store_true", help="start runs locally with 'ctpipe submit' (the default without --host)")
@@ -47,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.data:
         raise UserError("--data URI is required: the data root to watch (or use --status to list what was started).")
     # First, before the data is listed or anything is written to the home (ledger, hash cache) or printed.
-    for name, uri in (("--data", args.data), ("--tracking-uri", args.tracking_uri), ("--host", args.host)):
+    for name, uri in (("--data", args.data), ("--tracking-uri", args.tracking_uri), ("--host", args.host),
+                      ("--labels", args.labels)):
         refuse_uri_credentials(uri, name=name, recorded_in="the watcher records it in its ledger and hash cache "
                                "and passes it to every run it starts")
     if args.host and args.local:
@@ -60,11 +64,14 @@ def run(args: argparse.Namespace) -> int:
     # A dry run uses the starter only to read whether runs are still going (it starts and stops nothing).
     starter = _starter(args, config, home)
     check_args = dict(data_uri=data_uri, home=home, config=config, tracking_uri=tracking_uri, starter=starter, dry_run=args.dry_run,
-                      from_champion=not_given(resolved))
+                      from_champion=not_given(resolved), labels_uri=args.labels)
+    if args.alert and not args.once:
+        raise UserError("--alert needs --once: it sets the exit code of one check (a loop writes the same figures to "
+                        "HOME/watch/health.json at every check)")
     if args.once:
         decision = check_once(**check_args)
         print(decision.to_line() if args.json else decision.to_text())
-        return 0
+        return 1 if args.alert and decision.health and decision.health["alert"] else 0
     interval = args.interval if args.interval is not None else config.watch.interval_seconds
     if interval <= 0:
         raise UserError(f"--interval {interval} must be > 0 seconds")

@@ -32,6 +32,9 @@ def test_local_starter_runs_ctpipe_submit_with_the_trigger_the_record_and_the_dr
     assert "--config cfg.yaml --set train.max_steps=50" in joined
     new_data = starter.command(trigger="new_data", data_uri="/data", record_path=ledger.path("f" * 64))
     assert "--drift-report" not in new_data
+    ledger.claim("d" * 64, {"trigger": "decay", "decay_report": "/reports/decay-1-2026-03-20.json"})
+    decay = " ".join(starter.command(trigger="decay", data_uri="/data", record_path=ledger.path("d" * 64)))
+    assert "--trigger decay" in decay and "--drift-report /reports/decay-1-2026-03-20.json" in decay
 
 
 def test_a_recorded_local_run_is_active_while_its_process_lives(tmp_path):

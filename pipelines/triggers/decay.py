@@ -1,0 +1,227 @@
+"""Decay: the served version measured against labels that arrive late, per closed cohort, with an interval.
+
+Drift watches the inputs; when P(y|x) moves and P(x) does not, only the truth tells. The prediction log
+(``components/lib/prediction_log.py``) holds what each version served, by day; labels arrive later in their own
+partitions (key and label). For the cohort of each day served within ``watch.decay.lookback_days`` whose labels
+are complete (more than ``watch.decay.label_delay_days`` days ago), the champion's accuracy on the joined rows
+gets a two-sided percentile bootstrap interval (the resampling of ``components/lib/metrics.py``); the cohort has
+decayed when the whole interval lies below the version's registered test accuracy minus ``watch.decay.max_drop``
+(evidence, not a point estimate). Rows not joined are counted and shown, never dropped silently: predictions
+without a label yet, predictions without a key, labels without a prediction, and predictions of another version
+(never blamed on the champion).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ctpipe.components.lib.config.cluster_sections import DecayConfig
+
+
+@dataclass
+class Cohort:
+    """One day's predictions by the judged version, joined with their labels."""
+
+    day: str
+    closed: bool
+    predictions: int
+    joined: int
+    unlabeled: int
+    accuracy: float | None = None
+    low: float | None = None
+    high: float | None = None
+    decayed: bool = False
+    note: str = ""
+
+
+@dataclass
+class DecayReport:
+    """What was compared, on which rows, the intervals and the decision."""
+
+    metric: str
+    version: str
+    reference: float | None
+    threshold: float | None
+    cohorts: list[Cohort] = field(default_factory=list)
+    other_versions: dict[str, int] = field(default_factory=dict)
+    without_key: int = 0
+    labels_without_prediction: int = 0
+    decayed: bool = False
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge_decay(
+    predictions: pd.DataFrame, labels: pd.DataFrame, *, version: str, reference: float | None, today: dt.date,
+    decay: DecayConfig, seed: int = 0,
+) -> DecayReport:  # fmt: skip
+    """``predictions``: the prediction log's rows (``key``, ``model_version``, ``served_at``, ``predicted_class``);
+    ``labels``: ``key`` and ``label``. The first decayed closed cohort (oldest first) decides."""
+    first_day = today - dt.timedelta(days=decay.lookback_days)
+    if not len(predictions):
+        return DecayReport(metric="accuracy", version=str(version), reference=reference,
+                           threshold=None if reference is None else reference - decay.max_drop,
+                           labels_without_prediction=int(labels["key"].nunique()),
+                           reason=f"no predictions logged since {first_day.isoformat()}")
+    served_day = pd.to_datetime(predictions["served_at"], utc=True).dt.date
+    window = predictions[(served_day >= first_day) & (served_day <= today)].assign(day=served_day)
+    versions = window["model_version"].astype(str)
+    ours = window[versions == str(version)]
+    report = DecayReport(
+        metric="accuracy", version=str(version), reference=reference,
+        threshold=None if reference is None else reference - decay.max_drop,
+        other_versions={v: int(n) for v, n in versions[versions != str(version)].value_counts().items()},
+    )  # fmt: skip
+    keyed = ours[ours["key"].notna()]
+    report.without_key = int(len(ours) - len(keyed))
+    truth = labels.dropna(subset=["key"]).drop_duplicates("key", keep="last").set_index("key")["label"]
+    window_keys = set(window["key"].dropna().astype(str))
+    report.labels_without_prediction = int(sum(1 for k in truth.index.astype(str) if k not in window_keys))
+    label_of = keyed["key"].astype(str).map(dict(zip(truth.index.astype(str), truth.astype(str), strict=True)))
+    keyed = keyed.assign(label=label_of)
+    rng_seed = seed
+    for day, rows in keyed.groupby("day", sort=True):
+        closed = (today - day).days > decay.label_delay_days
+        joined = rows[rows["label"].notna()]
+        cohort = Cohort(day=day.isoformat(), closed=closed, predictions=len(rows), joined=len(joined),
+                        unlabeled=len(rows) - len(joined))
+        report.cohorts.append(cohort)
+        if not closed:
+            cohort.note = f"open: labels complete after {decay.label_delay_days} days"
+            continue
+        if len(joined) < decay.min_rows:
+            cohort.note = f"{len(joined)} rows joined, fewer than watch.decay.min_rows={decay.min_rows}: not judged"
+            continue
+        correct = (joined["predicted_class"].astype(str) == joined["label"]).to_numpy(dtype=np.float64)
+        cohort.accuracy = float(correct.mean())
+        cohort.low, cohort.high = bootstrap_interval(correct, decay.samples, decay.confidence, rng_seed)
+        rng_seed += 1
+        if report.threshold is not None and cohort.high < report.threshold:
+            cohort.decayed = True
+            if not report.decayed:
+                report.decayed = True
+                report.reason = (
+                    f"accuracy of version {version} on the cohort of {cohort.day} ({cohort.joined} rows joined): "
+                    f"{cohort.accuracy:.3f}, interval [{cohort.low:.3f}, {cohort.high:.3f}] wholly below its test "
+                    f"accuracy {reference:.3f} minus watch.decay.max_drop={decay.max_drop:g}"
+                )
+    if not report.decayed:
+        judged = [c for c in report.cohorts if c.low is not None]
+        report.reason = (
+            f"no decay: {len(judged)} closed cohort(s) judged, none wholly below {report.threshold:.3f}"
+            if report.threshold is not None else f"version {version} has no registered test accuracy to compare with"
+        )
+    return report
+
+
+def bootstrap_interval(values: np.ndarray, samples: int, confidence: float, seed: int) -> tuple[float, float]:
+    """The two-sided percentile bootstrap interval of the mean of ``values`` (the evaluation's resampling)."""
+    from ctpipe.components.lib.metrics import resample_weights
+
+    means = np.concatenate([w @ values / len(values) for w in resample_weights(len(values), samples, seed)])
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+# --- reading the log and the labels ------------------------------------------------------------------------
+
+
+def read_dated(uri: str, first_day: dt.date, columns: list[str] | None = None) -> pd.DataFrame:
+    """Every Parquet file under ``uri``'s ``date=YYYY-MM-DD`` partitions from ``first_day`` on (hidden names
+    skipped, as data readers do), concatenated; an empty frame when there is none."""
+    import fsspec
+
+    from ctpipe.pipelines.triggers.new_data import partition_date
+
+    fs, root = fsspec.core.url_to_fs(uri)
+    root = root.rstrip("/")
+    frames = []
+    for path in sorted(fs.find(root)):
+        rel = path[len(root) :].lstrip("/")
+        if not rel.endswith(".parquet") or any(part.startswith((".", "_")) for part in rel.split("/")):
+            continue
+        day = partition_date("/".join(rel.split("/")[:-1]))
+        if day is None or day < first_day:
+            continue
+        with fs.open(path, "rb") as f:
+            frames.append(pd.read_parquet(f, columns=columns))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns or [])
+
+
+def check_decay(
+    *, labels_uri: str, config: Any, version: str, reference: float | None, today: dt.date,
+) -> DecayReport:  # fmt: skip
+    """Judge ``version`` on the prediction log (``serving.prediction_log``) joined with the labels under
+    ``labels_uri`` (columns ``data.key`` and ``data.label``, in ``date=`` partitions)."""
+    from ctpipe.components.lib.errors import UserError
+
+    log_uri = config.serving.prediction_log
+    if not log_uri:
+        raise UserError("--labels needs the prediction log: set serving.prediction_log to the URI the serving "
+                        "wrapper logs to (docs/monitoring.md)")
+    key, label = config.data.key, config.data.label
+    if not key:
+        raise UserError("--labels joins labels to predictions by the data's key: set data.key (the column both carry)")
+    decay = config.watch.decay
+    first_day = today - dt.timedelta(days=decay.lookback_days)
+    predictions = read_dated(log_uri, first_day)
+    labels = read_dated(labels_uri, first_day)
+    missing = [c for c in (key, label) if c not in labels.columns]
+    if len(labels) and missing:
+        raise UserError(f"the labels under {labels_uri} have no column {', '.join(missing)} (data.key={key!r}, "
+                        f"data.label={label!r}); found: {', '.join(map(str, labels.columns))}")
+    labels = labels.rename(columns={key: "key", label: "label"})[["key", "label"]] if len(labels) else \
+        pd.DataFrame(columns=["key", "label"])
+    if not len(predictions):
+        predictions = pd.DataFrame(columns=["key", "model_version", "served_at", "predicted_class"])
+    return judge_decay(predictions, labels, version=version, reference=reference, today=today, decay=decay)
+
+
+def registered_accuracy(tracking_uri: str, config: Any, version: str) -> float | None:
+    """The version's test accuracy as registered (its lineage's ``metrics``), None when it has none."""
+    from ctpipe.components.lib.registry.versions import RegisteredModel
+    from ctpipe.components.lib.tracking.lineage import LineageError
+
+    registry = RegisteredModel(tracking_uri, config.registry)
+    try:
+        metrics = registry.lineage(registry.get_version(version)).get("metrics") or {}
+    except LineageError:
+        return None
+    value = metrics.get("accuracy")
+    return float(value) if value is not None else None
+
+
+def watch_decay(*, labels_uri: str, config: Any, tracking_uri: str, version: str, now: float, reports: Any) -> dict:
+    """The watcher's decay check of the champion ``version``: the report as a dict, also written whole as
+    ``reports/decay-<version>-<day>.json`` (one per version and day, replaced by a later check that day)."""
+    import json
+
+    from ctpipe.components.lib.atomic_files import atomic_write_text
+
+    today = dt.datetime.fromtimestamp(now, dt.UTC).date()
+    reference = registered_accuracy(tracking_uri, config, version)
+    report = check_decay(labels_uri=labels_uri, config=config, version=version, reference=reference, today=today)
+    out = report.to_dict() | {"labels_uri": labels_uri, "prediction_log": config.serving.prediction_log}
+    path = reports / f"decay-{version}-{today.isoformat()}.json"
+    atomic_write_text(path, json.dumps(out, indent=1))
+    return out | {"report_path": str(path)}
+
+
+def with_settings(config: Any, settings: list[str]) -> Any:
+    """``config`` with ``section.field=JSON`` settings (``champion_settings``' form) applied."""
+    import dataclasses
+    import json
+
+    for setting in settings:
+        path, value = setting.split("=", 1)
+        section, name = path.split(".", 1)
+        part = dataclasses.replace(getattr(config, section), **{name: json.loads(value)})
+        config = dataclasses.replace(config, **{section: part})
+    return config
