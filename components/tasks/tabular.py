@@ -56,10 +56,7 @@ class TabularClassification(TabularFamily):
     # ctpipe's default rules (beat the prior predictor with evidence, no regression against the champion) on
     # accuracy and log loss, and macro F1 against the baselines too: a loss that trades the rare classes away keeps
     # accuracy and loses macro F1 (a first model is held to the linear baseline on each: evaluate.beat_linear).
-    # Checkpoints are selected by validation loss: on a small validation split accuracy ties across checkpoints
-    # (the earliest, least trained one won: log loss 0.44 where the linear model gets 0.10 on scikit-learn's wine).
     config_defaults = (
-        "select.metric=val_loss",
         "evaluate.thresholds={accuracy: {value: baseline, change_abs: 0.0}, log_loss: {value: baseline, "
         "change_abs: 0.0}, macro_f1: {value: baseline}}",
     )
