@@ -66,7 +66,7 @@ def _judgement(task, config, frame: pd.DataFrame, state, candidate: np.ndarray, 
     verdicts (the same sign flips: ``blessing.flip_seed`` digests candidate and champion only) in half the time."""
     targets = task.codec.targets(frame, state)
     baseline = task.scoring.baseline(targets, state) if floor else None
-    return judge_candidate(targets, candidate, champion, config, frame, [], scorer=task, baseline=baseline)
+    return judge_candidate(targets, candidate, champion, config, frame, [], scorer=task.scoring, baseline=baseline)
 
 
 def _blocked_by_change(judgement) -> bool:

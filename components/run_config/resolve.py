@@ -249,7 +249,8 @@ def _task_key_setting(task: Any, values: Mapping[str, Any], data_uri: str) -> tu
 
 def _resolve_run(compiled: str, config_json: str, run_form: Mapping[str, Any] | None,
                  overrides: str | Sequence[str]) -> ResolvedConfig:
-    compiled_config = Config.from_json(compiled) if compiled.strip() else Config()
+    # Not compiled (a component run alone): the defaults with the default task's own, as `ctpipe run` resolves them.
+    compiled_config = Config.from_json(compiled) if compiled.strip() else resolve_config()
     own = config_json.strip()
     base = Config.from_json(config_json).to_dict() if own else compiled_config.to_dict()
     origins = {section: "config_json" if own else "compiled" for section in base}

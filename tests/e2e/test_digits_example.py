@@ -24,6 +24,9 @@ SETS = [
     "train.batch_size=32", "train.lr=0.01",
     "sanity.sample_rows=256", "sanity.overfit_steps=150", "sanity.short_train_steps=30",
     "evaluate.bootstrap_samples=300",
+    # 30 steps prove the pipeline, not the model: a logistic regression on the 64 pixels beats such a CNN, and a
+    # first model that loses clearly to it is not blessed (issue 48); the README's run trains 100 steps.
+    "evaluate.beat_linear=false",
 ]
 
 

@@ -34,6 +34,7 @@ def test_compiled_spec_loads_back(compiled):
         "config_json",
         "config_overrides",
         "mlflow_tracking_uri",
+        "data_fingerprint",  # the data version a watcher's run is for (empty: any)
     }
 
 

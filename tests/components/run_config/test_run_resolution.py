@@ -43,7 +43,7 @@ def test_a_run_that_switches_to_the_language_model_task_gets_that_tasks_defaults
 def test_a_run_back_to_the_tabular_task_drops_the_language_models_defaults_but_not_the_users():
     compiled = _compiled_for("task.name=causal_lm", "registry.model_name=team-lm")
     config = resolve_config(compiled=compiled, overrides="task.name=tabular_classification")
-    assert config.select.metric == "val_accuracy" and set(config.evaluate.thresholds) == {"accuracy", "log_loss"}
+    assert config.select.metric == "val_accuracy" and set(config.evaluate.thresholds) == {"accuracy", "log_loss", "macro_f1"}
     assert config.registry.model_name == "team-lm"  # the user's choice, not the task's default
 
 

@@ -42,7 +42,7 @@ def test_the_user_file_and_set_win_over_the_task_defaults(tmp_path):
 
 def test_the_default_task_brings_the_classification_familys_defaults():
     config = load_config(None, [])
-    assert config.select.metric == "val_loss"
+    assert config.select.metric == "val_accuracy"
     assert set(config.evaluate.thresholds) == {"accuracy", "log_loss", "macro_f1"}
     assert config.evaluate.thresholds["macro_f1"].value == "baseline" and config.evaluate.thresholds["macro_f1"].change_abs is None
     assert load_config(None, ["evaluate.thresholds={}"]).evaluate.thresholds == {}  # still the user's to replace

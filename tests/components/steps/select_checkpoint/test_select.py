@@ -95,7 +95,7 @@ def checkpoints(candidates, tmp_path):
 def test_selects_the_best_not_the_last_and_export_reproduces_it(checkpoints, snapshot_dir, tmp_path_factory):
     ckpt_dir, (best_metrics, best_model) = checkpoints
     out = tmp_path_factory.mktemp("export") / "model.pt"
-    config = load_config(None, [*CONFIG, "select.metric=val_accuracy"])  # the classification default is val_loss
+    config = load_config(None, CONFIG)
     selected = select_and_export(str(ckpt_dir), str(snapshot_dir), config, str(out))
     assert selected.step == 20 and selected.metric_name == "val_accuracy"
     assert selected.metric_value == best_metrics["val_accuracy"]
@@ -197,8 +197,7 @@ def test_an_unknown_metric_needs_an_explicit_mode():
     with pytest.raises(ConfigError, match=r"select\.mode"):
         load_config(None, ["select.metric=val_custom_score"])
     assert load_config(None, ["select.metric=val_custom_score", "select.mode=min"]).select.direction == "min"
-    assert load_config(None, []).select.direction == "min"  # the classification family selects by val_loss
-    assert load_config(None, ["select.metric=val_accuracy"]).select.direction == "max"
+    assert load_config(None, []).select.direction == "max"
     assert load_config(None, ["select.metric=val_roc_auc"]).select.direction == "max"
 
 
