@@ -169,6 +169,16 @@ def profilable(values: np.ndarray) -> np.ndarray:
 
 
 
+def merged_moments(count: int, mean: float, m2: float, other_count: int, other_mean: float,
+                   other_m2: float) -> tuple[int, float, float]:
+    """Count, mean and sum of squared deviations of two parts together (Chan et al.'s pairwise update)."""
+    n = count + other_count
+    if not other_count:
+        return n, mean, m2
+    delta = other_mean - mean
+    return n, mean + delta * other_count / n, m2 + other_m2 + delta * delta * count * other_count / n
+
+
 @dataclass
 class NumericStats:
     """Rows, usable values (``profilable``; the rest count as missing), min/max, mean and M2, a quantile sample."""
@@ -197,13 +207,8 @@ class NumericStats:
         return NumericStats(self.rows, self.count, self.mean, self.m2, self.min, self.max, self.sample)._combine(other)
 
     def _combine(self, b: NumericStats) -> NumericStats:
-        n = self.count + b.count
-        if b.count:
-            delta = b.mean - self.mean
-            self.mean = self.mean + delta * b.count / n
-            self.m2 = self.m2 + b.m2 + delta * delta * self.count * b.count / n
+        self.count, self.mean, self.m2 = merged_moments(self.count, self.mean, self.m2, b.count, b.mean, b.m2)
         self.rows += b.rows
-        self.count = n
         self.min, self.max = min(self.min, b.min), max(self.max, b.max)
         self.sample = self.sample.merge(b.sample)
         return self

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ctpipe.components.lib.data.reference_stats import SAMPLE_SIZE
-from ctpipe.components.lib.data.stream_stats import BottomK, category_counts, profilable
+from ctpipe.components.lib.data.stream_stats import BottomK, category_counts, merged_moments, profilable
 
 KLL_K = 2048
 HLL_LG_K = 12
@@ -81,11 +81,7 @@ class NumericSketch:
         return self
 
     def _combine(self, count: int, mean: float, m2: float, low: float, high: float) -> None:
-        n = self.count + count
-        delta = mean - self.mean
-        self.mean += delta * count / n
-        self.m2 += m2 + delta * delta * self.count * count / n
-        self.count = n
+        self.count, self.mean, self.m2 = merged_moments(self.count, self.mean, self.m2, count, mean, m2)
         self.min, self.max = min(self.min, low), max(self.max, high)
 
     def merge(self, other: NumericSketch) -> NumericSketch:
