@@ -83,6 +83,13 @@ STEP_MODULES = {
     "evaluate": "ctpipe.components.steps.evaluate.evaluate",
     "register": "ctpipe.components.steps.register.register",
 }
+# Libraries a step's module imports only on first use, which its forked child would otherwise import itself
+# (the profile in docs/performance.md): AdamW's constructor imports torch._dynamo, and with it sympy, ~2 CPU s,
+# the first time an optimizer is built, in the sanity gate and in every training rank.
+FIRST_USE_IMPORTS = {
+    "ctpipe.components.steps.sanity_checks.gate": ("torch._dynamo",),
+    "ctpipe.components.steps.train.worker": ("torch._dynamo",),
+}
 STOP_GRACE_SECONDS = 3.0
 # True in a child: the process was forked from the server (its libraries were loaded before it began).
 IN_CHILD = False
@@ -108,10 +115,17 @@ def needed_module(argv: list[str]) -> str | None:
     return None
 
 
-class _Request:
-    """An accepted request not forked yet: it waits for its module (``needed_module``) to be preloaded."""
+def needed_modules(argv: list[str]) -> tuple[str, ...]:
+    """What a request's process needs preloaded before it is forked: its module's first-use imports, then the
+    module (``needed_module``)."""
+    module = needed_module(argv)
+    return () if module is None else (*FIRST_USE_IMPORTS.get(module, ()), module)
 
-    def __init__(self, conn: socket.socket, fds: list[int], request: dict, needs: str | None) -> None:
+
+class _Request:
+    """An accepted request not forked yet: it waits for its modules (``needed_modules``) to be preloaded."""
+
+    def __init__(self, conn: socket.socket, fds: list[int], request: dict, needs: tuple[str, ...]) -> None:
         self.conn, self.fds, self.request, self.needs = conn, fds, request, needs
 
 
@@ -154,7 +168,7 @@ class Server:
         """Where in ``pending`` the next import is: the module the first waiting request needs (importing it
         brings its own libraries), else the next in order. A run whose steps KFP took from its cache goes on
         at evaluate, which would otherwise wait for Great Expectations and the training modules it never uses."""
-        needed = next((w.needs for w in self.waiting if w.needs in self.pending), None)
+        needed = next((m for w in self.waiting for m in w.needs if m in self.pending), None)
         return self.pending.index(needed) if needed is not None else 0
 
     def _start_standby(self) -> None:
@@ -199,9 +213,9 @@ class Server:
                 raise ValueError("a request starts with its length and three file descriptors")
             request = json.loads(_recv_exactly(conn, struct.unpack("!Q", header)[0]))
             conn.settimeout(None)
-            needs = needed_module(list(request["argv"]))
+            needs = needed_modules(list(request["argv"]))
         except Exception as err:  # a bad request: the client then runs its process cold
-            _refuse(_Request(conn, fds, {}, None), err)
+            _refuse(_Request(conn, fds, {}, ()), err)
             return
         self.waiting.append(_Request(conn, fds, request, needs))
         self._start_ready()
@@ -209,7 +223,7 @@ class Server:
     def _start_ready(self) -> None:
         """Fork, in arrival order, the waiting requests whose module is no longer to be preloaded."""
         # One at a time, each leaving ``waiting`` before its fork: a child closes the requests still there.
-        while ready := next((w for w in self.waiting if w.needs not in self.pending), None):
+        while ready := next((w for w in self.waiting if not any(m in self.pending for m in w.needs)), None):
             self.waiting.remove(ready)
             self._fork(ready)
 

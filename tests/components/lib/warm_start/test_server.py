@@ -339,3 +339,29 @@ def test_every_pipeline_step_waits_for_a_module_the_server_preloads():
         steps[args[args.index("--function_to_execute") + 1]] = needed_module(["-m", "kfp.dsl.executor_main", *args])
     assert len(steps) == 7 and all(module in PRELOAD for module in steps.values()), steps
     assert needed_module(["-m", "ctpipe.components.steps.train.worker", "--snapshot", "s"]) in PRELOAD  # the ranks
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "kfp.dsl.executor_main", "--function_to_execute", "sanity_checks"],
+    ["-m", "ctpipe.components.steps.train.worker", "--snapshot", "s"],
+])
+def test_a_step_that_builds_an_optimizer_is_forked_after_what_the_optimizer_imports(argv):
+    # AdamW imports torch._dynamo (and sympy) the first time one is built: forked before the server preloaded
+    # it, each such step imported it again itself (the profile's 4 % of a first run).
+    code = f"""
+import importlib, sys
+from ctpipe.components.lib.warm_start.server import PRELOAD, needed_modules
+needs = needed_modules({argv!r})
+assert needs and all(module in PRELOAD for module in needs), needs
+for module in needs:
+    importlib.import_module(module)
+before = set(sys.modules)
+import torch
+from ctpipe.components.engine.step import build_optimizer
+from ctpipe.components.lib.config import TrainConfig
+build_optimizer(torch.nn.Linear(2, 2), TrainConfig())
+print(sorted(m for m in set(sys.modules) - before if m.startswith(("torch._dynamo", "sympy"))))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
