@@ -107,10 +107,12 @@ def render_pytorchjob_yaml(config: Config) -> str:
     both kinds, TrainJob first (the one chosen where Trainer v2 is installed), as two YAML documents. With
     ``validation.engine: spark`` the validate step's SparkApplication comes first (it runs first)."""
     documents, note = [], ""
-    if config.validation.engine == "spark":
+    if config.validation.engine != "local":
         documents.append(render_sparkapplication(config))
-        note += ("# validation.engine=spark: the validate step submits the first document (a SparkApplication of the\n"
-                 "# Kubeflow Spark Operator 2.5); the train step the job(s) after it.\n")
+        note += (f"# validation.engine={config.validation.engine}: the validate step submits the first document (a "
+                 "SparkApplication of the\n# Kubeflow Spark Operator 2.5)"
+                 + (f" when the data has more than validation.spark_min_rows={config.validation.spark_min_rows} rows"
+                    if config.validation.engine == "auto" else "") + "; the train step the job(s) after it.\n")
     if config.train.backend == "auto":
         note += (
             "# train.backend=auto: the train step submits the TrainJob where the cluster serves\n"

@@ -33,7 +33,7 @@ def validate_data(
         config = Config.from_json(config_json)
         # Imported inside the step, so its record counts the import time (components/lib/kfp_support.py).
         from ctpipe.components.steps.validate_data.on_spark_cluster import runs_on_spark_cluster
-        if runs_on_spark_cluster(config):  # validation.engine=spark on a cluster: a SparkApplication
+        if runs_on_spark_cluster(data_uri, config):  # engine spark (or auto, many rows) on a cluster: a SparkApplication
             from ctpipe.components.steps.validate_data.on_spark_cluster import (
                 validate_on_spark_cluster as validate,
             )

@@ -1,7 +1,7 @@
 """validate_data on a cluster with ``validation.engine: spark``: the validation runs as a SparkApplication.
 
 ``validate_on_spark_cluster`` is what the KFP step calls instead of ``validate.validate_data`` when
-``runs_on_spark_cluster(config)``: it hands the driver command to the launcher (``spark_launcher.py``), reads back
+``runs_on_spark_cluster(data_uri, config)``: it hands the driver command to the launcher (``spark_launcher.py``), reads back
 the result record the driver wrote (a ``ValidationVerdict``, ``components/lib/handoffs.py``: the verdict, row
 counts, the data's fingerprint, every finding) and gives the step the same outputs as a local validation: the
 snapshot, Data Docs and report (written by the driver, copied back from the shared volume), the same MLflow
@@ -25,6 +25,7 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import DataValidationError, UserError
 from ctpipe.components.lib.handoffs import ValidationVerdict, read_verdict
 from ctpipe.components.lib.kube.sparkapplication import SparkLaunch
+from ctpipe.components.steps.validate_data.engines import chosen_engine
 from ctpipe.components.steps.validate_data.findings import Finding
 from ctpipe.components.steps.validate_data.report import ValidationSummary
 from ctpipe.components.steps.validate_data.validate import ValidationResult, _error_message, _log_to_mlflow
@@ -36,9 +37,12 @@ DRIVER_MODULE = "ctpipe.components.steps.validate_data.spark_driver"
 RESULT_FILE = "validation_result.json"
 
 
-def runs_on_spark_cluster(config: Config) -> bool:
-    """``validation.engine: spark`` in a cluster pipeline (``train.backend`` not local): a SparkApplication."""
-    return config.validation.engine == "spark" and config.train.backend != "local"
+def runs_on_spark_cluster(data_uri: str, config: Config) -> bool:
+    """A SparkApplication: in a cluster pipeline (``train.backend`` not local) with ``validation.engine: spark``, or
+    ``auto`` over ``validation.spark_min_rows`` rows (counted in the Parquet footers, as the local step does)."""
+    if config.train.backend == "local" or config.validation.engine == "local":
+        return False
+    return chosen_engine(data_uri, config) == "spark"
 
 
 def driver_command(data_uri: str, config: Config, *, snapshot_dir: str, data_docs_path: str, report_path: str,

@@ -80,10 +80,23 @@ def _operator(fake: FakeKubeAPI, mode: str, **kw) -> SparkOperator:
     return SparkOperator(extra_env={MODE_ENV: mode}, **kw).attach(fake)
 
 
-def test_the_selection_rule_spark_engine_on_a_cluster_pipeline():
-    assert runs_on_spark_cluster(load_config(overrides=["validation.engine=spark", "train.backend=auto"]))
-    assert not runs_on_spark_cluster(load_config(overrides=["validation.engine=spark", "train.backend=local"]))
-    assert not runs_on_spark_cluster(load_config(overrides=["train.backend=auto"]))  # engine local, the default
+def test_the_selection_rule_spark_engine_on_a_cluster_pipeline(tmp_path):
+    data = str(tmp_path)
+    assert runs_on_spark_cluster(data, load_config(overrides=["validation.engine=spark", "train.backend=auto"]))
+    assert not runs_on_spark_cluster(data, load_config(overrides=["validation.engine=spark", "train.backend=local"]))
+    assert not runs_on_spark_cluster(data, load_config(overrides=["train.backend=auto"]))  # engine local, the default
+
+
+def test_engine_auto_on_a_cluster_submits_an_application_above_spark_min_rows(tmp_path):
+    import pandas as pd
+
+    for day, rows in (("2026-01-01", 40), ("2026-01-02", 30)):
+        pd.DataFrame({"x": range(rows)}).to_parquet(tmp_path / f"{day}.parquet")
+    cluster = ["validation.engine=auto", "train.backend=auto"]
+    assert runs_on_spark_cluster(str(tmp_path), load_config(overrides=[*cluster, "validation.spark_min_rows=69"]))
+    assert not runs_on_spark_cluster(str(tmp_path), load_config(overrides=[*cluster, "validation.spark_min_rows=70"]))
+    assert not runs_on_spark_cluster(str(tmp_path), load_config(overrides=[
+        "validation.engine=auto", "train.backend=local", "validation.spark_min_rows=1"]))  # local: local[*] Spark
 
 
 def test_a_completed_application_gives_the_step_its_outputs(fake, tmp_path):

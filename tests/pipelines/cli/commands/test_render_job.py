@@ -155,6 +155,14 @@ def test_render_job_shows_the_validate_steps_spark_application_for_the_spark_eng
     validate_sparkapplication(app)
 
 
+def test_render_job_shows_the_spark_application_that_engine_auto_submits_on_a_large_table(capsys):
+    assert main(["render-job", "--set", "validation.engine=auto", "--set", "train.backend=pytorchjob",
+                 "--set", "validation.spark_min_rows=1000"]) == 0
+    out = capsys.readouterr().out
+    assert [d["kind"] for d in yaml.safe_load_all(out)] == ["SparkApplication", "PyTorchJob"]
+    assert "more than validation.spark_min_rows=1000 rows" in out
+
+
 def test_render_job_shows_no_spark_application_for_the_local_engine(capsys):
     assert main(["render-job", "--set", "train.backend=pytorchjob"]) == 0
     assert [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)] == ["PyTorchJob"]
