@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -143,7 +144,8 @@ def check_once(
     )
     ledger = Ledger(home)
     # Judged before deciding: a stopped feed or a stale champion is reported even when nothing else happens.
-    decision.health = judge_health(home=home, state=state, champion=champion, watch=config.watch, now=now).to_dict()
+    health = judge_health(home=home, state=state, champion=champion, watch=config.watch, now=now)
+    decision.health = health.to_dict() | {"mlflow": log_health_quietly(health, home, tracking_uri, config)}
     if labels_uri and champion is not None:
         from ctpipe.pipelines.triggers.decay import watch_decay, with_settings
 
@@ -172,6 +174,18 @@ def check_once(
     decision.run = ledger.get(state.fingerprint) if decision.action == "run" and not dry_run else None
     decision.seconds = time.perf_counter() - started
     return decision
+
+
+def log_health_quietly(health, home: Path, tracking_uri: str, config: Config) -> str | None:
+    """The health figures' MLflow run when a point was logged now; a store that fails is reported, not fatal:
+    the health file above already holds the figures."""
+    from ctpipe.pipelines.triggers.health_metrics import log_health_metrics
+
+    try:
+        return log_health_metrics(health, home=home, tracking_uri=tracking_uri, config=config)
+    except Exception as err:  # MLflow unreachable or refusing: the check goes on
+        print(f"ctpipe watch: health metrics not logged to MLflow: {type(err).__name__}: {err}", file=sys.stderr)
+        return None
 
 
 def _retry_policy(config: Config):

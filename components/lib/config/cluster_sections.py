@@ -204,6 +204,11 @@ class WatchConfig:
     max_model_age_days: float = 30.0
     max_data_gap_days: float = 3.0
     max_failed_runs: int = 3
+    # The same figures as MLflow metrics (experiment ``<registry.experiment>-watch``), at most once per this many
+    # seconds or when the alert changes (MLflow's import costs a nothing-new check about a second); 0 turns
+    # them off. A run holds this many points, then a new one starts and only the newest two are kept.
+    health_metrics_seconds: float = 3600.0
+    health_points_per_run: int = 720
     # The decay trigger's cohorts, interval and threshold (``ctpipe watch --labels``).
     decay: DecayConfig = field(default_factory=DecayConfig)
 
@@ -240,6 +245,8 @@ class WatchConfig:
         check_range(self.max_model_age_days, "watch.max_model_age_days", 0, 36_500.0, why=" (0 = off)")
         check_range(self.max_data_gap_days, "watch.max_data_gap_days", 0, 36_500.0, why=" (0 = off)")
         check_range(self.max_failed_runs, "watch.max_failed_runs", 0, 1000, why=" (0 = off)")
+        check_range(self.health_metrics_seconds, "watch.health_metrics_seconds", 0, MAX_WAIT_SECONDS, why=" (0 = off)")
+        check_range(self.health_points_per_run, "watch.health_points_per_run", 1, 100_000)
         check(
             self.retry_max_backoff_seconds >= self.retry_backoff_seconds,
             "watch.retry_max_backoff_seconds",

@@ -124,3 +124,63 @@ def test_failing_runs_raise_the_alert(site):
     decision = check(data, home, now=now)
     assert [p for p in problems(decision) if p.startswith("runs failing: the last 3 runs")], problems(decision)
     assert decision.health["failed_runs_in_a_row"] == 3
+
+
+def _health_runs(home: Path) -> list:
+    import mlflow
+
+    from ctpipe.components.lib.tracking.store import local_tracking_uri
+
+    client = mlflow.MlflowClient(tracking_uri=local_tracking_uri(home))
+    experiment = client.get_experiment_by_name("ctpipe-watch")
+    if experiment is None:
+        return []
+    return client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+def _history(home: Path, run_id: str, name: str) -> list:
+    import mlflow
+
+    from ctpipe.components.lib.tracking.store import local_tracking_uri
+
+    return mlflow.MlflowClient(tracking_uri=local_tracking_uri(home)).get_metric_history(run_id, name)
+
+
+def test_the_figures_reach_mlflow_hourly_and_at_once_when_the_alert_changes(site):
+    data, home = site
+    now = time.time() + 3600
+    add_partition(data, now)
+    first = check(data, home, now=now)
+    (run,) = _health_runs(home)
+    assert first.health["mlflow"] == run.info.run_id and run.info.status == "FINISHED"
+    assert run.data.metrics["champion_age_days"] == pytest.approx(first.health["champion_age_days"])
+    assert run.data.metrics["failed_runs_in_a_row"] == 0 and run.data.metrics["alert"] == 0
+    assert check(data, home, now=now + 600).health["mlflow"] is None  # ten minutes on, nothing changed
+    assert check(data, home, now=now + 3700).health["mlflow"] == run.info.run_id  # an hour on: the next point
+    # Four days without a partition: the feed alert is logged at once, not an hour late.
+    late = check(data, home, now=now + 3700 + 4 * DAY)
+    assert late.health["alert"] is True and late.health["mlflow"] == run.info.run_id
+    points = _history(home, run.info.run_id, "alert")
+    assert [(p.step, p.value) for p in points] == [(0, 0.0), (1, 0.0), (2, 1.0)]
+    assert points[-1].timestamp == int((now + 3700 + 4 * DAY) * 1000)
+
+
+def test_the_health_runs_stay_bounded(site):
+    data, home = site
+    now = time.time() + 3600
+    add_partition(data, now)
+    seen = set()
+    for hour in range(7):
+        decision = check(data, home, now=now + hour * 3600, overrides=["watch.health_points_per_run=2"])
+        seen.add(decision.health["mlflow"])
+    runs = _health_runs(home)
+    assert len(seen) == 4 and len(runs) == 2  # 7 points, 2 a run: 4 runs made, the newest two kept
+    assert [len(_history(home, r.info.run_id, "alert")) for r in runs] == [2, 1]
+
+
+def test_health_metrics_can_be_turned_off(site):
+    data, home = site
+    now = time.time() + 3600
+    add_partition(data, now)
+    assert check(data, home, now=now, overrides=["watch.health_metrics_seconds=0"]).health["mlflow"] is None
+    assert _health_runs(home) == []
