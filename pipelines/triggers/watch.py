@@ -146,6 +146,9 @@ def check_once(
     # Judged before deciding: a stopped feed or a stale champion is reported even when nothing else happens.
     health = judge_health(home=home, state=state, champion=champion, watch=config.watch, now=now)
     decision.health = health.to_dict() | {"mlflow": log_health_quietly(health, home, tracking_uri, config)}
+    if decision.health["mlflow"]:  # that write changed the store: cache the champion against it now, while
+        find_champion(tracking_uri, config.registry.model_name, config.registry.champion_alias,  # MLflow is loaded
+                      watch_dir / "champion-cache.json", retry=_retry_policy(config))
     if labels_uri and champion is not None:
         from ctpipe.pipelines.triggers.decay import watch_decay, with_settings
 
