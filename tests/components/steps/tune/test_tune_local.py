@@ -16,6 +16,7 @@ from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.lib.tracking import ensure_experiment
 from ctpipe.components.lib.warm_start import running_server
 from ctpipe.components.run_config import load_config
+from ctpipe.components.run_config.trial import check_chosen_passed_gate
 from ctpipe.components.steps.tune.tune import tune_hyperparameters
 from ctpipe.pipelines.local.train_alone import build_snapshot
 
@@ -42,7 +43,7 @@ def snapshot_dir(tmp_path_factory):
 # starts them, the module's searches take seconds instead of a minute on a loaded 2-core machine.
 TRIAL_MODULES = ("torch", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "ctpipe.components.tasks.tabular",
                  "ctpipe.components.engine.tracker", "ctpipe.components.steps.train.launch",
-                 "ctpipe.components.steps.train.worker")
+                 "ctpipe.components.steps.train.worker", "ctpipe.components.steps.sanity_checks.trial_gate")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -71,6 +72,9 @@ def test_trials_train_with_their_values_and_a_diverged_one_is_never_chosen(searc
     assert [(o.values["train.lr"], o.status) for o in result.outcomes] == [
         (0.003, "succeeded"), (0.01, "succeeded"), (0.05, "diverged")]
     assert result.outcomes[0].baseline and "non-finite loss" in result.outcomes[2].error
+    # A healthy space: every trial's values passed the sanity gate and trained; the chosen one says so.
+    assert [o.gate for o in result.outcomes] == ["passed", "passed", "passed"]
+    assert result.summary["chosen"]["gate"] == result.config.tune.chosen["chosen"]["gate"] == "passed"
     assert all(o.steps == 6 and o.objective is not None for o in result.outcomes[:2])
     chosen = max(result.outcomes[:2], key=lambda o: (o.objective, -o.index))
     assert result.chosen == chosen and result.summary["chosen"]["values"] == {"train.lr": chosen.values["train.lr"]}
@@ -126,3 +130,29 @@ def test_a_search_without_a_successful_trial_fails_the_step(snapshot_dir, tmp_pa
                              job_name="none", report_path=str(tmp_path / "report.html"))
     assert "No trial succeeded" in (tmp_path / "report.html").read_text()
     shutil.rmtree(tmp_path / "trials")
+
+
+def test_a_trial_the_sanity_gate_refuses_is_recorded_never_trained_nor_chosen(snapshot_dir, tmp_path):
+    """lr=9 is a valid config, but overfit-one-batch cannot train at it: the gate's checks refuse the trial before
+    it trains, its record carries the gate's message, the configured values are chosen, and training accepts them.
+    A retried step keeps both verdicts without gating or training again."""
+    config = load_config(None, TINY + ["tune.trials=2", "tune.trial_steps=3", "tune.sampler=grid",
+                                       'tune.space={train.lr: "choice(9.0)"}'])
+    work = tmp_path / "trials"
+    result = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=None, mlflow_run_id=None,
+                                  job_name="gated", report_path=str(tmp_path / "report.html"))
+    assert [(o.values, o.status, o.gate) for o in result.outcomes] == [
+        ({}, "succeeded", "passed"), ({"train.lr": 9.0}, "gate_failed", "failed")]
+    refused = result.outcomes[1]
+    assert "sanity gate refused" in refused.error and "overfit_one_batch" in refused.error
+    assert refused.objective is None and not (work / "trial-001" / "trial.log").exists()  # never trained
+    assert result.chosen.index == 0 and result.summary["chosen"]["gate"] == "passed"
+    assert [t["gate"] for t in result.config.tune.chosen["search"]] == ["passed", "failed"]
+    check_chosen_passed_gate(result.config)  # what the train step checks before it launches anything
+    page = (tmp_path / "report.html").read_text()
+    assert "1 gate_failed" in page and "overfit_one_batch" in page
+    gated = (work / "gate.log").stat().st_mtime_ns
+    again = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=None, mlflow_run_id=None,
+                                 job_name="gated")
+    assert [(o.status, o.gate) for o in again.outcomes] == [("succeeded", "passed"), ("gate_failed", "failed")]
+    assert (work / "gate.log").stat().st_mtime_ns == gated and again.chosen.index == 0
