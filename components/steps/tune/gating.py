@@ -31,6 +31,7 @@ GATE_MODULE = "ctpipe.components.steps.sanity_checks.trial_gate"  # the sanity s
 VERDICT_FILE = "gate.json"  # what the gate writes in each trial's gate folder
 GATE_FOLDER = "gate"
 GATE_LOG = "gate.log"
+GATE_ROOT = "sanity-gate"  # under the step's trials folder: the gate's list of trials and its log
 
 
 def gate_state(verdict: dict[str, Any]) -> str:
@@ -44,7 +45,6 @@ def gate_trials(trials: Sequence[tuple[int, dict[str, Any], Path]], snapshot_dir
     ``(index, values, trial folder)``; raises ``TrainingError`` when the gate itself could not run."""
     if not trials:
         return {}
-    root.mkdir(parents=True, exist_ok=True)
     base_json = base.to_json()
     spec, verdicts = [], {}
     for index, values, folder in trials:
@@ -56,13 +56,15 @@ def gate_trials(trials: Sequence[tuple[int, dict[str, Any], Path]], snapshot_dir
             spec.append(item)
     if not spec:
         return verdicts
-    spec_path = root / "gate-trials.json"
+    own = root / GATE_ROOT
+    own.mkdir(parents=True, exist_ok=True)
+    spec_path = own / "trials.json"
     atomic_write_text(spec_path, json.dumps(spec, indent=1, sort_keys=True))
     command = [sys.executable, "-m", GATE_MODULE, "--snapshot", snapshot_dir, "--config-json", base_json,
                "--trials", str(spec_path)]
     # The gate resolves each trial's values itself: no trial variable of the step's environment may leak in.
     env = {k: v for k, v in os.environ.items() if not k.startswith(OPT_ENV_PREFIX)}
-    log_path = root / GATE_LOG
+    log_path = own / GATE_LOG
     for item in spec:  # never read an earlier attempt's verdict on other values
         (Path(item["directory"]) / VERDICT_FILE).unlink(missing_ok=True)
     with open(log_path, "ab") as log:

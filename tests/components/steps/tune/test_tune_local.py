@@ -83,7 +83,7 @@ def test_trials_train_with_their_values_and_a_diverged_one_is_never_chosen(searc
     assert (result.config.train.lr, result.config.train.max_steps) == (chosen.values["train.lr"], 40)
     assert [t["status"] for t in result.config.tune.chosen["search"]] == ["succeeded", "succeeded", "diverged"]
     # The trials' checkpoints go once the search is over; each folder keeps its outcome and log.
-    folders = sorted((root / "trials").iterdir())
+    folders = sorted(f for f in (root / "trials").iterdir() if f.name != "sanity-gate")  # the gate's own log
     assert [f.name for f in folders] == ["trial-000", "trial-001", "trial-002"]
     assert all(not (f / "checkpoints").exists() and (f / "outcome.json").is_file() for f in folders)
 
@@ -133,7 +133,7 @@ def test_a_search_without_a_successful_trial_fails_the_step(snapshot_dir, tmp_pa
 
 
 def test_a_trial_the_sanity_gate_refuses_is_recorded_never_trained_nor_chosen(snapshot_dir, tmp_path):
-    """lr=9 is a valid config, but overfit-one-batch cannot train at it: the gate's checks refuse the trial before
+    """lr=9 is a valid config, but the gate's training checks cannot train at it: the gate's checks refuse the trial before
     it trains, its record carries the gate's message, the configured values are chosen, and training accepts them.
     A retried step keeps both verdicts without gating or training again."""
     config = load_config(None, TINY + ["tune.trials=2", "tune.trial_steps=3", "tune.sampler=grid",
@@ -142,17 +142,17 @@ def test_a_trial_the_sanity_gate_refuses_is_recorded_never_trained_nor_chosen(sn
     result = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=None, mlflow_run_id=None,
                                   job_name="gated", report_path=str(tmp_path / "report.html"))
     assert [(o.values, o.status, o.gate) for o in result.outcomes] == [
-        ({}, "succeeded", "passed"), ({"train.lr": 9.0}, "gate_failed", "failed")]
+        ({"train.lr": 0.003}, "succeeded", "passed"), ({"train.lr": 9.0}, "gate_failed", "failed")]
     refused = result.outcomes[1]
-    assert "sanity gate refused" in refused.error and "overfit_one_batch" in refused.error
+    assert refused.error.startswith("the sanity gate refused these values (") and "sanity check '" in refused.error
     assert refused.objective is None and not (work / "trial-001" / "trial.log").exists()  # never trained
     assert result.chosen.index == 0 and result.summary["chosen"]["gate"] == "passed"
     assert [t["gate"] for t in result.config.tune.chosen["search"]] == ["passed", "failed"]
     check_chosen_passed_gate(result.config)  # what the train step checks before it launches anything
     page = (tmp_path / "report.html").read_text()
-    assert "1 gate_failed" in page and "overfit_one_batch" in page
-    gated = (work / "gate.log").stat().st_mtime_ns
+    assert "1 gate_failed" in page and "the sanity gate refused these values" in page
+    gated = (work / "sanity-gate" / "gate.log").stat().st_mtime_ns
     again = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=None, mlflow_run_id=None,
                                  job_name="gated")
     assert [(o.status, o.gate) for o in again.outcomes] == [("succeeded", "passed"), ("gate_failed", "failed")]
-    assert (work / "gate.log").stat().st_mtime_ns == gated and again.chosen.index == 0
+    assert (work / "sanity-gate" / "gate.log").stat().st_mtime_ns == gated and again.chosen.index == 0
