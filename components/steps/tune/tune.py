@@ -1,13 +1,15 @@
 """The tune step: search the space (``tune``), each trial a training job judged on the validation split, and hand
 training the configuration of the best trial.
 
-``tune_hyperparameters`` plans the trials (``space.py``: every trial checked as a whole config first), runs them
-(``trials.py``: processes of the train step's launcher, locally or as cluster jobs; ``katib.py``: a Katib
+``tune_hyperparameters`` plans the trials (``space.py``: every trial checked as a whole config first), puts each
+trial's values through the sanity gate's checks (``gating.py``: a refused trial is recorded, never trained), runs
+them (``trials.py``: processes of the train step's launcher, locally or as cluster jobs; ``katib.py``: a Katib
 Experiment whose trials are TrainJobs), chooses the best trial that succeeded by ``select.metric`` in its
-direction (a diverged or failed trial never), and writes the report (``report.py``). What it returns is the
+direction (a diverged, failed or gate-refused trial never), and writes the report (``report.py``). What it returns is the
 config training gets: the chosen values applied, validated like any override, and the search recorded in
 ``tune.chosen`` (so the registered version's lineage holds both). The candidate it trains is selected,
-evaluated against the champion and blessed as any other: tuning never bypasses the gate. No trial reads the
+evaluated against the champion and blessed as any other, and the train step refuses tuned values the sanity
+gate did not pass: tuning never bypasses the gate. No trial reads the
 test split: a trial's worker reads the snapshot's train and validation splits only, as training does.
 """
 
