@@ -17,12 +17,15 @@ from ctpipe.components.lib.tracking import ensure_experiment
 from ctpipe.components.lib.warm_start import running_server
 from ctpipe.components.run_config import load_config
 from ctpipe.components.run_config.trial import check_chosen_passed_gate
-from ctpipe.components.steps.tune.tune import tune_hyperparameters
+from ctpipe.components.steps.tune.gating import gate_outcomes
+from ctpipe.components.steps.tune.trials import TrialOutcome
+from ctpipe.components.steps.tune.tune import choose, tune_hyperparameters
 from ctpipe.pipelines.local.train_alone import build_snapshot
 
 TINY = ["data.key=customer_id", "model.hidden=16", "model.depth=2", "model.embedding_dim=4", "train.workers=1",
         "train.max_steps=40", "train.eval_every=3", "train.batch_size=16", "train.timeout_minutes=2",
         "train.threads_per_worker=1"]
+GATE = ["sanity.sample_rows=256"]  # the gate's checks on a smaller sample: seconds a trial, as a test should take
 SEARCH = ["tune.trials=3", "tune.trial_steps=6", "tune.parallel_trials=2", "tune.sampler=grid",
           'tune.space={train.lr: "choice(0.01, 0.05)"}']
 
@@ -136,8 +139,8 @@ def test_a_trial_the_sanity_gate_refuses_is_recorded_never_trained_nor_chosen(sn
     """lr=9 is a valid config, but the gate's training checks cannot train at it: the gate's checks refuse the trial before
     it trains, its record carries the gate's message, the configured values are chosen, and training accepts them.
     A retried step keeps both verdicts without gating or training again."""
-    config = load_config(None, TINY + ["tune.trials=2", "tune.trial_steps=3", "tune.sampler=grid",
-                                       'tune.space={train.lr: "choice(9.0)"}'])
+    config = load_config(None, TINY + GATE + ["tune.trials=2", "tune.trial_steps=3", "tune.sampler=grid",
+                                              'tune.space={train.lr: "choice(9.0)"}'])
     work = tmp_path / "trials"
     result = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=None, mlflow_run_id=None,
                                   job_name="gated", report_path=str(tmp_path / "report.html"))
@@ -156,3 +159,18 @@ def test_a_trial_the_sanity_gate_refuses_is_recorded_never_trained_nor_chosen(sn
                                  job_name="gated")
     assert [(o.status, o.gate) for o in again.outcomes] == [("succeeded", "passed"), ("gate_failed", "failed")]
     assert (work / "sanity-gate" / "gate.log").stat().st_mtime_ns == gated and again.chosen.index == 0
+
+
+def test_trials_whose_values_were_drawn_elsewhere_are_gated_before_one_is_chosen(snapshot_dir, tmp_path):
+    """Katib draws its trials' values itself, so they are gated once known: a succeeded trial at a rate the gate
+    refuses becomes gate_failed (its objective kept for the record) and the choice passes over it."""
+    def outcome(index, lr, objective, status="succeeded"):
+        return TrialOutcome(index=index, values={"train.lr": lr}, status=status, job_name=f"k-{index}",
+                            objective=objective)
+
+    drawn = [outcome(0, 0.003, 0.5), outcome(1, 9.0, 0.9), outcome(2, 0.05, None, "diverged")]
+    gated = gate_outcomes(drawn, snapshot_dir, load_config(None, TINY + GATE), tmp_path)
+    assert [(o.status, o.gate) for o in gated] == [("succeeded", "passed"), ("gate_failed", "failed"), ("diverged", None)]
+    assert gated[1].objective == 0.9 and "the sanity gate refused these values" in gated[1].error
+    assert choose(gated, "max").index == 0
+    assert (tmp_path / "trial-001" / "gate" / "sanity.md").is_file()  # the gate's report on the refused values
