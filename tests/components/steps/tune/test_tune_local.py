@@ -61,7 +61,7 @@ def searched(snapshot_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("search")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     parent = mlflow.MlflowClient(uri).create_run(ensure_experiment(uri, "ctpipe-test")).info.run_id
-    config = load_config(None, TINY + SEARCH)
+    config = load_config(None, TINY + GATE + SEARCH)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CTPIPE_TEST_FAULT", "nan@1")
         patch.setenv("CTPIPE_TEST_FAULT_WHEN", "KUBEFLOW_TRAINER_OPT_TRAIN_LR=0.05")
@@ -127,7 +127,7 @@ def test_the_report_lists_every_trial_with_an_axis_plot_per_hyperparameter(searc
 
 def test_a_search_without_a_successful_trial_fails_the_step(snapshot_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("CTPIPE_TEST_FAULT", "nan@1")
-    config = load_config(None, TINY + ["tune.trials=1", "tune.trial_steps=3", 'tune.space={train.lr: "choice(0.01)"}'])
+    config = load_config(None, TINY + GATE + ["tune.trials=1", "tune.trial_steps=3", 'tune.space={train.lr: "choice(0.01)"}'])
     with pytest.raises(TrainingError, match="no trial succeeded.*non-finite"):
         tune_hyperparameters(snapshot_dir, str(tmp_path / "trials"), config, tracking_uri=None, mlflow_run_id=None,
                              job_name="none", report_path=str(tmp_path / "report.html"))
@@ -141,8 +141,9 @@ def test_a_trial_the_sanity_gate_refuses_is_recorded_never_trained_nor_chosen(sn
     A retried step keeps both verdicts without gating or training again."""
     config = load_config(None, TINY + GATE + ["tune.trials=2", "tune.trial_steps=3", "tune.sampler=grid",
                                               'tune.space={train.lr: "choice(9.0)"}'])
-    work = tmp_path / "trials"
-    result = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=None, mlflow_run_id=None,
+    work, uri = tmp_path / "trials", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    parent = mlflow.MlflowClient(uri).create_run(ensure_experiment(uri, "ctpipe-test")).info.run_id
+    result = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=uri, mlflow_run_id=parent,
                                   job_name="gated", report_path=str(tmp_path / "report.html"))
     assert [(o.values, o.status, o.gate) for o in result.outcomes] == [
         ({"train.lr": 0.003}, "succeeded", "passed"), ({"train.lr": 9.0}, "gate_failed", "failed")]
@@ -152,10 +153,13 @@ def test_a_trial_the_sanity_gate_refuses_is_recorded_never_trained_nor_chosen(sn
     assert result.chosen.index == 0 and result.summary["chosen"]["gate"] == "passed"
     assert [t["gate"] for t in result.config.tune.chosen["search"]] == ["passed", "failed"]
     check_chosen_passed_gate(result.config)  # what the train step checks before it launches anything
+    run = mlflow.MlflowClient(uri).get_run(refused.mlflow_run_id)  # its child run says why it never trained
+    assert run.info.status == "FAILED" and run.data.tags["ctpipe.tune.status"] == "gate_failed"
+    assert run.data.tags["ctpipe.tune.error"].startswith("the sanity gate refused these values")
     page = (tmp_path / "report.html").read_text()
     assert "1 gate_failed" in page and "the sanity gate refused these values" in page
     gated = (work / "sanity-gate" / "gate.log").stat().st_mtime_ns
-    again = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=None, mlflow_run_id=None,
+    again = tune_hyperparameters(snapshot_dir, str(work), config, tracking_uri=uri, mlflow_run_id=parent,
                                  job_name="gated")
     assert [(o.status, o.gate) for o in again.outcomes] == [("succeeded", "passed"), ("gate_failed", "failed")]
     assert (work / "sanity-gate" / "gate.log").stat().st_mtime_ns == gated and again.chosen.index == 0
