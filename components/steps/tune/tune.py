@@ -110,10 +110,14 @@ def tune_hyperparameters(
         for outcome in outcomes:
             outcome.mlflow_run_id = outcome.mlflow_run_id or later.get(outcome.index)
         # Katib draws the values itself: its trials are gated once they are known, before any is chosen.
+        gating = time.monotonic()
         outcomes = gate_outcomes(outcomes, snapshot_dir, plan.base, root)
+        gate_seconds = time.monotonic() - gating
     else:
         # Each trial's values through the sanity gate first: a refused trial is recorded and never trained.
+        gating = time.monotonic()
         jobs, refused = gate_jobs(jobs, snapshot_dir, plan.base, root)
+        gate_seconds = time.monotonic() - gating
         ran = run_trials(
             jobs, lambda job: DriverTrial(job, driver_command(job, snapshot_dir, plan.base, tracking_uri=tracking_uri), metric),
             parallel=config.tune.parallel_trials, failure_limit=config.tune.failure_limit(),
@@ -127,6 +131,7 @@ def tune_hyperparameters(
     seconds = time.monotonic() - began
     summary = search_summary(plan, outcomes, chosen, warnings, metric=metric, direction=direction, engine=engine,
                              seconds=seconds)
+    summary["gate_seconds"] = round(gate_seconds, 2)  # the trials' sanity gate, all of them (gating.py)
     summary["report"] = str(Path(report_path).resolve()) if report_path and "://" not in report_path else report_path
     if report_path:
         render_report(report_path, config, outcomes, chosen, warnings, metric=metric, direction=direction, seconds=seconds)

@@ -151,6 +151,7 @@ def test_a_trial_the_sanity_gate_refuses_is_recorded_never_trained_nor_chosen(sn
     assert refused.error.startswith("the sanity gate refused these values (") and "sanity check '" in refused.error
     assert refused.objective is None and not (work / "trial-001" / "trial.log").exists()  # never trained
     assert result.chosen.index == 0 and result.summary["chosen"]["gate"] == "passed"
+    assert result.summary["gate_seconds"] > 0  # what the trials' gate took, all of them
     assert [t["gate"] for t in result.config.tune.chosen["search"]] == ["passed", "failed"]
     check_chosen_passed_gate(result.config)  # what the train step checks before it launches anything
     run = mlflow.MlflowClient(uri).get_run(refused.mlflow_run_id)  # its child run says why it never trained
