@@ -2,7 +2,7 @@
 
 The sanity step gates the configured values; a trial changes ``train.*`` (learning rate, weight decay, batch
 size, clipping, warm-up: what overfit-one-batch, the short training, ``finite`` and the warmed-up structural
-checks train with) or ``task.options.*`` (the model every check builds). So each trial's config, resolved as
+checks train with) or ``model.*`` / ``task.options.*`` (the model every check builds). So each trial's config, resolved as
 the worker resolves it, goes through ``gate.run_sanity_checks`` whole, before the trial trains: a trial the
 gate refuses is never trained, never chosen, and training never gets values that did not pass the gate.
 
