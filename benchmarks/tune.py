@@ -15,7 +15,10 @@ warm-up training:
 
 The last line printed is one JSON object: the wall seconds of each (median over repeats),
 ``orchestration_per_trial_s`` = (parallel_1 - single) / trials (what a trial costs beyond its training),
-``parallel_1_over_single`` and ``parallel_2_over_single``; ``load_1m`` the machine's load when it started.
+``parallel_1_over_single`` and ``parallel_2_over_single``; ``gate_s`` the part of parallel_1 spent putting every
+trial's values through the sanity gate (one process, before any trial trains) and ``gate_refused`` the trials it
+refused (not trained by the search, trained by ``single``: subtract them when reading the ratios);
+``load_1m`` the machine's load when it started.
 ``--mlflow`` logs to MLflow on SQLite in every way (the trials' child runs too).
 """
 
@@ -53,6 +56,7 @@ def main() -> None:
     snapshot = str(build_snapshot(str(root / "data"), config, root / "snapshot").root)
     runs = {"single": single_runs, "parallel_1": lambda *a: tuned(*a, parallel=1), "parallel_2": lambda *a: tuned(*a, parallel=2)}
     seconds: dict[str, list[float]] = {name: [] for name in runs}
+    gates: list[tuple[float, int]] = []  # (gate seconds, trials refused) of each parallel_1 search
     try:
         with running_server():
             # One training first, not measured, so the first way measured does not alone pay the warm-up (the
@@ -66,7 +70,10 @@ def main() -> None:
                     work = root / f"{name}-{repeat}"
                     uri = f"sqlite:///{root / f'mlflow-{name}-{repeat}.db'}" if args.mlflow else None
                     began = time.perf_counter()
-                    runs[name](snapshot, work, config, uri)
+                    summary = runs[name](snapshot, work, config, uri)
+                    if name == "parallel_1":
+                        gates.append((summary["gate_seconds"],
+                                      sum(t["status"] == "gate_failed" for t in summary["trials"])))
                     seconds[name].append(time.perf_counter() - began)
                     print(f"{name} (repeat {repeat + 1}): {seconds[name][-1]:.1f} s", flush=True)
     finally:
@@ -79,10 +86,11 @@ def main() -> None:
         "orchestration_per_trial_s": round((median["parallel_1"] - median["single"]) / args.trials, 3),
         "parallel_1_over_single": round(median["parallel_1"] / median["single"], 3),
         "parallel_2_over_single": round(median["parallel_2"] / median["single"], 3),
+        "gate_s": round(statistics.median(g for g, _ in gates), 2), "gate_refused": max(n for _, n in gates),
     }))
 
 
-def single_runs(snapshot: str, work: Path, config, tracking_uri: str | None) -> None:
+def single_runs(snapshot: str, work: Path, config, tracking_uri: str | None) -> dict:
     """The same trainings as the search's trials, one after the other, as ``ctpipe train`` runs one."""
     from ctpipe.components.lib.tracking import create_run, ensure_experiment
     from ctpipe.components.run_config.trial import trial_config
@@ -98,9 +106,10 @@ def single_runs(snapshot: str, work: Path, config, tracking_uri: str | None) -> 
         train_model(snapshot, str(work / f"run-{trial.index}"), trial_config(plan.base, trial.values),
                     tracking_uri=tracking_uri, mlflow_run_id=run_id, job_name=f"bench-{trial.index}",
                     launcher=LocalLauncher(echo=False))
+    return {}
 
 
-def tuned(snapshot: str, work: Path, config, tracking_uri: str | None, *, parallel: int) -> None:
+def tuned(snapshot: str, work: Path, config, tracking_uri: str | None, *, parallel: int) -> dict:
     from ctpipe.components.lib.tracking import create_run, ensure_experiment
     from ctpipe.components.run_config.trial import trial_config
     from ctpipe.components.steps.tune.tune import tune_hyperparameters
@@ -110,6 +119,7 @@ def tuned(snapshot: str, work: Path, config, tracking_uri: str | None, *, parall
                                   tracking_uri=tracking_uri, mlflow_run_id=parent, job_name=f"bench-p{parallel}",
                                   report_path=str(work / "report.html"))
     assert len(result.outcomes) == config.tune.trials
+    return result.summary
 
 
 if __name__ == "__main__":

@@ -86,3 +86,21 @@ def apply_trial_env(config: Config, environ: Mapping[str, str]) -> Config:
         return config
     settings = [f"{key}={text}" for key, text in values.items()]
     return resolve_config(compiled=config.to_json(), overrides=settings)
+
+
+def check_chosen_passed_gate(config: Config) -> None:
+    """``ConfigError`` unless the values a search chose for ``config`` (``tune.chosen``, written by the tune step)
+    passed the sanity gate's checks: training never takes tuned values the gate did not judge.
+
+    The sanity step gates the configured values; the tune step gates each trial's (``gate: passed``, or
+    ``skipped`` when ``sanity.enabled`` is off). A config without ``tune.chosen`` was not tuned: nothing to check."""
+    if not config.tune.chosen:
+        return
+    chosen = config.tune.chosen.get("chosen") or {}
+    gate = chosen.get("gate")
+    allowed = ("passed",) if config.sanity.enabled else ("passed", "skipped")
+    if gate not in allowed:
+        raise ConfigError(
+            f"tune.chosen: the chosen trial {chosen.get('trial')!r} (values {chosen.get('values')}) has the sanity "
+            f"gate's verdict {gate!r}, and training takes only tuned values whose verdict is one of {list(allowed)}; "
+            "run the tune step again (it gates every trial) or drop tune.chosen to train the configured values")

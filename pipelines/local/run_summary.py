@@ -226,7 +226,7 @@ def _tune_lines(tune: dict[str, Any] | None) -> list[str]:
     if not tune or not tune.get("trials"):
         return []
     chosen, metric = tune.get("chosen") or {}, tune.get("metric")
-    counts = ", ".join(f"{sum(t['status'] == s for t in tune['trials'])} {s}" for s in ("succeeded", "diverged", "failed")
+    counts = ", ".join(f"{sum(t['status'] == s for t in tune['trials'])} {s}" for s in ("succeeded", "diverged", "gate_failed", "failed")
                        if any(t["status"] == s for t in tune["trials"]))
     lines = [f"  tuned              {len(tune['trials'])} trials ({counts})"]
     if chosen:

@@ -28,9 +28,11 @@ from ctpipe.pipelines.local.train_alone import build_snapshot, mlflow_run_for_ou
 SUMMARY_FILE = "tune_summary.json"
 REPORT_FILE = "tune_report.html"
 CONFIG_FILE = "tuned_config.json"
-# What a trial's two processes (its launcher, its ranks) import: forked warm, a trial starts in well under a second.
+# What a trial's two processes (its launcher, its ranks) and the trials' sanity gate import: forked warm, a trial
+# starts in well under a second.
 TRIAL_MODULES = ("torch", "mlflow", "ctpipe.components.tasks.tabular", "ctpipe.components.engine.tracker",
-                 "ctpipe.components.steps.train.launch", "ctpipe.components.steps.train.worker")
+                 "ctpipe.components.steps.train.launch", "ctpipe.components.steps.train.worker",
+                 "ctpipe.components.steps.sanity_checks.trial_gate")
 
 
 def tune_standalone(data_uri: str, out_dir: str | Path, config: Config, *, tracking_uri: str | None = None) -> dict[str, Any]:

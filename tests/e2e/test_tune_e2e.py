@@ -30,10 +30,13 @@ def test_a_run_with_eight_trials_trains_and_judges_the_chosen_configuration(tmp_
                                       "select_checkpoint", "evaluate", "register"]
     assert all(v == "passed" for v in summary["steps"].values()), summary["steps"]
     tune = summary["tune"]
-    # A trial whose loss diverged (the largest learning rates) would be recorded, never chosen.
-    assert len(tune["trials"]) == 8 and {t["status"] for t in tune["trials"]} <= {"succeeded", "diverged"}
+    # A trial whose loss diverged (the largest learning rates), or whose values the sanity gate refused (a rate too
+    # small to memorise a batch in the gate's steps), would be recorded, never chosen.
+    assert len(tune["trials"]) == 8 and {t["status"] for t in tune["trials"]} <= {"succeeded", "diverged", "gate_failed"}
+    assert all((t["gate"] == "failed") == (t["status"] == "gate_failed") for t in tune["trials"])
     assert tune["trials"][0]["baseline"] and tune["trials"][0]["values"] == {"train.lr": 0.003, "train.weight_decay": 0.01}
     chosen = tune["chosen"]
+    assert chosen["gate"] == "passed"  # tuning never bypasses the gate: the train step would refuse it otherwise
     assert chosen["objective"] >= tune["baseline_objective"]  # never worse on validation than the config as given
     assert chosen["objective"] == max(t["objective"] for t in tune["trials"] if t["status"] == "succeeded")
     # The report lists the eight trials, with an axis plot per hyperparameter.

@@ -13,7 +13,8 @@ TUNE = {"metric": "val_accuracy", "baseline_objective": 0.81, "boundary_warnings
                                                                                    " the upper 10% (log scale) of ..."],
         "trials": [{"index": 0, "values": {"train.lr": 0.003}, "status": "succeeded", "objective": 0.81},
                    {"index": 1, "values": {"train.lr": 0.09}, "status": "succeeded", "objective": 0.86},
-                   {"index": 2, "values": {"train.lr": 9.0}, "status": "diverged", "objective": None}],
+                   {"index": 2, "values": {"train.lr": 0.5}, "status": "diverged", "objective": None},
+                   {"index": 3, "values": {"train.lr": 9.0}, "status": "gate_failed", "objective": None}],
         "chosen": {"trial": 1, "values": {"train.lr": 0.09}, "objective": 0.86}, "report": "/x/tune_report"}
 
 
@@ -29,7 +30,7 @@ def test_a_tuned_run_has_the_step_and_the_section(tmp_path):
     tuned = summary(tmp_path, Config.from_dict({"tune": {"trials": 3}}))
     assert tuned["status"] == "succeeded" and list(tuned["steps"])[3] == "tune" and tuned["tune"] == TUNE
     text = format_summary(tuned)
-    assert "tuned              3 trials (2 succeeded, 1 diverged)" in text
+    assert "tuned              4 trials (2 succeeded, 1 diverged, 1 gate_failed)" in text
     assert "chosen trial 1: train.lr=0.09 (val_accuracy 0.8600; configured values 0.8100)" in text
     assert "WARNING: train.lr: the best value 0.09" in text and "report: /x/tune_report" in text
 

@@ -60,6 +60,7 @@ PRELOAD = (
     "torch._dynamo",
     "ctpipe.components.tasks.tabular",
     "ctpipe.components.steps.sanity_checks.gate",
+    "ctpipe.components.steps.sanity_checks.trial_gate",  # what the tune step runs (-m) to gate its trials
     "ctpipe.components.steps.train.launch",  # also what a tuning trial runs (-m)
     "ctpipe.components.steps.tune.tune",
     "ctpipe.components.engine.trainer",

@@ -27,7 +27,7 @@ from typing import Any
 
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import TrainingError, UserError
-from ctpipe.components.run_config.trial import OPT_ENV_PREFIX
+from ctpipe.components.run_config.trial import OPT_ENV_PREFIX, check_chosen_passed_gate
 
 # Not the worker module: it imports torch, which this process (it only launches the ranks) never needs.
 from ctpipe.components.steps.train.launchers.base import RESULT_FILE, Launcher, WorkerLaunch
@@ -47,6 +47,7 @@ def train_model(
 ) -> TrainResult:
     """Run distributed training on the snapshot into ``checkpoint_dir`` (resuming there) and return its result;
     ``env``: more variables for every rank (a trial's values)."""
+    check_chosen_passed_gate(config)  # tuned values train only when the sanity gate passed them
     root = Path(checkpoint_dir)
     root.mkdir(parents=True, exist_ok=True)
     result_path = root / RESULT_FILE

@@ -102,7 +102,8 @@ def render_report(path: str | Path, config: Config, outcomes: Sequence[TrialOutc
     tune = config.tune
     dims = tune.dimensions()
     e = html.escape
-    counts = {s: sum(o.status == s for o in outcomes) for s in ("succeeded", "diverged", "failed", "stopped", "not_started")}
+    counts = {s: sum(o.status == s for o in outcomes) for s in ("succeeded", "diverged", "gate_failed", "failed", "stopped",
+                                                         "not_started")}
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>ctpipe hyperparameter search</title><style>",
         "body{font-family:sans-serif;margin:1.5em;max-width:70em} table{border-collapse:collapse;font-size:0.85em}"
@@ -113,11 +114,13 @@ def render_report(path: str | Path, config: Config, outcomes: Sequence[TrialOutc
         f"<p>Objective: <b>{e(metric)}</b> on the validation split ({'higher' if direction == 'max' else 'lower'} is "
         f"better); the test split is not read. Sampler: <b>{e(tune.sampler)}</b> (seed {tune.seed}); "
         f"{len(outcomes)} trials: {', '.join(f'{n} {s}' for s, n in counts.items() if n)}; {seconds:.0f} s. "
-        f"Each trial: {_budget_text(config)}.</p>",
+        f"Each trial: {_budget_text(config)}. Every trial's values went through the sanity gate's checks before it "
+        "trained; a trial the gate refused (gate_failed) was not trained and cannot be chosen.</p>",
     ]
     if chosen is not None:
         values = ", ".join(f"{e(k)} = <b>{e(str(v))}</b>" for k, v in chosen.values.items()) or "the configured values"
-        parts.append(f"<p>Chosen: trial {chosen.index} ({values}), {e(metric)} = {chosen.objective:.6g}. The candidate "
+        parts.append(f"<p>Chosen: trial {chosen.index} ({values}), {e(metric)} = {chosen.objective:.6g}, sanity gate "
+                     f"{e(str(chosen.gate))}. The candidate "
                      "trains with these values and goes through selection, evaluation and the blessing unchanged.</p>")
     else:
         parts.append("<p class='warn'>No trial succeeded: nothing was chosen.</p>")
@@ -141,14 +144,14 @@ def render_report(path: str | Path, config: Config, outcomes: Sequence[TrialOutc
                      f"<table><tr><th>value</th><th>best {e(metric)}</th><th>trial</th></tr>{rows}</table>")
     keys = list(dims)
     header = "".join(f"<th>{e(k)}</th>" for k in keys)
-    parts.append(f"<h2>Trials</h2><table><tr><th>trial</th>{header}<th>{e(metric)}</th><th>status</th><th>best step</th>"
+    parts.append(f"<h2>Trials</h2><table><tr><th>trial</th>{header}<th>{e(metric)}</th><th>status</th><th>sanity gate</th><th>best step</th>"
                  "<th>seconds</th><th>note</th></tr>")
     for o in outcomes:
         cells = "".join(f"<td>{e(str(o.values[k])) if k in o.values else '(default)'}</td>" for k in keys)
         objective = f"{o.objective:.6g}" if o.objective is not None else ""
         note = ("configured values; " if o.baseline else "") + (o.error or "")
         css = " class='chosen'" if chosen is not None and o.index == chosen.index else ""
-        parts.append(f"<tr{css}><td>{o.index}</td>{cells}<td>{objective}</td><td class='text'>{o.status}</td>"
+        parts.append(f"<tr{css}><td>{o.index}</td>{cells}<td>{objective}</td><td class='text'>{o.status}</td><td class='text'>{o.gate or ''}</td>"
                      f"<td>{'' if o.best_step is None else o.best_step}</td><td>{o.seconds:.1f}</td>"
                      f"<td class='text'>{e(note[:300])}</td></tr>")
     parts.append("</table></body></html>")

@@ -15,7 +15,8 @@ from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http, fin
 from ctpipe.components.steps.tune.trials import TrialOutcome
 
 TRIAL_JOB_TAG = "ctpipe.tune.trial_job"
-END_STATUS = {"succeeded": "FINISHED", "diverged": "FAILED", "failed": "FAILED", "stopped": "KILLED"}
+END_STATUS = {"succeeded": "FINISHED", "diverged": "FAILED", "gate_failed": "FAILED", "failed": "FAILED",
+              "stopped": "KILLED"}
 
 
 def open_trial_runs(tracking_uri: str | None, parent_run_id: str | None, trials: Sequence[tuple[int, str, dict[str, Any]]],

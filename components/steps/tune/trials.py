@@ -42,7 +42,8 @@ POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 10.0
 # The trainer's words for a loss or gradient that left the finite numbers (components/engine/trainer.py).
 DIVERGED_MARKER = "non-finite"
-FINAL = ("succeeded", "diverged")  # outcomes a retried step keeps; the others run again
+# Outcomes a retried step keeps; the others run again. (gate_failed: the sanity gate refused the trial's values.)
+FINAL = ("succeeded", "diverged", "gate_failed")
 
 
 @dataclass
@@ -51,9 +52,10 @@ class TrialOutcome:
 
     index: int
     values: dict[str, Any]
-    status: str  # succeeded, diverged, failed, stopped, not_started
+    status: str  # succeeded, diverged, gate_failed, failed, stopped, not_started
     job_name: str
     baseline: bool = False
+    gate: str | None = None  # the sanity gate's verdict on the trial's values: passed, skipped, failed
     objective: float | None = None
     best_step: int | None = None
     steps: int | None = None
@@ -78,6 +80,7 @@ class TrialJob:
     job_name: str
     directory: Path
     mlflow_run_id: str | None = None
+    gate: str | None = None  # the sanity gate's verdict on its values (gating.py), recorded with its outcome
 
     @property
     def checkpoints(self) -> Path:
@@ -85,7 +88,8 @@ class TrialJob:
 
     def outcome(self, status: str, **fields: Any) -> TrialOutcome:
         return TrialOutcome(index=self.plan.index, values=dict(self.plan.values), status=status, job_name=self.job_name,
-                            baseline=self.plan.baseline, mlflow_run_id=self.mlflow_run_id, **fields)
+                            baseline=self.plan.baseline, mlflow_run_id=self.mlflow_run_id, gate=self.gate,
+                            **fields)
 
 
 class RunningTrial(Protocol):

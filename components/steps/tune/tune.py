@@ -1,13 +1,15 @@
 """The tune step: search the space (``tune``), each trial a training job judged on the validation split, and hand
 training the configuration of the best trial.
 
-``tune_hyperparameters`` plans the trials (``space.py``: every trial checked as a whole config first), runs them
-(``trials.py``: processes of the train step's launcher, locally or as cluster jobs; ``katib.py``: a Katib
+``tune_hyperparameters`` plans the trials (``space.py``: every trial checked as a whole config first), puts each
+trial's values through the sanity gate's checks (``gating.py``: a refused trial is recorded, never trained), runs
+them (``trials.py``: processes of the train step's launcher, locally or as cluster jobs; ``katib.py``: a Katib
 Experiment whose trials are TrainJobs), chooses the best trial that succeeded by ``select.metric`` in its
-direction (a diverged or failed trial never), and writes the report (``report.py``). What it returns is the
+direction (a diverged, failed or gate-refused trial never), and writes the report (``report.py``). What it returns is the
 config training gets: the chosen values applied, validated like any override, and the search recorded in
 ``tune.chosen`` (so the registered version's lineage holds both). The candidate it trains is selected,
-evaluated against the champion and blessed as any other: tuning never bypasses the gate. No trial reads the
+evaluated against the champion and blessed as any other, and the train step refuses tuned values the sanity
+gate did not pass: tuning never bypasses the gate. No trial reads the
 test split: a trial's worker reads the snapshot's train and validation splits only, as training does.
 """
 
@@ -24,6 +26,7 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.lib.tracking import RetryPolicy
 from ctpipe.components.run_config.trial import env_name, trial_config
+from ctpipe.components.steps.tune.gating import gate_jobs, gate_outcomes
 from ctpipe.components.steps.tune.report import boundary_warnings, render_report
 from ctpipe.components.steps.tune.space import SearchPlan, plan_search
 from ctpipe.components.steps.tune.trial_runs import close_trial_runs, log_search, open_trial_runs
@@ -34,6 +37,8 @@ from ctpipe.components.steps.tune.trials import (
     driver_command,
     run_trials,
 )
+
+GATE_ACCEPTS = ("passed", "skipped")  # the sanity gate's verdicts a chosen trial may have
 
 
 @dataclass
@@ -52,8 +57,10 @@ def trial_job_name(job_name: str, index: int) -> str:
 
 
 def choose(outcomes: list[TrialOutcome], direction: str) -> TrialOutcome | None:
-    """The succeeded trial with the best objective (ties: the earlier trial, so the configured values win a tie)."""
-    scored = [o for o in outcomes if o.status == "succeeded" and o.objective is not None]
+    """The succeeded trial with the best objective (ties: the earlier trial, so the configured values win a tie),
+    among those whose values passed the sanity gate (``skipped``: the config turns the gate off)."""
+    scored = [o for o in outcomes if o.status == "succeeded" and o.objective is not None
+              and o.gate in GATE_ACCEPTS]
     if not scored:
         return None
     sign = -1.0 if direction == "max" else 1.0
@@ -102,11 +109,20 @@ def tune_hyperparameters(
                                                               if o.mlflow_run_id is None], retry)
         for outcome in outcomes:
             outcome.mlflow_run_id = outcome.mlflow_run_id or later.get(outcome.index)
+        # Katib draws the values itself: its trials are gated once they are known, before any is chosen.
+        gating = time.monotonic()
+        outcomes = gate_outcomes(outcomes, snapshot_dir, plan.base, root)
+        gate_seconds = time.monotonic() - gating
     else:
-        outcomes = run_trials(
+        # Each trial's values through the sanity gate first: a refused trial is recorded and never trained.
+        gating = time.monotonic()
+        jobs, refused = gate_jobs(jobs, snapshot_dir, plan.base, root)
+        gate_seconds = time.monotonic() - gating
+        ran = run_trials(
             jobs, lambda job: DriverTrial(job, driver_command(job, snapshot_dir, plan.base, tracking_uri=tracking_uri), metric),
             parallel=config.tune.parallel_trials, failure_limit=config.tune.failure_limit(),
             total_seconds=config.tune.total_seconds)
+        outcomes = sorted([*ran, *refused], key=lambda o: o.index)
     close_trial_runs(tracking_uri, outcomes, metric, retry)
     for job in jobs:  # the candidate trains anew: the trials' checkpoints would only fill the artifact store
         shutil.rmtree(job.checkpoints, ignore_errors=True)
@@ -115,6 +131,7 @@ def tune_hyperparameters(
     seconds = time.monotonic() - began
     summary = search_summary(plan, outcomes, chosen, warnings, metric=metric, direction=direction, engine=engine,
                              seconds=seconds)
+    summary["gate_seconds"] = round(gate_seconds, 2)  # the trials' sanity gate, all of them (gating.py)
     summary["report"] = str(Path(report_path).resolve()) if report_path and "://" not in report_path else report_path
     if report_path:
         render_report(report_path, config, outcomes, chosen, warnings, metric=metric, direction=direction, seconds=seconds)
@@ -124,7 +141,7 @@ def tune_hyperparameters(
     failed = [o for o in outcomes if o.status == "failed"]
     if len(failed) > config.tune.failure_limit() or chosen is None:
         why = (f"{len(failed)} trials failed (tune.max_failed_trials={config.tune.failure_limit()})"
-               if failed else "no trial succeeded")
+               if failed else "no trial succeeded with values that passed the sanity gate")
         errors = "; ".join(f"trial {o.index}: {o.error}" for o in outcomes if o.error)[:4000]
         raise TrainingError(f"the hyperparameter search failed: {why}. {errors}")
     return TuneResult(tuned_config(config, chosen, summary), outcomes, chosen, summary)
@@ -153,11 +170,12 @@ def search_summary(plan: SearchPlan, outcomes: list[TrialOutcome], chosen: Trial
         "variables": {key: env_name(key) for key in tune.space},
         "trials": [{k: v for k, v in o.to_dict().items() if k != "final_metrics"} for o in outcomes],
         "chosen": {"trial": chosen.index, "values": dict(chosen.values), "objective": chosen.objective,
-                   "baseline": chosen.baseline} if chosen else {},
+                   "baseline": chosen.baseline, "gate": chosen.gate} if chosen else {},
         "baseline_objective": next((o.objective for o in outcomes if o.baseline), None),
         "boundary_warnings": warnings,
         # The compact record the tuned config carries into the lineage.
-        "search": [{"trial": o.index, "values": o.values, "objective": o.objective, "status": o.status} for o in outcomes],
+        "search": [{"trial": o.index, "values": o.values, "objective": o.objective, "status": o.status,
+                    "gate": o.gate} for o in outcomes],
     }
 
 

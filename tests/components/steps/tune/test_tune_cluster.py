@@ -34,7 +34,10 @@ TINY = ["data.key=customer_id", "model.hidden=16", "model.depth=2", "model.embed
         "train.max_steps=20", "train.warmup_steps=2", "train.eval_every=3", "train.batch_size=16", "train.timeout_minutes=2",
         "train.backend=trainjob", f"kubernetes.namespace={NS}", "kubernetes.shared_pvc=ctpipe-shared",
         "kubernetes.worker_gpus=0", "tune.trials=2", "tune.trial_steps=3", "tune.parallel_trials=2",
-        'tune.space={train.lr: "log_uniform(1e-3, 1e-2)"}']
+        'tune.space={train.lr: "log_uniform(1e-3, 1e-2)"}',
+        # The gate's checks are test_tune_local's and the sanity tests': this 16-wide model at these rates memorises
+        # a batch in the gate's 300 steps only just (overfit loss 0.07-0.15 against 0.05), and re-attach is the point.
+        "sanity.enabled=false"]
 ATTEMPT = """
 import json, sys
 from ctpipe.components.run_config import load_config
@@ -96,6 +99,7 @@ def test_a_retried_step_re_attaches_to_its_katib_experiment(cluster, snapshot_di
     assert stand_in.created == [name]  # one Experiment: the retried step followed the first attempt's
     assert fake.count("POST", "/experiments") == 1 and f"re-attaching to existing Experiment {NS}/{name}" in capsys.readouterr().out
     assert [o.status for o in result.outcomes] == ["succeeded", "succeeded"]
+    assert [o.gate for o in result.outcomes] == ["skipped", "skipped"]  # Katib's trials gated once drawn (gate off)
     trial_jobs = {n: j for (_, n), j in fake.jobs.items() if j["kind"] == "TrainJob"}
     assert set(trial_jobs) == {o.job_name for o in result.outcomes}
     for outcome in result.outcomes:
