@@ -206,6 +206,9 @@ class WatchConfig:
     max_failed_runs: int = 3
     # The decay trigger's cohorts, interval and threshold (``ctpipe watch --labels``).
     decay: DecayConfig = field(default_factory=DecayConfig)
+    # HOME/watch/reports keeps the newest this many drift reports and this many decay reports (each JSON with its
+    # page); a run's report is logged to MLflow when the run starts, so older local copies go.
+    keep_reports: int = 100
 
     def __post_init__(self) -> None:
         check_range(self.window_partitions, "watch.window_partitions", 1, 100_000)
@@ -240,6 +243,7 @@ class WatchConfig:
         check_range(self.max_model_age_days, "watch.max_model_age_days", 0, 36_500.0, why=" (0 = off)")
         check_range(self.max_data_gap_days, "watch.max_data_gap_days", 0, 36_500.0, why=" (0 = off)")
         check_range(self.max_failed_runs, "watch.max_failed_runs", 0, 1000, why=" (0 = off)")
+        check_range(self.keep_reports, "watch.keep_reports", 1, 100_000)
         check(
             self.retry_max_backoff_seconds >= self.retry_backoff_seconds,
             "watch.retry_max_backoff_seconds",
