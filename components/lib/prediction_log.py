@@ -247,11 +247,11 @@ class PredictionLog:
                     "uri": self.uri, "model_name": self.model_name, "model_version": self.model_version}
 
 
-def prune_prediction_log(uri: str, keep_days: int, today: dt.date) -> list[str]:
+def prune_prediction_log(uri: str, keep_days: int, today: dt.date, *, dry_run: bool = False) -> list[str]:
     """Delete the log's ``date=YYYY-MM-DD`` partitions served more than ``keep_days`` days before ``today``
-    (``serving.prediction_log_retention_days``); return their names, oldest first. Only the top-level ``date=``
-    folders are looked at (one listing): anything else under ``uri`` is left, and today's partition, the one the
-    serving processes write to, is never old enough to go."""
+    (``serving.prediction_log_retention_days``); return their names, oldest first (with ``dry_run``: those that
+    would go, nothing deleted). Only the top-level ``date=`` folders are looked at (one listing): anything else
+    under ``uri`` is left, and today's partition, the one the serving processes write to, is never old enough."""
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(uri)
@@ -266,7 +266,7 @@ def prune_prediction_log(uri: str, keep_days: int, today: dt.date) -> list[str]:
         day = _day(match.group(1)) if match else None
         if day is not None and day < first_kept and fs.isdir(path):
             old.append((name, path))
-    for _, path in sorted(old):
+    for _, path in [] if dry_run else sorted(old):
         fs.rm(path, recursive=True)
     return [name for name, _ in sorted(old)]
 

@@ -20,11 +20,12 @@ from ctpipe.components.lib.credentials import redact_text
 REPORT_KINDS = ("drift-", "decay-")
 
 
-def tidy(config: Config, reports_dir: Path, now: float) -> dict[str, Any]:
-    """Prune the reports folder and, when one is configured, the prediction log; what went, and any error."""
-    out: dict[str, Any] = {"reports_deleted": [], "prediction_log_deleted": []}
+def tidy(config: Config, reports_dir: Path, now: float, *, dry_run: bool = False) -> dict[str, Any]:
+    """Prune the reports folder and, when one is configured, the prediction log; what went (with ``dry_run``: what
+    would go, nothing deleted), and any error."""
+    out: dict[str, Any] = {"reports_deleted": [], "prediction_log_deleted": [], "dry_run": dry_run}
     try:
-        out["reports_deleted"] = prune_reports(reports_dir, config.watch.keep_reports)
+        out["reports_deleted"] = prune_reports(reports_dir, config.watch.keep_reports, dry_run=dry_run)
     except OSError as err:
         out["error"] = redact_text(f"pruning {reports_dir}: {type(err).__name__}: {err}")[:300]
     keep_days = config.serving.prediction_log_retention_days
@@ -33,15 +34,16 @@ def tidy(config: Config, reports_dir: Path, now: float) -> dict[str, Any]:
 
         today = dt.datetime.fromtimestamp(now, dt.UTC).date()
         try:
-            out["prediction_log_deleted"] = prune_prediction_log(config.serving.prediction_log, keep_days, today)
+            out["prediction_log_deleted"] = prune_prediction_log(config.serving.prediction_log, keep_days, today,
+                                                                 dry_run=dry_run)
         except Exception as err:  # an unreachable store: the check goes on, the next one tries again
             out["error"] = redact_text(f"pruning the prediction log: {type(err).__name__}: {err}")[:300]
     return out
 
 
-def prune_reports(reports_dir: Path, keep: int) -> list[str]:
+def prune_reports(reports_dir: Path, keep: int, *, dry_run: bool = False) -> list[str]:
     """Delete all but the newest ``keep`` reports of each kind (by modification time; a report's ``.json`` and
-    ``.html`` go together); return the deleted file names."""
+    ``.html`` go together); return the deleted file names (with ``dry_run``: those that would go)."""
     if not reports_dir.is_dir():
         return []
     deleted = []
@@ -53,6 +55,7 @@ def prune_reports(reports_dir: Path, keep: int) -> list[str]:
         newest_first = sorted(reports.values(), key=lambda files: max(f.stat().st_mtime for f in files), reverse=True)
         for files in newest_first[keep:]:
             for path in sorted(files):
-                path.unlink(missing_ok=True)
+                if not dry_run:
+                    path.unlink(missing_ok=True)
                 deleted.append(path.name)
     return deleted

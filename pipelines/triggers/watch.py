@@ -155,7 +155,7 @@ def check_once(
         decision.decay = watch_decay(labels_uri=labels_uri, config=with_settings(config, as_trained),
                                      tracking_uri=tracking_uri, version=champion.version, now=now,
                                      reports=watch_dir / "reports")
-    decision.housekeeping = tidy(config, watch_dir / "reports", now)
+    decision.housekeeping = tidy(config, watch_dir / "reports", now, dry_run=dry_run)
     decision.config_sha256 = config_sha256(config)
     existing = _unless_stale_first_claim(ledger, state.fingerprint, now, dry_run)
     trained = champion is not None and champion.fingerprint == state.fingerprint

@@ -56,6 +56,7 @@ def test_the_reports_folder_keeps_the_newest_reports_of_each_kind(tmp_path):
                 (tmp_path / f"{name}{suffix}").write_text("{}")
                 os.utime(tmp_path / f"{name}{suffix}", (1_000_000 + i, 1_000_000 + i))
     (tmp_path / "other.json").write_text("{}")
+    assert len(prune_reports(tmp_path, 2, dry_run=True)) == 12 and len(list(tmp_path.iterdir())) == 21
     deleted = prune_reports(tmp_path, 2)
     assert len(deleted) == 12  # three of each kind, with their pages
     left = sorted(p.name for p in tmp_path.iterdir())
@@ -64,14 +65,18 @@ def test_the_reports_folder_keeps_the_newest_reports_of_each_kind(tmp_path):
                     f"drift-{4:020d}.json", "other.json"]
 
 
-def test_every_watcher_check_prunes_the_log_and_says_so(tmp_path):
+def test_every_watcher_check_prunes_the_log_and_says_so_but_a_dry_run_deletes_nothing(tmp_path):
     from ctpipe.components.lib.data.demo import write_demo_data
-    from tests.pipelines.triggers.test_watch import check
+    from ctpipe.pipelines.triggers.start import FunctionStarter
+    from tests.pipelines.triggers.test_watch import Counter, check
 
     write_demo_data(tmp_path / "data", days=2, rows_per_day=50)
     write_log(tmp_path / "log", [0, 20, 40])
     now = pd.Timestamp(TODAY.isoformat(), tz="UTC").timestamp() + 3600
-    decision = check(tmp_path / "data", tmp_path / "home", now=now,
-                     overrides=[f"serving.prediction_log={tmp_path / 'log'}", "serving.prediction_log_retention_days=30"])
+    settings = [f"serving.prediction_log={tmp_path / 'log'}", "serving.prediction_log_retention_days=30"]
+    dry = check(tmp_path / "data", tmp_path / "home", now=now, overrides=settings)
+    assert dry.housekeeping["prediction_log_deleted"] == ["date=2026-05-21"] and dry.housekeeping["dry_run"]
+    assert len(list((tmp_path / "log").iterdir())) == 3
+    decision = check(tmp_path / "data", tmp_path / "home", FunctionStarter(Counter()), now=now, overrides=settings)
     assert decision.housekeeping["prediction_log_deleted"] == ["date=2026-05-21"]
     assert sorted(p.name for p in (tmp_path / "log").iterdir()) == ["date=2026-06-10", "date=2026-06-30"]
