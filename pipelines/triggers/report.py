@@ -1,4 +1,6 @@
-"""The drift report as JSON and as one self-contained HTML page with an inline SVG figure per column."""
+"""The trigger reports as JSON and as self-contained HTML pages of one kind (``report_page``: what was compared,
+on which rows, the decision, then the detail): the drift report with an inline SVG figure per column, the decay
+report (``decay.py``) with every row counted and each cohort's interval; logged to MLflow beside their JSON."""
 
 from __future__ import annotations
 
@@ -189,7 +191,7 @@ def cohort_svg(cohorts: list[dict[str, Any]], reference: float | None, threshold
         return '<p class="muted">no figure: no cohort judged yet</p>'
     marks = [v for c in judged for v in (c["low"], c["high"])] + [v for v in (reference, threshold) if v is not None]
     bottom, top = max(0.0, min(marks) - 0.05), min(1.0, max(marks) + 0.05)
-    step, width = 26, 60 + 26 * len(judged)
+    step, width = 26, max(160, 60 + 26 * len(judged))
 
     def y(value: float) -> float:
         return 10 + _H * (top - value) / max(top - bottom, 1e-9)
