@@ -20,8 +20,10 @@ The serving process is told where to log by its environment (``ctpipe serve`` se
 from __future__ import annotations
 
 import atexit
+import datetime as dt
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -243,3 +245,37 @@ class PredictionLog:
         with self._lock:
             return {**self._counts, "pending_rows": self._pending_rows, "last_error": self._last_error,
                     "uri": self.uri, "model_name": self.model_name, "model_version": self.model_version}
+
+
+def prune_prediction_log(uri: str, keep_days: int, today: dt.date, *, dry_run: bool = False) -> list[str]:
+    """Delete the log's ``date=YYYY-MM-DD`` partitions served more than ``keep_days`` days before ``today``
+    (``serving.prediction_log_retention_days``); return their names, oldest first (with ``dry_run``: those that
+    would go, nothing deleted). Only the top-level ``date=`` folders are looked at (one listing): anything else
+    under ``uri`` is left, and today's partition, the one the serving processes write to, is never old enough."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(uri)
+    root = root.rstrip("/")
+    if not fs.exists(root):
+        return []
+    first_kept = today - dt.timedelta(days=keep_days)
+    old = []
+    for path in fs.ls(root, detail=False):
+        name = str(path).rstrip("/").rsplit("/", 1)[-1]
+        match = _PARTITION.fullmatch(name)
+        day = _day(match.group(1)) if match else None
+        if day is not None and day < first_kept and fs.isdir(path):
+            old.append((name, path))
+    for _, path in [] if dry_run else sorted(old):
+        fs.rm(path, recursive=True)
+    return [name for name, _ in sorted(old)]
+
+
+_PARTITION = re.compile(r"date=(\d{4}-\d{2}-\d{2})")
+
+
+def _day(text: str) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return None

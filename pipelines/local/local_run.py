@@ -57,13 +57,15 @@ def run_local(
     runner: str = "subprocess",
     image: str | None = None,
     expected_fingerprint: str = "",
+    trigger_reason: str = "",
 ) -> dict[str, Any]:
     """Run the pipeline locally end to end and return its summary (also written to summary.json).
 
     ``runner``: ``subprocess`` (each step a process of this machine) or ``container`` (each step in the
     component image, ``image`` or the config's ``kubernetes.image``: ``ctpipe.pipelines.local.container_runner``).
     ``expected_fingerprint``: the data version the run is for (the watcher's); data that has moved on stops
-    the run in its first step, before any cached step is reused.
+    the run in its first step, before any cached step is reused. ``trigger_reason``: what fired the trigger, in
+    words (recorded on the run's MLflow run and the version it registers).
 
     ``parameters``: values of the pipeline's typed run parameters (the Kubeflow UI's run form, e.g.
     ``{"training_steps": 200}``), applied over the config as on a cluster.
@@ -109,7 +111,8 @@ def run_local(
         status_dir = run_dir / "steps"
         status_dir.mkdir()
         started = time.time()
-        run_parameters = {**(parameters or {}), "data_fingerprint": expected_fingerprint}
+        run_parameters = {**(parameters or {}), "data_fingerprint": expected_fingerprint,
+                          "trigger_reason": trigger_reason}
         outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity, warm,
                                 run_parameters, runner, image or config.kubernetes.image)
         summary = build_summary(

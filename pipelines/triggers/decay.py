@@ -200,18 +200,18 @@ def registered_accuracy(tracking_uri: str, config: Any, version: str) -> float |
 
 def watch_decay(*, labels_uri: str, config: Any, tracking_uri: str, version: str, now: float, reports: Any) -> dict:
     """The watcher's decay check of the champion ``version``: the report as a dict, also written whole as
-    ``reports/decay-<version>-<day>.json`` (one per version and day, replaced by a later check that day)."""
-    import json
-
-    from ctpipe.components.lib.atomic_files import atomic_write_text
+    ``reports/decay-<version>-<day>.json`` and its page ``.html`` beside it (``report.py``; one per version and
+    day, replaced by a later check that day)."""
+    from ctpipe.pipelines.triggers.report import write_decay_report
 
     today = dt.datetime.fromtimestamp(now, dt.UTC).date()
     reference = registered_accuracy(tracking_uri, config, version)
     report = check_decay(labels_uri=labels_uri, config=config, version=version, reference=reference, today=today)
-    out = report.to_dict() | {"labels_uri": labels_uri, "prediction_log": config.serving.prediction_log}
+    out = report.to_dict() | {"labels_uri": labels_uri, "prediction_log": config.serving.prediction_log,
+                              "decay": asdict(config.watch.decay)}
     path = reports / f"decay-{version}-{today.isoformat()}.json"
-    atomic_write_text(path, json.dumps(out, indent=1))
-    return out | {"report_path": str(path)}
+    _, page = write_decay_report(out, path, path.with_suffix(".html"))
+    return out | {"report_path": str(path), "report_html": str(page)}
 
 
 def with_settings(config: Any, settings: list[str]) -> Any:

@@ -1,4 +1,6 @@
-"""The drift report as JSON and as one self-contained HTML page with an inline SVG figure per column."""
+"""The trigger reports as JSON and as self-contained HTML pages of one kind (``report_page``: what was compared,
+on which rows, the decision, then the detail): the drift report with an inline SVG figure per column, the decay
+report (``decay.py``) with every row counted and each cohort's interval; logged to MLflow beside their JSON."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import datetime as dt
 import html
 import json
 from pathlib import Path
+from typing import Any
 
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.drift.column_drift import ColumnDrift
@@ -45,6 +48,31 @@ def column_svg(col: ColumnDrift) -> str:
     return "".join(parts)
 
 
+PAGE_STYLE = """<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:left}
+.bad{color:#b00}.ok{color:#070}.muted{color:#888}.fig{display:inline-block;margin:1em;vertical-align:top}
+.key span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}</style>"""
+
+
+def report_page(title: str, *, compared: str, rows: str, decision: str, bad: bool, body: str) -> str:
+    """A trigger's report page (the drift report's, the decay report's): what was compared, on which rows, the
+    decision (with its interval or thresholds), then the detail. HTML fragments in; one self-contained page out
+    (inline CSS, no scripts or external assets: it opens from disk, in MLflow's and in the KFP UI's frames)."""
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+{PAGE_STYLE}</head><body>
+<h1>{html.escape(title)}</h1>
+<p class="muted">Generated {dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}.</p>
+<h2>What was compared</h2>
+{compared}
+<h2>On which rows</h2>
+{rows}
+<h2>Decision</h2>
+<p class="{"bad" if bad else "ok"}">{decision}</p>
+{body}
+</body></html>
+"""
+
+
 def render_html(report: DriftReport, *, title: str = "ctpipe drift report") -> str:
     """One HTML page: the verdict, a table of every column's tests, and a figure per column."""
     rows, figures = [], []
@@ -63,29 +91,26 @@ def render_html(report: DriftReport, *, title: str = "ctpipe drift report") -> s
         )
         figures.append(f'<div class="fig"><h3>{html.escape(col.column)} {verdict}</h3>{column_svg(col)}</div>')
     drifted = report.drifted_columns
-    verdict = (
-        f'<p class="bad">Drift: {len(drifted)} column(s) passed their thresholds: {html.escape(", ".join(drifted))}.</p>'
+    decision = (
+        f"Drift: {len(drifted)} column(s) passed their thresholds: {html.escape(', '.join(drifted))}."
         if report.drifted
-        else f'<p class="ok">No drift ({len(drifted)} drifted column(s), {report.min_drifted_columns} needed).</p>'
+        else f"No drift ({len(drifted)} drifted column(s), {report.min_drifted_columns} needed)."
     )
     window = html.escape(", ".join(report.window)) or "(all)"
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px}}
-.bad{{color:#b00}}.ok{{color:#070}}.muted{{color:#888}}.fig{{display:inline-block;margin:1em;vertical-align:top}}
-.key span{{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}}</style></head><body>
-<h1>{html.escape(title)}</h1>
-<p>Generated {dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}. Current window: {window} ({report.rows} rows)
-against the champion{" version " + html.escape(str(report.champion_version)) if report.champion_version else ""}'s reference
-statistics ({report.reference_rows} train rows).</p>
-{verdict}
-<table><tr><th>column</th><th>kind</th><th>verdict</th><th>deciding test</th><th>all tests</th><th>null fraction</th></tr>
+    champion = " version " + html.escape(str(report.champion_version)) if report.champion_version else ""
+    return report_page(
+        title,
+        compared=f"<p>The distribution of each column of the current window against the champion{champion}'s "
+        f"reference statistics ({report.reference_rows} train rows), each column by its tests and thresholds.</p>",
+        rows=f"<p>Current window: {window} ({report.rows} rows).</p>",
+        decision=decision,
+        bad=report.drifted,
+        body=f"""<table><tr><th>column</th><th>kind</th><th>verdict</th><th>deciding test</th><th>all tests</th><th>null fraction</th></tr>
 {"".join(rows)}</table>
 <p class="key">Figures: fraction of rows per reference decile (numeric) or category:
 <span style="background:{_REF_COLOR}"></span>reference <span style="background:{_CUR_COLOR}"></span>current</p>
-{"".join(figures)}
-</body></html>
-"""
+{"".join(figures)}""",
+    )
 
 
 def write_drift_report(report: DriftReport, json_path: str | Path, html_path: str | Path) -> tuple[Path, Path]:
@@ -94,6 +119,104 @@ def write_drift_report(report: DriftReport, json_path: str | Path, html_path: st
     atomic_write_text(json_path, json.dumps(report.to_dict(), indent=1, allow_nan=False))
     atomic_write_text(html_path, render_html(report))
     return json_path, html_path
+
+
+def write_decay_report(report: dict[str, Any], json_path: str | Path, html_path: str | Path) -> tuple[Path, Path]:
+    """Write the decay report's JSON and its page (``render_decay_html``) atomically; return both paths."""
+    json_path, html_path = Path(json_path), Path(html_path)
+    atomic_write_text(json_path, json.dumps(report, indent=1, default=str))
+    atomic_write_text(html_path, render_decay_html(report))
+    return json_path, html_path
+
+
+def render_decay_html(report: dict[str, Any], *, title: str = "ctpipe decay report") -> str:
+    """The decay check's page (``decay.DecayReport`` as a dict, with ``labels_uri``, ``prediction_log`` and the
+    ``decay`` settings when known): the comparison, every row counted (judged or why not), each cohort's interval."""
+    metric, version = html.escape(str(report.get("metric") or "accuracy")), html.escape(str(report["version"]))
+    reference, threshold = report.get("reference"), report.get("threshold")
+    settings = report.get("decay") or {}
+    cohorts = report.get("cohorts") or []
+    confidence = f"{settings['confidence']:.0%} " if settings.get("confidence") else ""
+    where = (f" (prediction log <code>{html.escape(str(report['prediction_log']))}</code>, labels "
+             f"<code>{html.escape(str(report['labels_uri']))}</code>)" if report.get("prediction_log") else "")
+    against = (f"against its registered test {metric} {reference:.3f} minus <code>watch.decay.max_drop</code>: a cohort "
+               f"has decayed when its whole {confidence}bootstrap interval lies below {threshold:.3f}"
+               if reference is not None and threshold is not None
+               else "against nothing: the version has no registered test accuracy, so no cohort is judged")
+    window = (f" Cohorts served within the last {settings['lookback_days']} days; one is judged once "
+              f"{settings['label_delay_days']} days have passed (its labels are complete)"
+              + (f" and with at least {settings['min_rows']} rows joined." if "min_rows" in settings else ".")
+              if "lookback_days" in settings else "")
+    others = report.get("other_versions") or {}
+    counts = [
+        (f"predictions of version {version} in the window",
+         sum(c["predictions"] for c in cohorts) + int(report.get("without_key") or 0)),
+        ("joined with a label", sum(c["joined"] for c in cohorts)),
+        ("without a label yet", sum(c["unlabeled"] for c in cohorts)),
+        ("without a key", int(report.get("without_key") or 0)),
+        ("labels without a prediction", int(report.get("labels_without_prediction") or 0)),
+        ("predictions of other versions (not judged)", f"{sum(others.values())}" + (
+            " (" + ", ".join(f"version {html.escape(str(v))}: {n}" for v, n in sorted(others.items())) + ")"
+            if others else "")),
+    ]
+    lines = []
+    for c in cohorts:
+        judged = c.get("low") is not None
+        verdict = ('<b class="bad">decayed</b>' if c.get("decayed") else '<span class="ok">ok</span>') if judged \
+            else f'<span class="muted">{html.escape(c.get("note") or "not judged")}</span>'
+        estimate = f"{c['accuracy']:.3f}" if judged else ""
+        interval = f"[{c['low']:.3f}, {c['high']:.3f}]" if judged else ""
+        lines.append(
+            f"<tr><td>{html.escape(c['day'])}</td><td>{'closed' if c['closed'] else 'open'}</td><td>{c['predictions']}</td>"
+            f"<td>{c['joined']}</td><td>{c['unlabeled']}</td><td>{estimate}</td><td>{interval}</td><td>{verdict}</td></tr>"
+        )
+    return report_page(
+        title,
+        compared=f"<p>The {metric} of model version {version} on the predictions it served, joined by key with the "
+        f"labels that arrived later{where}, per cohort (the predictions of one day), {against}.{window}</p>",
+        rows="<table>" + "".join(f"<tr><th>{label}</th><td>{value}</td></tr>" for label, value in counts) + "</table>",
+        decision=html.escape(str(report.get("reason") or "")),
+        bad=bool(report.get("decayed")),
+        body=f"""<h2>Cohorts</h2>
+<table><tr><th>served on</th><th>cohort</th><th>predictions</th><th>joined</th><th>without a label yet</th><th>{metric}</th><th>{confidence}interval</th><th>verdict</th></tr>
+{"".join(lines)}</table>
+{cohort_svg(cohorts, reference, threshold)}""",
+    )
+
+
+def cohort_svg(cohorts: list[dict[str, Any]], reference: float | None, threshold: float | None) -> str:
+    """Each judged cohort's interval (a bar) and point estimate (a dot) beside the reference and the threshold."""
+    judged = [c for c in cohorts if c.get("low") is not None]
+    if not judged:
+        return '<p class="muted">no figure: no cohort judged yet</p>'
+    marks = [v for c in judged for v in (c["low"], c["high"])] + [v for v in (reference, threshold) if v is not None]
+    bottom, top = max(0.0, min(marks) - 0.05), min(1.0, max(marks) + 0.05)
+    step, width = 26, max(160, 60 + 26 * len(judged))
+
+    def y(value: float) -> float:
+        return 10 + _H * (top - value) / max(top - bottom, 1e-9)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{_H + 80}" role="img" '
+             'aria-label="cohort intervals against the threshold">',
+             f'<text x="0" y="{y(top) + 4:.1f}" font-size="10">{top:.2f}</text>',
+             f'<text x="0" y="{y(bottom) + 4:.1f}" font-size="10">{bottom:.2f}</text>']
+    for value, color, dash, name in ((reference, _REF_COLOR, "", "test accuracy"),
+                                     (threshold, "#b00", ' stroke-dasharray="4 3"', "threshold")):
+        if value is not None:
+            parts.append(f'<line x1="35" y1="{y(value):.1f}" x2="{width}" y2="{y(value):.1f}" stroke="{color}"{dash}>'
+                         f"<title>{name} {value:.3f}</title></line>")
+    for i, c in enumerate(judged):
+        x, color = 48 + i * step, "#b00" if c.get("decayed") else _CUR_COLOR
+        parts.append(
+            f'<line x1="{x}" y1="{y(c["high"]):.1f}" x2="{x}" y2="{y(c["low"]):.1f}" stroke="{color}" stroke-width="3"/>'
+            f'<circle cx="{x}" cy="{y(c["accuracy"]):.1f}" r="3" fill="{color}"><title>{html.escape(c["day"])}: '
+            f'{c["accuracy"]:.3f} [{c["low"]:.3f}, {c["high"]:.3f}], {c["joined"]} rows</title></circle>'
+            f'<text x="{x}" y="{_H + 24}" font-size="9" text-anchor="end" transform="rotate(-40 {x} {_H + 24})">'
+            f'{html.escape(c["day"][5:])}</text>'
+        )
+    parts.append("</svg>")
+    return ('<p class="key">Figure: each closed cohort\'s interval and estimate; <span style="background:'
+            f'{_REF_COLOR}"></span>test accuracy <span style="background:#b00"></span>threshold</p>' + "".join(parts))
 
 
 def log_drift_report(tracking_uri: str, mlflow_run_id: str, report_json: str | Path) -> None:

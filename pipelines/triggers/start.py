@@ -74,9 +74,12 @@ class LocalStarter:
             cmd += ["--config", self.config_path]
         for assignment in recorded_settings(record_path) + self.overrides:  # the user's own last: they win
             cmd += ["--set", assignment]
-        report = trigger_report(read_record(record_path) or {}, trigger)
+        record = read_record(record_path) or {}
+        report = trigger_report(record, trigger)
         if report:
             cmd += ["--drift-report", report]  # the report that started it: drift's, or decay's
+        if record.get("reason"):  # one argument, whatever the text starts with
+            cmd += [f"--trigger-reason={record['reason']}"]
         return cmd
 
     def start(self, *, trigger: str, data_uri: str, fingerprint: str, record_path: Path) -> dict[str, Any]:
@@ -220,8 +223,10 @@ class KfpStarter:
         run_name = kfp_run_name(trigger, fingerprint, attempt_of(record_path))
         # data_fingerprint: the version the run is for (a pipeline compiled by this ctpipe stops a run whose data
         # has moved on before anything is reused).
+        # trigger_reason: what fired it (the drift or decay finding), recorded on the run and the version it registers.
+        extra = {"data_fingerprint": fingerprint, "trigger_reason": (read_record(record_path) or {}).get("reason") or ""}
         params = run_parameters(trigger=trigger, data_uri=data_uri, overrides=recorded_settings(record_path) + self.overrides,
-                                config_json=self.config_json, extra={"data_fingerprint": fingerprint})
+                                config_json=self.config_json, extra=extra)
         run = submit_run(
             self.client,
             parameters=params,

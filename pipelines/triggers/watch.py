@@ -33,6 +33,7 @@ from ctpipe.pipelines.triggers.champion import (
     load_reference,
 )
 from ctpipe.pipelines.triggers.health import judge_health
+from ctpipe.pipelines.triggers.housekeeping import tidy
 from ctpipe.pipelines.triggers.ledger import ACTIVE, Ledger
 from ctpipe.pipelines.triggers.new_data import DataState, cache_path_for, data_state
 from ctpipe.pipelines.triggers.retry import already_started, next_step, settle, stale_claim
@@ -67,6 +68,8 @@ class Decision:
     health: dict[str, Any] | None = None
     # The decay check (``--labels``, decay.py): the champion on closed cohorts of late labels.
     decay: dict[str, Any] | None = None
+    # What the check pruned to stay bounded (housekeeping.py): old reports, old prediction-log partitions.
+    housekeeping: dict[str, Any] | None = None
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), sort_keys=False, default=str)
@@ -88,7 +91,7 @@ class Decision:
         if self.champion_settings:
             text += f"\n  as the champion was trained: {' '.join(self.champion_settings)}"
         if self.decay is not None:
-            text += f"\n  decay: {self.decay['reason']}\n  decay report: {self.decay.get('report_path')}"
+            text += f"\n  decay: {self.decay['reason']}\n  decay report: {self.decay.get('report_html') or self.decay.get('report_path')}"
         if self.health is not None:
             problems = self.health.get("problems") or []
             text += "\n  health: " + ("ALERT" if problems else "ok") + "".join(f"\n    - {p}" for p in problems)
@@ -157,6 +160,7 @@ def check_once(
         decision.decay = watch_decay(labels_uri=labels_uri, config=with_settings(config, as_trained),
                                      tracking_uri=tracking_uri, version=champion.version, now=now,
                                      reports=watch_dir / "reports")
+    decision.housekeeping = tidy(config, watch_dir / "reports", now, dry_run=dry_run)
     decision.config_sha256 = config_sha256(config)
     existing = _unless_stale_first_claim(ledger, state.fingerprint, now, dry_run)
     trained = champion is not None and champion.fingerprint == state.fingerprint

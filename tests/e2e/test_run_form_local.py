@@ -7,9 +7,12 @@ import pytest
 
 from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.tracking import local_tracking_uri
+from ctpipe.components.lib.tracking.lineage import TRIGGER_REASON_TAG, version_lineage
 from ctpipe.pipelines.local.local_run import run_local
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# What the watcher's ledger record says fired the run (tests/pipelines/triggers/test_trigger_reason.py).
+REASON = "accuracy of version 1 on the cohort of 2026-03-15 (300 rows joined): 0.510, interval [0.453, 0.567]"
 
 
 def test_typed_values_reach_the_resolved_config_and_the_mlflow_params(tmp_path, monkeypatch):
@@ -24,6 +27,7 @@ def test_typed_values_reach_the_resolved_config_and_the_mlflow_params(tmp_path, 
                    "evaluate.thresholds.accuracy.value=0.3", "data.key=customer_id"],
         verbosity=-1,
         parameters={"training_steps": 30, "learning_rate": 0.004, "batch_size": 32, "training_window_days": 2},
+        trigger="decay", trigger_reason=REASON,
     )
     assert summary["status"] == "succeeded", summary["error"]
     client = mlflow.MlflowClient(local_tracking_uri(home))
@@ -36,3 +40,8 @@ def test_typed_values_reach_the_resolved_config_and_the_mlflow_params(tmp_path, 
     params = client.get_run(summary["training_mlflow_run_id"]).data.params
     assert (params["train.max_steps"], params["train.lr"], params["train.batch_size"]) == ("30", "0.004", "32")
     assert params["data.window_days"] == "2"
+    # The reason reaches the run and the version it registered, beside the trigger.
+    tags = client.get_run(summary["mlflow_run_id"]).data.tags
+    assert (tags["ctpipe.trigger"], tags[TRIGGER_REASON_TAG]) == ("decay", REASON)
+    version = client.get_model_version(resolved["registry"]["model_name"], summary["model_version"])
+    assert version.tags["ctpipe.trigger"] == "decay" and version_lineage(client, version)["trigger_reason"] == REASON

@@ -25,6 +25,7 @@ def test_compiled_spec_loads_back(compiled):
     assert set(loaded.component_spec.inputs) == {
         "data_uri",
         "trigger",
+        "trigger_reason",  # what fired it (the watcher's drift or decay finding), recorded on the run and model
         "training_steps",
         "workers",
         "learning_rate",

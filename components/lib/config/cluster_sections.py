@@ -211,6 +211,9 @@ class WatchConfig:
     health_points_per_run: int = 720
     # The decay trigger's cohorts, interval and threshold (``ctpipe watch --labels``).
     decay: DecayConfig = field(default_factory=DecayConfig)
+    # HOME/watch/reports keeps the newest this many drift reports and this many decay reports (each JSON with its
+    # page); a run's report is logged to MLflow when the run starts, so older local copies go.
+    keep_reports: int = 100
 
     def __post_init__(self) -> None:
         check_range(self.window_partitions, "watch.window_partitions", 1, 100_000)
@@ -247,6 +250,7 @@ class WatchConfig:
         check_range(self.max_failed_runs, "watch.max_failed_runs", 0, 1000, why=" (0 = off)")
         check_range(self.health_metrics_seconds, "watch.health_metrics_seconds", 0, MAX_WAIT_SECONDS, why=" (0 = off)")
         check_range(self.health_points_per_run, "watch.health_points_per_run", 1, 100_000)
+        check_range(self.keep_reports, "watch.keep_reports", 1, 100_000)
         check(
             self.retry_max_backoff_seconds >= self.retry_backoff_seconds,
             "watch.retry_max_backoff_seconds",

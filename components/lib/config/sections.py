@@ -20,6 +20,7 @@ from ctpipe.components.lib.config.coerce import build_dataclass
 from ctpipe.components.lib.config.gate_sections import EvaluationConfig, RegistryConfig, SelectionConfig
 from ctpipe.components.lib.config.pipeline_section import PipelineConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
+from ctpipe.components.lib.config.rules import check
 from ctpipe.components.lib.config.run_sections import (
     DataConfig,
     ModelConfig,
@@ -56,6 +57,13 @@ class Config:
 
     def __post_init__(self) -> None:
         resolve_aliases(self)
+        # Across sections: the watcher's pruning of the prediction log never takes what the decay check reads.
+        keep, decay = self.serving.prediction_log_retention_days, self.watch.decay
+        needed = max(decay.lookback_days, decay.label_delay_days + 1)
+        check(keep is None or keep >= needed, "serving.prediction_log_retention_days",
+              f"{keep} days would delete predictions the decay check still reads: at least {needed} "
+              f"(watch.decay.lookback_days={decay.lookback_days}, watch.decay.label_delay_days={decay.label_delay_days}"
+              " + 1), or null")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -24,6 +24,10 @@ class ServingConfig:
     prediction_log_flush_seconds: float = 30.0
     # Rows waiting to be written at most (memory bound): a request beyond it is counted as dropped, never blocked.
     prediction_log_max_pending_rows: int = 100_000
+    # The watcher deletes the log's date= partitions served more than this many days ago (at least what the
+    # decay check reads: watch.decay.lookback_days, and every cohort still waiting for its labels); null keeps
+    # them forever (a store's own lifecycle rule expires them).
+    prediction_log_retention_days: int | None = 90
 
     def __post_init__(self) -> None:
         if self.prediction_log is not None:
@@ -37,3 +41,6 @@ class ServingConfig:
         check_range(self.prediction_log_flush_seconds, "serving.prediction_log_flush_seconds", 0, 86_400.0,
                     low_open=True)
         check_range(self.prediction_log_max_pending_rows, "serving.prediction_log_max_pending_rows", 1, 100_000_000)
+        if self.prediction_log_retention_days is not None:
+            check_range(self.prediction_log_retention_days, "serving.prediction_log_retention_days", 1, 36_500,
+                        why=" or null (kept forever)")

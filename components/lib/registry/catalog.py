@@ -74,6 +74,8 @@ def show_version(registry: Registry, version: str) -> dict[str, Any]:
             "metrics": lineage.get("metrics") or record["metrics"],
             "blessing_reasons": lineage.get("blessing_reasons", []),
             "compared_with": lineage.get("compared_with") or None,
+            # What fired the run that made it (the watcher's drift or decay finding), beside the trigger's name.
+            "trigger_reason": lineage.get("trigger_reason"),
             "evaluation": lineage.get("evaluation", {}),
             "promotion_decision": tags.get("ctpipe.promotion_decision"),
             "promoted_by": promotion.get("by"),

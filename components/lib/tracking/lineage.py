@@ -31,8 +31,18 @@ METRIC_TAG_PREFIX = "ctpipe.metric."
 JSON_FIELDS = ("blessing_reasons", "validation_warnings", "sanity", "config", "evaluation", "task_code", "model",
                "split", "platform", "data_files")
 TEXT_FIELDS = ("data_uri", "snapshot_uri", "image", "pipeline_run_id", "compared_with", "checkpoint_step",
-               "train_keys_sha256", "serving_check")
+               "train_keys_sha256", "serving_check", "trigger_reason")
 LINEAGE_FIELDS = (*TEXT_FIELDS, *JSON_FIELDS, "metrics")
+# Why the run started, in words (the watcher's drift or decay finding): a tag of the pipeline's MLflow run (its
+# first step sets it), which the register step copies into the version's lineage as ``trigger_reason``.
+TRIGGER_REASON_TAG = "ctpipe.trigger_reason"
+MAX_TRIGGER_REASON_CHARS = 2000
+
+
+def trigger_reason(trigger: str, reason: str | None) -> str:
+    """The reason recorded for a run of ``trigger``: the one given (clipped), else a sentence saying none was."""
+    reason = (reason or "").strip()
+    return reason[:MAX_TRIGGER_REASON_CHARS] if reason else f"trigger {trigger}: no reason given"
 
 
 class LineageError(RegistryRecordError):

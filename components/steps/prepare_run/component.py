@@ -18,6 +18,7 @@ def prepare_run(
     default_config_json: str = "",
     run_form: str = "",
     expected_data_fingerprint: str = "",
+    trigger_reason: str = "",
 ) -> NamedTuple(
     "PreparedRun",
     [("config_json", str), ("mlflow_run_id", str), ("data_fingerprint", str), ("training_run_id", str)],
@@ -27,7 +28,8 @@ def prepare_run(
     ``default_config_json`` is the config the pipeline was compiled with: a run whose ``config_json`` is
     empty gets it, not the laptop defaults. ``run_form``: the run form's knobs as ``name=value`` lines
     (the pipeline's typed parameters, ``ctpipe.components.run_config.run_form``); empty: no form.
-    ``expected_data_fingerprint``: the data version the run was started for (the watcher's); empty: any."""
+    ``expected_data_fingerprint``: the data version the run was started for (the watcher's); empty: any.
+    ``trigger_reason``: what fired the trigger, in words (recorded on the run, then on the version it registers)."""
     from collections import namedtuple
 
     from ctpipe.components.lib.kfp_support import step_status
@@ -46,6 +48,7 @@ def prepare_run(
             default_config_json=default_config_json,
             run_form=run_form,
             expected_fingerprint=expected_data_fingerprint,
+            trigger_reason=trigger_reason,
         )
         record.setup_seconds = prepared.mlflow_setup_seconds
         record.result = {

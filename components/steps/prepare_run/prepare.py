@@ -92,7 +92,7 @@ def data_fingerprint_for(data_uri: str, config: Config, expected: str = "") -> s
 
 def prepare_run(
     config_json: str, overrides: str, *, tracking_uri: str, pipeline_run_id: str, trigger: str, data_uri: str,
-    default_config_json: str = "", run_form: str = "", expected_fingerprint: str = "",
+    default_config_json: str = "", run_form: str = "", expected_fingerprint: str = "", trigger_reason: str = "",
 ) -> PreparedRun:
     """Validate everything a run is configured with, then get-or-create its MLflow run (idempotent on retry)
     and, with caching on, the MLflow run of its data, config and code, which the cached steps log to.
@@ -134,7 +134,11 @@ def prepare_run(
     fingerprint = (data_fingerprint_for(data_uri, config, expected_fingerprint)
                    if config.pipeline.caching or expected_fingerprint else "")
     key = content_key(fingerprint, config, pipeline_code_version(task_record(config.task)))
-    tags = {"ctpipe.trigger": trigger, "ctpipe.data_uri": data_uri, "ctpipe.git_commit": commit}
+    from ctpipe.components.lib.tracking.lineage import TRIGGER_REASON_TAG
+    from ctpipe.components.lib.tracking.lineage import trigger_reason as reason_text
+
+    tags = {"ctpipe.trigger": trigger, "ctpipe.data_uri": data_uri, "ctpipe.git_commit": commit,
+            TRIGGER_REASON_TAG: reason_text(trigger, trigger_reason)}
     if fingerprint:
         tags[DATA_FINGERPRINT_TAG] = fingerprint  # what the watcher reads back to judge a run it started
     started = time.perf_counter()

@@ -31,6 +31,8 @@ from ctpipe.components.lib.registry.registry import Promotion, Registry
 from ctpipe.components.lib.registry.tags import SERVABLE_TAG
 from ctpipe.components.lib.tracking import RetryPolicy, bounded_mlflow_http
 from ctpipe.components.lib.tracking.lineage import (
+    TRIGGER_REASON_TAG,
+    trigger_reason,
     version_lineage,
 )
 from ctpipe.components.steps.register.model_artifacts import PYFUNC_ARTIFACT_PATH, log_run_artifacts
@@ -127,7 +129,8 @@ def register_candidate(
             )
             record = lineage_record(snapshot=snapshot, snapshot_dir=snapshot_dir, blessing=blessing, config=config,
                                     validation=validation, sanity=sanity, pipeline_run_id=pipeline_run_id,
-                                    serving_check=serving.reason)
+                                    serving_check=serving.reason,
+                                    trigger_reason=trigger_reason(trigger, run.data.tags.get(TRIGGER_REASON_TAG)))
             lineage_sha256 = log_lineage(tracking_uri, mlflow_run_id, record, RetryPolicy.of(reg_cfg))
             tags = version_tags(blessing=blessing, run_tags=dict(run.data.tags), trigger=trigger, key=key,
                                 model_sha256=sha, data_fingerprint=snapshot.fingerprint, pyfunc_sha256=pyfunc_sha256,

@@ -97,6 +97,7 @@ def lineage_record(
     sanity: SanityOutcome,
     pipeline_run_id: str,
     serving_check: str,
+    trigger_reason: str,
 ) -> dict[str, Any]:
     """Everything else the version records (``ctpipe/lineage.json`` on its run; see ``LINEAGE_FIELDS``)."""
     meta = blessing.model_metadata
@@ -129,6 +130,8 @@ def lineage_record(
         "split": {k: v for k, v in split.items() if k != "partitions"} if split else None,
         "train_keys_sha256": str(split.get("train_keys_sha256", "")) if split else None,
         "serving_check": serving_check,
+        # Why the run that made it started (the pipeline run's tag: the watcher's drift or decay finding).
+        "trigger_reason": trigger_reason,
         # What ``ctpipe models reproduce`` checks before it retrains: the software and hardware training ran on
         # (recorded by the trainer), and each data file (path, size, SHA-256) the fingerprint was taken over.
         "platform": meta.get("platform"),

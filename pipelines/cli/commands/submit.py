@@ -26,6 +26,7 @@ def register(subparsers) -> None:
     parser.add_argument("--home", metavar="DIR", help="ctpipe home for a local run (default $CTPIPE_HOME or ./.ctpipe)")
     add_config_args(parser)
     parser.add_argument("--trigger", default="manual", choices=list(TRIGGERS), help="why this run starts (recorded on the model)")
+    parser.add_argument("--trigger-reason", default="", metavar="TEXT", help="what fired the trigger, in words (recorded on the run and the model; the watcher gives its drift or decay finding)")
     parser.add_argument("--param", dest="params", metavar="K=V", action="append", default=[], help="extra KFP pipeline parameter, e.g. mlflow_tracking_uri=http://mlflow:5000")
     parser.add_argument("--run-name", metavar="NAME", help="KFP run name (default ctpipe-<trigger>-<UTC time>)")
     parser.add_argument("--wait", type=float, metavar="SECONDS", help="on KFP, wait up to SECONDS for the run to end; exit 0 only if it succeeded")
@@ -69,8 +70,9 @@ def _submit_kfp(args: argparse.Namespace, params: dict[str, str]) -> int:
     # same cluster defaults the pipeline was compiled with (else it would bring back train.backend=local).
     config = resolve_config(file=args.config, settings=args.overrides, target="cluster")
     config_json = config.to_json() if args.config else None
+    extra = {"trigger_reason": args.trigger_reason, **params} if args.trigger_reason else params
     parameters = kfp_runs.run_parameters(
-        trigger=args.trigger, data_uri=args.data, overrides=args.overrides, config_json=config_json, extra=params
+        trigger=args.trigger, data_uri=args.data, overrides=args.overrides, config_json=config_json, extra=extra
     )
     client = connect(args.host, namespace=args.namespace, token_file=args.token_file)
     with api_errors("start the run"):
@@ -105,7 +107,7 @@ def _submit_local(args: argparse.Namespace) -> int:
     try:
         summary = run_local(
             home=args.home, data_uri=args.data, config_path=args.config, overrides=args.overrides, trigger=args.trigger,
-            expected_fingerprint=args.fingerprint,
+            expected_fingerprint=args.fingerprint, trigger_reason=args.trigger_reason,
         )
     except BaseException as err:
         # A UserError (bad config, a missing data root) is the user's to fix: the watcher does not retry it.

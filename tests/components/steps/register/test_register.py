@@ -19,6 +19,7 @@ from ctpipe.components.lib.tracking import local_tracking_uri, use_tracking
 from ctpipe.components.lib.tracking.lineage import (
     LINEAGE_DIGEST_TAG,
     LINEAGE_FIELDS,
+    TRIGGER_REASON_TAG,
     LineageError,
     write_lineage,
 )
@@ -75,6 +76,9 @@ def _cycle(models, home, name, pipeline_run_id, config):
 def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_model(models, tmp_path):
     config = fast_config()
     run_id, _, register = _cycle(models, tmp_path, "a", "p1", config)
+    # What fired the run, as its first step recorded it on the run (tests/pipelines/triggers/test_trigger_reason.py).
+    reason = "drift in monthly_spend (psi 0.31 > 0.2)"
+    mlflow.MlflowClient(local_tracking_uri(tmp_path)).set_tag(run_id, TRIGGER_REASON_TAG, reason)
     started = time.perf_counter()
     result = register()
     # The serving check is a fresh interpreter importing mlflow and torch (seconds on a loaded machine): apart.
@@ -103,6 +107,7 @@ def test_first_candidate_is_registered_with_lineage_artifacts_and_a_loadable_mod
     assert lineage["platform"]["torch"] == torch.__version__ and lineage["platform"]["device"] == "cpu"
     assert {f["path"] for f in lineage["data_files"]} == {f["path"] for f in json.loads((models["snap"] / "fingerprint.json").read_text())["files"]}
     assert set(lineage["metrics"]) >= {"accuracy", "log_loss"} and lineage["pipeline_run_id"] == "p1"
+    assert lineage["trigger_reason"] == reason
     # Which task code made it: the built-in tabular task, ctpipe's version, a digest of the module's source.
     code = lineage["task_code"]
     assert code["entrypoint"] == "ctpipe.components.tasks.tabular:make_task" and code["distribution"] == "ctpipe"
