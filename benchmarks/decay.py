@@ -1,7 +1,7 @@
 """Decay benchmark: 40 simulated days in which P(y|x) moves and P(x) does not; the decay trigger must see it.
 
     python benchmarks/decay.py [--days 40] [--train-days 10] [--change-day 20] [--rows-per-day 400]
-                               [--rows-per-request 10] [--label-delay 3] [--stable-windows 200]
+                               [--rows-per-request 10] [--label-delay 3] [--stable-windows 200] [--control]
 
 1. A champion is trained on days 1..``--train-days`` by a real ``ctpipe run`` on a fresh home (generated
    tabular rows with a key column, ``generate_rows``: binary label from two features plus noise).
@@ -26,7 +26,9 @@
    configured level (the one-sided tail of ``watch.decay.confidence``, 0.025) beside it.
 
 Under load, two identical server processes differ by up to ~30 % in median latency (2-core machine, load 11:
-two plain servers 128 and 138 ms); the in-process cost of logging is ``benchmarks/prediction_log.py``'s figure.
+two plain servers 128 and 138 ms): ``--control`` adds a second server without the log, interleaved as well, and
+reports ``control_latency_ratio`` (its median over the plain one's), the spread the ratio cannot resolve. The
+in-process cost of logging is ``benchmarks/prediction_log.py``'s figure.
 
 The last line printed is one JSON object.
 """
@@ -219,14 +221,17 @@ def request_body(frame: pd.DataFrame) -> bytes:
     return json.dumps({"dataframe_records": frame.drop(columns=[LABEL]).to_dict(orient="records")}).encode()
 
 
-def serve_day(frame: pd.DataFrame, logged: Server, plain: Server, rows_per_request: int, timings: dict) -> pd.Series:
-    """Send the day's rows to both servers request by request, the order alternating; the logging server's
-    predicted classes (by row) are returned, the round trips appended to ``timings``."""
+def serve_day(frame: pd.DataFrame, servers: dict[str, Server], rows_per_request: int, timings: dict) -> pd.Series:
+    """Send the day's rows to every server (``logged`` first among them) request by request, the order rotating
+    from one request to the next; the logging server's predicted classes (by row) are returned, the round trips
+    appended to ``timings`` by server name."""
     predicted = []
+    names = list(servers)
     for i, start in enumerate(range(0, len(frame), rows_per_request)):
         body = request_body(frame.iloc[start : start + rows_per_request])
-        order = (("logged", logged), ("plain", plain)) if i % 2 == 0 else (("plain", plain), ("logged", logged))
-        for name, server in order:
+        turn = i % len(names)
+        for name in names[turn:] + names[:turn]:
+            server = servers[name]
             rows, seconds = server.predict(body)
             timings[name].append(seconds)
             if name == "logged":
@@ -279,21 +284,24 @@ def simulate(args: argparse.Namespace, tmp: Path) -> dict:
     flush = ["serving.prediction_log_flush_seconds=0.2"]
     logged = Server(home, [f"serving.prediction_log={staging}", *flush], tmp / "serve-logged.log")
     plain = Server(home, [], tmp / "serve-plain.log")
-    timings: dict[str, list[float]] = {"logged": [], "plain": []}
+    servers = {"logged": logged, "plain": plain}
+    if args.control:  # a second server without the log: the spread between two identical processes
+        servers["control"] = Server(home, [], tmp / "serve-control.log")
+    timings: dict[str, list[float]] = {name: [] for name in servers}
     days, decay_day, drift_fired, drift_judged, rows_logged = [], None, False, 0, 0
     try:
-        logged.wait_ready()
-        plain.wait_ready()
+        for server in servers.values():
+            server.wait_ready()
         # A few requests first, not timed: the servers' first calls import and warm up.
         warm = request_body(generate_rows(0, args.rows_per_request, seed=args.seed + 1))
         for _ in range(5):
-            plain.predict(warm)
-            logged.predict(warm)
+            for server in servers.values():
+                server.predict(warm)
         wait_logged(staging, 5 * args.rows_per_request)
         move_logged_day(staging, tmp / "warm-up-log", day_date(base, 0), time.time())
         for d in range(args.train_days + 1, args.days + 1):
             started = time.time()
-            serve_day(frames[d], logged, plain, args.rows_per_request, timings)
+            serve_day(frames[d], servers, args.rows_per_request, timings)
             wait_logged(staging, len(frames[d]))
             rows_logged += move_logged_day(staging, log_root, day_date(base, d), started)
             arrived = d - args.label_delay
@@ -333,8 +341,8 @@ def simulate(args: argparse.Namespace, tmp: Path) -> dict:
             false += decayed
             accuracies.append(accuracy)
     finally:
-        logged.stop()
-        plain.stop()
+        for server in servers.values():
+            server.stop()
 
     level = (1 - config.watch.decay.confidence) / 2
     low, high = wilson_interval(false, args.stable_windows)
@@ -361,6 +369,9 @@ def simulate(args: argparse.Namespace, tmp: Path) -> dict:
         # Per request pair (same body, back to back): the spread a busy machine puts between two processes.
         "latency_pair_ratio_median": round(statistics.median(
             a / b for a, b in zip(timings["logged"], timings["plain"], strict=True)), 3),
+        # --control: two servers without the log, the ratio an identical process gets (1.0 on a quiet machine).
+        "control_latency_ratio": round(statistics.median(timings["control"]) * 1000 / plain_ms, 3)
+        if "control" in timings else None,
         "train_seconds": round(train_seconds, 1),
         "load_average_1min": round(os.getloadavg()[0], 2),
         "days_detail": days,
@@ -378,6 +389,8 @@ def main() -> None:
     parser.add_argument("--flip-above", type=float, default=0.5, help="from --change-day, rows with x3 above this flip")
     parser.add_argument("--stable-windows", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--control", action="store_true",
+                        help="a third server without the log, interleaved too: control_latency_ratio (control/plain)")
     parser.add_argument("--train-set", action="append", default=[], metavar="KEY=VALUE",
                         help="a --set for the champion's ctpipe run (repeatable)")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (kept) instead of a temporary folder")

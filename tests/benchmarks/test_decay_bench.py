@@ -101,3 +101,28 @@ def test_a_logged_day_moved_to_its_date_joins_its_late_labels(tmp_path):
     assert cohort.closed and cohort.joined == 300 and cohort.unlabeled == 0
     assert cohort.accuracy == pytest.approx(200 / 300)
     assert report.decayed
+
+
+def test_serve_day_sends_every_request_to_every_server_in_turn():
+    calls = []
+
+    class Answering:  # stands in for a Server: answers the rows' keys as their class
+        def __init__(self, name):
+            self.name = name
+
+        def predict(self, body):
+            import json
+
+            records = json.loads(body)["dataframe_records"]
+            calls.append(self.name)
+            assert all("label" not in r for r in records)  # the label is never sent
+            return [{"predicted_class": str(r["customer_id"])} for r in records], 0.001
+
+    frame = bench.generate_rows(3, 25, seed=1)
+    servers = {name: Answering(name) for name in ("logged", "plain", "control")}
+    timings = {name: [] for name in servers}
+    predicted = bench.serve_day(frame, servers, 10, timings)
+    assert predicted.tolist() == frame["customer_id"].astype(str).tolist()
+    assert {name: len(t) for name, t in timings.items()} == {"logged": 3, "plain": 3, "control": 3}
+    # The order rotates, so no server is always first (or always last) after a pause.
+    assert [calls[0], calls[3], calls[6]] == ["logged", "plain", "control"]
