@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import json
 import time
 
 import numpy as np
@@ -111,8 +112,6 @@ def test_serve_day_sends_every_request_to_every_server_in_turn():
             self.name = name
 
         def predict(self, body):
-            import json
-
             records = json.loads(body)["dataframe_records"]
             calls.append(self.name)
             assert all("label" not in r for r in records)  # the label is never sent
