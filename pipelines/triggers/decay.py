@@ -86,7 +86,6 @@ def judge_decay(
     report.labels_without_prediction = int(sum(1 for k in truth.index.astype(str) if k not in window_keys))
     label_of = keyed["key"].astype(str).map(dict(zip(truth.index.astype(str), truth.astype(str), strict=True)))
     keyed = keyed.assign(label=label_of)
-    rng_seed = seed
     for day, rows in keyed.groupby("day", sort=True):
         closed = (today - day).days > decay.label_delay_days
         joined = rows[rows["label"].notna()]
@@ -101,8 +100,8 @@ def judge_decay(
             continue
         correct = (joined["predicted_class"].astype(str) == joined["label"]).to_numpy(dtype=np.float64)
         cohort.accuracy = float(correct.mean())
-        cohort.low, cohort.high = bootstrap_interval(correct, decay.samples, decay.confidence, rng_seed)
-        rng_seed += 1
+        # Seeded by the cohort's own day: its interval is the same whichever day it is judged.
+        cohort.low, cohort.high = bootstrap_interval(correct, decay.samples, decay.confidence, seed + day.toordinal())
         if report.threshold is not None and cohort.high < report.threshold:
             cohort.decayed = True
             if not report.decayed:

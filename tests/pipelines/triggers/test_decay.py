@@ -144,3 +144,21 @@ def test_the_decay_report_is_attached_to_the_run_it_started(tmp_path):
     report.write_text(json.dumps({"decayed": True}))  # no HTML page beside it: only the JSON is logged
     log_drift_report(uri, run.info.run_id, report)
     assert [a.path for a in client.list_artifacts(run.info.run_id, "decay")] == ["decay/decay-1-2026-03-20.json"]
+
+
+def test_a_cohort_gets_the_same_interval_whichever_day_it_is_judged():
+    # The 40-day benchmark (benchmarks/decay.py) saw one cohort's interval move from day to day, [0.608, 0.698]
+    # then [0.603, 0.698], on the same rows: its resampling was seeded by its place among the cohorts judged, which
+    # changes as older cohorts leave the lookback window. A decision near the line must not flip on the same data.
+    old = day_rows(TODAY - dt.timedelta(days=13), 300, 0.8, seed=5)
+    cohort = day_rows(TODAY - dt.timedelta(days=5), 300, 0.8, seed=6)
+    predictions = pd.concat([old[0], cohort[0]], ignore_index=True)
+    labels = pd.concat([old[1], cohort[1]], ignore_index=True)
+    intervals = []
+    for later in (0, 2):  # two days later the old cohort is out of watch.decay.lookback_days (14)
+        report = judge_decay(predictions, labels, version="2", reference=0.8, today=TODAY + dt.timedelta(days=later),
+                             decay=DECAY)
+        (same,) = [c for c in report.cohorts if c.day == (TODAY - dt.timedelta(days=5)).isoformat()]
+        intervals.append((same.low, same.high))
+        assert len(report.cohorts) == (2 if later == 0 else 1)
+    assert intervals[0] == intervals[1]
