@@ -196,7 +196,9 @@ class TaskConfig:
 class ModelConfig:
     """The network; it knows nothing of devices or parallelism."""
 
-    kind: Literal["mlp", "transformer"] = "mlp"
+    # The tabular network; null for a task that builds its own (causal_lm's defaults: its recorded config then
+    # shows no tabular model; the fields below are the tabular models' and such a task ignores them).
+    kind: Literal["mlp", "transformer"] | None = "mlp"
     hidden: int = 128
     depth: int = 3
     dropout: float = 0.1
