@@ -394,9 +394,8 @@ class Trainer:
     # -- the end ----------------------------------------------------------------------------------
 
     def system_facts(self) -> dict[str, Any]:
-        """Facts about this run's hardware and model, logged as ``system.*`` params beside the config; the model
-        as its task describes it (``system.model.*``: the config's ``model`` section describes the tabular models
-        only)."""
+        """Facts about this run's hardware and model, logged as ``system.*`` params beside the config; the model as
+        its task describes it (``system.model.*``: the config's ``model`` section is the tabular models' only)."""
         d = self.d
         return {
             **flatten_params(self.task.describe_model(self.cfg, self.state), "system.model."),
