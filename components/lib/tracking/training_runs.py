@@ -108,7 +108,9 @@ def running_runs_linked_to(tracking_uri: str, training_run_id: str) -> list[str]
 
 def end_linked_pipeline_runs(tracking_uri: str, training_run_id: str, status: str) -> int:
     """End ``status`` the RUNNING pipeline runs whose cached steps log to ``training_run_id`` (a cached step
-    failed); how many. Best effort, as ``end_pipeline_run``: the failing step's own error is what matters."""
+    failed), with the gates' verdict tags copied onto them (the watcher reads a KFP run's verdicts from its
+    pipeline run: a failed gate is the user's error, not one to retry); how many. Best effort, as
+    ``end_pipeline_run``: the failing step's own error is what matters."""
     from ctpipe.components.lib.tracking.retry import RetryPolicy, bounded_mlflow_http
     from ctpipe.components.lib.tracking.store import end_pipeline_run
 
@@ -121,7 +123,25 @@ def end_linked_pipeline_runs(tracking_uri: str, training_run_id: str, status: st
                                 f"find the pipeline runs of MLflow run {training_run_id}")
     except Exception:  # noqa: BLE001 - never replaces the step's outcome
         return 0
+    if linked:
+        _copy_verdicts(tracking_uri, training_run_id, linked, quick)
     return sum(end_pipeline_run(tracking_uri, run_id, status, retry=quick) for run_id in linked)
+
+
+def _copy_verdicts(tracking_uri: str, training_run_id: str, run_ids: list[str], retry: RetryPolicy) -> None:
+    import mlflow
+
+    from ctpipe.components.lib.tracking.retry import bounded_mlflow_http
+
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+    try:
+        with bounded_mlflow_http():
+            tags = retry.call(lambda: client.get_run(training_run_id).data.tags, f"read MLflow run {training_run_id}")
+            for run_id in run_ids:
+                for key in (k for k in VERDICT_TAGS if k in tags):
+                    retry.call(lambda r=run_id, k=key: client.set_tag(r, k, tags[k]), f"tag MLflow run {run_id}")
+    except Exception:  # noqa: BLE001 - never replaces the step's outcome
+        return
 
 
 def finish_training_run_of(tracking_uri: str, pipeline_run_id: str) -> bool:
