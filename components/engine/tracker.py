@@ -17,22 +17,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctpipe.components.lib.tracking.retry import RetryPolicy, bounded_mlflow_http
+from ctpipe.components.lib.tracking.training_runs import TRAINED_PREFIX
 
 T = TypeVar("T")
 
 FLUSH_EVERY = 200  # buffered metric points per MLflow request
-
-
-def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested config values as flat ``section.field`` params (MLflow params are strings)."""
-    out: dict[str, str] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = str(value)[:6000]
-    return out
 
 
 class NullTracker:
@@ -96,8 +85,12 @@ class MlflowTracker(NullTracker):
         from mlflow.exceptions import MlflowException
 
         existing = self._call(lambda: self.client.get_run(self.run_id).data.params, "read the params of")
-        # Params are immutable in MLflow: on resume or retry, only send what is not there yet.
-        fresh = [Param(k, str(v)) for k, v in params.items() if k not in existing]
+        # Params are immutable in MLflow: on resume or retry, only send what is not there yet. A value that
+        # differs from what the run already has (prepare's config, before tuning) goes beside it as trained.<key>.
+        values = {k: str(v) for k, v in params.items()}
+        fresh = [Param(k, v) for k, v in values.items() if k not in existing]
+        fresh += [Param(TRAINED_PREFIX + k, v) for k, v in values.items()
+                  if k in existing and existing[k] != v and TRAINED_PREFIX + k not in existing]
         for start in range(0, len(fresh), 100):
             part = fresh[start : start + 100]
             try:

@@ -26,10 +26,11 @@ from ctpipe.components.engine.progress import Progress, ProgressLine, Unsettled,
 from ctpipe.components.engine.saving import CheckpointWriter, saveable_state
 from ctpipe.components.engine.step import build_optimizer, optimizer_step_unsynced
 from ctpipe.components.engine.throughput import flops_per_sample_or_zero
-from ctpipe.components.engine.tracker import NullTracker, flatten
+from ctpipe.components.engine.tracker import NullTracker
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import TrainingError
 from ctpipe.components.lib.platform_facts import platform_facts
+from ctpipe.components.lib.tracking.log_step import flatten_params
 from ctpipe.components.tasks import load_task, task_record
 from ctpipe.components.tasks.code_identity import task_code_identity
 
@@ -393,12 +394,11 @@ class Trainer:
     # -- the end ----------------------------------------------------------------------------------
 
     def system_facts(self) -> dict[str, Any]:
-        """Facts about this run's hardware and model, logged as ``system.*`` params beside the config; the model
-        as its task describes it (``system.model.*``: the config's ``model`` section describes the tabular models
-        only)."""
+        """Facts about this run's hardware and model, logged as ``system.*`` params beside the config; the model as
+        its task describes it (``system.model.*``: the config's ``model`` section is the tabular models' only)."""
         d = self.d
         return {
-            **flatten(self.task.describe_model(self.cfg, self.state), "system.model."),
+            **flatten_params(self.task.describe_model(self.cfg, self.state), "system.model."),
             "system.torch_version": torch.__version__,
             "system.world_size": d.world_size,
             "system.device": str(d.device) if d.device.type == "cpu" else torch.cuda.get_device_name(d.device),

@@ -122,8 +122,14 @@ def _check_direction(metric: Metric, where: str) -> None:
 
 
 def label_column(task: TaskSpec, data: Any) -> str | None:
-    """The label column of a run: ``data.label`` (``config.data``), or None for a task that needs no label."""
-    return data.label if task.codec.needs_label else None
+    """The label column of a run: ``data.label`` (``config.data``), or None for a task that needs no label;
+    ConfigError when the task needs one and ``data.label`` is null."""
+    if not task.codec.needs_label:
+        return None
+    if data.label is None:
+        raise ConfigError(f"invalid data.label=null: task '{task.name}' learns from a label column; name it with "
+                          "--set data.label=COLUMN (null is for a task that needs no label, e.g. causal_lm)")
+    return data.label
 
 
 def check_evaluation_metrics(task: TaskSpec, evaluate: Any) -> None:

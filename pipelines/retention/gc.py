@@ -317,8 +317,12 @@ def _prune_mlflow_runs(
     experiment = client.get_experiment_by_name(registry_config.experiment)
     if experiment is None:
         return
+    from ctpipe.components.lib.tracking import TRAINING_RUN_TAG
+
     found = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"], max_results=10_000)
-    # A child run (a tune step's trial: mlflow.parentRunId) is its parent's: kept and deleted with it.
+    # A child run (a tune step's trial, the content run of the pipeline run that first trained it:
+    # mlflow.parentRunId) is its parent's: kept and deleted with it, unless kept itself (a registered version
+    # links it) or named by a run that stays (a later pipeline run that reused it from the cache).
     children: dict[str, list[str]] = {}
     for run in found:
         if parent := run.data.tags.get("mlflow.parentRunId"):
@@ -333,6 +337,7 @@ def _prune_mlflow_runs(
         gone_parents.add(info.run_id)
         if info.run_id not in report.mlflow_runs_deleted:
             _delete_mlflow_run(client, info.run_id, report, dry_run)
+    named = {run.data.tags.get(TRAINING_RUN_TAG) for run in found if run.info.run_id not in report.mlflow_runs_deleted}
     for child in [c for parent in sorted(gone_parents) for c in children.get(parent, [])]:
-        if child not in report.mlflow_runs_deleted:
+        if child not in report.mlflow_runs_deleted and child not in keep and child not in named:
             _delete_mlflow_run(client, child, report, dry_run)

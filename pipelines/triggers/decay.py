@@ -168,6 +168,8 @@ def check_decay(
     key, label = config.data.key, config.data.label
     if not key:
         raise UserError("--labels joins labels to predictions by the data's key: set data.key (the column both carry)")
+    if not label:
+        raise UserError("--labels reads the label column data.label, which is null: set data.label=COLUMN")
     decay = config.watch.decay
     first_day = today - dt.timedelta(days=decay.lookback_days)
     predictions = read_dated(log_uri, first_day)

@@ -196,6 +196,32 @@ def test_a_rerun_on_unchanged_data_reuses_the_cached_steps_and_registers_nothing
     assert summary["training_mlflow_run_id"] == first["training_mlflow_run_id"] != summary["mlflow_run_id"]
     assert registry(home).get_run(summary["mlflow_run_id"]).info.status == "FINISHED"
     assert registry(home).get_run(summary["training_mlflow_run_id"]).info.status == "FINISHED"
+    _check_mlflow_layout(registry(home), first, summary)
+
+
+def _check_mlflow_layout(client, first: dict, second: dict) -> None:
+    """Issue 47: one top-level MLflow run per pipeline run (two `ctpipe run`s made three); the content run the
+    cached steps log to is a child of the run that trained it; the registered version's source run carries the
+    resolved config as params, the training and test metrics, and the reports."""
+    experiment = client.get_run(first["mlflow_run_id"]).info.experiment_id
+    runs = client.search_runs([experiment], max_results=1000)
+    top = {run.info.run_id for run in runs if "mlflow.parentRunId" not in run.data.tags}
+    pipeline_runs = {run.info.run_id for run in runs if "ctpipe.pipeline_run_id" in run.data.tags}
+    assert top == pipeline_runs and {first["mlflow_run_id"], second["mlflow_run_id"]} <= top
+    training = client.get_run(first["training_mlflow_run_id"])
+    assert training.data.tags["mlflow.parentRunId"] == first["mlflow_run_id"]
+    version = client.get_model_version(first["model_name"], first["model_version"])
+    assert version.run_id == first["mlflow_run_id"]
+    for run_id in (first["mlflow_run_id"], second["mlflow_run_id"]):  # the rerun gets the cached steps' results too
+        data = client.get_run(run_id).data
+        assert (data.params["train.max_steps"], data.params["data.key"]) == ("60", "customer_id"), run_id
+        assert data.params["system.world_size"] == "2", run_id  # the trainer's facts, from the content run
+        assert {"test_accuracy", "train_loss", "validation.errors"} <= set(data.metrics), sorted(data.metrics)
+        assert data.metrics["train_loss"] == training.data.metrics["train_loss"]
+        artifacts = {entry.path for entry in client.list_artifacts(run_id)}
+        assert {"validation", "sanity", "evaluation", "config"} <= artifacts, artifacts
+        assert "validation/data_docs.html" in {e.path for e in client.list_artifacts(run_id, "validation")}
+    assert "reports" in {entry.path for entry in client.list_artifacts(first["mlflow_run_id"])}
 
 
 def test_caching_off_reruns_every_step_and_compares_with_the_first_model(first_run, home, data):

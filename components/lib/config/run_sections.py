@@ -24,8 +24,9 @@ from ctpipe.components.lib.config.rules import (
 class DataConfig:
     """Where the data is and what its columns mean."""
 
-    # The label column; a task that declares it needs none (``Task.needs_label``, e.g. causal_lm) ignores it.
-    label: str = "label"
+    # The label column; null for a task that needs none (``needs_label`` false: causal_lm's own defaults set
+    # null, so its recorded config shows no tabular label), which ignores any value given.
+    label: str | None = "label"
     # Column whose value keys a row's split; None hashes the row's content instead.
     key: str | None = None
     # The text column of a text task (causal_lm); None: the task's default (``text``).
@@ -47,7 +48,8 @@ class DataConfig:
     max_train_rows: int | None = None
 
     def __post_init__(self) -> None:
-        check(bool(self.label), "data.label", "must name the label column")
+        check(self.label is None or (isinstance(self.label, str) and bool(self.label.strip())), "data.label",
+              f"{self.label!r} must name the label column, or be null for a task that needs none")
         check(self.window_days is None or 1 <= self.window_days <= 36_500, "data.window_days",
                f"{self.window_days!r} must be a number of days in [1, 36500], or null for all partitions")
         check(self.max_train_rows is None or 1 <= self.max_train_rows <= MAX_ROWS, "data.max_train_rows",
@@ -194,7 +196,9 @@ class TaskConfig:
 class ModelConfig:
     """The network; it knows nothing of devices or parallelism."""
 
-    kind: Literal["mlp", "transformer"] = "mlp"
+    # The tabular network; null for a task that builds its own (causal_lm's defaults: its recorded config then
+    # shows no tabular model; the fields below are the tabular models' and such a task ignores them).
+    kind: Literal["mlp", "transformer"] | None = "mlp"
     hidden: int = 128
     depth: int = 3
     dropout: float = 0.1

@@ -107,6 +107,11 @@ def build_model(cfg: ModelConfig, spec: InputSpec) -> nn.Module:
         return TabularMLP(cfg, spec)
     if cfg.kind == "transformer":
         return FeatureTokenTransformer(cfg, spec)
+    if cfg.kind is None:
+        from ctpipe.components.lib.errors import ConfigError
+
+        raise ConfigError("invalid model.kind=null for a tabular model: allowed 'mlp' or 'transformer' (null is for "
+                          "a task that builds its own network, e.g. causal_lm); set --set model.kind=mlp")
     raise ValueError(f"unknown model kind {cfg.kind!r}")
 
 

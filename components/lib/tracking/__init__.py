@@ -16,7 +16,7 @@ import os
 # Before anything imports mlflow: no telemetry from pipeline steps.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from ctpipe.components.lib.tracking.log_step import log_step  # noqa: E402
+from ctpipe.components.lib.tracking.log_step import flatten_params, log_step  # noqa: E402
 from ctpipe.components.lib.tracking.retry import (  # noqa: E402
     RegistryUnavailableError,
     RetryPolicy,
@@ -43,7 +43,9 @@ from ctpipe.components.lib.tracking.store import (  # noqa: E402
 )
 from ctpipe.components.lib.tracking.training_runs import (  # noqa: E402
     CONTENT_KEY_TAG,
+    PARENT_RUN_TAG,
     TRAINING_RUN_TAG,
+    adopt_training_run,
     end_linked_pipeline_runs,
     finish_training_run_of,
     running_runs_linked_to,
@@ -52,7 +54,10 @@ from ctpipe.components.lib.tracking.training_runs import (  # noqa: E402
 
 __all__ = [
     "CONTENT_KEY_TAG",
+    "PARENT_RUN_TAG",
     "TRAINING_RUN_TAG",
+    "adopt_training_run",
+    "flatten_params",
     "end_linked_pipeline_runs",
     "finish_training_run_of",
     "running_runs_linked_to",

@@ -336,8 +336,9 @@ def _lineage(
 def _log_to_run(
     tracking_uri: str, run_id: str, config: Config, result: EvaluationResult, blessing_path: str, card_path: str
 ) -> None:
-    """Evaluation metrics, the blessing and the card on the pipeline run's MLflow run."""
-    from ctpipe.components.lib.tracking import RetryPolicy, log_step
+    """Evaluation metrics, the blessing and the card on the pipeline run's MLflow run, and a copy of the training
+    results (params, metrics, reports) from the content run the cached steps logged to, when it names one."""
+    from ctpipe.components.lib.tracking import RetryPolicy, adopt_training_run, log_step
 
     metrics = {f"test_{k}": v for k, v in result.candidate_metrics.items()}
     metrics |= {f"champion_test_{k}": v for k, v in (result.champion_metrics or {}).items()}
@@ -347,3 +348,5 @@ def _log_to_run(
              tags={"ctpipe.blessed": str(result.blessed).lower()},
              files={"evaluation/blessing.json": blessing_path, "evaluation/model_card.md": card_path},
              retry=RetryPolicy.of(config.registry))
+    # The first step that always runs after the cached ones: a rerun served from the cache gets them too.
+    adopt_training_run(tracking_uri, run_id, RetryPolicy.of(config.registry))

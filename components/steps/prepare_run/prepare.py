@@ -118,11 +118,13 @@ def prepare_run(
     from ctpipe.components.lib.timing import import_clock
     from ctpipe.components.lib.tracking import (
         CONTENT_KEY_TAG,
+        PARENT_RUN_TAG,
         TRAINING_RUN_TAG,
         RetryPolicy,
         bounded_mlflow_http,
         ensure_experiment,
         find_or_create_run,
+        flatten_params,
         log_step,
         set_run_tag,
     )
@@ -154,16 +156,20 @@ def prepare_run(
         )
         training_run_id = run_id
         if config.pipeline.caching:
+            # A nested child of the pipeline run that first needs it: one top-level run per pipeline run in the
+            # UI; a later run reusing it names it (below) and gets a copy of its results (adopt_training_run).
             training_run_id, _ = policy.call(
                 lambda: find_or_create_run(tracking_uri, experiment_id, key_tag=CONTENT_KEY_TAG, key=key,
-                                           run_name=f"ctpipe-training-{key[:12]}", tags=tags),
+                                           run_name=f"ctpipe-training-{key[:12]}",
+                                           tags={**tags, PARENT_RUN_TAG: run_id}),
                 f"open the MLflow run of content key {key[:12]}",
             )
             # The pipeline run names the run its cached steps logged to (and a failing one ends it too).
             policy.call(lambda: set_run_tag(tracking_uri, run_id, TRAINING_RUN_TAG, training_run_id),
                         f"tag MLflow run {run_id}")
     setup_seconds = time.perf_counter() - started - imports.seconds
-    if created:
-        log_step(tracking_uri, run_id, "prepare_run", documents={"config/config.json": config.to_dict()}, retry=policy)
+    if created:  # the resolved config, as params a data scientist can sort and compare runs by, and as a file
+        log_step(tracking_uri, run_id, "prepare_run", params=flatten_params(config.to_dict()),
+                 documents={"config/config.json": config.to_dict()}, retry=policy)
     return PreparedRun(config_json=config.to_json(), mlflow_run_id=run_id, mlflow_experiment_id=experiment_id,
                        mlflow_setup_seconds=setup_seconds, data_fingerprint=fingerprint, training_run_id=training_run_id)

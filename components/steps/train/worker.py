@@ -33,13 +33,14 @@ import torch.distributed as dist
 
 from ctpipe.components.engine import checkpointing as ckpt
 from ctpipe.components.engine.device import Dist, choose_device, gpus_per_rank
-from ctpipe.components.engine.tracker import NullTracker, flatten, make_tracker
+from ctpipe.components.engine.tracker import NullTracker, make_tracker
 from ctpipe.components.engine.trainer import Trainer
 from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.errors import TrainingError, UserError, machine_error_message
 from ctpipe.components.lib.processes import exit_without_teardown
 from ctpipe.components.lib.timing import process_start_time
+from ctpipe.components.lib.tracking.log_step import flatten_params
 from ctpipe.components.lib.tracking.retry import RegistryUnavailableError, RetryPolicy
 from ctpipe.components.run_config.trial import apply_trial_env
 from ctpipe.components.steps.train.launchers.base import (
@@ -88,7 +89,7 @@ def train(
         startup_seconds = time.time() - process_start if process_start is not None else None
         Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
         trainer = Trainer(cfg, snapshot_dir, checkpoint_dir, d, tracker)
-        tracker.log_params({**flatten(cfg.to_dict()), **trainer.system_facts()})
+        tracker.log_params({**flatten_params(cfg.to_dict()), **trainer.system_facts()})
         trainer.resume()
         # Move the ~10^6 objects of torch's start-up out of the collector's reach: otherwise a full
         # collection (0.2-0.3 s here) lands in the loop, typically in a checkpoint save.

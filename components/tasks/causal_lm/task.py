@@ -61,6 +61,9 @@ class CausalLM(TaskBase):
     # The task's own settings for any data: select checkpoints by validation loss, bless on beating the
     # unigram baseline with no regression against the champion (loss and bits per byte, lower is better).
     config_defaults = (
+        # No label column and no tabular network (its own is ``task.options``' size): null, not the tabular
+        # defaults, in the recorded config.
+        "data.label=null", "model.kind=null",
         "select.metric=val_loss", "registry.model_name=ctpipe-causal-lm",
         "evaluate.thresholds={loss: {value: baseline, change_abs: 0.0, direction: lower}, "
         "bits_per_byte: {value: baseline, change_abs: 0.0, direction: lower}}",

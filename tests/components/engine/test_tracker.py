@@ -37,13 +37,15 @@ def test_the_tracker_logs_params_metrics_tags_and_artifacts_into_the_run(tmp_pat
     run_id = client.create_run(ensure_experiment(uri, "ctpipe")).info.run_id
     tracker = make_tracker(0, uri, run_id, retry=ONE_RETRY)
     tracker.log_params({"train.lr": 0.1})
-    tracker.log_params({"train.lr": 0.2, "train.steps": 3})  # a resume: only what is new is sent
+    tracker.log_params({"train.lr": 0.1, "train.steps": 3})  # a resume: only what is new is sent
+    # Prepare logged the config before tuning: the value trained with goes beside it (MLflow params are immutable).
+    tracker.log_params({"train.lr": 0.2})
     tracker.log_metrics({"loss": 1.5}, step=1)
     tracker.set_tags({"ctpipe.train.status": "finished"})
     tracker.log_artifact(__file__, "training")
     tracker.close()
     data = client.get_run(run_id).data
-    assert data.params == {"train.lr": "0.1", "train.steps": "3"}
+    assert data.params == {"train.lr": "0.1", "train.steps": "3", "trained.train.lr": "0.2"}
     assert data.metrics == {"loss": 1.5} and data.tags["ctpipe.train.status"] == "finished"
     assert [a.path for a in client.list_artifacts(run_id, "training")] == ["training/test_tracker.py"]
 

@@ -116,3 +116,30 @@ def test_a_whole_map_replaces_and_a_key_into_it_merges():
     assert set(replaced.evaluate.thresholds) == {"log_loss"}
     with pytest.raises(ConfigError, match="unknown config key 'train.max_stepz'"):
         load_config(None, ["train.max_stepz=3"])
+
+
+def test_a_task_that_needs_no_label_records_none_not_the_tabular_default():
+    """Issue 47: causal_lm's recorded config carried the tabular `data.label: label`, which it never reads. Its task
+    layer sets data.label to null (`ctpipe config show` names that layer); the tabular default stays, and a task
+    that needs a label refuses a run without one before any step."""
+    from ctpipe.components.tasks.registry import label_column
+
+    resolved = resolve_layers(settings=["task.name=causal_lm"])
+    assert resolved.config.data.label is None and resolved.origin_of("data.label") == "task causal_lm"
+    assert resolved.config.model.kind is None and resolved.origin_of("model.kind") == "task causal_lm"
+    assert load_config(None, []).data.label == "label"
+    # A compiled causal_lm pipeline run as the tabular task gets the tabular default back.
+    lm = load_config(None, ["task.name=causal_lm"]).to_json()
+    back = resolve_config(compiled=lm, overrides="task.name=tabular_classification")
+    assert (back.data.label, back.model.kind) == ("label", "mlp")
+    tabular = load_config(None, ["data.label=null"])
+    with pytest.raises(ConfigError, match="data.label"):
+        label_column(load_task(tabular.task), tabular.data)
+
+
+def test_a_tabular_model_of_no_kind_is_refused_naming_the_fix():
+    from ctpipe.components.lib.config import ModelConfig
+    from ctpipe.components.lib.models.tabular import InputSpec, build_model
+
+    with pytest.raises(ConfigError, match="model.kind=mlp"):
+        build_model(ModelConfig(kind=None), InputSpec(2, [], 2))

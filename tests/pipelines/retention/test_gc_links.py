@@ -79,3 +79,24 @@ def test_gc_with_keep_last_runs_1_keeps_every_run_a_registered_version_links(tmp
                                                            tracking_uri=uri)
     # The training run kept for the version is not a run that merely shares its content key: those went.
     assert training not in report.mlflow_runs_deleted
+
+
+def test_a_content_run_nested_under_a_collected_pipeline_run_stays_while_a_kept_run_names_it(tmp_path):
+    """Issue 47: the content run is a child of the pipeline run that first trained it, and a child goes with its
+    parent. A later pipeline run that reused it from the cache (kept, the newest) still names it: it stays; the
+    content run of a collected run that nothing kept names goes with it."""
+    home = tmp_path
+    write_demo_data(home / "data", days=2, rows_per_day=50, seed=1)
+    uri = local_tracking_uri(home)
+    lone, lone_training = _pipeline_run(home, uri, "p0", "train.max_steps=99")
+    time.sleep(0.01)
+    first, training = _pipeline_run(home, uri, "p1")
+    time.sleep(0.01)
+    reuse, reused = _pipeline_run(home, uri, "p2")
+    assert reused == training and mlflow.MlflowClient(uri).get_run(training).data.tags["mlflow.parentRunId"] == first
+    report = collect_garbage(home, RetentionConfig(keep_last_runs=1), Config().registry, uri)
+    assert {first, lone, lone_training} <= set(report.mlflow_runs_deleted)
+    assert training not in report.mlflow_runs_deleted and reuse not in report.mlflow_runs_deleted
+    with tempfile.TemporaryDirectory() as tmp:
+        assert mlflow.artifacts.download_artifacts(run_id=training, artifact_path="validation/data_docs.html",
+                                                   dst_path=tmp, tracking_uri=uri)

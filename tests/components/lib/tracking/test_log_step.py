@@ -67,3 +67,14 @@ def test_the_policy_comes_from_the_registry_section():
 
     cfg = RegistryConfig(retries=2, retry_backoff_seconds=0.5, retry_max_backoff_seconds=4.0)
     assert RetryPolicy.of(cfg) == RetryPolicy(retries=2, backoff_seconds=0.5, max_backoff_seconds=4.0)
+
+
+def test_params_beyond_one_request_are_all_logged_and_a_retry_may_resend_them(tmp_path):
+    from ctpipe.components.lib.tracking import flatten_params
+
+    uri, run_id = _run(tmp_path)
+    params = flatten_params({"section": {f"field_{i}": i for i in range(250)}, "model": {"kind": "mlp"}, "empty": {}})
+    assert params["section.field_7"] == "7" and params["empty"] == "{}"
+    for _ in range(2):
+        log_step(uri, run_id, "prepare_run", params=params)
+    assert mlflow.MlflowClient(tracking_uri=uri).get_run(run_id).data.params == params

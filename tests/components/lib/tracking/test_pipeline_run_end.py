@@ -61,3 +61,21 @@ def test_a_failing_cached_step_ends_the_pipeline_runs_that_wait_on_its_training_
     with pytest.raises(ValueError), step_status("train", mlflow_run=(uri, training)):
         raise ValueError("the job failed")
     assert [_status(uri, r) for r in (training, waiting, done, other)] == ["FAILED", "FAILED", "FINISHED", "RUNNING"]
+
+
+def test_a_failed_gate_of_a_cached_step_is_recorded_on_the_pipeline_runs_that_wait_on_it(tmp_path):
+    """The watcher reads a KFP run's gate verdicts from the MLflow run tagged with its id (the pipeline run); with
+    caching the gate's verdict was only on the content run, so a failed validation read as an infrastructure
+    failure and was retried. The pipeline runs ended with it now carry the verdict too."""
+    from ctpipe.components.lib.tracking import TRAINING_RUN_TAG, set_run_tag, tags_of_runs_tagged
+
+    uri = local_tracking_uri(tmp_path)
+    experiment = ensure_experiment(uri, "ctpipe")
+    training, _ = find_or_create_run(uri, experiment, key_tag="ctpipe.content_key", key="k1", run_name="t", tags={})
+    waiting, _ = find_or_create_run(uri, experiment, key_tag="ctpipe.pipeline_run_id", key="p1", run_name="p1", tags={})
+    set_run_tag(uri, waiting, TRAINING_RUN_TAG, training)
+    with pytest.raises(ValueError), step_status("validate_data", mlflow_run=(uri, training)):
+        set_run_tag(uri, training, "ctpipe.validation", "failed")  # what validation logs before it raises
+        raise ValueError("2 rows have no label")
+    assert [tags.get("ctpipe.validation") for tags in tags_of_runs_tagged(uri, "ctpipe", "ctpipe.pipeline_run_id", "p1")] \
+        == ["failed"]

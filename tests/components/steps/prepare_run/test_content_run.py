@@ -112,3 +112,19 @@ def test_a_run_started_for_a_data_version_that_has_moved_on_stops_before_anythin
     # Without caching a watcher's run is checked all the same.
     with pytest.raises(DataChangedError):
         _prepare(tmp_path, "p4", "pipeline.caching=false", expected=seen)
+
+
+def test_each_pipeline_run_is_one_top_level_mlflow_run_with_the_resolved_config_as_params(tmp_path):
+    """Issue 47: two pipeline runs made three top-level MLflow runs, the pipeline run had no params. Now the content
+    run is a nested child of the pipeline run that first needed it, and each pipeline run carries its config."""
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=50, seed=1)
+    first, second = _prepare(tmp_path, "p1", "train.max_steps=77"), _prepare(tmp_path, "p2", "train.max_steps=77")
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_run(first.mlflow_run_id).info.experiment_id])
+    top = {run.info.run_id for run in runs if "mlflow.parentRunId" not in run.data.tags}
+    assert top == {first.mlflow_run_id, second.mlflow_run_id}
+    assert client.get_run(first.training_run_id).data.tags["mlflow.parentRunId"] == first.mlflow_run_id
+    for prepared in (first, second):
+        params = client.get_run(prepared.mlflow_run_id).data.params
+        assert params["train.max_steps"] == "77" and params["task.name"] == load_config(None, []).task.name
+        assert params["data.key"] == str(load_config(None, []).data.key)
