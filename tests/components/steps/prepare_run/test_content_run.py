@@ -112,3 +112,15 @@ def test_a_run_started_for_a_data_version_that_has_moved_on_stops_before_anythin
     # Without caching a watcher's run is checked all the same.
     with pytest.raises(DataChangedError):
         _prepare(tmp_path, "p4", "pipeline.caching=false", expected=seen)
+
+
+def test_a_reproduction_run_trains_afresh_in_its_own_mlflow_run_even_with_caching(tmp_path):
+    # Trigger reproduce (`ctpipe models reproduce VERSION --host`): the cached steps' inputs name the content's
+    # training run, so KFP would hand the reproduction the very model it is to rebuild. It gets its own run.
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=50, seed=1)
+    first = _prepare(tmp_path, "p1")
+    config = load_config(None, []).to_json()
+    again = prepare_run(config, "", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", pipeline_run_id="p2",
+                        trigger="reproduce", data_uri=str(tmp_path / "data"), expected_fingerprint=first.data_fingerprint)
+    assert again.training_run_id == again.mlflow_run_id != first.training_run_id
+    assert again.data_fingerprint == first.data_fingerprint  # the recorded data is still checked
