@@ -52,7 +52,7 @@ def step_names(config: Config) -> tuple[str, ...]:
 
 # The pipeline's parameters around the run form's knobs (components/run_config/run_form.py), in the UI's order.
 _LEADING_ARGS = """            data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
-            trigger: Why this run started: manual, schedule, new_data, drift or ci. Recorded on the model.
+            trigger: Why this run started: manual, schedule, new_data, drift, decay or ci, recorded on the model; reproduce rebuilds a registered version (ctpipe models reproduce --host) and registers nothing.
             data_fingerprint: The data version this run is for (the watcher sets it); a run whose data has changed since stops before anything is reused or trained. Empty: the data as it is."""
 _TRAILING_ARGS = """            config_json: The full ctpipe config as JSON; empty (the default) means this pipeline version's config, resolved when it was compiled.
             config_overrides: KEY=VALUE overrides applied after the typed parameters, as ctpipe run --set applies them, one per line or separated by ';' (a ';' in a value, e.g. in a URI, stays when no SECTION.FIELD= follows it), e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.

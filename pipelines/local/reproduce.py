@@ -253,4 +253,6 @@ def record_reproduction(registry: Registry, result: Reproduction) -> dict[str, A
     """Overwrite the version's REPRODUCTION_TAG with this result (one short tag, bounded: only the latest)."""
     return record_on_version(registry, result.version, Comparison(
         result.identical, result.registered_weights_sha256, result.reproduced_weights_sha256, result.max_param_diff,
-        result.max_param_name, result.metrics, result.max_metric_diff))
+        result.max_param_name, result.metrics, result.max_metric_diff), "by `ctpipe models reproduce` (the local "
+        "launcher)" + (f", platform drift allowed: {'; '.join(result.platform_differences)}"
+                       if result.platform_differences else ""))

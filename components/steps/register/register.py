@@ -191,7 +191,7 @@ def _reproduction(model_path: str, snapshot_dir: str, blessing_path: str, config
     (``reproduction.py``); nothing is registered, no alias, tag but the reproduction's or description changes."""
     from ctpipe.components.steps.register.reproduction import record_pipeline_reproduction
 
-    number, comparison, aliases = record_pipeline_reproduction(model_path, snapshot_dir, blessing_path, config,
+    number, comparison, aliases, unwritten = record_pipeline_reproduction(model_path, snapshot_dir, blessing_path, config,
                                                                tracking_uri=tracking_uri, mlflow_run_id=run_id)
     if comparison.identical:
         decision = (f"Reproduced v{number} bit for bit (weights SHA-256 {comparison.reproduced_weights_sha256[:16]}, "
@@ -201,7 +201,7 @@ def _reproduction(model_path: str, snapshot_dir: str, blessing_path: str, config
                     f" in {comparison.max_param_name}, largest test-metric difference {comparison.max_metric_diff:.3g})"
                     "; registered nothing.")
     return RegistrationResult(version=number, aliases=aliases, promoted=False, promotion_reason=decision, created=False,
-                              seconds=time.perf_counter() - started, decision=decision)
+                              seconds=time.perf_counter() - started, decision=decision, description_error=unwritten)
 
 
 def _already_registered(registry: Registry, version, blessing: Blessing, serving: ServingCheck, run_id: str,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ctpipe.components.engine.checkpointing import state_dict_sha256
+from ctpipe.components.lib.atomic_files import atomic_write_text
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import UserError
@@ -32,6 +33,8 @@ from ctpipe.components.lib.tracking import bounded_mlflow_http
 from ctpipe.components.lib.tracking.store import download_version_file
 
 EXPORT_ARTIFACT = "ctpipe/model.pt"  # where registration logs the evaluated export (model_artifacts.py)
+CARD_ARTIFACT = "reports/model_card.md"  # the version's model card on its run (register.py logs it decided)
+CARD_SECTION = "## Reproduction"
 
 
 class NothingToReproduce(UserError):
@@ -98,13 +101,44 @@ def reproduction_tag(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def record_on_version(registry: Registry, version: str, comparison: Comparison) -> dict[str, Any]:
-    """Overwrite the version's REPRODUCTION_TAG with this result (one short tag, bounded: only the latest)."""
+def record_on_version(registry: Registry, version: str, comparison: Comparison, how: str) -> dict[str, Any]:
+    """Overwrite the version's REPRODUCTION_TAG with this result (one short tag, bounded: only the latest), then its
+    model card's Reproduction section (``how``: where it was rebuilt). A card that cannot be rewritten is said in
+    the record's ``card_error``; the tag stands."""
     record = reproduction_tag(comparison)
     text = json.dumps(record, separators=(",", ":"))  # fixed fields: well under a tag's 250 characters
     registry.call(lambda: registry.client.set_model_version_tag(registry.name, version, REPRODUCTION_TAG, text),
                   f"record the reproduction of version {version}")
+    try:
+        _card_section(registry, registry.get_version(version), record, comparison, how)
+    except Exception as err:  # after the tag (the record): the card is its readable copy
+        return {**record, "card_error": f"the model card was not updated: {type(err).__name__}: {err}"}
     return record
+
+
+def card_with_reproduction(card: str, record: dict[str, Any], comparison: Comparison, how: str) -> str:
+    """``card`` with one Reproduction section at its end: this result in place of an earlier one."""
+    head = card.split(f"\n{CARD_SECTION}\n")[0].rstrip("\n")
+    verdict = ("bit-identical: the same weights (SHA-256), every test metric equal" if comparison.identical else
+               f"NOT identical: largest parameter difference {comparison.max_param_diff:.3g} "
+               f"({comparison.max_param_name}), largest test-metric difference {comparison.max_metric_diff:.3g}")
+    return "\n".join([head, "", CARD_SECTION, "", f"- {record['at']}: {verdict}",
+                      f"- rebuilt {how}; weights SHA-256 {comparison.reproduced_weights_sha256}",
+                      "- only the latest reproduction is kept (`ctpipe models show`: `reproduction`)", ""])
+
+
+def _card_section(registry: Registry, version, record: dict[str, Any], comparison: Comparison, how: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="ctpipe-card-") as tmp:
+        card = registry.call(lambda: download_version_file(registry.uri, version, CARD_ARTIFACT, tmp),
+                             "read the version's model card")
+        if card is None:
+            return  # registered without a card: the tag is the record
+        updated = Path(tmp) / "updated" / Path(CARD_ARTIFACT).name
+        updated.parent.mkdir()
+        atomic_write_text(updated, card_with_reproduction(card.read_text(), record, comparison, how))
+        registry.call(lambda: registry.client.log_artifact(version.run_id, str(updated),
+                                                           Path(CARD_ARTIFACT).parent.name),
+                      "log the model card with its reproduction")
 
 
 def export_weights(path: Path) -> dict[str, Any]:
@@ -140,9 +174,10 @@ def reproduced_version(registry: Registry, fingerprint: str, config: Config):
 
 
 def record_pipeline_reproduction(model_path: str, snapshot_dir: str, blessing_path: str, config: Config, *,
-                                 tracking_uri: str, mlflow_run_id: str) -> tuple[str, Comparison, list[str]]:
+                                 tracking_uri: str, mlflow_run_id: str) -> tuple[str, Comparison, list[str], str]:
     """Compare the rebuilt ``model_path`` (scored by evaluation: the blessing's metrics) with the version it
-    rebuilds and record the result on that version and on this run. Returns (version, comparison, its aliases)."""
+    rebuilds and record the result on that version and on this run. Returns (version, comparison, its aliases, what
+    was not written: '' or the card's error)."""
     blessing = read_blessing(blessing_path)
     snapshot = load_snapshot(snapshot_dir)
     with bounded_mlflow_http():
@@ -153,9 +188,9 @@ def record_pipeline_reproduction(model_path: str, snapshot_dir: str, blessing_pa
             registered = registered_weights(registry.uri, version, Path(tmp))
         comparison = compare_exports(registered, export_weights(Path(model_path)),
                                      registry.lineage(version).get("metrics") or {}, blessing.candidate_metrics)
-        record = record_on_version(registry, number, comparison)
+        record = record_on_version(registry, number, comparison, f"by pipeline run {mlflow_run_id} (MLflow run)")
         for key, value in (("ctpipe.reproduced_version", number), ("ctpipe.reproduction", record["result"])):
             registry.call(lambda k=key, v=value: registry.client.set_tag(mlflow_run_id, k, v),
                           f"tag MLflow run {mlflow_run_id}")
         aliases = sorted(alias for alias, v in registry.aliases().items() if v == number)
-    return number, comparison, aliases
+    return number, comparison, aliases, str(record.get("card_error") or "")

@@ -218,7 +218,9 @@ def _reproduce(registry, args: argparse.Namespace) -> int:
 
     with contextlib.redirect_stdout(sys.stderr):  # the steps' progress lines: stdout holds only the result
         result = run_reproduction(plan, args.out)
-    record_reproduction(registry, result)
+    recorded = record_reproduction(registry, result)
+    if recorded.get("card_error"):  # the registry's tag holds the result; its card is a copy
+        print(f"ctpipe models reproduce: warning: {recorded['card_error']}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

@@ -5,6 +5,7 @@ alias or rewrites a description, whatever the comparison says."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -47,13 +48,22 @@ def home(models, tmp_path_factory):
     return home
 
 
+def _card(registry, tmp_path) -> str:
+    """Version 1's model card as logged on its run."""
+    import mlflow.artifacts
+
+    return Path(mlflow.artifacts.download_artifacts(run_id=registry.get_version("1").run_id,
+                                                    artifact_path="reports/model_card.md", dst_path=str(tmp_path),
+                                                    tracking_uri=registry.uri)).read_text()
+
+
 def _state(registry):
     """Everything a reproduction run must leave as it was: versions, aliases, descriptions, tags but its own."""
     return [(str(v.version), v.description, {k: t for k, t in (v.tags or {}).items() if k != REPRODUCTION_TAG})
             for v in registry.versions()], registry.aliases()
 
 
-def test_a_reproduction_run_registers_nothing_and_records_its_result_on_the_version(models, home):
+def test_a_reproduction_run_registers_nothing_and_records_its_result_on_the_version(models, home, tmp_path):
     config = fast_config()
     registry = Registry(local_tracking_uri(home), config.registry)
     before = _state(registry)
@@ -67,6 +77,9 @@ def test_a_reproduction_run_registers_nothing_and_records_its_result_on_the_vers
     shown = show_version(registry, "1")["reproduction"]
     assert shown["result"] == "identical" and shown["at"]
     assert registry.client.get_run(run_id).data.tags["ctpipe.reproduced_version"] == "1"
+    card = _card(registry, tmp_path / "c1")
+    assert card.count("## Reproduction") == 1 and "bit-identical" in card and f"pipeline run {run_id}" in card
+    assert card.index("## Serving check") < card.index("## Reproduction")  # the card as registered, then this
 
     # Other weights (a rebuild that came out different): a mismatch, recorded; still nothing registered or moved.
     other, _ = _register(models, home, "b", "p3", config, "reproduce")
@@ -74,6 +87,8 @@ def test_a_reproduction_run_registers_nothing_and_records_its_result_on_the_vers
     assert _state(registry) == before
     recorded = json.loads(registry.get_version("1").tags[REPRODUCTION_TAG])
     assert recorded["result"] == "mismatch" and recorded["max_param_diff"] > 0
+    card = _card(registry, tmp_path / "c2")  # the latest result only, in place of the earlier one
+    assert card.count("## Reproduction") == 1 and "NOT identical" in card and "bit-identical" not in card
 
 
 def test_a_reproduction_run_no_version_records_is_refused_and_registers_nothing(models, home):
