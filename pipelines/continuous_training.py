@@ -52,7 +52,7 @@ def step_names(config: Config) -> tuple[str, ...]:
 
 # The pipeline's parameters around the run form's knobs (components/run_config/run_form.py), in the UI's order.
 _LEADING_ARGS = """            data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
-            trigger: Why this run started: manual, schedule, new_data, drift, decay or ci. Recorded on the model.
+            trigger: Why this run started: manual, schedule, new_data, drift, decay or ci, recorded on the model; reproduce rebuilds a registered version (ctpipe models reproduce --host) and registers nothing.
             trigger_reason: What fired the trigger, in words (the watcher's drift or decay finding: metric, cohort, interval, rows). Recorded on the run and the model; empty: none given.
             data_fingerprint: The data version this run is for (the watcher sets it); a run whose data has changed since stops before anything is reused or trained. Empty: the data as it is."""
 _TRAILING_ARGS = """            config_json: The full ctpipe config as JSON; empty (the default) means this pipeline version's config, resolved when it was compiled.

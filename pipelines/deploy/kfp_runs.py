@@ -11,6 +11,7 @@ import datetime as dt
 import time
 from typing import Any
 
+from ctpipe.components.lib.config import REPRODUCE_TRIGGER
 from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.continuous_training import PIPELINE_NAME
@@ -90,6 +91,14 @@ def run_parameters(
             refuse_uri_credentials(value, name=f"run parameter '{name}'", recorded_in="KFP keeps a run's parameters "
                                    "in its records, visible to everyone who can list runs")
     return params
+
+
+def reproduction_parameters(*, config_json: str, data_uri: str, data_fingerprint: str) -> dict[str, Any]:
+    """The parameters of a run that rebuilds a registered version: trigger ``reproduce`` (its register step compares
+    and records, never registers), the version's recorded config and data, and the recorded data fingerprint (the
+    run stops in its first step when the data there is no longer that data)."""
+    return run_parameters(trigger=REPRODUCE_TRIGGER, data_uri=data_uri, overrides=[], config_json=config_json,
+                          extra={"data_fingerprint": data_fingerprint})
 
 
 def default_run_name(trigger: str) -> str:

@@ -15,7 +15,6 @@ the same torch, CUDA and cuDNN, device, CPU vector unit and world size (PyTorch'
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,23 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from ctpipe.components.engine.checkpoint_index import read_index
-from ctpipe.components.engine.checkpointing import state_dict_sha256
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.files import list_data_files, partition_of
 from ctpipe.components.lib.errors import UserError
 from ctpipe.components.lib.platform_facts import BEFORE_START, differences, platform_facts
-from ctpipe.components.lib.registry.model_files import sha256_file
 from ctpipe.components.lib.registry.registry import Registry
-from ctpipe.components.lib.registry.tags import REPRODUCTION_TAG
-from ctpipe.components.lib.tracking.store import download_version_file
 from ctpipe.components.steps.evaluate.scoring import score_batches
+from ctpipe.components.steps.register.reproduction import (
+    Comparison,
+    compare_exports,
+    export_weights,
+    record_on_version,
+    registered_weights,
+)
 from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
 from ctpipe.components.steps.select_checkpoint.select import select_and_export
 from ctpipe.components.steps.train.launch import train_model
 from ctpipe.components.steps.train.launchers.local import LocalLauncher
 from ctpipe.pipelines.local.train_alone import build_snapshot
-
-EXPORT_ARTIFACT = "ctpipe/model.pt"  # where registration logs the evaluated export (register/model_artifacts.py)
 
 
 class ReproductionRefused(UserError):
@@ -90,6 +90,26 @@ def plan_reproduction(registry: Registry, version: str, *, data_uri: str | None 
     where = f"version {mv.version} of '{registry.name}'"
     config, data, drift = check_reproducible(where, lineage, tags, data_uri, allow_platform_drift=allow_platform_drift)
     return Plan(str(mv.version), config, data, lineage, tags, mv, registry.uri, drift)
+
+
+def recorded_run(registry: Registry, version: str, *, data_uri: str | None = None) -> tuple[str, Config, str, str]:
+    """What a cluster reproduction run is started with (``ctpipe models reproduce VERSION --host``): the version's
+    number, its recorded config, the data URI and the recorded data fingerprint, which the run's first step checks
+    the data against (the cluster reads the data and runs the task code, so those checks are the pipeline's)."""
+    mv = registry.get_version(version)
+    tags, lineage = dict(mv.tags or {}), registry.lineage(mv)
+    where = f"version {mv.version} of '{registry.name}'"
+    fingerprint, data = tags.get("ctpipe.data_fingerprint") or "", data_uri or str(lineage.get("data_uri") or "")
+    missing = [name for name, value in (("config", lineage.get("config")), ("data fingerprint", fingerprint),
+                                        ("data URI", data)) if not value]
+    if missing:
+        raise ReproductionRefused(f"{where} cannot be reproduced on the cluster: it records no {', '.join(missing)}"
+                                  + (" (pass the training data with --data URI)" if missing == ["data URI"] else ""))
+    try:
+        config = Config.from_json(json.dumps(lineage["config"]))
+    except ValueError as err:
+        raise ReproductionRefused(f"{where}: its recorded config does not load with this ctpipe: {err}") from err
+    return str(mv.version), config, data, fingerprint
 
 
 def check_reproducible(where: str, lineage: dict[str, Any], tags: dict[str, str], data_uri: str | None, *,
@@ -192,47 +212,23 @@ def _run(plan: Plan, out: Path, started: float, *, keep: bool) -> Reproduction:
     train_model(str(snapshot.root), str(checkpoints), config, tracking_uri=None, mlflow_run_id=None,
                 job_name=f"ctpipe-reproduce-v{plan.version}", launcher=LocalLauncher())
     select_and_export(str(checkpoints), str(snapshot.root), config, str(out / "model.pt"))
-    reproduced = _weights(out / "model.pt")
-    registered = _registered_weights(plan, out)
-    metrics = _compare_metrics(plan.lineage.get("metrics") or {}, _test_metrics(out / "model.pt", snapshot))
-    max_diff, max_name = _largest_difference(registered, reproduced)
-    digests = state_dict_sha256(registered), state_dict_sha256(reproduced)
-    max_metric = max((m["difference"] for m in metrics.values()), default=0.0)
+    comparison = compare_exports(_registered_weights(plan, out), export_weights(out / "model.pt"),
+                                 plan.lineage.get("metrics") or {}, _test_metrics(out / "model.pt", snapshot))
     trained_on = read_index(checkpoints).get("platform") or {}
     return Reproduction(
         version=plan.version,
-        identical=digests[0] == digests[1] and max_metric == 0.0,
-        registered_weights_sha256=digests[0],
-        reproduced_weights_sha256=digests[1],
-        max_param_diff=max_diff,
-        max_param_name=max_name,
-        metrics=metrics,
-        max_metric_diff=max_metric,
+        identical=comparison.identical,
+        registered_weights_sha256=comparison.registered_weights_sha256,
+        reproduced_weights_sha256=comparison.reproduced_weights_sha256,
+        max_param_diff=comparison.max_param_diff,
+        max_param_name=comparison.max_param_name,
+        metrics=comparison.metrics,
+        max_metric_diff=comparison.max_metric_diff,
         platform_differences=differences(plan.lineage["platform"], trained_on),
         sanity="skipped" if sanity.skipped else ("passed" if sanity.passed else "failed"),
         out_dir=str(out) if keep else None,
         seconds=round(time.perf_counter() - started, 1),
     )
-
-
-def _weights(path: Path) -> dict[str, Any]:
-    """An export's state dict, read with ``weights_only`` (no code is imported)."""
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
-
-
-def _registered_weights(plan: Plan, out: Path) -> dict[str, Any]:
-    """The registered export's weights, after its file's SHA-256 matches the version's ``ctpipe.model_sha256``."""
-    where = out / "registered"
-    local = download_version_file(plan.tracking_uri, plan.model_version, EXPORT_ARTIFACT, where)
-    if local is None:
-        raise ReproductionRefused(f"version {plan.version}: its run has no {EXPORT_ARTIFACT} to compare with")
-    expected, found = plan.tags.get("ctpipe.model_sha256"), sha256_file(local)
-    if expected and found != expected:
-        raise ReproductionRefused(f"version {plan.version}: {EXPORT_ARTIFACT} has SHA-256 {found}, but the version "
-                                  f"records {expected}; the stored export was changed after registration")
-    return _weights(local)
 
 
 def _test_metrics(model_path: Path, snapshot: Any) -> dict[str, float]:
@@ -245,41 +241,18 @@ def _test_metrics(model_path: Path, snapshot: Any) -> dict[str, float]:
     return {k: float(v) for k, v in model.task.scoring.compute_metrics(scored.targets, scored.candidate).items()}
 
 
-def _compare_metrics(registered: dict[str, float], reproduced: dict[str, float]) -> dict[str, dict[str, float]]:
-    """Per metric recorded at registration: both values and their absolute difference (0 when both are NaN)."""
-    out = {}
-    for name in sorted(registered):
-        a, b = float(registered[name]), float(reproduced.get(name, math.nan))
-        same = a == b or (math.isnan(a) and math.isnan(b))
-        out[name] = {"registered": a, "reproduced": b, "difference": 0.0 if same else abs(a - b)}
-    return out
-
-
-def _largest_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, str | None]:
-    """The largest absolute difference of any parameter or buffer, and its name (inf when names or shapes differ)."""
-    if a.keys() != b.keys():
-        return math.inf, ", ".join(sorted(a.keys() ^ b.keys())[:3])
-    best, name = 0.0, None
-    for key in sorted(a):
-        x, y = a[key], b[key]
-        if x.shape != y.shape:
-            return math.inf, key
-        diff = float((x.double() - y.double()).abs().max()) if x.numel() else 0.0
-        if diff > best:
-            best, name = diff, key
-    return best, name
+def _registered_weights(plan: Plan, out: Path) -> dict[str, Any]:
+    """The registered export's weights, checked against the version's ``ctpipe.model_sha256``."""
+    try:
+        return registered_weights(plan.tracking_uri, plan.model_version, out / "registered")
+    except UserError as err:
+        raise ReproductionRefused(str(err)) from err
 
 
 def record_reproduction(registry: Registry, result: Reproduction) -> dict[str, Any]:
     """Overwrite the version's REPRODUCTION_TAG with this result (one short tag, bounded: only the latest)."""
-    record = {
-        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "result": "identical" if result.identical else "mismatch",
-        "weights_sha256": result.reproduced_weights_sha256[:16],
-        "max_param_diff": result.max_param_diff if math.isfinite(result.max_param_diff) else "inf",
-        "max_metric_diff": result.max_metric_diff if math.isfinite(result.max_metric_diff) else "inf",
-    }
-    text = json.dumps(record, separators=(",", ":"))  # fixed fields: well under a tag's 250 characters
-    registry.call(lambda: registry.client.set_model_version_tag(registry.name, result.version, REPRODUCTION_TAG, text),
-                  f"record the reproduction of version {result.version}")
-    return record
+    return record_on_version(registry, result.version, Comparison(
+        result.identical, result.registered_weights_sha256, result.reproduced_weights_sha256, result.max_param_diff,
+        result.max_param_name, result.metrics, result.max_metric_diff), "by `ctpipe models reproduce` (the local "
+        "launcher)" + (f", platform drift allowed: {'; '.join(result.platform_differences)}"
+                       if result.platform_differences else ""))

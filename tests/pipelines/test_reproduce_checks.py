@@ -16,14 +16,11 @@ from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.data.files import fingerprint_files, list_data_files
 from ctpipe.components.lib.platform_facts import platform_facts
 from ctpipe.components.lib.registry.tags import REPRODUCTION_TAG, reproduction_record
+from ctpipe.components.steps.register.reproduction import compare_metrics as _compare_metrics
+from ctpipe.components.steps.register.reproduction import largest_difference as _largest_difference
 from ctpipe.components.tasks import task_record
 from ctpipe.components.tasks.code_identity import task_code_identity
-from ctpipe.pipelines.local.reproduce import (
-    ReproductionRefused,
-    _compare_metrics,
-    _largest_difference,
-    check_reproducible,
-)
+from ctpipe.pipelines.local.reproduce import ReproductionRefused, check_reproducible
 
 
 @pytest.fixture()

@@ -29,12 +29,14 @@ from ctpipe.components.lib.config.run_sections import (
     TrainConfig,
     ValidationConfig,
 )
-from ctpipe.components.lib.config.sections import TRIGGERS, Config
+from ctpipe.components.lib.config.sections import PIPELINE_TRIGGERS, REPRODUCE_TRIGGER, TRIGGERS, Config
 from ctpipe.components.lib.config.serving_section import ServingConfig
 from ctpipe.components.lib.config.tune_section import SearchDimension, TuneConfig
 from ctpipe.components.lib.errors import ConfigError
 
 __all__ = [
+    "PIPELINE_TRIGGERS",
+    "REPRODUCE_TRIGGER",
     "TRIGGERS",
     "Config",
     "ConfigError",

@@ -33,6 +33,10 @@ from ctpipe.components.lib.config.serving_section import ServingConfig
 from ctpipe.components.lib.config.tune_section import TuneConfig
 
 TRIGGERS = ("manual", "schedule", "new_data", "drift", "decay", "ci")
+# A cluster run that rebuilds a registered version (`ctpipe models reproduce VERSION --host`): it trains afresh (no
+# cached step), and its register step compares with the version and records the result, never registers.
+REPRODUCE_TRIGGER = "reproduce"
+PIPELINE_TRIGGERS = (*TRIGGERS, REPRODUCE_TRIGGER)
 
 
 @dataclass(kw_only=True)

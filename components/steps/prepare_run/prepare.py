@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctpipe.components.lib.config import TRIGGERS, Config
+from ctpipe.components.lib.config import PIPELINE_TRIGGERS, REPRODUCE_TRIGGER, Config
 from ctpipe.components.lib.credentials import refuse_uri_credentials
 from ctpipe.components.lib.errors import ConfigError
 from ctpipe.components.run_config import resolve_config
@@ -102,8 +102,8 @@ def prepare_run(
 
     ``expected_fingerprint`` (the watcher's data version): a run whose data has moved on stops here
     (DataChangedError), before any cached step of another version can be reused."""
-    if trigger not in TRIGGERS:
-        raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(TRIGGERS)}")
+    if trigger not in PIPELINE_TRIGGERS:
+        raise ConfigError(f"invalid trigger {trigger!r}; allowed: {', '.join(PIPELINE_TRIGGERS)}")
     # Both are recorded (MLflow tags, step records, KFP's run): a password in either would be kept there.
     for name, uri in (("data_uri", data_uri), ("tracking_uri", tracking_uri)):
         refuse_uri_credentials(uri, name=name, recorded_in="it is recorded in MLflow tags and step records")
@@ -155,7 +155,9 @@ def prepare_run(
             f"open the MLflow run of pipeline run {pipeline_run_id}",
         )
         training_run_id = run_id
-        if config.pipeline.caching:
+        # A reproduction rebuilds a version from nothing: the content's run would make KFP's cache hand it the
+        # very model it is to rebuild (the cached steps' inputs name it), so its steps log to its own run.
+        if config.pipeline.caching and trigger != REPRODUCE_TRIGGER:
             # A nested child of the pipeline run that first needs it: one top-level run per pipeline run in the
             # UI; a later run reusing it names it (below) and gets a copy of its results (adopt_training_run).
             training_run_id, _ = policy.call(

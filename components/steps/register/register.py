@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctpipe.components.lib.config import Config
+from ctpipe.components.lib.config import REPRODUCE_TRIGGER, Config
 from ctpipe.components.lib.data.files import sha256_local
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.decision import decision_sentence
@@ -104,6 +104,8 @@ def register_candidate(
     gate from ``sanity_summary_path`` (the sanity step's summary JSON); ``reports`` are logged as files.
     """
     started = time.perf_counter()
+    if trigger == REPRODUCE_TRIGGER:  # a rebuild of a registered version: compared and recorded, never registered
+        return _reproduction(model_path, snapshot_dir, blessing_path, config, tracking_uri, mlflow_run_id, started)
     timings: dict[str, float] = {}
     blessing = read_blessing(blessing_path)
     snapshot = load_snapshot(snapshot_dir)
@@ -184,6 +186,25 @@ def register_candidate(
         description_error=described,
         data_fingerprint=(version.tags or {}).get("ctpipe.data_fingerprint", ""),
     )
+
+
+def _reproduction(model_path: str, snapshot_dir: str, blessing_path: str, config: Config, tracking_uri: str,
+                  run_id: str, started: float) -> RegistrationResult:
+    """Trigger ``reproduce``: the result of comparing this run's model with the version it rebuilds
+    (``reproduction.py``); nothing is registered, no alias, tag but the reproduction's or description changes."""
+    from ctpipe.components.steps.register.reproduction import record_pipeline_reproduction
+
+    number, comparison, aliases, unwritten = record_pipeline_reproduction(model_path, snapshot_dir, blessing_path, config,
+                                                               tracking_uri=tracking_uri, mlflow_run_id=run_id)
+    if comparison.identical:
+        decision = (f"Reproduced v{number} bit for bit (weights SHA-256 {comparison.reproduced_weights_sha256[:16]}, "
+                    "every test metric equal); registered nothing.")
+    else:
+        decision = (f"Reproduced v{number}: NOT identical (largest parameter difference {comparison.max_param_diff:.3g}"
+                    f" in {comparison.max_param_name}, largest test-metric difference {comparison.max_metric_diff:.3g})"
+                    "; registered nothing.")
+    return RegistrationResult(version=number, aliases=aliases, promoted=False, promotion_reason=decision, created=False,
+                              seconds=time.perf_counter() - started, decision=decision, description_error=unwritten)
 
 
 def _already_registered(registry: Registry, version, blessing: Blessing, serving: ServingCheck, run_id: str,

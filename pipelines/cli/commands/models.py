@@ -6,6 +6,7 @@
     ctpipe models rollback [--reason TEXT] --home DIR
     ctpipe models history [--pages N] --home DIR [--json]
     ctpipe models reproduce VERSION [--data URI] [--out DIR] [--allow-platform-drift] --home DIR [--json]
+    ctpipe models reproduce VERSION --host URL [--data URI] --tracking-uri URI
 
 Each takes the pipeline's --config FILE / --set KEY=VALUE: its registry section names the model and the
 champion alias that promote and rollback move (a version registered under another alias is refused).
@@ -19,7 +20,9 @@ of the whole text); `history --pages N` also reads N pages of older moves (25 ea
 seeds) into a scratch folder, registering nothing and moving no alias, and compares the weights' SHA-256 and the
 test metrics with the registered ones: exit 0 bit-identical, 1 not (with the largest parameter and metric
 differences), 2 refused before it started (other data, other task code, another platform: each named).
-The result is recorded on the version (the latest only) and shown by `show`. See docs/reproduce.md.
+The result is recorded on the version (the latest only) and shown by `show`. With --host it starts the rebuild as
+a run of the deployed pipeline with trigger `reproduce` (the recorded config, data and data fingerprint), whose
+register step compares and records instead of registering. See docs/reproduce.md.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import sys
 
 from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.cli.commands import add_config_args, existing_registry_uri
+from ctpipe.pipelines.cli.commands.deploy import add_kfp_args, api_errors
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -85,6 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reproduce.add_argument("--allow-platform-drift", action="store_true",
                            help="rebuild even when torch, CUDA, cuDNN, device, CPU or world size differ from the "
                                 "recorded ones (they are printed first), to measure how far it lands")
+    # On a cluster: a pipeline run of the deployed pipeline with trigger `reproduce` does the rebuild.
+    add_kfp_args(reproduce, host_required=False)
     _add_common(reproduce)
     parser.set_defaults(func=run)
 
@@ -202,6 +208,9 @@ def _reproduce(registry, args: argparse.Namespace) -> int:
     """`models reproduce`: refusals are UserErrors (exit 2); 0 bit-identical, 1 not."""
     from ctpipe.pipelines.local.reproduce import plan_reproduction, record_reproduction, run_reproduction
 
+    if args.host:
+        return _submit_reproduction(registry, args)
+
     plan = plan_reproduction(registry, args.version, data_uri=args.data, allow_platform_drift=args.allow_platform_drift)
     for line in plan.platform_differences:  # said before the (long) rebuild starts
         print(f"ctpipe models reproduce: platform differs from the recorded one: {line}", file=sys.stderr)
@@ -209,7 +218,9 @@ def _reproduce(registry, args: argparse.Namespace) -> int:
 
     with contextlib.redirect_stdout(sys.stderr):  # the steps' progress lines: stdout holds only the result
         result = run_reproduction(plan, args.out)
-    record_reproduction(registry, result)
+    recorded = record_reproduction(registry, result)
+    if recorded.get("card_error"):  # the registry's tag holds the result; its card is a copy
+        print(f"ctpipe models reproduce: warning: {recorded['card_error']}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -226,6 +237,33 @@ def _reproduce(registry, args: argparse.Namespace) -> int:
         for line in result.platform_differences:
             print(f"  platform: {line}")
     return 0 if result.identical else 1
+
+
+def _submit_reproduction(registry, args: argparse.Namespace) -> int:
+    """`models reproduce --host`: start the deployed pipeline with trigger `reproduce`; prints the run (JSON)."""
+    from ctpipe.components.lib.credentials import refuse_uri_credentials
+    from ctpipe.pipelines.deploy import kfp_runs
+    from ctpipe.pipelines.deploy.kfp_client import connect
+    from ctpipe.pipelines.local.reproduce import recorded_run
+
+    if args.out or args.allow_platform_drift:
+        raise UserError("--out and --allow-platform-drift are for a rebuild on this machine; with --host the cluster "
+                        "rebuilds the version and its register step records the result on it (models show)")
+    for name, uri in (("--data", args.data), ("--host", args.host)):
+        refuse_uri_credentials(uri, name=name, recorded_in="the run records it (its parameters and MLflow tags)")
+    version, config, data, fingerprint = recorded_run(registry, args.version, data_uri=args.data)
+    parameters = kfp_runs.reproduction_parameters(config_json=config.to_json(), data_uri=data,
+                                                  data_fingerprint=fingerprint)
+    client = connect(args.host, namespace=args.namespace, token_file=args.token_file)
+    with api_errors("start the reproduction run"):
+        created = kfp_runs.submit_run(
+            client, parameters=parameters, run_name=kfp_runs.default_run_name(f"reproduce-v{version}"),
+            experiment=args.experiment, namespace=args.namespace,
+            service_account=args.service_account or config.kubernetes.service_account,
+        )
+    print(json.dumps({"version": version, "run_id": created.run_id, "run_name": created.display_name,
+                      "trigger": parameters["trigger"]}))
+    return 0
 
 
 def _current_user() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 
@@ -128,3 +129,17 @@ def test_each_pipeline_run_is_one_top_level_mlflow_run_with_the_resolved_config_
         params = client.get_run(prepared.mlflow_run_id).data.params
         assert params["train.max_steps"] == "77" and params["task.name"] == load_config(None, []).task.name
         assert params["data.key"] == str(load_config(None, []).data.key)
+
+
+def test_a_reproduction_run_trains_afresh_in_its_own_mlflow_run_even_with_caching(tmp_path):
+    # Trigger reproduce (`ctpipe models reproduce VERSION --host`): the cached steps' inputs name the content's
+    # training run, so KFP would hand the reproduction the very model it is to rebuild. It gets its own run.
+    write_demo_data(tmp_path / "data", days=2, rows_per_day=50, seed=1)
+    first = _prepare(tmp_path, "p1")
+    config = load_config(None, ["train.max_steps=77"]).to_json()  # the version's recorded config
+    again = prepare_run(config, "", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", pipeline_run_id="p2",
+                        trigger="reproduce", data_uri=str(tmp_path / "data"), expected_fingerprint=first.data_fingerprint)
+    assert again.training_run_id == again.mlflow_run_id != first.training_run_id
+    # The run's config is the recorded one, as register compares it with the version's lineage.
+    assert json.loads(again.config_json) == json.loads(config)
+    assert again.data_fingerprint == first.data_fingerprint  # the recorded data is still checked

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,7 +22,7 @@ from ctpipe.components.lib.tracking.lineage import LINEAGE_DIGEST_TAG, LINEAGE_P
 from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.cli.main import main
 from tests.fixtures.exact import EXACT_TRAINING
-from tests.fixtures.registry import make_run
+from tests.fixtures.registered import register_through_the_steps
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -43,35 +44,11 @@ TINY = [
 
 
 def _register_through_the_steps(root):
-    """One version registered as the pipeline registers it: validate, sanity gate, train (two local ranks),
-    select and export, evaluate, register. Returns (home, data directory)."""
-    from ctpipe.components.steps.evaluate.evaluate import evaluate_candidate
-    from ctpipe.components.steps.register.register import register_candidate
-    from ctpipe.components.steps.sanity_checks.gate import run_sanity_checks
-    from ctpipe.components.steps.select_checkpoint.select import select_and_export
-    from ctpipe.components.steps.train.launch import train_model
-    from ctpipe.components.steps.train.launchers.local import LocalLauncher
-    from ctpipe.components.steps.validate_data.validate import validate_data
-
+    """One version registered as the pipeline registers it (two local training ranks). Returns (home, data)."""
     config = load_config(None, TINY)
-    data, home, work = root / "data", root / "home", root / "work"
+    data, home = root / "data", root / "home"
     write_demo_data(data, days=2, rows_per_day=150, seed=3)
-    uri = local_tracking_uri(home)
-    run_id = make_run(uri, config, "p1")
-    snap, ckpt, model = work / "snapshot", work / "checkpoints", work / "model.pt"
-    validate_data(str(data), config, snapshot_dir=str(snap), data_docs_path="", report_path="", tracking_uri=uri,
-                  mlflow_run_id=run_id)
-    run_sanity_checks(str(snap), config, report_path=str(work / "sanity.md"), first_batch_path=str(work / "fb.json"),
-                      tracking_uri=uri, mlflow_run_id=run_id, summary_path=str(work / "sanity.json"))
-    train_model(str(snap), str(ckpt), config, tracking_uri=uri, mlflow_run_id=run_id, job_name="ctpipe-repro-test",
-                launcher=LocalLauncher())
-    select_and_export(str(ckpt), str(snap), config, str(model))
-    evaluate_candidate(str(model), str(snap), config, tracking_uri=uri, mlflow_run_id=run_id,
-                       blessing_path=str(work / "blessing.json"), card_path=str(work / "card.md"),
-                       sanity_summary_path=str(work / "sanity.json"))
-    register_candidate(str(model), str(snap), str(work / "blessing.json"), config, tracking_uri=uri,
-                       mlflow_run_id=run_id, pipeline_run_id="p1", trigger="manual", reports={},
-                       sanity_summary_path=str(work / "sanity.json"))
+    register_through_the_steps(config, data, home, root / "work")
     return home, data
 
 
@@ -109,6 +86,9 @@ def test_a_registered_version_is_rebuilt_bit_identical_and_the_result_is_recorde
     shown = json.loads(out)["reproduction"]
     assert shown["result"] == "identical" and shown["at"]
     assert result["reproduced_weights_sha256"].startswith(shown["weights_sha256"])
+    card = registry.client.download_artifacts(json.loads(out)["run_id"], "reports/model_card.md", str(tmp_path))
+    text = Path(card).read_text()
+    assert text.count("## Reproduction") == 1 and "bit-identical" in text and result["reproduced_weights_sha256"] in text
     # An --out that is not empty is refused (training would resume from its checkpoints).
     code, _, err = _run(capsys, "models", "reproduce", "1", "--home", str(home), "--out", str(tmp_path / "out"))
     assert code == 2 and "is not empty" in err
