@@ -145,7 +145,7 @@ def stable_window_decayed(predicted: pd.Series, truth: pd.DataFrame, *, referenc
     labels = pd.DataFrame({"key": truth[KEY].astype(str).to_numpy(), "label": truth[LABEL].to_numpy()})
     report = judge_decay(predictions, labels, version="1", reference=reference, today=today, decay=decay, seed=seed)
     cohort = report.cohorts[0]
-    return report.decayed, cohort.accuracy
+    return report.decayed, cohort.value
 
 
 # --- serving -------------------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def wait_logged(staging: Path, rows: int, timeout: float = 60.0) -> None:
 def simulate(args: argparse.Namespace, tmp: Path) -> dict:
     from ctpipe.components.lib.tracking import local_tracking_uri
     from ctpipe.components.run_config import load_config
-    from ctpipe.pipelines.triggers.decay import registered_accuracy
+    from ctpipe.pipelines.triggers.decay import registered_metrics
     from ctpipe.pipelines.triggers.watch import check_once
 
     home, data, labels, log_root, staging = (tmp / n for n in ("home", "data", "labels", "log", "staging"))
@@ -319,17 +319,17 @@ def simulate(args: argparse.Namespace, tmp: Path) -> dict:
             judged = bool(drift.drift)
             drift_judged += judged
             drift_fired = drift_fired or bool(drift.drifted_columns) or drift.trigger == "drift"
-            judged_cohorts = [c for c in decision.decay["cohorts"] if c["accuracy"] is not None] if decision.decay else []
+            judged_cohorts = [c for c in decision.decay["cohorts"] if c["value"] is not None] if decision.decay else []
             newest = judged_cohorts[-1] if judged_cohorts else {}
             days.append({"day": d, "trigger": decision.trigger, "drift_judged": judged,
                          "drifted_columns": drift.drifted_columns, "cohorts_judged": len(judged_cohorts),
-                         "newest_closed_cohort": newest.get("day"), "accuracy": newest.get("accuracy"),
+                         "newest_closed_cohort": newest.get("day"), "accuracy": newest.get("value"),
                          "interval": [newest.get("low"), newest.get("high")], "decayed": newest.get("decayed"),
                          "seconds": round(time.time() - started, 2)})  # fmt: skip
             if args.verbose:
                 print(json.dumps(days[-1], default=str), file=sys.stderr, flush=True)
 
-        reference = registered_accuracy(tracking_uri, config, decision.champion_version)
+        reference = registered_metrics(tracking_uri, config, decision.champion_version)["accuracy"]
         false, accuracies = 0, []
         today = day_date(base, args.days)
         for w in range(args.stable_windows):

@@ -3,10 +3,12 @@
 Drift watches the inputs; when P(y|x) moves and P(x) does not, only the truth tells. The prediction log
 (``components/lib/prediction_log.py``) holds what each version served, by day; labels arrive later in their own
 partitions (key and label). For the cohort of each day served within ``watch.decay.lookback_days`` whose labels
-are complete (more than ``watch.decay.label_delay_days`` days ago), the champion's accuracy on the joined rows
-gets a two-sided percentile bootstrap interval (the resampling of ``components/lib/metrics.py``); the cohort has
-decayed when the whole interval lies below the version's registered test accuracy minus ``watch.decay.max_drop``
-(evidence, not a point estimate). Rows not joined are counted and shown, never dropped silently: predictions
+are complete (more than ``watch.decay.label_delay_days`` days ago), the champion's metric on the joined rows gets a
+two-sided percentile bootstrap interval (the resampling of ``components/lib/metrics.py``), judged against the
+version's registered test value of the same metric (evidence, not a point estimate): a classifier's accuracy
+(``predicted_class`` logged) has decayed when its whole interval lies below the test accuracy minus
+``watch.decay.max_drop``; a regressor's RMSE (``prediction`` logged) when its whole interval lies above the test
+RMSE times 1 + ``watch.decay.max_rise``. Rows not joined are counted and shown, never dropped silently: predictions
 without a label yet, predictions without a key, labels without a prediction, and predictions of another version
 (never blamed on the champion).
 """
@@ -14,6 +16,7 @@ without a label yet, predictions without a key, labels without a prediction, and
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,6 +24,46 @@ import numpy as np
 import pandas as pd
 
 from ctpipe.components.lib.config.cluster_sections import DecayConfig
+from ctpipe.components.lib.errors import UserError
+
+
+@dataclass(frozen=True)
+class DecayMetric:
+    """A metric the check computes from logged predictions and labels: the mean of per-row values, then ``finish``."""
+
+    name: str
+    column: str  # the served column it reads
+    higher_is_better: bool
+
+    def row_values(self, served: pd.Series, labels: pd.Series) -> np.ndarray:
+        if self.name == "accuracy":
+            return (served.astype(str).to_numpy() == labels.astype(str).to_numpy()).astype(np.float64)
+        error = pd.to_numeric(served, errors="coerce").to_numpy(np.float64) - pd.to_numeric(labels, errors="coerce").to_numpy(np.float64)
+        return error**2  # rmse: the root of the mean squared error
+
+    def finish(self, mean: float) -> float:
+        return float(np.sqrt(mean)) if self.name == "rmse" else float(mean)
+
+    def threshold(self, reference: float | None, decay: DecayConfig) -> float | None:
+        if reference is None:
+            return None
+        return reference - decay.max_drop if self.higher_is_better else reference * (1 + decay.max_rise)
+
+
+# The served column names the metric: a classifier's predicted class, a regressor's value.
+METRICS = (DecayMetric("accuracy", "predicted_class", True), DecayMetric("rmse", "prediction", False))
+
+
+def metric_of(predictions: pd.DataFrame) -> DecayMetric:
+    """The metric the logged rows can be judged by; a log of anything else is named."""
+    for metric in METRICS:
+        if metric.column in predictions.columns:
+            return metric
+    if not len(predictions):
+        return METRICS[0]
+    raise UserError(
+        "the prediction log's rows have none of the columns the decay check scores ("
+        + ", ".join(f"{m.column}: {m.name}" for m in METRICS) + f"); found: {', '.join(map(str, predictions.columns))}")
 
 
 @dataclass
@@ -32,7 +75,7 @@ class Cohort:
     predictions: int
     joined: int
     unlabeled: int
-    accuracy: float | None = None
+    value: float | None = None  # the metric on the joined rows
     low: float | None = None
     high: float | None = None
     decayed: bool = False
@@ -47,6 +90,7 @@ class DecayReport:
     version: str
     reference: float | None
     threshold: float | None
+    higher_is_better: bool = True
     cohorts: list[Cohort] = field(default_factory=list)
     other_versions: dict[str, int] = field(default_factory=dict)
     without_key: int = 0
@@ -59,15 +103,21 @@ class DecayReport:
 
 
 def judge_decay(
-    predictions: pd.DataFrame, labels: pd.DataFrame, *, version: str, reference: float | None, today: dt.date,
-    decay: DecayConfig, seed: int = 0,
+    predictions: pd.DataFrame, labels: pd.DataFrame, *, version: str,
+    reference: float | Mapping[str, float | None] | None, today: dt.date, decay: DecayConfig, seed: int = 0,
 ) -> DecayReport:  # fmt: skip
-    """``predictions``: the prediction log's rows (``key``, ``model_version``, ``served_at``, ``predicted_class``);
-    ``labels``: ``key`` and ``label``. The first decayed closed cohort (oldest first) decides."""
+    """``predictions``: the prediction log's rows (``key``, ``model_version``, ``served_at``, and ``predicted_class``
+    or ``prediction``: ``metric_of``); ``labels``: ``key`` and ``label``; ``reference``: the version's registered
+    test value of that metric, or its registered test metrics by name. The first decayed closed cohort (oldest
+    first) decides."""
     first_day = today - dt.timedelta(days=decay.lookback_days)
+    metric = metric_of(predictions)
+    if isinstance(reference, Mapping):
+        reference = reference.get(metric.name)
+    threshold = metric.threshold(reference, decay)
     if not len(predictions):
-        return DecayReport(metric="accuracy", version=str(version), reference=reference,
-                           threshold=None if reference is None else reference - decay.max_drop,
+        return DecayReport(metric=metric.name, version=str(version), reference=reference, threshold=threshold,
+                           higher_is_better=metric.higher_is_better,
                            labels_without_prediction=int(labels["key"].nunique()),
                            reason=f"no predictions logged since {first_day.isoformat()}")
     served_day = pd.to_datetime(predictions["served_at"], utc=True).dt.date
@@ -75,8 +125,8 @@ def judge_decay(
     versions = window["model_version"].astype(str)
     ours = window[versions == str(version)]
     report = DecayReport(
-        metric="accuracy", version=str(version), reference=reference,
-        threshold=None if reference is None else reference - decay.max_drop,
+        metric=metric.name, version=str(version), reference=reference, threshold=threshold,
+        higher_is_better=metric.higher_is_better,
         other_versions={v: int(n) for v, n in versions[versions != str(version)].value_counts().items()},
     )  # fmt: skip
     keyed = ours[ours["key"].notna()]
@@ -84,7 +134,7 @@ def judge_decay(
     truth = labels.dropna(subset=["key"]).drop_duplicates("key", keep="last").set_index("key")["label"]
     window_keys = set(window["key"].dropna().astype(str))
     report.labels_without_prediction = int(sum(1 for k in truth.index.astype(str) if k not in window_keys))
-    label_of = keyed["key"].astype(str).map(dict(zip(truth.index.astype(str), truth.astype(str), strict=True)))
+    label_of = keyed["key"].astype(str).map(dict(zip(truth.index.astype(str), truth, strict=True)))
     keyed = keyed.assign(label=label_of)
     for day, rows in keyed.groupby("day", sort=True):
         closed = (today - day).days > decay.label_delay_days
@@ -98,24 +148,31 @@ def judge_decay(
         if len(joined) < decay.min_rows:
             cohort.note = f"{len(joined)} rows joined, fewer than watch.decay.min_rows={decay.min_rows}: not judged"
             continue
-        correct = (joined["predicted_class"].astype(str) == joined["label"]).to_numpy(dtype=np.float64)
-        cohort.accuracy = float(correct.mean())
+        values = metric.row_values(joined[metric.column], joined["label"])
+        if not np.isfinite(values).all():
+            cohort.note = f"a label or {metric.column} that is not a number: not judged"
+            continue
+        cohort.value = metric.finish(float(values.mean()))
         # Seeded by the cohort's own day: its interval is the same whichever day it is judged.
-        cohort.low, cohort.high = bootstrap_interval(correct, decay.samples, decay.confidence, seed + day.toordinal())
-        if report.threshold is not None and cohort.high < report.threshold:
+        low, high = bootstrap_interval(values, decay.samples, decay.confidence, seed + day.toordinal())
+        cohort.low, cohort.high = metric.finish(low), metric.finish(high)
+        if threshold is not None and (cohort.high < threshold if metric.higher_is_better else cohort.low > threshold):
             cohort.decayed = True
             if not report.decayed:
                 report.decayed = True
                 report.reason = (
-                    f"accuracy of version {version} on the cohort of {cohort.day} ({cohort.joined} rows joined): "
-                    f"{cohort.accuracy:.3f}, interval [{cohort.low:.3f}, {cohort.high:.3f}] wholly below its test "
-                    f"accuracy {reference:.3f} minus watch.decay.max_drop={decay.max_drop:g}"
+                    f"{metric.name} of version {version} on the cohort of {cohort.day} ({cohort.joined} rows joined): "
+                    f"{cohort.value:.3f}, interval [{cohort.low:.3f}, {cohort.high:.3f}] wholly "
+                    + (f"below its test accuracy {reference:.3f} minus watch.decay.max_drop={decay.max_drop:g}"
+                       if metric.higher_is_better else
+                       f"above its test {metric.name} {reference:.3f} times 1 + watch.decay.max_rise={decay.max_rise:g}")
                 )
     if not report.decayed:
         judged = [c for c in report.cohorts if c.low is not None]
+        side = "below" if metric.higher_is_better else "above"
         report.reason = (
-            f"no decay: {len(judged)} closed cohort(s) judged, none wholly below {report.threshold:.3f}"
-            if report.threshold is not None else f"version {version} has no registered test accuracy to compare with"
+            f"no decay: {len(judged)} closed cohort(s) judged, none wholly {side} {threshold:.3f}"
+            if threshold is not None else f"version {version} has no registered test {metric.name} to compare with"
         )
     return report
 
@@ -155,7 +212,7 @@ def read_dated(uri: str, first_day: dt.date, columns: list[str] | None = None) -
 
 
 def check_decay(
-    *, labels_uri: str, config: Any, version: str, reference: float | None, today: dt.date,
+    *, labels_uri: str, config: Any, version: str, reference: float | Mapping[str, float | None] | None, today: dt.date,
 ) -> DecayReport:  # fmt: skip
     """Judge ``version`` on the prediction log (``serving.prediction_log``) joined with the labels under
     ``labels_uri`` (columns ``data.key`` and ``data.label``, in ``date=`` partitions)."""
@@ -185,8 +242,9 @@ def check_decay(
     return judge_decay(predictions, labels, version=version, reference=reference, today=today, decay=decay)
 
 
-def registered_accuracy(tracking_uri: str, config: Any, version: str) -> float | None:
-    """The version's test accuracy as registered (its lineage's ``metrics``), None when it has none."""
+def registered_metrics(tracking_uri: str, config: Any, version: str) -> dict[str, float | None]:
+    """The version's test metrics the check can judge by (``METRICS``), as registered (its lineage's ``metrics``);
+    None for one it has not."""
     from ctpipe.components.lib.registry.versions import RegisteredModel
     from ctpipe.components.lib.tracking.lineage import LineageError
 
@@ -194,9 +252,8 @@ def registered_accuracy(tracking_uri: str, config: Any, version: str) -> float |
     try:
         metrics = registry.lineage(registry.get_version(version)).get("metrics") or {}
     except LineageError:
-        return None
-    value = metrics.get("accuracy")
-    return float(value) if value is not None else None
+        metrics = {}
+    return {m.name: float(metrics[m.name]) if metrics.get(m.name) is not None else None for m in METRICS}
 
 
 def watch_decay(*, labels_uri: str, config: Any, tracking_uri: str, version: str, now: float, reports: Any) -> dict:
@@ -206,7 +263,7 @@ def watch_decay(*, labels_uri: str, config: Any, tracking_uri: str, version: str
     from ctpipe.pipelines.triggers.report import write_decay_report
 
     today = dt.datetime.fromtimestamp(now, dt.UTC).date()
-    reference = registered_accuracy(tracking_uri, config, version)
+    reference = registered_metrics(tracking_uri, config, version)
     report = check_decay(labels_uri=labels_uri, config=config, version=version, reference=reference, today=today)
     out = report.to_dict() | {"labels_uri": labels_uri, "prediction_log": config.serving.prediction_log,
                               "decay": asdict(config.watch.decay)}

@@ -139,10 +139,13 @@ def render_decay_html(report: dict[str, Any], *, title: str = "ctpipe decay repo
     confidence = f"{settings['confidence']:.0%} " if settings.get("confidence") else ""
     where = (f" (prediction log <code>{html.escape(str(report['prediction_log']))}</code>, labels "
              f"<code>{html.escape(str(report['labels_uri']))}</code>)" if report.get("prediction_log") else "")
-    against = (f"against its registered test {metric} {reference:.3f} minus <code>watch.decay.max_drop</code>: a cohort "
-               f"has decayed when its whole {confidence}bootstrap interval lies below {threshold:.3f}"
+    higher = report.get("higher_is_better", True)
+    allowance = ("minus <code>watch.decay.max_drop</code>" if higher
+                 else "times 1 + <code>watch.decay.max_rise</code> (lower is better)")
+    against = (f"against its registered test {metric} {reference:.3f} {allowance}: a cohort has decayed when its whole "
+               f"{confidence}bootstrap interval lies {'below' if higher else 'above'} {threshold:.3f}"
                if reference is not None and threshold is not None
-               else "against nothing: the version has no registered test accuracy, so no cohort is judged")
+               else f"against nothing: the version has no registered test {metric}, so no cohort is judged")
     window = (f" Cohorts served within the last {settings['lookback_days']} days; one is judged once "
               f"{settings['label_delay_days']} days have passed (its labels are complete)"
               + (f" and with at least {settings['min_rows']} rows joined." if "min_rows" in settings else ".")
@@ -164,7 +167,7 @@ def render_decay_html(report: dict[str, Any], *, title: str = "ctpipe decay repo
         judged = c.get("low") is not None
         verdict = ('<b class="bad">decayed</b>' if c.get("decayed") else '<span class="ok">ok</span>') if judged \
             else f'<span class="muted">{html.escape(c.get("note") or "not judged")}</span>'
-        estimate = f"{c['accuracy']:.3f}" if judged else ""
+        estimate = f"{c['value']:.3f}" if judged else ""
         interval = f"[{c['low']:.3f}, {c['high']:.3f}]" if judged else ""
         lines.append(
             f"<tr><td>{html.escape(c['day'])}</td><td>{'closed' if c['closed'] else 'open'}</td><td>{c['predictions']}</td>"
@@ -180,17 +183,22 @@ def render_decay_html(report: dict[str, Any], *, title: str = "ctpipe decay repo
         body=f"""<h2>Cohorts</h2>
 <table><tr><th>served on</th><th>cohort</th><th>predictions</th><th>joined</th><th>without a label yet</th><th>{metric}</th><th>{confidence}interval</th><th>verdict</th></tr>
 {"".join(lines)}</table>
-{cohort_svg(cohorts, reference, threshold)}""",
+{cohort_svg(cohorts, reference, threshold, metric=metric, fraction=higher)}""",
     )
 
 
-def cohort_svg(cohorts: list[dict[str, Any]], reference: float | None, threshold: float | None) -> str:
-    """Each judged cohort's interval (a bar) and point estimate (a dot) beside the reference and the threshold."""
+def cohort_svg(cohorts: list[dict[str, Any]], reference: float | None, threshold: float | None, *,
+               metric: str = "accuracy", fraction: bool = True) -> str:
+    """Each judged cohort's interval (a bar) and point estimate (a dot) beside the reference and the threshold;
+    ``fraction``: the metric lies in [0, 1] (accuracy), else the axis follows the values (an RMSE)."""
     judged = [c for c in cohorts if c.get("low") is not None]
     if not judged:
         return '<p class="muted">no figure: no cohort judged yet</p>'
     marks = [v for c in judged for v in (c["low"], c["high"])] + [v for v in (reference, threshold) if v is not None]
-    bottom, top = max(0.0, min(marks) - 0.05), min(1.0, max(marks) + 0.05)
+    pad = 0.05 if fraction else 0.05 * max(max(marks) - min(marks), abs(max(marks)), 1e-9)
+    bottom, top = min(marks) - pad, max(marks) + pad
+    if fraction:
+        bottom, top = max(0.0, bottom), min(1.0, top)
     step, width = 26, max(160, 60 + 26 * len(judged))
 
     def y(value: float) -> float:
@@ -200,7 +208,7 @@ def cohort_svg(cohorts: list[dict[str, Any]], reference: float | None, threshold
              'aria-label="cohort intervals against the threshold">',
              f'<text x="0" y="{y(top) + 4:.1f}" font-size="10">{top:.2f}</text>',
              f'<text x="0" y="{y(bottom) + 4:.1f}" font-size="10">{bottom:.2f}</text>']
-    for value, color, dash, name in ((reference, _REF_COLOR, "", "test accuracy"),
+    for value, color, dash, name in ((reference, _REF_COLOR, "", f"test {metric}"),
                                      (threshold, "#b00", ' stroke-dasharray="4 3"', "threshold")):
         if value is not None:
             parts.append(f'<line x1="35" y1="{y(value):.1f}" x2="{width}" y2="{y(value):.1f}" stroke="{color}"{dash}>'
@@ -209,14 +217,15 @@ def cohort_svg(cohorts: list[dict[str, Any]], reference: float | None, threshold
         x, color = 48 + i * step, "#b00" if c.get("decayed") else _CUR_COLOR
         parts.append(
             f'<line x1="{x}" y1="{y(c["high"]):.1f}" x2="{x}" y2="{y(c["low"]):.1f}" stroke="{color}" stroke-width="3"/>'
-            f'<circle cx="{x}" cy="{y(c["accuracy"]):.1f}" r="3" fill="{color}"><title>{html.escape(c["day"])}: '
-            f'{c["accuracy"]:.3f} [{c["low"]:.3f}, {c["high"]:.3f}], {c["joined"]} rows</title></circle>'
+            f'<circle cx="{x}" cy="{y(c["value"]):.1f}" r="3" fill="{color}"><title>{html.escape(c["day"])}: '
+            f'{c["value"]:.3f} [{c["low"]:.3f}, {c["high"]:.3f}], {c["joined"]} rows</title></circle>'
             f'<text x="{x}" y="{_H + 24}" font-size="9" text-anchor="end" transform="rotate(-40 {x} {_H + 24})">'
             f'{html.escape(c["day"][5:])}</text>'
         )
     parts.append("</svg>")
     return ('<p class="key">Figure: each closed cohort\'s interval and estimate; <span style="background:'
-            f'{_REF_COLOR}"></span>test accuracy <span style="background:#b00"></span>threshold</p>' + "".join(parts))
+            f'{_REF_COLOR}"></span>test {html.escape(metric)} <span style="background:#b00"></span>threshold</p>'
+            + "".join(parts))
 
 
 def log_drift_report(tracking_uri: str, mlflow_run_id: str, report_json: str | Path) -> None:

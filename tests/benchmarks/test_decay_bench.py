@@ -100,7 +100,7 @@ def test_a_logged_day_moved_to_its_date_joins_its_late_labels(tmp_path):
     report = check_decay(labels_uri=str(labels), config=config, version="4", reference=0.9, today=arrival + dt.timedelta(days=1))
     (cohort,) = report.cohorts
     assert cohort.closed and cohort.joined == 300 and cohort.unlabeled == 0
-    assert cohort.accuracy == pytest.approx(200 / 300)
+    assert cohort.value == pytest.approx(200 / 300)
     assert report.decayed
 
 

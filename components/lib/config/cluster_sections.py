@@ -131,6 +131,9 @@ class DecayConfig:
     label_delay_days: int = 3
     # Decay: the cohort's metric interval lies wholly below the version's registered test metric minus this.
     max_drop: float = 0.05
+    # A lower-is-better metric (a regressor's RMSE): decay when the interval lies wholly above the registered test
+    # value times 1 + this (relative: an RMSE is in the label's units).
+    max_rise: float = 0.10
     # The interval's confidence (two-sided percentile bootstrap over the cohort's rows) and its resamples.
     confidence: float = 0.95
     samples: int = 1000
@@ -141,6 +144,7 @@ class DecayConfig:
         check_range(self.lookback_days, "watch.decay.lookback_days", 1, 3650)
         check_range(self.label_delay_days, "watch.decay.label_delay_days", 0, 3650)
         check_range(self.max_drop, "watch.decay.max_drop", 0, 1.0)
+        check_range(self.max_rise, "watch.decay.max_rise", 0, 100.0)
         check(0.5 <= self.confidence < 1, "watch.decay.confidence", f"{self.confidence!r} must be in [0.5, 1)")
         check_range(self.samples, "watch.decay.samples", 100, 100_000)
         check_range(self.min_rows, "watch.decay.min_rows", 1, MAX_ROWS)

@@ -7,8 +7,10 @@ import datetime as dt
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from ctpipe.components.lib.config.cluster_sections import DecayConfig
+from ctpipe.components.lib.errors import UserError
 from ctpipe.pipelines.triggers.decay import judge_decay
 
 TODAY = dt.date(2026, 3, 20)
@@ -46,14 +48,14 @@ def test_a_late_label_joins_the_prediction_of_its_key():
                          decay=DecayConfig(min_rows=1, samples=100))
     (cohort,) = report.cohorts
     assert (cohort.predictions, cohort.joined, cohort.unlabeled) == (3, 2, 1)
-    assert cohort.accuracy == 0.5  # b right (churn/churn), a wrong (stay/churn)
+    assert cohort.value == 0.5  # b right (churn/churn), a wrong (stay/churn)
     assert report.without_key == 1 and report.labels_without_prediction == 1
 
 
 def test_a_cohort_is_judged_only_once_its_labels_are_complete():
     bad_open = day_rows(TODAY - dt.timedelta(days=2), 500, 0.5, seed=1)  # label_delay_days=3: still open
     report = judge([bad_open])
-    assert not report.decayed and report.cohorts[0].closed is False and report.cohorts[0].accuracy is None
+    assert not report.decayed and report.cohorts[0].closed is False and report.cohorts[0].value is None
     bad_closed = day_rows(TODAY - dt.timedelta(days=4), 500, 0.5, seed=2)
     report = judge([bad_open, bad_closed])
     assert report.decayed and report.cohorts[0].day == (TODAY - dt.timedelta(days=4)).isoformat()
@@ -77,6 +79,41 @@ def test_an_equal_cohort_is_not_called_decayed_and_a_worse_one_is():
     assert not equal.decayed and all(c.low is not None for c in equal.cohorts)
     worse = judge([day_rows(days[0], 400, 0.65, seed=99)])  # 0.15 below the test accuracy, max_drop 0.05
     assert worse.decayed
+
+
+def regression_day(day: dt.date, n: int, error_sd: float, *, seed: int = 0):
+    """``n`` values a regressor served on ``day`` and labels off by normal errors of ``error_sd`` (its RMSE)."""
+    rng = np.random.default_rng(seed)
+    keys = [f"r{day.isoformat()}-{i}" for i in range(n)]
+    served = rng.normal(50.0, 10.0, size=n)
+    served_at = pd.Timestamp(day.isoformat(), tz="UTC") + pd.Timedelta(hours=12)
+    predictions = pd.DataFrame({"key": keys, "model_version": "2", "served_at": served_at, "prediction": served})
+    return predictions, pd.DataFrame({"key": keys, "label": served + rng.normal(0.0, error_sd, size=n)})
+
+
+def test_a_regressor_is_judged_by_its_rmse_against_its_registered_rmse():
+    # The task's own metric, lower is better: decayed when the whole interval lies above the registered test RMSE
+    # times (1 + watch.decay.max_rise). A cohort as good as the test split is not called decayed; a worse one is.
+    days = [TODAY - dt.timedelta(days=d) for d in range(4, 14)]
+    reference = {"rmse": 4.0, "accuracy": None}
+    parts = [regression_day(d, 400, 4.0, seed=20 + i) for i, d in enumerate(days)]
+    equal = judge_decay(pd.concat([p for p, _ in parts]), pd.concat([lab for _, lab in parts]), version="2",
+                        reference=reference, today=TODAY, decay=DECAY)
+    assert equal.metric == "rmse" and equal.reference == 4.0 and equal.threshold == pytest.approx(4.4)
+    assert not equal.decayed and all(c.low is not None for c in equal.cohorts)
+    assert all(abs(c.value - 4.0) < 0.6 for c in equal.cohorts)
+    worse_predictions, worse_labels = regression_day(days[0], 400, 6.0, seed=5)
+    worse = judge_decay(worse_predictions, worse_labels, version="2", reference=reference, today=TODAY, decay=DECAY)
+    assert worse.decayed and worse.cohorts[0].low > 4.4
+    assert "rmse" in worse.reason and "wholly above" in worse.reason
+
+
+def test_a_logged_prediction_the_check_cannot_score_is_named():
+    predictions = pd.DataFrame({"key": ["a"], "model_version": "2", "served_at": pd.Timestamp("2026-03-10", tz="UTC"),
+                                "generated_text": ["hello"]})
+    with pytest.raises(UserError, match="predicted_class.*prediction"):
+        judge_decay(predictions, pd.DataFrame({"key": ["a"], "label": ["x"]}), version="2", reference=0.8,
+                    today=TODAY, decay=DECAY)
 
 
 # --- the watcher: ctpipe watch --labels on a real prediction log and a real (SQLite) registry ---------------

@@ -114,3 +114,18 @@ def test_the_decay_page_is_logged_beside_its_json(tmp_path):
     log_drift_report(uri, run.info.run_id, json_path)
     assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "decay")) == [
         "decay/decay-2-2026-03-20.html", "decay/decay-2-2026-03-20.json"]
+
+
+def test_a_regressors_page_judges_its_rmse_from_above_on_its_own_scale():
+    from ctpipe.pipelines.triggers.report import render_decay_html
+    from tests.pipelines.triggers.test_decay import regression_day
+
+    predictions, labels = regression_day(TODAY - dt.timedelta(days=5), 400, 6.0, seed=5)
+    report = judge_decay(predictions, labels, version="2", reference={"rmse": 4.0}, today=TODAY,
+                         decay=DecayConfig(min_rows=100, samples=400)).to_dict()
+    page = render_decay_html(report | {"decay": {"lookback_days": 14, "label_delay_days": 3, "confidence": 0.95}})
+    assert report["decayed"] and "registered test rmse 4.000" in page and "lies above 4.400" in page
+    assert "max_rise" in page and "max_drop" not in page
+    # The figure's axis follows the values (an RMSE of about 6), not accuracy's [0, 1].
+    top = max(float(v) for v in re.findall(r'font-size="10">([0-9.]+)</text>', page))
+    assert top > 6.0
