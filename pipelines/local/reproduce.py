@@ -61,17 +61,11 @@ class Plan:
 
 
 @dataclass
-class Reproduction:
-    """The outcome: ``identical`` when the weights' digests and every test metric are equal."""
+class Reproduction(Comparison):
+    """The outcome: the comparison of the two exports (``identical`` when the weights' digests and every test metric
+    are equal), and how the rebuild went."""
 
     version: str
-    identical: bool
-    registered_weights_sha256: str
-    reproduced_weights_sha256: str
-    max_param_diff: float
-    max_param_name: str | None
-    metrics: dict[str, dict[str, float]]
-    max_metric_diff: float
     platform_differences: list[str]
     sanity: str
     out_dir: str | None
@@ -216,14 +210,8 @@ def _run(plan: Plan, out: Path, started: float, *, keep: bool) -> Reproduction:
                                  plan.lineage.get("metrics") or {}, _test_metrics(out / "model.pt", snapshot))
     trained_on = read_index(checkpoints).get("platform") or {}
     return Reproduction(
+        **vars(comparison),
         version=plan.version,
-        identical=comparison.identical,
-        registered_weights_sha256=comparison.registered_weights_sha256,
-        reproduced_weights_sha256=comparison.reproduced_weights_sha256,
-        max_param_diff=comparison.max_param_diff,
-        max_param_name=comparison.max_param_name,
-        metrics=comparison.metrics,
-        max_metric_diff=comparison.max_metric_diff,
         platform_differences=differences(plan.lineage["platform"], trained_on),
         sanity="skipped" if sanity.skipped else ("passed" if sanity.passed else "failed"),
         out_dir=str(out) if keep else None,
@@ -251,8 +239,5 @@ def _registered_weights(plan: Plan, out: Path) -> dict[str, Any]:
 
 def record_reproduction(registry: Registry, result: Reproduction) -> dict[str, Any]:
     """Overwrite the version's REPRODUCTION_TAG with this result (one short tag, bounded: only the latest)."""
-    return record_on_version(registry, result.version, Comparison(
-        result.identical, result.registered_weights_sha256, result.reproduced_weights_sha256, result.max_param_diff,
-        result.max_param_name, result.metrics, result.max_metric_diff), "by `ctpipe models reproduce` (the local "
-        "launcher)" + (f", platform drift allowed: {'; '.join(result.platform_differences)}"
-                       if result.platform_differences else ""))
+    drift = f", platform drift allowed: {'; '.join(result.platform_differences)}" if result.platform_differences else ""
+    return record_on_version(registry, result.version, result, f"by `ctpipe models reproduce` (the local launcher){drift}")
