@@ -30,7 +30,8 @@ def test_typed_values_reach_the_resolved_config_and_the_mlflow_params(tmp_path, 
         trigger="decay", trigger_reason=REASON,
     )
     assert summary["status"] == "succeeded", summary["error"]
-    client = mlflow.MlflowClient(local_tracking_uri(home))
+    # The registry named too: left to MLflow, it is the process's global one, which an earlier test may have set.
+    client = mlflow.MlflowClient(local_tracking_uri(home), registry_uri=local_tracking_uri(home))
     local = client.download_artifacts(summary["mlflow_run_id"], "config/config.json", str(tmp_path))
     resolved = json.loads(open(local).read())
     # The knobs won over --set's train.max_steps=60; the rest of config_json stayed.

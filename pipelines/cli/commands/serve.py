@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from ctpipe.pipelines.cli.commands import add_config_args, existing_registry_uri
 
@@ -92,6 +93,27 @@ def serve_folder(model_dir: str, host: str, port: int, *, cwd: str, extra_env: d
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
+        _stop_group(server.pid)
+
+
+def _stop_group(pgid: int, grace: float = 10.0) -> None:
+    """Wait until no process of the server's session is left (its workers hold the port after their parent has
+    exited), then SIGKILL any that outlived ``grace``: when `ctpipe serve` returns, the port is free."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(-pgid, os.WNOHANG)  # a worker reparented to this process (PID 1 in a container) is reaped
+        except ChildProcessError:
+            pass
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _raise_interrupt(signum, frame) -> None:
