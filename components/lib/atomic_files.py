@@ -54,6 +54,16 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     sync_dir(path.parent)
 
 
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """The JSON object at ``path``, or {} when the file is missing, unreadable, torn or not an object: for records a
+    reader can rebuild (the watcher's metric state, a run folder's summary), where a damaged one must not stop it."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def write_report(path: str | Path, text: str, suffix: str) -> str:
     """Write a report at ``path`` and, where ``path`` lacks ``suffix``, the same report at ``path`` + ``suffix``;
     return the path to show a person (the named one).

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctpipe.components.lib.atomic_files import read_json_object
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.config.retention_section import RetentionConfig
 from ctpipe.components.lib.processes import pid_alive
@@ -95,18 +96,10 @@ class GcReport:
         return asdict(self)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def read_run_folder(path: Path) -> RunFolder:
     """The run's ids and status from its summary, else from its first step's record and its process."""
-    summary = _read_json(path / "summary.json")
-    prepared = _read_json(path / "steps" / "prepare_run.json").get("result") or {}
+    summary = read_json_object(path / "summary.json")
+    prepared = read_json_object(path / "steps" / "prepare_run.json").get("result") or {}
     mlflow_run_id = summary.get("mlflow_run_id") or prepared.get("mlflow_run_id")
     last_write = max((p.stat().st_mtime for p in path.rglob("*") if p.is_file()), default=path.stat().st_mtime)
     if summary.get("status") in ("succeeded", "failed"):

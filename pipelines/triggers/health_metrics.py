@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ctpipe.components.lib.atomic_files import atomic_write_text
+from ctpipe.components.lib.atomic_files import atomic_write_text, read_json_object
 from ctpipe.components.lib.config import Config
 from ctpipe.pipelines.triggers.health import Health
 
@@ -30,14 +30,6 @@ FIGURES = ("champion_age_days", "data_gap_days", "failed_runs_in_a_row")
 
 def health_experiment(config: Config) -> str:
     return f"{config.registry.experiment}-watch"
-
-
-def _read_state(path: Path) -> dict[str, Any]:
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
 
 
 def due(state: dict[str, Any], health: Health, every_seconds: float) -> bool:
@@ -53,7 +45,7 @@ def due(state: dict[str, Any], health: Health, every_seconds: float) -> bool:
 def log_health_metrics(health: Health, *, home: str | Path, tracking_uri: str, config: Config) -> str | None:
     """Log ``health`` to the health run when a point is due; the run's id, or None when nothing was logged."""
     path = Path(home) / "watch" / STATE_FILE
-    state = _read_state(path)
+    state = read_json_object(path)
     if not due(state, health, config.watch.health_metrics_seconds):
         return None
     from mlflow.entities import Metric
