@@ -54,7 +54,9 @@ def step_names(config: Config) -> tuple[str, ...]:
 _LEADING_ARGS = """            data_uri: Data root (local path or fsspec URL) of Parquet/CSV partitions such as date=YYYY-MM-DD/part-0.parquet.
             trigger: Why this run started: manual, schedule, new_data, drift, decay or ci, recorded on the model; reproduce rebuilds a registered version (ctpipe models reproduce --host) and registers nothing.
             trigger_reason: What fired the trigger, in words (the watcher's drift or decay finding: metric, cohort, interval, rows). Recorded on the run and the model; empty: none given.
-            data_fingerprint: The data version this run is for (the watcher sets it); a run whose data has changed since stops before anything is reused or trained. Empty: the data as it is."""
+            data_fingerprint: The data version this run is for (the watcher sets it); a run whose data has changed since stops before anything is reused or trained. Empty: the data as it is.
+            trigger_report_uri: Where the report page that started the run is (the watcher's drift or decay page, an MLflow runs:/ URI); the prepare run step shows it as its trigger_report output. Empty: none.
+            trigger_report_sha256: The SHA-256 of that page, as the watcher wrote it; a page that does not match is not shown."""
 _TRAILING_ARGS = """            config_json: The full ctpipe config as JSON; empty (the default) means this pipeline version's config, resolved when it was compiled.
             config_overrides: KEY=VALUE overrides applied after the typed parameters, as ctpipe run --set applies them, one per line or separated by ';' (a ';' in a value, e.g. in a URI, stays when no SECTION.FIELD= follows it), e.g. train.max_steps=500; evaluate.thresholds.accuracy.value=0.7. One naming another task (task.name=causal_lm) brings that task's own defaults.
             mlflow_tracking_uri: MLflow tracking and registry URI; credentials come from Kubernetes secrets, never from here."""
@@ -81,6 +83,8 @@ def build_pipeline(
         _parameter("trigger", str, "manual"),
         _parameter("trigger_reason", str, ""),
         _parameter("data_fingerprint", str, ""),
+        _parameter("trigger_report_uri", str, ""),
+        _parameter("trigger_report_sha256", str, ""),
         *pipeline_parameters(form_defaults(compiled)),
         _parameter("config_json", str, ""),
         _parameter("config_overrides", str, ""),
@@ -106,6 +110,9 @@ def build_pipeline(
             # The knobs as one text that KFP fills in when the run starts (the table decides which).
             run_form=form_text(parameters),
             expected_data_fingerprint=parameters["data_fingerprint"],
+            # The watcher's page of why the run started, shown in the KFP UI as this step's HTML output.
+            trigger_report_uri=parameters["trigger_report_uri"],
+            trigger_report_sha256=parameters["trigger_report_sha256"],
         ).set_display_name("prepare run")
         config = prepared.outputs["config_json"]
         mlflow_run = prepared.outputs["mlflow_run_id"]

@@ -34,6 +34,8 @@ class DecayMetric:
     name: str
     column: str  # the served column it reads
     higher_is_better: bool
+    label_columns = ("label",)  # a row is labelled when these are present in its label row
+    scores_documents = False  # judged on what was logged, not by scoring the late rows again
 
     def row_values(self, served: pd.Series, labels: pd.Series) -> np.ndarray:
         if self.name == "accuracy":
@@ -44,10 +46,22 @@ class DecayMetric:
     def finish(self, mean: float) -> float:
         return float(np.sqrt(mean)) if self.name == "rmse" else float(mean)
 
-    def threshold(self, reference: float | None, decay: DecayConfig) -> float | None:
-        if reference is None:
-            return None
-        return reference - decay.max_drop if self.higher_is_better else reference * (1 + decay.max_rise)
+    def score(self, served: pd.DataFrame, truth: pd.DataFrame, decay: DecayConfig,
+              seed: int) -> tuple[float, float, float] | str:
+        """The cohort's (value, low, high) from the logged predictions and their labels, or why it is not judged."""
+        values = self.row_values(served[self.column], truth["label"])
+        if not np.isfinite(values).all():
+            return f"a label or {self.column} that is not a number: not judged"
+        low, high = bootstrap_interval(values, decay.samples, decay.confidence, seed)
+        return self.finish(float(values.mean())), self.finish(low), self.finish(high)
+
+
+def decay_threshold(reference: float | None, higher_is_better: bool, decay: DecayConfig) -> float | None:
+    """The line a cohort's whole interval must cross to have decayed: the registered test value minus
+    ``max_drop`` (higher is better), or times 1 + ``max_rise`` (lower is better: relative, in the metric's units)."""
+    if reference is None:
+        return None
+    return reference - decay.max_drop if higher_is_better else reference * (1 + decay.max_rise)
 
 
 # The served column names the metric: a classifier's predicted class, a regressor's value.
@@ -91,6 +105,7 @@ class DecayReport:
     reference: float | None
     threshold: float | None
     higher_is_better: bool = True
+    scored_documents: bool = False  # the late rows (a language model's documents) scored by the served version
     cohorts: list[Cohort] = field(default_factory=list)
     other_versions: dict[str, int] = field(default_factory=dict)
     without_key: int = 0
@@ -105,19 +120,21 @@ class DecayReport:
 def judge_decay(
     predictions: pd.DataFrame, labels: pd.DataFrame, *, version: str,
     reference: float | Mapping[str, float | None] | None, today: dt.date, decay: DecayConfig, seed: int = 0,
+    metric: Any = None,
 ) -> DecayReport:  # fmt: skip
     """``predictions``: the prediction log's rows (``key``, ``model_version``, ``served_at``, and ``predicted_class``
     or ``prediction``: ``metric_of``); ``labels``: ``key`` and ``label``; ``reference``: the version's registered
-    test value of that metric, or its registered test metrics by name. The first decayed closed cohort (oldest
-    first) decides."""
+    test value of that metric, or its registered test metrics by name. ``metric``: how a cohort is scored (None:
+    ``metric_of`` the logged columns; a language model's: ``decay_scored.ScoredMetric``, its labels the documents).
+    The first decayed closed cohort (oldest first) decides."""
     first_day = today - dt.timedelta(days=decay.lookback_days)
-    metric = metric_of(predictions)
+    metric = metric or metric_of(predictions)
     if isinstance(reference, Mapping):
         reference = reference.get(metric.name)
-    threshold = metric.threshold(reference, decay)
+    threshold = decay_threshold(reference, metric.higher_is_better, decay)
     if not len(predictions):
         return DecayReport(metric=metric.name, version=str(version), reference=reference, threshold=threshold,
-                           higher_is_better=metric.higher_is_better,
+                           higher_is_better=metric.higher_is_better, scored_documents=metric.scores_documents,
                            labels_without_prediction=int(labels["key"].nunique()),
                            reason=f"no predictions logged since {first_day.isoformat()}")
     served_day = pd.to_datetime(predictions["served_at"], utc=True).dt.date
@@ -126,19 +143,20 @@ def judge_decay(
     ours = window[versions == str(version)]
     report = DecayReport(
         metric=metric.name, version=str(version), reference=reference, threshold=threshold,
-        higher_is_better=metric.higher_is_better,
+        higher_is_better=metric.higher_is_better, scored_documents=metric.scores_documents,
         other_versions={v: int(n) for v, n in versions[versions != str(version)].value_counts().items()},
     )  # fmt: skip
     keyed = ours[ours["key"].notna()]
     report.without_key = int(len(ours) - len(keyed))
-    truth = labels.dropna(subset=["key"]).drop_duplicates("key", keep="last").set_index("key")["label"]
+    truth = labels.dropna(subset=["key"]).drop_duplicates("key", keep="last")
+    truth = truth.set_axis(truth["key"].astype(str), axis=0)
     window_keys = set(window["key"].dropna().astype(str))
-    report.labels_without_prediction = int(sum(1 for k in truth.index.astype(str) if k not in window_keys))
-    label_of = keyed["key"].astype(str).map(dict(zip(truth.index.astype(str), truth, strict=True)))
-    keyed = keyed.assign(label=label_of)
+    report.labels_without_prediction = int(sum(1 for k in truth.index if k not in window_keys))
+    complete = truth[truth[list(metric.label_columns)].notna().all(axis=1)] if metric.label_columns else truth
+    keyed = keyed.assign(labelled=keyed["key"].astype(str).isin(complete.index))
     for day, rows in keyed.groupby("day", sort=True):
         closed = (today - day).days > decay.label_delay_days
-        joined = rows[rows["label"].notna()]
+        joined = rows[rows["labelled"]]
         cohort = Cohort(day=day.isoformat(), closed=closed, predictions=len(rows), joined=len(joined),
                         unlabeled=len(rows) - len(joined))
         report.cohorts.append(cohort)
@@ -148,14 +166,12 @@ def judge_decay(
         if len(joined) < decay.min_rows:
             cohort.note = f"{len(joined)} rows joined, fewer than watch.decay.min_rows={decay.min_rows}: not judged"
             continue
-        values = metric.row_values(joined[metric.column], joined["label"])
-        if not np.isfinite(values).all():
-            cohort.note = f"a label or {metric.column} that is not a number: not judged"
-            continue
-        cohort.value = metric.finish(float(values.mean()))
         # Seeded by the cohort's own day: its interval is the same whichever day it is judged.
-        low, high = bootstrap_interval(values, decay.samples, decay.confidence, seed + day.toordinal())
-        cohort.low, cohort.high = metric.finish(low), metric.finish(high)
+        scored = metric.score(joined, complete.loc[joined["key"].astype(str)], decay, seed + day.toordinal())
+        if isinstance(scored, str):
+            cohort.note = scored
+            continue
+        cohort.value, cohort.low, cohort.high = scored
         if threshold is not None and (cohort.high < threshold if metric.higher_is_better else cohort.low > threshold):
             cohort.decayed = True
             if not report.decayed:
@@ -163,7 +179,7 @@ def judge_decay(
                 report.reason = (
                     f"{metric.name} of version {version} on the cohort of {cohort.day} ({cohort.joined} rows joined): "
                     f"{cohort.value:.3f}, interval [{cohort.low:.3f}, {cohort.high:.3f}] wholly "
-                    + (f"below its test accuracy {reference:.3f} minus watch.decay.max_drop={decay.max_drop:g}"
+                    + (f"below its test {metric.name} {reference:.3f} minus watch.decay.max_drop={decay.max_drop:g}"
                        if metric.higher_is_better else
                        f"above its test {metric.name} {reference:.3f} times 1 + watch.decay.max_rise={decay.max_rise:g}")
                 )
@@ -213,38 +229,56 @@ def read_dated(uri: str, first_day: dt.date, columns: list[str] | None = None) -
 
 def check_decay(
     *, labels_uri: str, config: Any, version: str, reference: float | Mapping[str, float | None] | None, today: dt.date,
+    tracking_uri: str | None = None,
 ) -> DecayReport:  # fmt: skip
     """Judge ``version`` on the prediction log (``serving.prediction_log``) joined with the labels under
-    ``labels_uri`` (columns ``data.key`` and ``data.label``, in ``date=`` partitions)."""
+    ``labels_uri`` (columns ``data.key`` and ``data.label``, in ``date=`` partitions). For a task whose targets are
+    its inputs (a language model: ``decay_scored.py``) the labels are the documents (``data.key`` and the columns
+    the task reads), scored by the served version from the registry at ``tracking_uri``."""
     from ctpipe.components.lib.errors import UserError
+    from ctpipe.components.tasks import load_task
+    from ctpipe.pipelines.triggers.decay_scored import load_served_version, scored_metric, scores_documents
 
     log_uri = config.serving.prediction_log
     if not log_uri:
         raise UserError("--labels needs the prediction log: set serving.prediction_log to the URI the serving "
                         "wrapper logs to (docs/monitoring.md)")
+    task = load_task(config.task)
+    documents = scores_documents(task)
     key, label = config.data.key, config.data.label
     if not key:
         raise UserError("--labels joins labels to predictions by the data's key: set data.key (the column both carry)")
-    if not label:
+    if not label and not documents:
         raise UserError("--labels reads the label column data.label, which is null: set data.label=COLUMN")
     decay = config.watch.decay
     first_day = today - dt.timedelta(days=decay.lookback_days)
     predictions = read_dated(log_uri, first_day)
     labels = read_dated(labels_uri, first_day)
-    missing = [c for c in (key, label) if c not in labels.columns]
+    needed = (key,) if documents else (key, label)
+    missing = [c for c in needed if c not in labels.columns]
     if len(labels) and missing:
-        raise UserError(f"the labels under {labels_uri} have no column {', '.join(missing)} (data.key={key!r}, "
-                        f"data.label={label!r}); found: {', '.join(map(str, labels.columns))}")
-    labels = labels.rename(columns={key: "key", label: "label"})[["key", "label"]] if len(labels) else \
-        pd.DataFrame(columns=["key", "label"])
+        raise UserError(f"the labels under {labels_uri} have no column {', '.join(missing)} (data.key={key!r}"
+                        + ("" if documents else f", data.label={label!r}")
+                        + f"); found: {', '.join(map(str, labels.columns))}")
+    metric = None
+    if documents:  # the labels are the documents: every column kept for the task to read
+        labels = labels.rename(columns={key: "key"}) if len(labels) else pd.DataFrame(columns=["key"])
+        if tracking_uri is None:
+            raise ValueError("check_decay of a task that scores documents needs the registry's tracking_uri")
+        metric = scored_metric(task, reference if isinstance(reference, Mapping) else {}, version=version,
+                               load=lambda: load_served_version(tracking_uri, config.registry, version, task.name))
+    else:
+        labels = labels.rename(columns={key: "key", label: "label"})[["key", "label"]] if len(labels) else \
+            pd.DataFrame(columns=["key", "label"])
     if not len(predictions):
         predictions = pd.DataFrame(columns=["key", "model_version", "served_at", "predicted_class"])
-    return judge_decay(predictions, labels, version=version, reference=reference, today=today, decay=decay)
+    return judge_decay(predictions, labels, version=version, reference=reference, today=today, decay=decay,
+                       metric=metric)
 
 
 def registered_metrics(tracking_uri: str, config: Any, version: str) -> dict[str, float | None]:
-    """The version's test metrics the check can judge by (``METRICS``), as registered (its lineage's ``metrics``);
-    None for one it has not."""
+    """The version's registered test metrics (its lineage's ``metrics``: a language model's ``loss`` too), with None
+    for each of ``METRICS`` it has not."""
     from ctpipe.components.lib.registry.versions import RegisteredModel
     from ctpipe.components.lib.tracking.lineage import LineageError
 
@@ -253,7 +287,8 @@ def registered_metrics(tracking_uri: str, config: Any, version: str) -> dict[str
         metrics = registry.lineage(registry.get_version(version)).get("metrics") or {}
     except LineageError:
         metrics = {}
-    return {m.name: float(metrics[m.name]) if metrics.get(m.name) is not None else None for m in METRICS}
+    found = {str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    return {m.name: None for m in METRICS} | found
 
 
 def watch_decay(*, labels_uri: str, config: Any, tracking_uri: str, version: str, now: float, reports: Any) -> dict:
@@ -264,7 +299,8 @@ def watch_decay(*, labels_uri: str, config: Any, tracking_uri: str, version: str
 
     today = dt.datetime.fromtimestamp(now, dt.UTC).date()
     reference = registered_metrics(tracking_uri, config, version)
-    report = check_decay(labels_uri=labels_uri, config=config, version=version, reference=reference, today=today)
+    report = check_decay(labels_uri=labels_uri, config=config, version=version, reference=reference, today=today,
+                         tracking_uri=tracking_uri)
     out = report.to_dict() | {"labels_uri": labels_uri, "prediction_log": config.serving.prediction_log,
                               "decay": asdict(config.watch.decay)}
     path = reports / f"decay-{version}-{today.isoformat()}.json"

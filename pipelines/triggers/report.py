@@ -175,8 +175,11 @@ def render_decay_html(report: dict[str, Any], *, title: str = "ctpipe decay repo
         )
     return report_page(
         title,
-        compared=f"<p>The {metric} of model version {version} on the predictions it served, joined by key with the "
-        f"labels that arrived later{where}, per cohort (the predictions of one day), {against}.{window}</p>",
+        compared=(f"<p>The {metric} of model version {version} on the documents it served, as they arrived later and "
+                  f"joined by key, scored again by that version{where}" if report.get("scored_documents") else
+                  f"<p>The {metric} of model version {version} on the predictions it served, joined by key with the "
+                  f"labels that arrived later{where}")
+        + f", per cohort (the predictions of one day), {against}.{window}</p>",
         rows="<table>" + "".join(f"<tr><th>{label}</th><td>{value}</td></tr>" for label, value in counts) + "</table>",
         decision=html.escape(str(report.get("reason") or "")),
         bad=bool(report.get("decayed")),
@@ -237,22 +240,41 @@ def log_drift_report(tracking_uri: str, mlflow_run_id: str, report_json: str | P
     log_step(tracking_uri, mlflow_run_id, "drift report", files=files)
 
 
-def log_drift_report_for_pipeline_run(tracking_uri: str, experiment: str, pipeline_run_id: str, report_json: str | Path,
-                                      trigger: str = "drift") -> str:
-    """Record the report that started KFP run ``pipeline_run_id`` as its own MLflow run, linked by tag.
+def log_report_before_run(tracking_uri: str, experiment: str, run_name: str, report_json: str | Path,
+                          trigger: str = "drift") -> tuple[str, str, str]:
+    """Record the report that is about to start the KFP run named ``run_name`` as its own MLflow run (found again by
+    that name, so a retried start logs it once), before the run exists: its page can then go with the run's
+    parameters, for its first step to show in the KFP UI. Returns (MLflow run id, the page's ``runs:/`` URI, the
+    page's SHA-256 as read before it was logged); the URI and digest are empty without a page. Tag the MLflow run
+    ``ctpipe.drift_report_for`` with the KFP run's id once it exists (``link_report_to_run``)."""
+    import hashlib
 
-    The pipeline's own MLflow run is created by its first step, later and elsewhere; a separate run tagged
-    ``ctpipe.drift_report_for`` keeps the two apart (prepare_run looks its run up by
-    ``ctpipe.pipeline_run_id``, which this one does not carry).
-    """
+    page = Path(report_json).with_suffix(".html")
+    # Hashed before it is logged: a page rewritten in between is then refused by the step, never shown unchecked.
+    digest = hashlib.sha256(page.read_bytes()).hexdigest() if page.exists() else ""
     run_id, _ = find_or_create_run(
-        tracking_uri,
-        ensure_experiment(tracking_uri, experiment),
-        key_tag="ctpipe.drift_report_for",
-        key=pipeline_run_id,
-        run_name=f"drift-report-{pipeline_run_id}",
-        tags={"ctpipe.trigger": trigger},
-    )
+        tracking_uri, ensure_experiment(tracking_uri, experiment), key_tag="ctpipe.drift_report_for_run_name",
+        key=run_name, run_name=f"drift-report-{run_name}", tags={"ctpipe.trigger": trigger},
+    )  # fmt: skip
     log_drift_report(tracking_uri, run_id, report_json)
     end_run(tracking_uri, run_id)
-    return run_id
+    folder = "decay" if page.name.startswith("decay-") else "drift"
+    return run_id, (f"runs:/{run_id}/{folder}/{page.name}" if digest else ""), digest
+
+
+def link_report_to_run(tracking_uri: str, report_run_id: str, pipeline_run_id: str) -> None:
+    """Tag the report's MLflow run with the KFP run it started (``ctpipe.drift_report_for``)."""
+    from ctpipe.components.lib.tracking.training_runs import set_run_tag
+
+    set_run_tag(tracking_uri, report_run_id, "ctpipe.drift_report_for", pipeline_run_id)
+
+
+def page_parameters(report_json: str | Path) -> dict[str, str]:
+    """The pipeline parameters that show a local run's report page in its first step's output (``ctpipe submit
+    --drift-report``): the page's path and SHA-256; none without a page."""
+    import hashlib
+
+    page = Path(report_json).with_suffix(".html")
+    if not page.exists():
+        return {}
+    return {"trigger_report_uri": str(page.resolve()), "trigger_report_sha256": hashlib.sha256(page.read_bytes()).hexdigest()}

@@ -225,6 +225,19 @@ class KfpStarter:
         # has moved on before anything is reused).
         # trigger_reason: what fired it (the drift or decay finding), recorded on the run and the version it registers.
         extra = {"data_fingerprint": fingerprint, "trigger_reason": (read_record(record_path) or {}).get("reason") or ""}
+        report = trigger_report(read_record(record_path) or {}, trigger)
+        logged, error = None, None
+        if report and self.tracking_uri:
+            from ctpipe.pipelines.triggers.report import log_report_before_run
+
+            # Logged before the run exists: its page and the page's digest go with the run's parameters, and its
+            # first step shows the page in the KFP UI (components/steps/prepare_run/trigger_page.py).
+            try:
+                logged = log_report_before_run(self.tracking_uri, self.mlflow_experiment, run_name, report,
+                                               trigger=trigger)
+                extra |= {"trigger_report_uri": logged[1], "trigger_report_sha256": logged[2]}
+            except Exception as err:  # the run still starts; a tracking hiccup costs the page, not the run
+                error = f"{type(err).__name__}: {err}"[:300]
         params = run_parameters(trigger=trigger, data_uri=data_uri, overrides=recorded_settings(record_path) + self.overrides,
                                 config_json=self.config_json, extra=extra)
         run = submit_run(
@@ -237,16 +250,16 @@ class KfpStarter:
             reuse_existing=True,
         )
         info = {"backend": "kfp", "run_id": run.run_id, "run_name": run_name, "status": "running"}
-        report = trigger_report(read_record(record_path) or {}, trigger)
-        if report and self.tracking_uri:
-            from ctpipe.pipelines.triggers.report import log_drift_report_for_pipeline_run
+        if logged is not None:
+            from ctpipe.pipelines.triggers.report import link_report_to_run
 
+            info["drift_report_mlflow_run"] = logged[0]
             try:
-                info["drift_report_mlflow_run"] = log_drift_report_for_pipeline_run(
-                    self.tracking_uri, self.mlflow_experiment, run.run_id, report, trigger=trigger
-                )
+                link_report_to_run(self.tracking_uri, logged[0], run.run_id)
             except Exception as err:  # the run is started; a tracking hiccup must not make it look unstarted
-                info["drift_report_error"] = f"{type(err).__name__}: {err}"[:300]
+                error = f"{type(err).__name__}: {err}"[:300]
+        if error:
+            info["drift_report_error"] = error
         return info
 
     def is_active(self, record: dict[str, Any]) -> bool:

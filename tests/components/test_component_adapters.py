@@ -71,7 +71,7 @@ def data(steps):
 def prepared(steps, data):
     return prepare_run.python_func(config_json="", config_overrides="\n".join(OVERRIDES),
                                    mlflow_tracking_uri=steps.uri, pipeline_run_id="p1", trigger="ci",
-                                   data_uri=str(data))
+                                   data_uri=str(data), trigger_report=steps.artifact(HTML, "trigger_report"))
 
 
 @pytest.fixture(scope="module")
@@ -132,9 +132,24 @@ def test_prepare_run_returns_the_resolved_config_and_the_run_it_opened(steps, pr
     assert steps.record("prepare_run")["result"] == {
         "mlflow_run_id": prepared.mlflow_run_id, "pipeline_run_id": "p1",
         "data_fingerprint": prepared.data_fingerprint, "training_run_id": prepared.training_run_id,
-        "mlflow_experiment_id": run.info.experiment_id,
+        "mlflow_experiment_id": run.info.experiment_id, "trigger_report": "none",
     }
+    assert "comes with no report page" in (steps.root / "artifacts" / "trigger_report").read_text()
     assert len(prepared.data_fingerprint) == 64 and prepared.training_run_id != prepared.mlflow_run_id
+
+
+def test_prepare_run_shows_the_watchers_page_only_when_its_digest_matches(steps, data):
+    import hashlib
+
+    page = steps.root / "decay-1-2026-03-15.html"
+    page.write_text("<!doctype html><html><body><h1>decay of version 1</h1></body></html>")
+    for run_id, digest, shown in (("p2", hashlib.sha256(page.read_bytes()).hexdigest(), True), ("p3", "0" * 64, False)):
+        out = steps.artifact(HTML, f"trigger_report_{run_id}")
+        prepare_run.python_func(config_json="", config_overrides="\n".join(OVERRIDES), mlflow_tracking_uri=steps.uri,
+                                pipeline_run_id=run_id, trigger="decay", data_uri=str(data), trigger_report=out,
+                                trigger_report_uri=str(page), trigger_report_sha256=digest)
+        assert (Path(out.path).read_bytes() == page.read_bytes()) is shown
+        assert steps.record("prepare_run")["result"]["trigger_report"].startswith("published" if shown else "refused")
 
 
 def test_validate_data_marks_the_snapshot_and_counts_the_warnings(steps, prepared, validated):

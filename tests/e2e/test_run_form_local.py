@@ -9,6 +9,7 @@ from ctpipe.components.lib.data.demo import write_demo_data
 from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.lib.tracking.lineage import TRIGGER_REASON_TAG, version_lineage
 from ctpipe.pipelines.local.local_run import run_local
+from ctpipe.pipelines.triggers.report import page_parameters
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 # What the watcher's ledger record says fired the run (tests/pipelines/triggers/test_trigger_reason.py).
@@ -20,13 +21,18 @@ def test_typed_values_reach_the_resolved_config_and_the_mlflow_params(tmp_path, 
     data = tmp_path / "data"
     write_demo_data(data, days=3, rows_per_day=300, seed=3)
     home = tmp_path / "home"
+    # The watcher's decay page that started the run, with its digest (ctpipe submit --drift-report passes them).
+    report = tmp_path / "reports" / "decay-1-2026-03-15.json"
+    report.parent.mkdir()
+    report.with_suffix(".html").write_text("<!doctype html><html><body><h1>decay of version 1</h1></body></html>")
     summary = run_local(
         home=home,
         data_uri=str(data),
         overrides=["train.max_steps=60", "train.warmup_steps=5", "train.eval_every=10", "train.checkpoint_every=10",
                    "evaluate.thresholds.accuracy.value=0.3", "data.key=customer_id"],
         verbosity=-1,
-        parameters={"training_steps": 30, "learning_rate": 0.004, "batch_size": 32, "training_window_days": 2},
+        parameters={"training_steps": 30, "learning_rate": 0.004, "batch_size": 32, "training_window_days": 2,
+                    **page_parameters(report)},
         trigger="decay", trigger_reason=REASON,
     )
     assert summary["status"] == "succeeded", summary["error"]
@@ -46,3 +52,6 @@ def test_typed_values_reach_the_resolved_config_and_the_mlflow_params(tmp_path, 
     assert (tags["ctpipe.trigger"], tags[TRIGGER_REASON_TAG]) == ("decay", REASON)
     version = client.get_model_version(resolved["registry"]["model_name"], summary["model_version"])
     assert version.tags["ctpipe.trigger"] == "decay" and version_lineage(client, version)["trigger_reason"] == REASON
+    # The page is the first step's HTML output (what the KFP UI renders), byte for byte.
+    (published,) = [p for p in home.rglob("trigger_report") if p.is_file()]
+    assert published.read_bytes() == report.with_suffix(".html").read_bytes()

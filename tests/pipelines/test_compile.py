@@ -36,7 +36,21 @@ def test_compiled_spec_loads_back(compiled):
         "config_overrides",
         "mlflow_tracking_uri",
         "data_fingerprint",  # the data version a watcher's run is for (empty: any)
+        "trigger_report_uri",  # the watcher's page of why it started, and its digest: shown in the KFP UI
+        "trigger_report_sha256",
     }
+
+
+def test_the_first_step_outputs_the_trigger_report_page_the_kfp_ui_renders(compiled):
+    """The watcher's drift or decay page reaches the KFP UI as prepare run's HTML output artifact, from the two
+    run parameters the watcher sets (where the page is, its SHA-256)."""
+    spec = next(yaml.safe_load_all(compiled.read_text()))
+    component = spec["components"]["comp-prepare-run"]
+    artifact = component["outputDefinitions"]["artifacts"]["trigger_report"]["artifactType"]
+    assert artifact["schemaTitle"] == "system.HTML"
+    inputs = spec["root"]["dag"]["tasks"]["prepare-run"]["inputs"]["parameters"]
+    for name in ("trigger_report_uri", "trigger_report_sha256"):
+        assert inputs[name] == {"componentInputParameter": name}
 
 
 def test_every_parameter_has_a_default_and_a_description(compiled):

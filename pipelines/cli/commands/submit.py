@@ -104,10 +104,16 @@ def _submit_local(args: argparse.Namespace) -> int:
 
     # The machine too: a watcher on another machine sharing the home cannot judge this pid.
     record(status="running", pid=os.getpid(), host=socket.gethostname(), started_at=time.time())
+    # The report's page, shown as the first step's output (trigger_report) as on a cluster.
+    page = {}
+    if args.drift_report:
+        from ctpipe.pipelines.triggers.report import page_parameters
+
+        page = page_parameters(args.drift_report)
     try:
         summary = run_local(
             home=args.home, data_uri=args.data, config_path=args.config, overrides=args.overrides, trigger=args.trigger,
-            expected_fingerprint=args.fingerprint, trigger_reason=args.trigger_reason,
+            expected_fingerprint=args.fingerprint, trigger_reason=args.trigger_reason, parameters=page,
         )
     except BaseException as err:
         # A UserError (bad config, a missing data root) is the user's to fix: the watcher does not retry it.

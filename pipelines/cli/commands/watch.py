@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     parser.add_argument("--once", action="store_true", help="check once and exit (what the CronJob runs)")
     parser.add_argument("--interval", type=float, metavar="S", help="seconds between checks (default watch.interval_seconds)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report, start nothing")
-    parser.add_argument("--labels", metavar="URI", help="label partitions (data.key, data.label; date=YYYY-MM-DD) to join with serving.prediction_log: the decay trigger")
+    parser.add_argument("--labels", metavar="URI", help="label partitions (data.key and data.label, or a language model's documents: data.key and its text; date=YYYY-MM-DD) to join with serving.prediction_log: the decay trigger")
     parser.add_argument("--alert", action="store_true", help="with --once: exit 1 when the champion is stale, the data feed stopped or the last runs all failed (watch.max_* limits)")
     parser.add_argument("--status", action="store_true", help="list the data versions in the ledger with their attempts and outcomes, then exit")
     parser.add_argument("--json", action="store_true", help="print JSON for programs: one object per check (with --status: one object instead of a table)")

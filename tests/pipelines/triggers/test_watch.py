@@ -6,6 +6,7 @@ pipeline, which the end-to-end tests cover).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -365,6 +366,12 @@ def test_watcher_on_kfp_starts_one_drift_run_and_records_its_report_in_mlflow(si
     )
     names = sorted(a.path for a in client_ml.list_artifacts(report_run.info.run_id, "drift"))
     assert [Path(n).suffix for n in names] == [".html", ".json"]
+    # The page went with the run (logged before it was started), with the digest of the page the watcher wrote:
+    # the run's first step shows it in the KFP UI when the two match.
+    parameters = run["runtime_config"]["parameters"]
+    page = Path(decision.run["drift_report"]).with_suffix(".html")
+    assert parameters["trigger_report_uri"] == f"runs:/{report_run.info.run_id}/{names[0]}"
+    assert parameters["trigger_report_sha256"] == hashlib.sha256(page.read_bytes()).hexdigest()
 
 
 def test_a_writers_output_in_progress_under_a_hidden_or_underscore_folder_is_not_data(site):
