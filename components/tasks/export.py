@@ -17,7 +17,7 @@ import hashlib
 import os
 import pickle
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,9 @@ def load_model_export(path: str | Path,
         raise ValueError(f"'{path}' is not a ctpipe model export (it holds a {type(payload).__name__}, not a dict)")
     if payload.get("format") != EXPORT_FORMAT:
         raise ValueError(f"'{path}' is not a ctpipe model export (format {payload.get('format')!r})")
-    cfg = ModelConfig(**payload["model_config"])
+    # An export written before model.linear_path existed has the MLP alone (its head reads no inputs itself).
+    before_linear_path = {} if "linear_path" in payload["model_config"] else {"linear_path": False}
+    cfg = ModelConfig(**{**payload["model_config"], **before_linear_path})
     record = payload.get("task") or {"name": DEFAULT_TASK, "entrypoint": None, "options": {}}
     if check_task is not None:
         check_task(record)
@@ -158,6 +160,8 @@ def load_model_export(path: str | Path,
     state = payload["preprocessing"]
     # An export written before build_config was recorded is rebuilt as it always was: from its model section.
     build_config = _recorded_build_config(payload, path) if "build_config" in payload else Config(model=cfg)
+    if before_linear_path:
+        build_config = replace(build_config, model=replace(build_config.model, **before_linear_path))
     model = build_exported_network(task, build_config, state)
     model.load_state_dict(payload["state_dict"])
     model.float().eval()

@@ -63,16 +63,33 @@ class TabularClassification(TabularFamily):
 
     # -- data -------------------------------------------------------------------------------------
     def fit(self, train: pd.DataFrame, schema: Schema) -> TaskState:
-        # the same numbers as ``fit_streamed``: the statistics of one frame are those of its batches merged
+        """``fit_streamed``'s numbers (the statistics of one frame are those of its batches merged), or with image
+        columns the pixel statistics too; on a small table also the linear path's start (``linear``: a logistic
+        regression on the numeric inputs, ``components/lib/models/linear_fit.py``)."""
         if self.images:  # the pixel statistics need the rows themselves
-            return self.fit_features(train, schema, schema.classes)
-        return self.fit_streamed(table_stats(train, schema), schema)
+            state = self.fit_features(train, schema, schema.classes)
+        else:
+            state = self.streamed_state(table_stats(train, schema), schema)
+        x = self.linear_inputs(train, state)
+        if x is None:
+            return state
+        from ctpipe.components.lib.models.linear_fit import logistic_fit
+
+        y = encode_labels(train, state["label"], list(state["classes"]))
+        return {**state, "linear": logistic_fit(x, y, len(state["classes"]))}
 
     def fit_streamed(self, stats: Any, schema: Schema) -> TaskState | None:
         """The preprocessing statistics (numeric mean/std, vocabularies, classes) and the label column; None
-        with image columns (their statistics need the rows: the snapshot calls ``fit``)."""
-        if self.images:
+        with image columns (their statistics need the rows) or a table small enough for the linear path's
+        closed-form start (it needs the rows): the snapshot then calls ``fit``."""
+        from ctpipe.components.lib.models.linear_fit import fits
+
+        if self.images or fits(getattr(stats, "rows", 0), len(schema.numeric)):
             return None
+        return self.streamed_state(stats, schema)
+
+    def streamed_state(self, stats: Any, schema: Schema) -> TaskState:
+        """What ``fit`` and ``fit_streamed`` both hold: the statistics' part of the state."""
         return {**preprocessing_of(stats, schema.classes).to_dict(), "label": schema.label}
 
     def encode(self, frame: pd.DataFrame, state: TaskState) -> Batch:
@@ -98,11 +115,12 @@ class TabularClassification(TabularFamily):
     def init_model(self, model: nn.Module, state: TaskState, train_targets: torch.Tensor) -> None:
         import torch
 
-        from ctpipe.components.lib.models.tabular import init_output_bias
+        from ctpipe.components.lib.models.tabular import init_linear_path, init_output_bias
 
         if hasattr(model, "head"):
             prior = torch.bincount(train_targets, minlength=len(state["classes"])).double() / len(train_targets)
             init_output_bias(model, prior.float())
+            init_linear_path(model, state.get("linear"))  # a small table's logistic fit (``fit``), if any
         zero_unknown_category_slots(model)
 
     # -- objective --------------------------------------------------------------------------------

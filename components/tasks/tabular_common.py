@@ -67,6 +67,16 @@ class TabularFamily(TaskBase):
         tabular = encode_features(frame, prep)
         return (*tabular, *self.images.arrays(frame, state["images"])) if self.images else tabular
 
+    def linear_inputs(self, train: pd.DataFrame, state: TaskState) -> np.ndarray | None:
+        """The train rows' numeric model inputs (``x_num``) that the linear path's closed-form start is fitted on;
+        None for a table too large or without numeric columns (``components/lib/models/linear_fit.py``)."""
+        from ctpipe.components.lib.models.linear_fit import fits
+
+        prep = Preprocessing.from_dict(state)
+        if not fits(len(train), len(prep.numeric)):
+            return None
+        return encode_features(train, prep)[0]
+
     def model_outputs(self, model: nn.Module, frame: pd.DataFrame, state: TaskState) -> list[np.ndarray]:
         """The model's float32 outputs for every row, in eval mode without gradients, a chunk of rows at a time."""
         import torch

@@ -87,7 +87,9 @@ class DetachedBody(_Wrapper):
         h = inner.stem(torch.cat(parts, dim=1))
         for block in inner.blocks:
             h = block(h)
-        return self.head(inner.norm(h).detach())
+        h = inner.norm(h).detach()
+        # the linear path (model.linear_path) reads the inputs themselves: unchanged, it is not the body
+        return self.head(torch.cat([h, x_num], dim=1) if getattr(inner, "linear_inputs", 0) else h)
 
 
 class ReturnsProbabilities(_Wrapper):
@@ -159,4 +161,9 @@ class LosesInputsInBf16(_Wrapper):
         h = inner.stem(h + offset) - nn.functional.linear(offset, inner.stem.weight)
         for block in inner.blocks:
             h = block(h)
-        return self.head(inner.norm(h))
+        h = inner.norm(h)
+        if not getattr(inner, "linear_inputs", 0):
+            return self.head(h)
+        # The linear path (model.linear_path) takes the inputs with the same offset, taken back out after the matmul.
+        shift = torch.cat([torch.zeros_like(h[:1]), torch.full_like(x_num[:1], self.OFFSET)], dim=1)
+        return self.head(torch.cat([h, x_num], dim=1) + shift) - nn.functional.linear(shift, self.head.weight)

@@ -203,6 +203,9 @@ class ModelConfig:
     depth: int = 3
     dropout: float = 0.1
     embedding_dim: int = 8
+    # MLP only: wide and deep, the head also reads the numeric inputs (a linear model plus the MLP), started at a
+    # ridge / logistic fit on small tables (components/lib/models/linear_fit.py). False: the MLP alone.
+    linear_path: bool = True
     # Transformer only.
     heads: int = 4
 

@@ -37,16 +37,19 @@ class ResidualBlock(nn.Module):
 
 
 class TabularMLP(nn.Module):
-    """Embeddings for categorical columns, concatenated with numeric ones, then residual MLP blocks."""
+    """Embeddings for categorical columns, concatenated with numeric ones, then residual MLP blocks; with
+    ``model.linear_path`` (wide and deep) the head also reads the numeric inputs themselves, so the model is a
+    linear model plus the MLP: its numeric columns are ``head.weight[:, hidden:]`` (``init_linear_path``)."""
 
     def __init__(self, cfg: ModelConfig, spec: InputSpec) -> None:
         super().__init__()
+        self.linear_inputs = spec.n_numeric if cfg.linear_path else 0
         self.embeddings = nn.ModuleList(nn.Embedding(card, cfg.embedding_dim) for card in spec.cardinalities)
         width_in = spec.n_numeric + cfg.embedding_dim * len(spec.cardinalities)
         self.stem = nn.Linear(max(width_in, 1), cfg.hidden)
         self.blocks = nn.ModuleList(ResidualBlock(cfg.hidden, cfg.dropout) for _ in range(cfg.depth))
         self.norm = nn.LayerNorm(cfg.hidden)
-        self.head = nn.Linear(cfg.hidden, spec.n_classes)
+        self.head = nn.Linear(cfg.hidden + self.linear_inputs, spec.n_classes)
 
     def forward(self, x_num: torch.Tensor, x_cat: torch.Tensor) -> torch.Tensor:
         parts = [x_num] + [emb(x_cat[:, i]) for i, emb in enumerate(self.embeddings)]
@@ -56,7 +59,10 @@ class TabularMLP(nn.Module):
         h = self.stem(h.to(self.stem.weight.dtype))
         for block in self.blocks:
             h = block(h)
-        return self.head(self.norm(h))
+        h = self.norm(h)
+        if self.linear_inputs:
+            h = torch.cat([h, x_num.to(h.dtype)], dim=1)
+        return self.head(h)
 
 
 class TransformerBlock(nn.Module):
@@ -121,6 +127,25 @@ def init_output_bias(model: nn.Module, class_prior: torch.Tensor) -> None:
     head = model.head
     head.weight.mul_(0.01)  # small logits at init, so the prior bias dominates
     head.bias.copy_(torch.log(class_prior.clamp_min(1e-6)).to(head.bias.dtype))
+
+
+@torch.no_grad()
+def init_linear_path(model: nn.Module, fit: dict | None) -> bool:
+    """Start the linear path at a closed-form fit (``linear_fit.py``: ``{"weight": [outputs x numeric], "bias":
+    [outputs]}``, in the model's output units); the MLP's part of the head stays as the task's init left it (small:
+    ``init_output_bias``, not zero, so every weight gets a gradient at the first step), so the model starts as
+    nearly that linear model. False (nothing changed) for a model without the path or a fit of another shape."""
+    inputs = getattr(model, "linear_inputs", 0)
+    if not inputs or not fit:
+        return False
+    weight = torch.tensor(fit["weight"], dtype=model.head.weight.dtype)
+    bias = torch.tensor(fit["bias"], dtype=model.head.bias.dtype)
+    head = model.head
+    if weight.shape != (head.out_features, inputs) or bias.shape != (head.out_features,):
+        return False
+    head.weight[:, head.in_features - inputs :].copy_(weight)
+    head.bias.copy_(bias)
+    return True
 
 
 def spec_to_dict(spec: InputSpec) -> dict:

@@ -62,17 +62,18 @@ def test_a_packing_task_is_fitted_and_encoded_on_whole_splits(tmp_path):
 
 
 class _NumpyScalarState(TabularClassification):
-    """A user's fit_streamed/fit that keeps a numpy scalar (``x.mean()`` of an array) in the state."""
+    """A user's fit_streamed/fit that keeps a numpy scalar (``x.mean()`` of an array) in the state (through the
+    statistics-only part both build on: a table this small is fitted by ``fit``, which needs its rows)."""
 
-    def fit_streamed(self, stats, schema):
-        return {**super().fit_streamed(stats, schema), "scale": np.float32(2.0)}
+    def streamed_state(self, stats, schema):
+        return {**super().streamed_state(stats, schema), "scale": np.float32(2.0)}
 
 
 class _IntKeyedState(TabularClassification):
     """A state keyed by ints: JSON turns 0 into "0", so the loaded state would no longer be the fitted one."""
 
-    def fit_streamed(self, stats, schema):
-        return {**super().fit_streamed(stats, schema), "weights": {0: 1.0, 1: 2.0}}
+    def streamed_state(self, stats, schema):
+        return {**super().streamed_state(stats, schema), "weights": {0: 1.0, 1: 2.0}}
 
 
 @pytest.mark.parametrize("task, named", [

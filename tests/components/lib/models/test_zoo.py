@@ -66,3 +66,25 @@ def test_export_rejects_foreign_files(tmp_path):
     torch.save({"format": "other"}, tmp_path / "x.pt")
     with pytest.raises(ValueError, match="not a ctpipe model export"):
         load_model_export(tmp_path / "x.pt")
+
+
+def test_an_export_from_before_the_linear_path_loads_as_the_mlp_alone(tmp_path):
+    """An export written before ``model.linear_path`` existed records no such key; its head reads the MLP alone, so it
+    is rebuilt without the path (with the new default its weights would not fit: head.weight [2, 16] vs [2, 17])."""
+    torch.manual_seed(0)
+    old = ModelConfig(hidden=16, depth=1, dropout=0.0, linear_path=False)
+    model = build_model(old, InputSpec(n_numeric=1, cardinalities=[3], n_classes=2)).eval()
+    prep = Preprocessing(numeric={"x": {"mean": 1.0, "std": 2.0}}, categorical={"c": ["a", "b"]}, classes=["no", "yes"])
+    task = {"name": "tabular_classification", "entrypoint": None, "options": {}}
+    save_model_export(tmp_path / "m.pt", model.state_dict(), old, task, {**prep.to_dict(), "label": "y"}, {})
+    payload = torch.load(tmp_path / "m.pt", weights_only=True)
+    payload["model_config"].pop("linear_path")
+    if "build_config" in payload:  # the whole config as JSON
+        import json
+
+        recorded = json.loads(payload["build_config"])
+        recorded["model"].pop("linear_path")
+        payload["build_config"] = json.dumps(recorded)
+    torch.save(payload, tmp_path / "m.pt")
+    loaded = load_model_export(tmp_path / "m.pt")
+    assert loaded.predict_proba(pd.DataFrame({"x": [1.0], "c": ["a"]})).shape == (1, 2)

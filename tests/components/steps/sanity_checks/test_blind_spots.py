@@ -1,7 +1,7 @@
 """Issue 34's tabular blind spots: shuffled labels that passed as 'inconclusive', and misleading lead messages.
 
 Shuffled labels on the demo data (7 days x 1,000 rows, the default config) must stop at the sanity step as
-"no signal" (an equivalence test on the held-out gain), not warn and train; dropout left on at evaluation
+"no signal" (an equivalence test on the held-out gain) or as a held-out gain below zero, not warn and train; dropout left on at evaluation
 must be named by a direct evaluation-determinism check, not blamed on batch mixing.
 """
 
@@ -58,9 +58,15 @@ def test_shuffled_labels_on_the_demo_data_stop_as_no_signal(shuffled_demo, tmp_p
     with pytest.raises(SanityCheckError) as err:
         run(shuffled_demo, tmp_path, Config.from_dict({"data": {"key": KEY}}))
     message = str(err.value)
-    assert ("sanity check 'beats_zero_input_baseline' failed before training, so the run stops here: "
-            "beats_zero_input_baseline: no signal: the held-out gain over an input-blind model is at most") in message
-    assert "the labels carry no information about the inputs: shuffled labels" in message
+    assert message.startswith("sanity check 'beats_zero_input_baseline' failed before training, so the run stops here: "
+                              "beats_zero_input_baseline: ")
+    # "no signal" (the gain shown too small to matter), or, where the model fits the shuffled labels' noise within the
+    # short training (the wide-and-deep default's linear path: held-out loss 0.3 % above the input-blind model's, the
+    # whole interval below 0), a gain that fails outright; either way the lead names shuffled labels.
+    assert ("no signal: the held-out gain over an input-blind model is at most" in message
+            and "the labels carry no information about the inputs: shuffled labels" in message) or (
+        "the model does no better than one that never sees the input" in message
+        and "(shuffled or misaligned labels?)" in message), message
     assert (tmp_path / "sanity.md").read_text().startswith("# Sanity checks: FAILED")
 
 
