@@ -58,5 +58,7 @@ def test_an_export_is_rescored_on_the_val_split_a_row_group_at_a_time(snapshots,
     streamed = score_export(model, snapshots["keyed"])
     assert streamed.keys() == whole.keys() == {"val_loss", "val_accuracy"}
     for name, value in whole.items():
-        assert streamed[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
+        # float32 outputs: a matrix product of 13 rows and one of the whole split may round differently in the last
+        # bit (the BLAS kernel depends on the row count), so equal to float32's precision, not float64's.
+        assert streamed[name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
 

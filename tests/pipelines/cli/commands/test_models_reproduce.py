@@ -21,25 +21,16 @@ from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.lib.tracking.lineage import LINEAGE_DIGEST_TAG, LINEAGE_PATH, lineage_text
 from ctpipe.components.run_config import load_config
 from ctpipe.pipelines.cli.main import main
-from tests.fixtures.exact import EXACT_TRAINING
-from tests.fixtures.registered import register_through_the_steps
+from tests.fixtures.registered import SHORT_TRAINING, register_through_the_steps
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TINY = [
-    *EXACT_TRAINING,
     "data.key=customer_id",
     "model.hidden=16",
     "model.depth=1",
     "model.embedding_dim=4",
-    "train.max_steps=6",
-    "train.warmup_steps=1",
-    "train.eval_every=3",
-    "train.checkpoint_every=3",
-    "train.batch_size=16",
-    "evaluate.bootstrap_samples=200",
-    "registry.retries=2",
-    "registry.retry_backoff_seconds=0.05",
+    *SHORT_TRAINING,
 ]
 
 

@@ -19,22 +19,10 @@ from ctpipe.components.lib.tracking import local_tracking_uri
 from ctpipe.components.run_config import resolve_config
 from ctpipe.pipelines.cli.main import main
 from tests.fixtures.diabetes import write_diabetes
-from tests.fixtures.exact import EXACT_TRAINING
-from tests.fixtures.registered import register_through_the_steps
+from tests.fixtures.registered import SHORT_TRAINING, register_through_the_steps
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SMALL = (
-    *EXACT_TRAINING,
-    "train.max_steps=6",
-    "train.warmup_steps=1",
-    "train.eval_every=3",
-    "train.checkpoint_every=3",
-    "train.batch_size=16",
-    "evaluate.bootstrap_samples=200",
-    "registry.retries=2",
-    "registry.retry_backoff_seconds=0.05",
-)
 
 USER_MODULE = "my_repro_task"
 USER_TASK = textwrap.dedent('''
@@ -64,13 +52,13 @@ USER_TASK = textwrap.dedent('''
 
 def _regression(root):
     data = write_diabetes(root / "data")
-    return resolve_config(settings=["task.name=tabular_regression", "data.label=target", "data.key=null", *SMALL]), data
+    return resolve_config(settings=["task.name=tabular_regression", "data.label=target", "data.key=null", *SHORT_TRAINING]), data
 
 
 def _causal_lm(root):
     from ctpipe.components.tasks import load_task
 
-    settings = ["task.name=causal_lm", *SMALL]
+    settings = ["task.name=causal_lm", *SHORT_TRAINING]
     load_task(resolve_config(settings=settings).task).demo.write_data(str(root / "data"), days=2)
     # As `ctpipe run --task causal_lm` resolves it on its demo data: the demo layer (key, text column) under --set.
     return resolve_config(settings=settings, data_uri=str(root / "data"), demo=True), root / "data"
@@ -80,7 +68,7 @@ def _user_task(root):
     (root / "user").mkdir()
     (root / "user" / f"{USER_MODULE}.py").write_text(USER_TASK)
     write_demo_data(root / "data", days=2, rows_per_day=150, seed=3)
-    settings = ["data.key=customer_id", f"task.entrypoint={USER_MODULE}:make_task", "task.options.width=8", *SMALL]
+    settings = ["data.key=customer_id", f"task.entrypoint={USER_MODULE}:make_task", "task.options.width=8", *SHORT_TRAINING]
     return resolve_config(settings=settings), root / "data"
 
 
