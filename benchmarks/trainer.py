@@ -19,7 +19,10 @@ and imports excluded, for both). It reports:
   loop that also clips by the global gradient norm with the worker's ``clip_grad_norm_`` (FSDP2: one
   all-reduce of a scalar per step, a collective the bare loop does not have); ``clipping_cost``: 1 - (a')/(a);
   ``eval_share``: the worker's evaluation time over its loop time;
-- ``checkpoint_share``: one checkpoint save's time over ``checkpoint_every`` training steps' time;
+- ``checkpoint_share``: one checkpoint save's time on the loop's critical path (the mean over the run's saves)
+  over ``checkpoint_every`` training steps' time; ``in_loop_checkpoint_seconds`` (median of the saves inside the
+  loop: staging and any wait for the save before) and ``last_checkpoint_seconds`` (the last save, which the end of
+  the loop waits for whole) split it, from the run's MLflow metric;
 - ``mfu``: the worker's model FLOPs utilisation (peak matmul FLOP/s measured at start-up);
 - with ``--per-block``: ``sized_over_per_block``, the worker's samples/s with its sized units over
   per-block units (medians of pairs).
@@ -157,7 +160,12 @@ def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: st
     )
     this = result.raw["this_run"]
     step_seconds = result.global_batch_size / result.samples_per_second
+    per_save = _per_save_seconds(tracking_uri, run_id)
     return {
+        # Each save's time on the loop's critical path, in step order (from the run's MLflow metric): the saves
+        # inside the loop (staging, a wait for the save before), then the last, which the end of the loop waits for.
+        "in_loop_checkpoint_seconds": statistics.median(per_save[:-1]) if len(per_save) > 1 else None,
+        "last_checkpoint_seconds": per_save[-1] if per_save else None,
         "loop_seconds": this["loop_seconds"],
         "samples_per_second": this["steps"] * result.global_batch_size / this["loop_seconds"],
         "train_step_samples_per_second": result.samples_per_second,
@@ -169,6 +177,16 @@ def run_ctpipe(snapshot_dir: str, config, work: Path, tag: str, tracking_uri: st
         "val_loss": result.final_metrics.get("val_loss"),
         "peak_flops": result.raw.get("peak_flops_per_device", 0.0),
     }
+
+
+def _per_save_seconds(tracking_uri: str | None, run_id: str | None) -> list[float]:
+    """The ``checkpoint_seconds`` the worker logged per save, in step order ([] without MLflow)."""
+    if not (tracking_uri and run_id):
+        return []
+    import mlflow
+
+    history = mlflow.MlflowClient(tracking_uri).get_metric_history(run_id, "checkpoint_seconds")
+    return [m.value for m in sorted(history, key=lambda m: m.step)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         "eval_share": statistics.median(c["eval_seconds"] / c["loop_seconds"] for c in rows["ctpipe"]),
         "checkpoint_share": statistics.median(shares),
         "checkpoint_seconds": statistics.median(c["checkpoint_seconds"] for c in rows["ctpipe"]),
+        "in_loop_checkpoint_seconds": _median_or_none(c["in_loop_checkpoint_seconds"] for c in rows["ctpipe"]),
+        "last_checkpoint_seconds": _median_or_none(c["last_checkpoint_seconds"] for c in rows["ctpipe"]),
         "mfu": statistics.median(c["mfu"] for c in rows["ctpipe"]),
         "bare_samples_per_second": statistics.median(b["samples_per_second"] for b in rows["bare"]),
         "ctpipe_samples_per_second": statistics.median(c["samples_per_second"] for c in rows["ctpipe"]),

@@ -99,16 +99,12 @@ def optimizer_step_unsynced(
     loss_fn: LossFn = F.cross_entropy,
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     grad_sync: Callable[[bool], AbstractContextManager[Any]] = _no_sync_needed,
-    before_update: Callable[[], Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``optimizer_step`` without a host sync, as a bare loop steps: the summed loss and the global gradient norm
     stay 0-dim tensors on the device and the update is always applied. The caller reads them later, many steps
-    at once, and stops on a non-finite one before anything is evaluated or saved (the trainer's ``_settle``).
-    ``before_update`` runs between clipping and the update (the trainer finishes a checkpoint save there)."""
+    at once, and stops on a non-finite one before anything is evaluated or saved (the trainer's ``_settle``)."""
     loss_total, norm = _backward_and_clip(model, micro_batches, accum=accum, grad_clip=grad_clip, loss_fn=loss_fn,
                                           autocast=autocast, grad_sync=grad_sync)
-    if before_update is not None:
-        before_update()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()

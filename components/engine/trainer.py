@@ -23,7 +23,7 @@ from ctpipe.components.engine.hooks import training_hooks
 from ctpipe.components.engine.loss_eval import check_reported, evaluate, val_shard
 from ctpipe.components.engine.parallelize import parallelize, resolve_precision, sync_buffers, uses_autocast
 from ctpipe.components.engine.progress import Progress, ProgressLine, Unsettled, Window
-from ctpipe.components.engine.saving import CheckpointWriter, saveable_state
+from ctpipe.components.engine.saving import CheckpointWriter
 from ctpipe.components.engine.step import build_optimizer, optimizer_step_unsynced
 from ctpipe.components.engine.throughput import flops_per_sample_or_zero
 from ctpipe.components.engine.tracker import NullTracker
@@ -55,7 +55,7 @@ class Trainer:
             self.t = self.t.for_examples(len(self._init_targets), d.world_size)
         self._build_model()
         self._build_optimizer()
-        self.writer = CheckpointWriter()  # saves beside the next step (saving.py)
+        self.writer = CheckpointWriter()  # saves off the steps' critical path (saving.py)
         self.global_batch = self.t.batch_size * d.world_size * self.t.grad_accum_steps
         self.progress = Progress()
         self.resumed_from: int | None = None
@@ -64,8 +64,7 @@ class Trainer:
         self.window = Window()
         self._unsettled = Unsettled()  # read at the next boundary (``_settle``), never one step at a time
         self._clock = 0.0  # where the training time since the last boundary began
-        # Timings of this process's share of the run (not carried over a resume).
-        # checkpoint_seconds: on the loop's critical path; checkpoint_write_seconds: the saves' own, beside the steps.
+        # Timings (not kept over a resume); checkpoint_seconds: on the loop's critical path, *_write_: beside it.
         self.stats = {"steps": 0, "loop_seconds": 0.0, "eval_seconds": 0.0, "checkpoint_seconds": 0.0,
                       "checkpoint_write_seconds": 0.0, "checkpoints": 0}
         # Dropout differs per rank (different data, different masks) but is reproducible on resume.
@@ -197,10 +196,9 @@ class Trainer:
         # A ShardStream reads the next epoch's shard inside the first step of that epoch: timed as training.
         micro_batches = (self.stream.next_batch(self.d.device) for _ in range(accum))
         loss_fn = self.hooks.loss_fn(step, self.d.rank, self.task.objective.loss)
-        return optimizer_step_unsynced(
-            self.model, micro_batches, self.optimizer, self.scheduler, accum=accum, grad_clip=self.t.grad_clip,
-            loss_fn=loss_fn, autocast=self.autocast, grad_sync=self._grad_sync, before_update=self._finish_save,
-        )
+        return optimizer_step_unsynced(self.model, micro_batches, self.optimizer, self.scheduler, accum=accum,
+                                       grad_clip=self.t.grad_clip, loss_fn=loss_fn, autocast=self.autocast,
+                                       grad_sync=self._grad_sync)
 
     def _settle(self) -> None:
         """At a boundary: the unsettled steps read in one host sync; a non-finite one stops the run there, before
@@ -275,6 +273,7 @@ class Trainer:
             if not (log_due or due_eval):
                 continue
             self._settle()
+            self.writer.raise_if_failed()  # a save that failed stops the run here, not at the next save
             if log_due:
                 self._log_window()
             if due_eval:
@@ -330,6 +329,8 @@ class Trainer:
     def save(self) -> None:
         """Checkpoint the current step, index its metrics, apply retention, rewrite index.json."""
         prog = self.progress
+        self._finish_save()  # at most one save in flight; its retention and index are done before this one's
+        start = time.perf_counter()
         sync_buffers(self.model)
         if prog.last_metrics and not any(e.step == prog.step for e in prog.index):
             prog.index = [e for e in prog.index if e.step < prog.step]
@@ -346,10 +347,9 @@ class Trainer:
             "index": [e.to_dict() for e in prog.index], "identity": self._identity(),
         }
         before_marker = self.hooks.before_marker(prog.step, self.d.rank)
-        start = time.perf_counter()
-        state, step = saveable_state(self.model, self.optimizer), prog.step
+        state, step = self.writer.stage(self.model, self.optimizer), prog.step  # a copy: no step waits for it
 
-        def write() -> None:  # in the writer's thread, beside the next step
+        def write() -> None:  # in the writer's thread, beside the next steps
             ckpt.save_checkpoint(self.root, step, model=self.model, optimizer=self.optimizer, rank_state=rank_state,
                                  meta=meta, rank=self.d.rank, before_marker=before_marker, state=state,
                                  group=self.writer.group)
@@ -361,7 +361,7 @@ class Trainer:
         self._started_save = (step, time.perf_counter() - start)
 
     def _finish_save(self) -> None:
-        """Wait for the checkpoint in flight, if any (before an update changes what it writes, and at the end)."""
+        """Wait for the checkpoint in flight, if any (before the next save starts, and at the end)."""
         waited = self.writer.finish()
         if waited is None:
             return

@@ -141,16 +141,18 @@ def test_crash_in_a_save_then_a_kill_then_resume_is_bit_identical(
     assert partial.is_dir() and not ckpt.is_complete(partial)
     assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 2
 
-    # 2. Resumed from step 2, rank 1 is killed abruptly before step 6; the survivor is stopped.
-    monkeypatch.setenv("CTPIPE_TEST_FAULT", "exit@5:1")
+    # 2. Resumed from step 2, rank 1 is killed abruptly before step 8; the survivor is stopped. Step 4's save is
+    # complete (step 6's waited for it); step 6's runs beside the steps after it, so it may or may not be marked.
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "exit@7:1")
     with pytest.raises(TrainingError, match="rank 1 exited with code 17"):
         _train(snapshot_dir, tmp_path)
-    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 4 and ckpt.is_complete(partial)
+    latest = ckpt.step_of(ckpt.latest_complete(tmp_path))
+    assert latest in (4, 6) and ckpt.is_complete(partial)
 
-    # 3. Resumed from step 4 to the end: the same weights, bit for bit, as the uninterrupted run.
+    # 3. Resumed from the latest complete save to the end: the same weights, bit for bit, as the uninterrupted run.
     monkeypatch.delenv("CTPIPE_TEST_FAULT")
     resumed = _train(snapshot_dir, tmp_path)
-    assert resumed.resumed_from_step == 4 and resumed.steps == 8
+    assert resumed.resumed_from_step == latest and resumed.steps == 8
     assert resumed.final_weights_sha256 == reference[0].final_weights_sha256
 
 

@@ -47,13 +47,16 @@ def test_the_lm_trains_sharded_and_reports_its_metrics(reference):
 
 
 def test_a_killed_lm_run_resumes_bit_identical(reference, snapshot_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("CTPIPE_TEST_FAULT", "exit@3:1")
+    # Killed before step 6: step 2's save is complete (step 4's waited for it before step 5 could run); step 4's
+    # runs beside the steps after it (engine/saving.py), so it may or may not be marked: resume takes the latest.
+    monkeypatch.setenv("CTPIPE_TEST_FAULT", "exit@5:1")
     with pytest.raises(TrainingError, match="rank 1 exited with code 17"):
         _train(snapshot_dir, tmp_path)
-    assert ckpt.step_of(ckpt.latest_complete(tmp_path)) == 2
+    latest = ckpt.step_of(ckpt.latest_complete(tmp_path))
+    assert latest in (2, 4)
     monkeypatch.delenv("CTPIPE_TEST_FAULT")
     resumed = _train(snapshot_dir, tmp_path)
-    assert resumed.resumed_from_step == 2
+    assert resumed.resumed_from_step == latest
     assert resumed.final_weights_sha256 == reference.final_weights_sha256
 
 
