@@ -26,7 +26,7 @@ from pathlib import Path
 
 # The first matching rule names a sample's part; a frame is "function (path:line)", a process "process N:cmd".
 STEP_PARTS = (
-    ("_open_sqlite_store_exclusively", "MLflow store set-up (a new home: schema migrations)"),
+    ("tracking/sqlite_store.py", "MLflow store set-up (a new home: schema migrations)"),
     ("steps/train/worker.py", "training ranks: compute"),
     ("engine/saving.py", "checkpoint saves"),
     ("run_sanity_checks", "sanity gate: compute"),

@@ -29,7 +29,9 @@ def connect(host: str, *, namespace: str | None = None, token_file: str | None =
         raise UserError(f"--host '{host}' must be an http:// or https:// URL of the KFP API, e.g. http://localhost:8888")
     token, cookies = read_token(token_file), os.environ.get("KFP_COOKIES") or None
     _preflight(host, token, cookies)
-    import kfp
+    # The client's own module, not the package's attribute: a process that ran a pipeline locally imported kfp
+    # without its client (pipelines/local/kfp_local_patches.py), so `kfp.Client` is absent there.
+    from kfp.client import Client
 
     kwargs: dict[str, Any] = {"host": host, "existing_token": token, "cookies": cookies}
     path = token_path(token_file)
@@ -42,7 +44,7 @@ def connect(host: str, *, namespace: str | None = None, token_file: str | None =
     if namespace:
         kwargs["namespace"] = namespace
     try:
-        return kfp.Client(**kwargs)
+        return Client(**kwargs)
     except Exception as err:  # the constructor calls healthz; connection errors come in many types
         raise UserError(f"cannot reach the KFP API at {host}: {type(err).__name__}: {str(err)[:300]}") from None
 

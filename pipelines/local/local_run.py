@@ -14,6 +14,8 @@ import contextlib
 import datetime as dt
 import os
 import shlex
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from ctpipe.components.run_config import resolve_config
 from ctpipe.pipelines.local.demo_setup import ensure_demo_data_for
 from ctpipe.pipelines.local.home import default_home
 from ctpipe.pipelines.local.kfp_local_patches import (
+    kfp_without_its_client,
     log_without_colour,
     no_docker_runner_warning,
     step_output_decoded_leniently,
@@ -103,8 +106,8 @@ def run_local(
 
         from ctpipe.components.lib.tracking import local_tracking_uri
 
-        # No MLflow here: importing it costs the CLI a second or more. The first step (prepare_run) runs
-        # alone and creates the SQLite database before any other step writes to it.
+        # No MLflow here: importing it costs the CLI a second or more. A new SQLite store is built ahead, forked
+        # from the warm-start server (store_built_ahead), else by the first step, which runs alone.
         tracking_uri = config.registry.tracking_uri or local_tracking_uri(home_dir)
 
         run_dir = _new_run_dir(home_dir)
@@ -113,8 +116,9 @@ def run_local(
         started = time.time()
         run_parameters = {**(parameters or {}), "data_fingerprint": expected_fingerprint,
                           "trigger_reason": trigger_reason}
-        outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity, warm,
-                                run_parameters, runner, image or config.kubernetes.image)
+        with store_built_ahead(tracking_uri, warm, run_dir):
+            outcome = _run_pipeline(home_dir, run_dir, status_dir, data_uri, config, tracking_uri, trigger, verbosity,
+                                    warm, run_parameters, runner, image or config.kubernetes.image)
         summary = build_summary(
             status_dir,
             run_dir=run_dir,
@@ -149,6 +153,7 @@ def _run_pipeline(
     image: str = "",
 ) -> str | None:
     """Run the KFP pipeline with the local runner; its logs go to run_dir/pipeline.log."""
+    kfp_without_its_client()
     from kfp import local
 
     from ctpipe.components.lib.tracking.retry import unreachable
@@ -208,6 +213,33 @@ def _run_pipeline(
             else:
                 os.environ[name] = value
     return error
+
+
+@contextlib.contextmanager
+def store_built_ahead(tracking_uri: str, warm: WarmServer | None, run_dir: Path) -> Iterator[subprocess.Popen | None]:
+    """Build a new local MLflow store now, in a process forked from the warm-start server once it has imported
+    MLflow, while this process compiles the pipeline and the first step starts and checks the config and the data:
+    the schema's build then overlaps work that must happen anyway, instead of heading prepare_run's MLflow set-up.
+    Whoever comes first builds the store, once, under its directory's lock (``tracking/sqlite_store.py``): the
+    first step waits for this build if it is still going, and builds the store itself if this one failed (its
+    error is kept in ``store_setup.log`` of the run). Nothing to do without a server, or for an existing or
+    remote store."""
+    from ctpipe.components.lib.tracking.sqlite_store import sqlite_path
+
+    path = sqlite_path(tracking_uri)
+    if warm is None or path is None or path.exists():
+        yield None
+        return
+    builder = subprocess.Popen([*client_prefix(), "-m", "ctpipe.components.lib.tracking.sqlite_store", tracking_uri],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield builder
+    finally:
+        if builder.poll() is None:  # the run ended first (interrupted): the build is not needed any more
+            builder.terminate()
+        _, err = builder.communicate()
+        if builder.returncode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM):
+            atomic_write_text(run_dir / "store_setup.log", err.decode(errors="replace"))
 
 
 def _kfp_runner(runner: str, pipeline: Any, image: str, home: Path, data_uri: str, status_dir: Path,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from ctpipe.components.lib.tracking.retry import RetryPolicy, bounded_mlflow_http, error_code
+from ctpipe.components.lib.tracking.sqlite_store import open_sqlite_store
 
 if TYPE_CHECKING:
     from ctpipe.components.lib.config import RegistryConfig
@@ -40,31 +41,8 @@ def use_tracking(tracking_uri: str) -> None:
 
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
-    _open_sqlite_store_exclusively(tracking_uri)
-
-
-def _open_sqlite_store_exclusively(tracking_uri: str) -> None:
-    """Open (and on first use create) a SQLite store while holding a lock on its directory.
-
-    MLflow creates a new store's tables by running its migrations; two processes doing that at once (two
-    ``ctpipe run`` on one fresh home) made one fail with "duplicate column name". The store is cached for
-    the process, so later calls cost nothing.
-    """
-    if urlparse(tracking_uri).scheme != "sqlite":
-        return
-    import fcntl
-    import os
-
-    from mlflow.tracking._tracking_service.utils import _get_store
-
-    directory = Path(tracking_uri[len("sqlite:///") :]).parent
-    directory.mkdir(parents=True, exist_ok=True)
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        _get_store(tracking_uri)
-    finally:
-        os.close(handle)  # releases the lock
+    # Under the store directory's lock; a new local store is built whole (sqlite_store.py).
+    open_sqlite_store(tracking_uri)
 
 
 # MLflow 3's experiment type: a model-training experiment, not a GenAI one (whose page opens on traces).

@@ -10,17 +10,15 @@ for a library it does not use (a cached rerun starts evaluate right after prepar
 descriptors; the child takes them over and runs the arguments as ``python`` would (``-m module`` or a
 script), then exits with their code.
 
-A request whose own module (``needed_module``: its step's, or the ``-m`` module) is still in the preload
-list waits for it: forked earlier, the child would import the same libraries a second time, beside the
-server, on cores that the first steps already keep busy. The child tells its client its exit code itself
-as it exits, since the server may be inside an import then, for a second or more; the server sends the
-wait status of a child that died of a signal, forwards the signals the client receives, and kills the
-child if the client goes away. Nothing of the preloaded libraries is used here before a fork (no threads,
-no OpenMP pool, no database connection), which is what makes forking them safe.
+A request whose modules (``needed_modules``: its step's or its ``-m`` module, and their first-use imports)
+are still in the preload list waits for them: forked earlier, the child would import them a second time,
+beside the server, on cores the first steps keep busy. The child tells its client its exit code itself as
+it exits (the server may be inside an import then); the server sends the wait status of a child killed by
+a signal, forwards the client's signals, and kills the child if the client goes away. Nothing preloaded is
+used here before a fork (no threads, no OpenMP pool, no database connection): that makes forking safe.
 
-Single-threaded on purpose: a fork while another thread imports would leave the child with a held
-import lock. The server stops when its stdin (a pipe from ``ctpipe run``) closes, stopping any child
-left.
+Single-threaded on purpose: a fork while another thread imports would leave the child with a held import
+lock. The server stops when its stdin (a pipe from ``ctpipe run``) closes, stopping any child left.
 """
 
 from __future__ import annotations
@@ -50,6 +48,8 @@ PRELOAD = (
     "ctpipe.components.lib.config",
     "mlflow",
     "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.tracking.sqlalchemy_workspace_store",  # MLflow's _get_store imports it when a store is opened
+    "ctpipe.components.lib.tracking.sqlite_store",  # `ctpipe run` runs it (-m) to build a new home's store ahead
     "ctpipe.components.steps.prepare_run.prepare",
     "pandas",
     "pyarrow.parquet",
@@ -85,12 +85,17 @@ STEP_MODULES = {
     "register": "ctpipe.components.steps.register.register",
 }
 # Libraries a step's module imports only on first use, which its forked child would otherwise import itself
-# (the profile in docs/performance.md): AdamW's constructor imports torch._dynamo, and with it sympy, ~2 CPU s,
-# the first time an optimizer is built, in the sanity gate and in every training rank.
+# (docs/performance.md): AdamW's constructor imports torch._dynamo (and sympy, ~2 CPU s) in the sanity gate and
+# every rank; prepare_run and the store builder open MLflow's SQL store (moved ahead of it by _next_preload,
+# prepare_run imported it beside the server: 1.5 s of a loaded first run).
+_MLFLOW_SQL_STORE = ("mlflow.store.tracking.sqlalchemy_store", "mlflow.store.tracking.sqlalchemy_workspace_store")
 FIRST_USE_IMPORTS = {
+    "ctpipe.components.steps.prepare_run.prepare": _MLFLOW_SQL_STORE,
+    "ctpipe.components.lib.tracking.sqlite_store": _MLFLOW_SQL_STORE,
     "ctpipe.components.steps.sanity_checks.gate": ("torch._dynamo",),
     "ctpipe.components.steps.train.worker": ("torch._dynamo",),
 }
+KFP_RUNTIME_ENV = "_KFP_RUNTIME"
 STOP_GRACE_SECONDS = 3.0
 # True in a child: the process was forked from the server (its libraries were loaded before it began).
 IN_CHILD = False
@@ -166,18 +171,17 @@ class Server:
                 self._start_ready()
 
     def _next_preload(self) -> int:
-        """Where in ``pending`` the next import is: the module the first waiting request needs (importing it
-        brings its own libraries), else the next in order. A run whose steps KFP took from its cache goes on
-        at evaluate, which would otherwise wait for Great Expectations and the training modules it never uses."""
+        """Where in ``pending`` the next import is: what the first waiting request needs, else the next in order
+        (a cached rerun goes on at evaluate, which would otherwise wait for GX and the training modules)."""
         needed = next((m for w in self.waiting for m in w.needs if m in self.pending), None)
         return self.pending.index(needed) if needed is not None else 0
 
     def _start_standby(self) -> None:
-        """Once this server's imports are done, the run's clean standby (``standby.py``, for the serving check)
-        imports its own at the lowest priority (on the cores the steps leave idle), if the run asked for one."""
+        """Once its imports are done, the run's clean standby (``standby.py``, for the serving check), if asked for."""
         path = os.environ.get(standby.STANDBY_ENV)
         if path and self.standby is None:
-            env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", standby.STANDBY_ENV)}
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("PYTHONPATH", "PYTHONHOME", standby.STANDBY_ENV, KFP_RUNTIME_ENV)}
             try:
                 self.standby = standby.start(path, idle=True, env=env | {"MLFLOW_DISABLE_TELEMETRY": "true"})
             except OSError as err:  # the serving check then starts its own
@@ -420,6 +424,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m ctpipe.components.lib.warm_start.server SOCKET_PATH [MODULE ...]", file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops `ctpipe run`, which closes our stdin
+    # KFP as a step's executor imports it: no API client, no DSL compiler (0.4 s). A child gets its caller's env.
+    os.environ[KFP_RUNTIME_ENV] = "true"
     server = Server(_listen(argv[0]))
     try:
         server.serve(tuple(argv[1:]) or PRELOAD)

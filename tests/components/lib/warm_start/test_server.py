@@ -365,3 +365,52 @@ print(sorted(m for m in set(sys.modules) - before if m.startswith(("torch._dynam
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "kfp.dsl.executor_main", "--function_to_execute", "prepare_run"],
+    ["-m", "ctpipe.components.lib.tracking.sqlite_store", "sqlite:///x/mlflow.db"],  # `ctpipe run`'s store builder
+])
+def test_a_process_that_opens_the_mlflow_store_is_forked_after_mlflows_sql_store(argv, tmp_path):
+    # prepare_run's module imports MLflow only when the step opens the store: a prepare request that came
+    # before the server reached MLflow's SQL store had the step moved ahead of it and import it itself
+    # (1.5 s of a loaded first run's prepare_run), beside the server importing it again.
+    code = f"""
+import importlib, sys
+from ctpipe.components.lib.warm_start.server import PRELOAD, needed_modules
+needs = needed_modules({argv!r})
+assert needs and all(module in PRELOAD for module in needs), needs
+for module in needs:
+    importlib.import_module(module)
+before = set(sys.modules)
+from ctpipe.components.lib.tracking import ensure_experiment
+ensure_experiment(sys.argv[1], "probe")
+print(sorted(m for m in set(sys.modules) - before if m.startswith("mlflow.store.tracking")))
+"""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    from ctpipe.components.lib.tracking.sqlite_store import ensure_store
+
+    ensure_store(uri)  # the build's own imports (alembic's migrations) are not what this is about
+    out = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_kfp_is_preloaded_as_a_steps_executor_imports_it_without_the_client_or_the_compiler(workdir):
+    # A step runs as `_KFP_RUNTIME=true python -m kfp.dsl.executor_main` (KFP's own command): KFP then skips its
+    # API client and the DSL's compile-time parts. The server imported the whole of KFP (0.4 s quiet, 0.9 s
+    # loaded) ahead of the first step, for steps that never use it.
+    (workdir / "kfp_probe.py").write_text(
+        "import json, os, sys\n"
+        "from kfp.dsl import executor_main\n"
+        "print(json.dumps({'client': 'kfp.client' in sys.modules, 'compiler': 'kfp.dsl.component_decorator' in sys.modules,"
+        " 'preloaded': 'kfp.dsl.executor' in sys.modules, 'runtime': os.environ.get('_KFP_RUNTIME')}))\n"
+    )
+    with running_server(preload=("kfp.dsl.executor", "ctpipe.components.lib.warm_start.server")) as warm:
+        assert warm is not None
+        proc = subprocess.run(warm_command([sys.executable, "-m", "kfp_probe"]), cwd=workdir, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "_KFP_RUNTIME": "true"})
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    assert json.loads(proc.stdout) == {"client": False, "compiler": False, "preloaded": True, "runtime": "true"}
