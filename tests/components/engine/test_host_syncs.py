@@ -10,17 +10,11 @@ Checked on one in-process rank (gloo, world size 1) by counting the reads agains
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
-from ctpipe.components.engine.device import Dist
 from ctpipe.components.engine.parallelize import clip_grad_norm_
 from ctpipe.components.engine.step import optimizer_step_unsynced
-from ctpipe.components.engine.tracker import NullTracker
-from ctpipe.components.engine.trainer import LOG_EVERY, Trainer
-from ctpipe.components.lib.data.demo import write_demo_data
-from ctpipe.components.run_config import load_config
-from ctpipe.pipelines.local.train_alone import build_snapshot
-from tests.fixtures.exact import EXACT_TRAINING
+from ctpipe.components.engine.trainer import LOG_EVERY
+from tests.fixtures.one_rank import one_rank_trainer
 
 READS = ("item", "tolist", "__float__", "__bool__", "__int__")
 
@@ -69,15 +63,8 @@ def test_the_unsynced_step_reads_on_the_host_only_what_a_bare_step_reads(monkeyp
 def test_the_trainer_reads_its_steps_on_the_host_once_per_boundary_not_once_per_step(tmp_path, monkeypatch):
     """Before: every step turned its loss and gradient norm into floats (two syncs a step) to check them and to
     count clipping; 40 steps read the device 80 times."""
-    config = load_config(None, [*EXACT_TRAINING, "train.workers=1", "train.max_steps=40", "train.warmup_steps=2",
-                                "train.eval_every=20", "train.checkpoint_every=40", "train.batch_size=16",
-                                "model.hidden=16", "model.depth=1", "train.timeout_minutes=2"])
-    write_demo_data(tmp_path / "data", days=1, rows_per_day=300, seed=1)
-    snapshot = build_snapshot(str(tmp_path / "data"), config, tmp_path / "snapshot").root
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        trainer = Trainer(config, str(snapshot), str(tmp_path / "ckpt"), Dist(0, 1, 0, torch.device("cpu")),
-                          NullTracker())
+    steps = ["train.max_steps=40", "train.eval_every=20", "train.checkpoint_every=40"]
+    with one_rank_trainer(tmp_path, steps) as trainer:
         in_steps, in_settles = _HostReads(monkeypatch), 0
         stepped, settle = trainer.train_step, trainer._settle
         boundaries = []
@@ -117,8 +104,6 @@ def test_the_trainer_reads_its_steps_on_the_host_once_per_boundary_not_once_per_
         _bare_step(trainer.model, trainer.optimizer, trainer.stream.next_batch(torch.device("cpu")),
                    trainer.task.objective.loss)
         in_steps.active = False
-    finally:
-        dist.destroy_process_group()
     assert result["steps"] == 40 and 0 <= result["clip_rate"] <= 1 and result["samples_per_second"] > 0
     assert in_trainer_steps == 40 * in_steps.count  # what a bare step reads (AdamW's own), nothing more
     assert boundaries == list(range(LOG_EVERY, 41, LOG_EVERY)) and in_settles == len(boundaries)  # one read each

@@ -6,6 +6,7 @@ ones a local run starts: ``python -m module args`` with their own environment, d
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -341,6 +342,25 @@ def test_every_pipeline_step_waits_for_a_module_the_server_preloads():
     assert needed_module(["-m", "ctpipe.components.steps.train.worker", "--snapshot", "s"]) in PRELOAD  # the ranks
 
 
+def _imported_after_the_preloads(argv: list[str], probe: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules under ``prefixes`` that ``probe`` still imports in a fresh interpreter that first imported what
+    the server preloads before forking the process of ``argv`` (each of them preloaded at all, checked too)."""
+    code = f"""
+import importlib, json, sys
+from ctpipe.components.lib.warm_start.server import PRELOAD, needed_modules
+needs = needed_modules({argv!r})
+assert needs and all(module in PRELOAD for module in needs), needs
+for module in needs:
+    importlib.import_module(module)
+before = set(sys.modules)
+{probe}
+print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith({prefixes!r}))))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("argv", [
     ["-m", "kfp.dsl.executor_main", "--function_to_execute", "sanity_checks"],
     ["-m", "ctpipe.components.steps.train.worker", "--snapshot", "s"],
@@ -348,23 +368,13 @@ def test_every_pipeline_step_waits_for_a_module_the_server_preloads():
 def test_a_step_that_builds_an_optimizer_is_forked_after_what_the_optimizer_imports(argv):
     # AdamW imports torch._dynamo (and sympy) the first time one is built: forked before the server preloaded
     # it, each such step imported it again itself (the profile's 4 % of a first run).
-    code = f"""
-import importlib, sys
-from ctpipe.components.lib.warm_start.server import PRELOAD, needed_modules
-needs = needed_modules({argv!r})
-assert needs and all(module in PRELOAD for module in needs), needs
-for module in needs:
-    importlib.import_module(module)
-before = set(sys.modules)
+    probe = """
 import torch
 from ctpipe.components.engine.step import build_optimizer
 from ctpipe.components.lib.config import TrainConfig
 build_optimizer(torch.nn.Linear(2, 2), TrainConfig())
-print(sorted(m for m in set(sys.modules) - before if m.startswith(("torch._dynamo", "sympy"))))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", out.stdout
+    assert _imported_after_the_preloads(argv, probe, ("torch._dynamo", "sympy")) == []
 
 
 @pytest.mark.parametrize("argv", [
@@ -375,25 +385,15 @@ def test_a_process_that_opens_the_mlflow_store_is_forked_after_mlflows_sql_store
     # prepare_run's module imports MLflow only when the step opens the store: a prepare request that came
     # before the server reached MLflow's SQL store had the step moved ahead of it and import it itself
     # (1.5 s of a loaded first run's prepare_run), beside the server importing it again.
-    code = f"""
-import importlib, sys
-from ctpipe.components.lib.warm_start.server import PRELOAD, needed_modules
-needs = needed_modules({argv!r})
-assert needs and all(module in PRELOAD for module in needs), needs
-for module in needs:
-    importlib.import_module(module)
-before = set(sys.modules)
-from ctpipe.components.lib.tracking import ensure_experiment
-ensure_experiment(sys.argv[1], "probe")
-print(sorted(m for m in set(sys.modules) - before if m.startswith("mlflow.store.tracking")))
-"""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     from ctpipe.components.lib.tracking.sqlite_store import ensure_store
 
     ensure_store(uri)  # the build's own imports (alembic's migrations) are not what this is about
-    out = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]", out.stdout
+    probe = f"""
+from ctpipe.components.lib.tracking import ensure_experiment
+ensure_experiment({uri!r}, "probe")
+"""
+    assert _imported_after_the_preloads(argv, probe, ("mlflow.store.tracking",)) == []
 
 
 def test_kfp_is_preloaded_as_a_steps_executor_imports_it_without_the_client_or_the_compiler(workdir):
