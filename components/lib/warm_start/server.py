@@ -18,17 +18,19 @@ a signal, forwards the client's signals, and kills the child if the client goes 
 used here before a fork (no threads, no OpenMP pool, no database connection): that makes forking safe.
 
 Single-threaded on purpose: a fork while another thread imports would leave the child with a held import
-lock. The server stops when its stdin (a pipe from ``ctpipe run``) closes, stopping any child left.
+lock. Two cores are used by two processes instead: once what every step needs is imported, the server forks its
+branch (``branch.py``), which imports torch's side of the list and forks the requests that need it, while the
+server goes on with GX. The server stops when its stdin (a pipe from ``ctpipe run``) closes, stopping any child left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import importlib
 import json
 import os
-import runpy
 import select
 import signal
 import socket
@@ -37,8 +39,9 @@ import sys
 import time
 import traceback
 
-from ctpipe.components.lib.processes import run_exit_handlers, signal_quietly
-from ctpipe.components.lib.warm_start import standby
+from ctpipe.components.lib.processes import signal_quietly
+from ctpipe.components.lib.warm_start import branch, standby
+from ctpipe.components.lib.warm_start.as_python import apply_thread_count, reconfigure_streams, run_python
 
 # In the order the steps need them; a module that fails to import is skipped (the step then imports it
 # itself and reports the error where it belongs).
@@ -143,14 +146,18 @@ class Server:
         self.waiting: list[_Request] = []
         self.pending: list[str] = []
         self.standby = None
+        self.branch: branch.Branch | None = None
+        self.is_branch = False  # True in the branch (branch.py): torch's side of the preload list
 
     def serve(self, preload: tuple[str, ...] = PRELOAD) -> None:
         self.pending = pending = list(preload)
+        branch_modules = branch.branch_modules(preload)
         # The collector's passes over the objects that imports create are a third of the import time
         # (5.6 s -> 3.8 s for these libraries); what they would free is a few import-time cycles.
         gc.disable()
         while True:
-            watched = [self.listener.fileno(), sys.stdin.fileno(), *self.by_conn, *self.by_pidfd]
+            branched = [self.branch.pidfd] if self.branch is not None else []
+            watched = [self.listener.fileno(), sys.stdin.fileno(), *self.by_conn, *self.by_pidfd, *branched]
             ready, _, _ = select.select(watched, [], [], 0 if pending else None)
             for fd in ready:
                 if fd == self.listener.fileno():
@@ -160,10 +167,14 @@ class Server:
                         return
                 elif fd in self.by_pidfd:
                     self._reap(self.by_pidfd[fd])
+                elif fd in branched:  # it ended before the run did: its requests are the server's again
+                    self.branch = self.branch.ended()
                 elif fd in self.by_conn:
                     self._from_client(self.by_conn[fd])
             if pending:
                 _preload(pending.pop(self._next_preload()))
+                if branch.time_to_fork(pending, branch_modules):
+                    self.branch, branch_modules = branch.fork_branch(self, branch_modules), frozenset()
                 if not pending:
                     gc.freeze()  # the children share these objects' pages instead of copying them
                     gc.enable()
@@ -222,6 +233,14 @@ class Server:
         except Exception as err:  # a bad request: the client then runs its process cold
             _refuse(_Request(conn, fds, {}, ()), err)
             return
+        self.queue(conn, fds, request, needs)
+
+    def queue(self, conn: socket.socket, fds: list[int], request: dict, needs: tuple[str, ...] | None = None) -> None:
+        """Queue an accepted request until its modules are preloaded, or hand it to the branch if it needs the
+        branch's side."""
+        needs = needed_modules(list(request["argv"])) if needs is None else needs
+        if self.branch is not None and self.branch.takes(needs) and self.branch.hand_over(conn, fds, request):
+            return _close_request(_Request(conn, fds, request, needs))
         self.waiting.append(_Request(conn, fds, request, needs))
         self._start_ready()
 
@@ -298,8 +317,8 @@ class Server:
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(request["env"])
-            _reconfigure_streams()
-            _apply_thread_count()
+            reconfigure_streams()
+            apply_thread_count()
             code = run_python(list(request["argv"]), request["cwd"])
         except BaseException:  # noqa: BLE001 - the child must end here, never return into the server
             traceback.print_exc()
@@ -314,62 +333,6 @@ def report_exit(code: int) -> None:
     it preloads. A child killed by a signal is the server's to report. Elsewhere: nothing."""
     if _CALLER is not None:
         _send(_CALLER, b"X", (code & 0xFF) << 8)
-
-
-def run_python(argv: list[str], cwd: str) -> int:
-    """Run ``python ARGV`` (``-m module args`` or ``script args``) in this process; its exit code.
-
-    As the interpreter would: ``sys.argv`` and ``sys.path[0]`` set the same way, an uncaught exception
-    printed, non-daemon threads joined and ``atexit`` handlers run before the exit.
-    """
-    code = 0
-    try:
-        if argv[0] == "-m":
-            sys.argv = argv[1:]
-            sys.path[0] = cwd
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = argv
-            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-            runpy.run_path(argv[0], run_name="__main__")
-    except SystemExit as done:
-        code = _exit_code(done.code)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        code = 128 + signal.SIGINT
-    except BaseException:  # noqa: BLE001 - what the interpreter does with an uncaught exception
-        traceback.print_exc()
-        code = 1
-    run_exit_handlers()
-    return code
-
-
-def _exit_code(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _reconfigure_streams() -> None:
-    """stdout and stderr now write to the client's descriptors: buffer them as python would there."""
-    line_buffered = bool(os.environ.get("PYTHONUNBUFFERED"))
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(line_buffering=line_buffered or stream is sys.stderr or stream.isatty())
-        except (AttributeError, OSError, ValueError):
-            pass
-
-
-def _apply_thread_count() -> None:
-    """torch's OpenMP pool took its size from the server's environment when it loaded: apply the
-    caller's ``OMP_NUM_THREADS`` (a cold interpreter would have read it at import)."""
-    torch = sys.modules.get("torch")
-    value = os.environ.get("OMP_NUM_THREADS", "")
-    if torch is not None and value.isdigit() and int(value) > 0 and int(value) != torch.get_num_threads():
-        torch.set_num_threads(int(value))
 
 
 def _recv_exactly(conn: socket.socket, size: int) -> bytes:
@@ -431,13 +394,14 @@ def main(argv: list[str]) -> int:
         server.serve(tuple(argv[1:]) or PRELOAD)
     finally:
         server.stop_children()
+        if server.branch is not None:
+            server.branch.stop()
         if server.standby is not None:
             server.standby.kill()
             server.standby.wait()
-        try:
-            os.unlink(argv[0])
-        except OSError:
-            pass
+        if not server.is_branch:  # the socket is the server's
+            with contextlib.suppress(OSError):
+                os.unlink(argv[0])
     return 0
 
 
