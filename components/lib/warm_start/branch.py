@@ -3,10 +3,11 @@
 One process imports one module at a time, so the server's list was a chain of ~7.6 s of one core (quiet, 2026-11-29:
 KFP, MLflow and its SQL store 2.8 s, GX 2.0 s, torch with ``torch._dynamo`` 2.5 s) while the steps waited on it with
 the other core idle: the sanity step started ~1 s after validation ended, waiting for torch (docs/performance.md).
-Once what every step needs is imported (``BASE_DONE``: KFP's executor, the config, MLflow and its SQL store,
-pandas, pyarrow), the server forks a *branch*: a copy of itself that imports ``BRANCH`` (torch and every step that
-trains or scores a model) while the server goes on with GX and validation. The server hands each request that needs
-a ``BRANCH`` module to the branch (the client's connection and its three descriptors, passed with SCM_RIGHTS over a
+Once what every step needs is imported (``time_to_fork``: KFP's executor, the config, MLflow and its SQL store,
+pandas, pyarrow; nothing pending but ``MAIN_ONLY`` and the branch's modules), the server forks a *branch*: a copy of
+itself that imports ``branch_modules`` (from ``BRANCH_AT``, torch, on: every step that trains or scores a model)
+while the server goes on with ``MAIN_ONLY`` (GX and validation). The server hands each request that needs one of the
+branch's modules to the branch (the client's connection and its three descriptors, passed with SCM_RIGHTS over a
 socket pair), and the branch forks it as the server would: clients see one server. Without a branch (it failed to
 fork, or it is gone) the server forks such a request itself, which then imports what it lacks.
 """
