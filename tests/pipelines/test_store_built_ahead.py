@@ -3,6 +3,9 @@ build overlaps the CLI's own work and the first step's checks instead of heading
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from ctpipe.components.lib.tracking import local_tracking_uri
@@ -46,13 +49,27 @@ def test_a_new_local_store_is_built_ahead_through_the_warm_start_server_and_only
     assert not (tmp_path / "cold").exists()
 
 
-def test_the_warm_start_server_preloads_the_builder_right_after_mlflows_sql_store():
-    # Asked for early, it waits for (and moves ahead) only MLflow's SQL store and itself, not the libraries after them.
+def test_the_warm_start_server_forks_the_builder_before_it_imports_mlflows_sql_tracking_store(tmp_path):
+    # Asked for early, it waits for (and moves ahead) only what the build imports and itself: forked before the
+    # server goes on with MLflow's SQL tracking store and KFP's executor, the build overlaps those imports and is
+    # done when prepare_run opens the store, instead of starting with prepare_run and heading its set-up.
     from ctpipe.components.lib.warm_start.server import PRELOAD, needed_modules
 
     needs = needed_modules(["-m", AHEAD, "sqlite:///x/mlflow.db"])
-    assert needs[-1] == AHEAD and all(module.startswith("mlflow.store.tracking.") for module in needs[:-1])
-    assert PRELOAD.index(AHEAD) == max(PRELOAD.index(module) for module in needs[:-1]) + 1
+    assert needs[-1] == AHEAD and PRELOAD.index(AHEAD) == max(PRELOAD.index(module) for module in needs[:-1]) + 1
+    assert PRELOAD.index(AHEAD) < PRELOAD.index("mlflow.store.tracking.sqlalchemy_store")
+    code = f"""
+import importlib, json, sys
+for module in {needs!r}:
+    importlib.import_module(module)
+before = set(sys.modules)
+from ctpipe.components.lib.tracking.sqlite_store import ensure_store
+assert ensure_store({f"sqlite:///{tmp_path / 'mlflow.db'}"!r})
+print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith("mlflow.store.tracking"))))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []  # the build needs nothing it would wait for
 
 
 def test_a_local_run_imports_kfp_without_its_api_client_and_still_compiles_the_pipeline():

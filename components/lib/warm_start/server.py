@@ -3,7 +3,8 @@
     python -m ctpipe.components.lib.warm_start.server SOCKET_PATH [MODULE ...]   # MODULEs: preload these instead
 
 It listens first, then imports ``PRELOAD`` one module at a time in the order the pipeline needs them
-(KFP's executor, pandas and MLflow for the first step, Great Expectations, then torch), serving requests
+(MLflow and what building a new store imports, then its SQL store and KFP's executor for the first step,
+pandas, Great Expectations, then torch), serving requests
 between two imports and importing first the module a waiting request needs, so that a step never waits
 for a library it does not use (a cached rerun starts evaluate right after prepare_run). A request (from
 ``client.py``) brings ``python``'s arguments, an environment, a working directory and three file
@@ -46,13 +47,14 @@ from ctpipe.components.lib.warm_start.as_python import apply_thread_count, recon
 # In the order the steps need them; a module that fails to import is skipped (the step then imports it
 # itself and reports the error where it belongs).
 PRELOAD = (
+    "mlflow",
+    "mlflow.store.db.utils",  # what building a new store imports (MLflow's schema and migrations)
+    "ctpipe.components.lib.tracking.sqlite_store",  # `ctpipe run` runs it (-m) to build a new home's store ahead
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.tracking.sqlalchemy_workspace_store",  # MLflow's _get_store imports it when a store is opened
     "kfp.dsl.executor",
     "ctpipe.components.lib.kfp_support",
     "ctpipe.components.lib.config",
-    "mlflow",
-    "mlflow.store.tracking.sqlalchemy_store",
-    "mlflow.store.tracking.sqlalchemy_workspace_store",  # MLflow's _get_store imports it when a store is opened
-    "ctpipe.components.lib.tracking.sqlite_store",  # `ctpipe run` runs it (-m) to build a new home's store ahead
     "ctpipe.components.steps.prepare_run.prepare",
     "pandas",
     "pyarrow.parquet",
@@ -89,15 +91,18 @@ STEP_MODULES = {
 }
 # Libraries a step's module imports only on first use, which its forked child would otherwise import itself
 # (docs/performance.md): AdamW's constructor imports torch._dynamo (and sympy, ~2 CPU s) in the sanity gate and
-# every rank; prepare_run and the store builder open MLflow's SQL store (moved ahead of it by _next_preload,
-# prepare_run imported it beside the server: 1.5 s of a loaded first run).
+# every rank; prepare_run opens MLflow's SQL store (moved ahead of it by _next_preload, prepare_run imported it
+# beside the server: 1.5 s of a loaded first run); the store builder needs only MLflow's schema code, so it is
+# forked while the server goes on with the SQL store and KFP, and the store is built when prepare_run opens it.
 _MLFLOW_SQL_STORE = ("mlflow.store.tracking.sqlalchemy_store", "mlflow.store.tracking.sqlalchemy_workspace_store")
 FIRST_USE_IMPORTS = {
     "ctpipe.components.steps.prepare_run.prepare": _MLFLOW_SQL_STORE,
-    "ctpipe.components.lib.tracking.sqlite_store": _MLFLOW_SQL_STORE,
+    "ctpipe.components.lib.tracking.sqlite_store": ("mlflow.store.db.utils",),
     "ctpipe.components.steps.sanity_checks.gate": ("torch._dynamo",),
     "ctpipe.components.steps.train.worker": ("torch._dynamo",),
 }
+# What every step's process (``python -m kfp.dsl.executor_main``) imports before its function's module.
+STEP_BASE = ("kfp.dsl.executor", "ctpipe.components.lib.kfp_support", "ctpipe.components.lib.config")
 KFP_RUNTIME_ENV = "_KFP_RUNTIME"
 STOP_GRACE_SECONDS = 3.0
 # True in a child: the process was forked from the server (its libraries were loaded before it began).
@@ -125,10 +130,13 @@ def needed_module(argv: list[str]) -> str | None:
 
 
 def needed_modules(argv: list[str]) -> tuple[str, ...]:
-    """What a request's process needs preloaded before it is forked: its module's first-use imports, then the
-    module (``needed_module``)."""
+    """What a request's process needs preloaded before it is forked: for a pipeline step, KFP's executor
+    (``STEP_BASE``); its module's first-use imports; then the module (``needed_module``)."""
     module = needed_module(argv)
-    return () if module is None else (*FIRST_USE_IMPORTS.get(module, ()), module)
+    if module is None:
+        return ()
+    base = STEP_BASE if "--function_to_execute" in argv[:-1] else ()
+    return (*base, *FIRST_USE_IMPORTS.get(module, ()), module)
 
 
 class _Request:

@@ -361,6 +361,16 @@ print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith({pr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.parametrize("step", ["prepare_run", "validate_data", "sanity_checks", "train", "select_checkpoint",
+                                  "evaluate", "register"])
+def test_a_pipeline_step_is_forked_after_kfps_executor_whatever_the_preload_order(step):
+    # Every step runs as `python -m kfp.dsl.executor_main`. A step's request moves its own module ahead of the rest
+    # of the list: with MLflow first in it (the store builder's part), prepare_run was forked before the server
+    # reached KFP's executor and imported KFP itself, beside the server importing it again.
+    argv = ["-m", "kfp.dsl.executor_main", "--function_to_execute", step]
+    assert _imported_after_the_preloads(argv, "import kfp.dsl.executor", ("kfp",)) == []
+
+
 @pytest.mark.parametrize("argv", [
     ["-m", "kfp.dsl.executor_main", "--function_to_execute", "sanity_checks"],
     ["-m", "ctpipe.components.steps.train.worker", "--snapshot", "s"],
@@ -377,11 +387,7 @@ build_optimizer(torch.nn.Linear(2, 2), TrainConfig())
     assert _imported_after_the_preloads(argv, probe, ("torch._dynamo", "sympy")) == []
 
 
-@pytest.mark.parametrize("argv", [
-    ["-m", "kfp.dsl.executor_main", "--function_to_execute", "prepare_run"],
-    ["-m", "ctpipe.components.lib.tracking.sqlite_store", "sqlite:///x/mlflow.db"],  # `ctpipe run`'s store builder
-])
-def test_a_process_that_opens_the_mlflow_store_is_forked_after_mlflows_sql_store(argv, tmp_path):
+def test_a_process_that_opens_the_mlflow_store_is_forked_after_mlflows_sql_store(tmp_path):
     # prepare_run's module imports MLflow only when the step opens the store: a prepare request that came
     # before the server reached MLflow's SQL store had the step moved ahead of it and import it itself
     # (1.5 s of a loaded first run's prepare_run), beside the server importing it again.
@@ -393,6 +399,7 @@ def test_a_process_that_opens_the_mlflow_store_is_forked_after_mlflows_sql_store
 from ctpipe.components.lib.tracking import ensure_experiment
 ensure_experiment({uri!r}, "probe")
 """
+    argv = ["-m", "kfp.dsl.executor_main", "--function_to_execute", "prepare_run"]
     assert _imported_after_the_preloads(argv, probe, ("mlflow.store.tracking",)) == []
 
 
