@@ -10,7 +10,6 @@ Importing ``ctpipe`` imports nothing heavy: ``ctpipe --version`` stays fast.
 """
 
 import time
-from importlib.metadata import PackageNotFoundError, version
 
 # The package's parts: the repository's top-level folders of the same names (setup.py maps them in).
 PARTS = ("components", "pipelines")
@@ -19,7 +18,18 @@ PARTS = ("components", "pipelines")
 # here when the process itself is older than its interpreter (a shell that exec'd ``ctpipe``).
 LOADED_AT = time.time()
 
-try:
-    __version__ = version("ctpipe")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """``ctpipe.__version__``, read from the installed metadata when asked for: importlib.metadata and its scan
+    of the installed distributions cost every process that imports ctpipe ~30 ms (the warm-start server's start
+    among them, which the first step waits for)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'ctpipe' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("ctpipe")
+    except PackageNotFoundError:  # a source tree that was never installed
+        value = "0+unknown"
+    globals()["__version__"] = value
+    return value
