@@ -25,9 +25,8 @@ import pandas as pd
 from ctpipe.components.lib.config.cluster_sections import DecayConfig
 from ctpipe.components.lib.errors import DataValidationError, UserError
 
-# Where registration logs the evaluated export, and the version tag holding its SHA-256.
+# Where registration logs the evaluated export (its SHA-256 is the version's EXPORT_DIGEST_TAG).
 EXPORT_FILE = "ctpipe/model.pt"
-EXPORT_DIGEST_TAG = "ctpipe.model_sha256"
 
 
 def scores_documents(task: Any) -> bool:
@@ -79,26 +78,21 @@ def scored_metric(task: Any, reference: Mapping[str, float | None], load: Callab
 def load_served_version(tracking_uri: str, registry: Any, version: str, task_name: str) -> Any:
     """The version's export, after its file's SHA-256 matches the version's ``ctpipe.model_sha256`` (a file
     changed in the artifact store after registration is never read, and no task code is imported for it)."""
-    from ctpipe.components.lib.data.files import sha256_local
+    from ctpipe.components.lib.registry.model_files import verify_export
     from ctpipe.components.lib.registry.versions import RegisteredModel
     from ctpipe.components.lib.tracking.store import download_version_file
     from ctpipe.components.tasks.export import load_model_export
 
     registered = RegisteredModel(tracking_uri, registry)
     model_version = registered.get_version(version)
-    expected = (model_version.tags or {}).get(EXPORT_DIGEST_TAG)
-    if not expected:
-        raise UserError(f"version {version} of '{registry.model_name}' has no {EXPORT_DIGEST_TAG} tag: its export "
-                        "cannot be verified, so the decay check does not load it to score the labels' documents")
     with tempfile.TemporaryDirectory(prefix="ctpipe-decay-") as tmp:
         local = download_version_file(tracking_uri, model_version, EXPORT_FILE, tmp)
         if local is None:
             raise UserError(f"version {version} of '{registry.model_name}': its run has no {EXPORT_FILE} to score "
                             "the labels' documents with")
-        found = sha256_local(local)
-        if found != expected:
-            raise UserError(f"version {version} of '{registry.model_name}': {EXPORT_FILE} has SHA-256 {found[:12]}, "
-                            f"but the version records {expected[:12]}; changed after registration, so it is not loaded")
+        # Required here: a version without the tag is not loaded to score the labels' documents.
+        verify_export(Path(local), model_version.tags, what=f"version {version} of '{registry.model_name}': {EXPORT_FILE}",
+                      require_tag=True)
         export = load_model_export(Path(local))
     if export.task.name != task_name:
         raise UserError(f"version {version} is a model of task '{export.task.name}', the watcher's config one of "

@@ -30,6 +30,9 @@ MANIFEST_FILE = "ctpipe_manifest.json"
 MANIFEST_FORMAT = "ctpipe.pyfunc-manifest/v1"
 # The version tag holding the manifest's SHA-256 (set in the call that creates the version).
 PYFUNC_DIGEST_TAG = "ctpipe.pyfunc_sha256"
+# The version tag holding the SHA-256 of the run's export (``ctpipe/model.pt``), set in the same call: a reader of
+# the export reads the downloaded file only when it has that digest (``verify_export``).
+EXPORT_DIGEST_TAG = "ctpipe.model_sha256"
 # What MLflow itself writes into a registered model's folder when it is loaded or served by ``models:/`` URI from a
 # local artifact store (mlflow/store/artifact/models_artifact_repo.py, 3.17.2: ``_add_registered_model_meta_file``,
 # a YAML mapping of exactly model_name and model_version, at the folder's top level, next to MLmodel).
@@ -113,6 +116,23 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             sha.update(block)
     return sha.hexdigest()
+
+
+def verify_export(path: Path, tags: dict[str, str] | None, *, what: str, require_tag: bool) -> None:
+    """UntrustedModelError unless the export file ``path`` (``what`` names it in the message) has the SHA-256 its
+    version's ``EXPORT_DIGEST_TAG`` records. A version without the tag (registered before the tag existed) passes
+    unless ``require_tag``; such an export is still only ever read with ``torch.load(weights_only=True)``."""
+    expected = (tags or {}).get(EXPORT_DIGEST_TAG)
+    if not expected:
+        if require_tag:
+            raise UntrustedModelError(f"{what} has no {EXPORT_DIGEST_TAG} tag on its version: it cannot be verified, "
+                                      "so it is not loaded")
+        return
+    found = sha256_file(path)
+    if found != expected:
+        raise UntrustedModelError(
+            f"{what} does not match its {EXPORT_DIGEST_TAG} tag (file SHA-256 {found[:12]}, registered "
+            f"{expected[:12]}): replaced or changed in the artifact store after registration, so it is not loaded")
 
 
 def file_digests(root: Path) -> dict[str, str]:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from ctpipe.components.lib.config import RegistryConfig
 from ctpipe.components.lib.errors import UserError
 from ctpipe.components.lib.registry.history import HistoryTag
+from ctpipe.components.lib.registry.model_files import EXPORT_DIGEST_TAG
 from ctpipe.components.lib.registry.tags import COMPLETE_TAG, HISTORY_TAG, KEY_TAG, STACK_TAG
 from ctpipe.components.lib.tracking import (  # also sets MLFLOW_DISABLE_TELEMETRY before mlflow loads
     RetryPolicy,
@@ -163,7 +164,7 @@ class RegisteredModel:
         (KFP reused the selected model) is not registered a second time."""
         found = self.call(
             lambda: list(self.client.search_model_versions(
-                f"name = '{self.name}' and tags.`ctpipe.model_sha256` = '{sha256}'", max_results=1000
+                f"name = '{self.name}' and tags.`{EXPORT_DIGEST_TAG}` = '{sha256}'", max_results=1000
             )),
             f"search versions of '{self.name}' by model digest",
         )

@@ -24,6 +24,7 @@ from ctpipe.components.lib.drift.prediction_drift import prediction_drift, predi
 from ctpipe.components.lib.errors import DataValidationError
 from ctpipe.components.lib.handoffs import Blessing, read_sanity, read_validation, write_blessing
 from ctpipe.components.lib.metrics import confusion_matrix, roc_curve
+from ctpipe.components.lib.registry.model_files import UntrustedModelError, verify_export
 from ctpipe.components.steps.evaluate.blessing import Check
 from ctpipe.components.steps.evaluate.card import Lineage, write_model_card
 from ctpipe.components.steps.evaluate.champion_task import champion_task_code, other_task_error
@@ -252,12 +253,11 @@ def load_champion(tracking_uri: str, config: Config) -> tuple[ChampionScore, Exp
                 found.version, error=f"champion version {found.version} has no '{MODEL_ARTIFACT_PATH}' on its run"
             ), None
         # The artifact store is not the registry: a file there that is not the one registered is never read.
-        registered, found_sha = found.tags.get("ctpipe.model_sha256"), sha256_local(path)
-        if registered and found_sha != registered:
-            return ChampionScore(found.version, error=(
-                f"champion version {found.version}'s '{MODEL_ARTIFACT_PATH}' does not match its ctpipe.model_sha256 "
-                f"tag (file {found_sha[:12]}, registered {registered[:12]}): replaced or corrupted in the artifact "
-                "store after registration, so it is not loaded")), None
+        try:
+            verify_export(Path(path), found.tags, what=f"champion version {found.version}'s '{MODEL_ARTIFACT_PATH}'",
+                          require_tag=False)
+        except UntrustedModelError as err:
+            return ChampionScore(found.version, error=str(err)), None
         try:
             champion = load_model_export(path)
         except (DataValidationError, ValueError, KeyError, TypeError, RuntimeError) as err:

@@ -26,7 +26,7 @@ from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.snapshot import load_snapshot
 from ctpipe.components.lib.errors import UserError
 from ctpipe.components.lib.handoffs import read_blessing
-from ctpipe.components.lib.registry.model_files import sha256_file
+from ctpipe.components.lib.registry.model_files import verify_export
 from ctpipe.components.lib.registry.registry import Registry
 from ctpipe.components.lib.registry.tags import REPRODUCTION_TAG
 from ctpipe.components.lib.tracking import bounded_mlflow_http
@@ -149,14 +149,11 @@ def export_weights(path: Path) -> dict[str, Any]:
 
 
 def registered_weights(tracking_uri: str, version, where: Path) -> dict[str, Any]:
-    """The registered export's weights, after its file's SHA-256 matches the version's ``ctpipe.model_sha256``."""
+    """The registered export's weights, after its file's SHA-256 matches the version's ``EXPORT_DIGEST_TAG``."""
     local = download_version_file(tracking_uri, version, EXPORT_ARTIFACT, where)
     if local is None:
         raise UserError(f"version {version.version}: its run has no {EXPORT_ARTIFACT} to compare with")
-    expected, found = (version.tags or {}).get("ctpipe.model_sha256"), sha256_file(local)
-    if expected and found != expected:
-        raise UserError(f"version {version.version}: {EXPORT_ARTIFACT} has SHA-256 {found}, but the version records "
-                        f"{expected}; the stored export was changed after registration")
+    verify_export(local, version.tags, what=f"version {version.version}'s {EXPORT_ARTIFACT}", require_tag=False)
     return export_weights(local)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from ctpipe.components.lib.config import Config
 from ctpipe.components.lib.data.snapshot import Snapshot
 from ctpipe.components.lib.handoffs import Blessing, SanityOutcome, ValidationOutcome
-from ctpipe.components.lib.registry.model_files import PYFUNC_DIGEST_TAG
+from ctpipe.components.lib.registry.model_files import EXPORT_DIGEST_TAG, PYFUNC_DIGEST_TAG
 from ctpipe.components.lib.registry.tags import COMPLETE_TAG, KEY_TAG, SERVABLE_TAG
 from ctpipe.components.lib.tracking import RetryPolicy, log_step
 from ctpipe.components.lib.tracking.lineage import (
@@ -32,7 +32,7 @@ from ctpipe.components.lib.tracking.lineage import (
 # ``components/lib/tracking/lineage.py``) whose digest is LINEAGE_DIGEST_TAG. The soak's audit and the tests hold
 # versions to this list.
 VERSION_TAGS = (
-    KEY_TAG, COMPLETE_TAG, "ctpipe.model_sha256", PYFUNC_DIGEST_TAG, LINEAGE_DIGEST_TAG, "ctpipe.data_fingerprint",
+    KEY_TAG, COMPLETE_TAG, EXPORT_DIGEST_TAG, PYFUNC_DIGEST_TAG, LINEAGE_DIGEST_TAG, "ctpipe.data_fingerprint",
     "ctpipe.git_commit", "ctpipe.trigger", "ctpipe.blessed", SERVABLE_TAG,
 )  # fmt: skip
 # VERSION_TAGS, the headline metric and the promotion decision (a champion adds its promotion record, a reproduced
@@ -72,7 +72,7 @@ def version_tags(*, blessing: Blessing, run_tags: dict[str, str], trigger: str, 
     tags = {
         KEY_TAG: key,
         COMPLETE_TAG: "complete",
-        "ctpipe.model_sha256": model_sha256,
+        EXPORT_DIGEST_TAG: model_sha256,
         PYFUNC_DIGEST_TAG: pyfunc_sha256,
         LINEAGE_DIGEST_TAG: lineage_sha256,
         "ctpipe.data_fingerprint": data_fingerprint,
